@@ -1,0 +1,40 @@
+# Thin wrapper over CMake.  The two commands a new user runs:
+#   make demo   - set up, build, and show encryption end to end
+#   make test   - set up, build, and run every test (also under ASan/UBSan)
+BUILD      ?= build
+BUILD_SAN  ?= build-asan
+JOBS       ?= 2
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDE_WERROR=ON
+
+.PHONY: all deps build build-asan test test-fast test-asan demo bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+build-asan: deps
+	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DTDE_SANITIZE=ON -DTDE_WERROR=ON >/dev/null
+	@cmake --build $(BUILD_SAN) -j$(JOBS)
+
+# Full suite: normal build, then the same suite under AddressSanitizer and
+# UndefinedBehaviorSanitizer.
+test: test-fast test-asan
+
+test-fast: build
+	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+test-asan: build-asan
+	@cd $(BUILD_SAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j$(JOBS)
+
+demo: build
+	@scripts/demo.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(BUILD_SAN)

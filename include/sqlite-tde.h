@@ -1,0 +1,164 @@
+/*
+** sqlite-tde public API: Transparent Data Encryption for SQLite.
+**
+** sqlite-tde is a VFS shim named "tde" that encrypts every file SQLite
+** writes with AES-256-GCM.  Each database has a random data key (DEK),
+** stored only wrapped by master keys that live in a keystore (a password
+** or auto-login wallet today; PKCS#11 and KMIP later).
+**
+** Applications use plain SQL.  This header is only for what a C program
+** calls beyond that: registering the VFS when linking statically, opening a
+** keystore with a password, creating keystores, status and verification.
+** Everything here returns 0 (TDE_OK) on success or a tde_rc code; the
+** detailed message of the last failure on the calling thread is
+** tde_last_error().
+**
+** The library never prints.  Messages go to sqlite3_log() and to the
+** callback set with tde_set_log().  It never logs or returns key bytes,
+** passwords or PINs.
+*/
+#ifndef SQLITE_TDE_H
+#define SQLITE_TDE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TDE_BUILDING)
+#  define TDE_API __attribute__((visibility("default")))
+#else
+#  define TDE_API
+#endif
+
+#define TDE_VERSION        "0.1.0"
+#define TDE_VERSION_NUMBER 1000          /* major*1000000 + minor*1000 + patch */
+
+/* Name of the VFS this library registers. */
+#define TDE_VFS_NAME "tde"
+
+/* Sizes, as macros and as functions (the functions answer for the library
+** actually linked, the macros for the header compiled against). */
+#define TDE_KEY_BYTES      32            /* AES-256 data and master keys */
+#define TDE_RESERVE_BYTES  48            /* per-page trailer SQLite reserves */
+#define TDE_HEADER_BYTES   8192          /* header region before page 1 */
+#define TDE_KEYID_MAX      128           /* longest master key id, bytes */
+
+TDE_API const char *tde_version(void);
+TDE_API int tde_version_number(void);
+TDE_API int tde_reserve_bytes(void);
+TDE_API int tde_header_bytes(void);
+
+/*
+** Result codes.  The numbers never change once released; retired codes
+** keep their slot.  They do not collide with SQLite's codes because they
+** are never returned through SQLite: the VFS maps them (see docs/FORMAT.md).
+*/
+typedef enum tde_rc {
+  TDE_OK            = 0,
+  TDE_ERROR         = 1,   /* generic failure */
+  TDE_NOMEM         = 2,   /* out of memory */
+  TDE_IO            = 3,   /* read, write or sync failed */
+  TDE_AUTH          = 4,   /* authentication tag mismatch: tampered or wrong key */
+  TDE_BADPASSWORD   = 5,   /* keystore password wrong */
+  TDE_NOKEYSTORE    = 6,   /* keystore missing or cannot be opened */
+  TDE_NOKEY         = 7,   /* master key not in the keystore */
+  TDE_CONFIG        = 8,   /* configuration file invalid */
+  TDE_FORMAT        = 9,   /* not an sqlite-tde file, or unsupported format */
+  TDE_PLAINTEXT     = 10,  /* a plaintext SQLite database where ciphertext was expected */
+  TDE_UNSUPPORTED   = 11,  /* operation or parameter not supported */
+  TDE_EXISTS        = 12,  /* destination already exists */
+  TDE_MISUSE        = 13,  /* API called wrongly */
+  TDE_RANGE         = 14,  /* value out of range, buffer too small */
+  TDE_CRYPTO        = 15,  /* the crypto library failed */
+  TDE_NOTFOUND      = 16,  /* named object not found */
+  TDE_LOCKED        = 17   /* another connection holds a conflicting lock */
+} tde_rc;
+
+/* Static text for a result code. */
+TDE_API const char *tde_errstr(int rc);
+
+/* Detailed message of the last failure on this thread ("" if none).  Valid
+** until the next sqlite-tde call on this thread. */
+TDE_API const char *tde_last_error(void);
+
+/* Log callback: level is one of TDE_LOG_*; msg never holds secrets. */
+#define TDE_LOG_ERROR   1
+#define TDE_LOG_WARNING 2
+#define TDE_LOG_INFO    3
+typedef void (*tde_log_fn)(void *pArg, int level, const char *zMsg);
+TDE_API void tde_set_log(tde_log_fn xLog, void *pArg);
+
+/*
+** Register the "tde" VFS over the current default VFS and arrange for
+** every new connection to get the tde_status table and SQL functions.  If
+** makeDefault is non-zero, "tde" becomes the default VFS.  Safe to call
+** more than once.  (The loadable extension does this in sqlite3_tde_init;
+** set SQLITE_TDE_DEFAULT_VFS=1 in the environment to make it the default
+** there, for hosts that cannot pass a vfs= URI parameter.)
+*/
+TDE_API int tde_register(int makeDefault);
+
+/*
+** Keystores.  zConfig is the path of a configuration file (see README);
+** NULL means the default search: $SQLITE_TDE_CONFIG, then
+** /etc/sqlite-tde/tde.conf.
+**
+** tde_keystore_open() opens the keystore named by the configuration for
+** this process, using zPassword when not NULL (otherwise the password
+** source the configuration names, if any), and keeps it open: databases
+** opened later with the same configuration use it without asking again.
+** The password is copied into locked memory only for the duration of the
+** call and wiped.
+*/
+TDE_API int tde_keystore_open(const char *zConfig, const char *zPassword);
+TDE_API int tde_keystore_close(const char *zConfig);
+
+/* Create a new keystore as the configuration describes, with one master
+** key.  Fails with TDE_EXISTS if it exists.  zPassword NULL: the
+** configuration's password source, or auto-login if it names none. */
+TDE_API int tde_keystore_create(const char *zConfig, const char *zPassword,
+                                char *zKeyIdOut, size_t nKeyIdOut);
+
+/* What tde_keystore_status() reports. */
+typedef struct tde_keystore_info {
+  char zType[16];          /* "wallet" */
+  char zStatus[32];        /* OPEN, CLOSED, OPEN_NO_MASTER_KEY, NOT_AVAILABLE */
+  char zLocation[512];     /* wallet path, module, server */
+  char zCurrentKey[TDE_KEYID_MAX + 1];  /* master key used for new databases */
+  int  nKeys;              /* master keys held */
+  int  bAutoLogin;         /* opens without a password */
+} tde_keystore_info;
+TDE_API int tde_keystore_status(const char *zConfig, tde_keystore_info *pInfo);
+
+/* List the master keys of a keystore: one callback per key.  Status is
+** "ACTIVE" or "RETIRED"; created is a Unix time. */
+typedef int (*tde_key_cb)(void *pArg, const char *zKeyId, int64_t created,
+                          const char *zStatus);
+TDE_API int tde_keystore_list(const char *zConfig, tde_key_cb xCb, void *pArg);
+
+/*
+** Verify: authenticate every page of the database file zSchema ("main"
+** when NULL) of the open connection db, and every frame of its WAL if one
+** exists.  Reports the first bad page through pBadPage (0 if none) and the
+** number of pages checked.  Returns TDE_OK, TDE_AUTH, or another code.
+** xProgress, if not NULL, is called with (done, total) now and then; a
+** non-zero return stops the scan with TDE_ERROR.
+*/
+struct sqlite3;
+typedef int (*tde_progress_fn)(void *pArg, int64_t nDone, int64_t nTotal);
+TDE_API int tde_verify(struct sqlite3 *db, const char *zSchema,
+                       int64_t *pnChecked, int64_t *pBadPage,
+                       tde_progress_fn xProgress, void *pArg);
+
+/* Loadable-extension entry point (".load tde"). */
+struct sqlite3_api_routines;
+TDE_API int sqlite3_tde_init(struct sqlite3 *db, char **pzErrMsg,
+                             const struct sqlite3_api_routines *pApi);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SQLITE_TDE_H */

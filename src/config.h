@@ -1,0 +1,64 @@
+/*
+** Configuration file: which keystore to use and its parameters.
+**
+** Format (docs in README "Configuration"): UTF-8 text, one `key = value`
+** per line; blank lines and lines starting with '#' are ignored; values are
+** taken verbatim after trimming spaces (no quoting, no escapes).  Keys are
+** lower-case.  A key may appear once.  Relative paths in values are
+** resolved against the directory of the configuration file by
+** tdeConfigPath().
+**
+** Generic keys:     keystore (required: wallet), password_file, password_env
+** Provider keys:    declared by each provider (tde_keystore_methods.azKeys)
+**
+** Unknown keys, missing values, duplicates and a missing `keystore` are
+** errors naming the file and line (TDE_CONFIG via tdeErr).  Passwords never
+** appear in the file itself: password_file names a file (which must not be
+** group/world readable), password_env names an environment variable.
+*/
+#ifndef TDE_CONFIG_H
+#define TDE_CONFIG_H
+
+#include <stddef.h>
+
+#define TDE_CONFIG_MAX_ENTRIES 32
+
+typedef struct TdeConfigEntry {
+  char *zKey;
+  char *zValue;
+  int iLine;
+} TdeConfigEntry;
+
+typedef struct TdeConfig {
+  char *zPath;          /* absolute path of the file */
+  char *zDir;           /* its directory, for relative paths */
+  int nEntry;
+  TdeConfigEntry aEntry[TDE_CONFIG_MAX_ENTRIES];
+} TdeConfig;
+
+/* Resolve which configuration file applies: zExplicit if not NULL, else
+** $SQLITE_TDE_CONFIG, else the default /etc/sqlite-tde/tde.conf.  Writes an
+** absolute path into zOut. */
+int tdeConfigLocate(const char *zExplicit, char *zOut, size_t nOut);
+
+/* Parse a file and validate keys against the provider it names.  On success
+** *pp is a new config (free with tdeConfigFree). */
+int tdeConfigLoad(const char *zPath, TdeConfig **pp);
+/* Parse from memory (zName used in messages); zDir for relative paths. */
+int tdeConfigParse(const char *zText, const char *zName, const char *zDir, TdeConfig **pp);
+void tdeConfigFree(TdeConfig *p);
+
+/* Value of key or NULL. */
+const char *tdeConfigGet(const TdeConfig *p, const char *zKey);
+/* Value of key as a path, relative ones resolved against the config's
+** directory; written to zOut.  TDE_NOTFOUND if absent. */
+int tdeConfigPath(const TdeConfig *p, const char *zKey, char *zOut, size_t nOut);
+
+/* Read the password the configuration points to (password_file or
+** password_env) into secure memory: *pz (NUL-terminated, from
+** tdeSecureAlloc, length *pn not counting the NUL; free with
+** tdeSecureFree(*pz, *pn+1)).  TDE_NOTFOUND if the config names no source.
+** A password_file readable by group or others is refused (TDE_CONFIG). */
+int tdeConfigPassword(const TdeConfig *p, char **pz, size_t *pn);
+
+#endif /* TDE_CONFIG_H */

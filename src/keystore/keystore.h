@@ -1,0 +1,118 @@
+/*
+** Keystore provider interface.  A keystore holds master keys and wraps /
+** unwraps data keys with them; it never sees a page, a file of SQLite or a
+** database other than the associated data the caller passes.  Providers
+** live one per file (wallet.c now; pkcs11.c, kmip/ later) behind this table
+** of function pointers, which starts with a version and a size so it can
+** grow the way sqlite3_vfs does: new members are only ever appended, and
+** callers check iVersion before using a member added later.
+**
+** Contract for all methods:
+**  - return TDE_OK or a tde_rc, with detail through tdeErr();
+**  - never log or return key bytes, passwords or PINs;
+**  - a keystore handle may be used from several threads: providers
+**    serialise internally;
+**  - output key material goes only into caller buffers, which the caller
+**    allocated with tdeSecureAlloc; providers wipe their own temporaries.
+*/
+#ifndef TDE_KEYSTORE_H
+#define TDE_KEYSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+/* Keystore type ids as stored in the database header (never renumber). */
+#define TDE_KS_WALLET 1
+#define TDE_KS_PKCS11 2
+#define TDE_KS_KMIP   3
+
+/* Wrapping mechanisms as stored in the header (never renumber). */
+#define TDE_MECH_AES256_GCM  1   /* blob = iv(12) || ct || tag(16); aad bound */
+#define TDE_MECH_AES_KWP     2   /* RFC 5649 key wrap with padding; no aad */
+#define TDE_MECH_AES_KW      3   /* RFC 3394 key wrap; no aad */
+
+#define TDE_WRAP_MAX 256         /* largest wrapped-key blob */
+
+typedef struct TdeKeystore TdeKeystore;
+typedef struct tde_keystore_methods tde_keystore_methods;
+
+/* Every open keystore starts with this. */
+struct TdeKeystore {
+  const tde_keystore_methods *pMethods;
+};
+
+typedef struct TdeKeyInfo {
+  char zId[TDE_KEYID_MAX + 1];
+  int64_t created;          /* Unix time */
+  int bRetired;             /* 0 active, 1 retired */
+} TdeKeyInfo;
+
+struct tde_keystore_methods {
+  int iVersion;             /* 1 */
+  int szStruct;             /* sizeof(tde_keystore_methods) */
+  const char *zName;        /* value of `keystore =` in the config */
+  uint8_t typeId;           /* TDE_KS_* */
+  const char *const *azKeys;/* config keys this provider accepts, NULL-ended */
+
+  /* Create the keystore described by cfg with one new master key whose id
+  ** goes to zKeyId.  zPassword NULL means auto-login (where supported).
+  ** TDE_EXISTS if it already exists; never overwrites. */
+  int (*xCreate)(const TdeConfig *cfg, const char *zPassword,
+                 char *zKeyId, size_t nKeyId);
+  /* Open.  zPassword may be NULL (auto-login, or no password available:
+  ** then a password keystore fails with TDE_BADPASSWORD and a message
+  ** saying a password is needed).  Missing keystore: TDE_NOKEYSTORE.
+  ** Wrong password: TDE_BADPASSWORD. */
+  int (*xOpen)(const TdeConfig *cfg, const char *zPassword, TdeKeystore **pp);
+  void (*xClose)(TdeKeystore *p);
+  /* Human-readable location (path, module, server) and auto-login flag. */
+  int (*xDescribe)(TdeKeystore *p, char *zLoc, size_t nLoc, int *pbAutoLogin);
+  /* Id of the master key new wrappings use (the newest active key).
+  ** TDE_NOKEY if the keystore holds none. */
+  int (*xCurrentKey)(TdeKeystore *p, char *zKeyId, size_t nKeyId);
+  /* 1 if the keystore holds key zKeyId (active or retired), else 0. */
+  int (*xHasKey)(TdeKeystore *p, const char *zKeyId);
+  /* Create a new master key and make it current (rotation). */
+  int (*xNewKey)(TdeKeystore *p, char *zKeyId, size_t nKeyId);
+  /* List keys: xCb per key, stop early if it returns non-zero. */
+  int (*xList)(TdeKeystore *p, int (*xCb)(void *, const TdeKeyInfo *), void *pArg);
+  /* Wrap nDek bytes of aDek under master key zKeyId, binding aAad where the
+  ** mechanism allows.  Writes the blob and its mechanism. */
+  int (*xWrap)(TdeKeystore *p, const char *zKeyId,
+               const uint8_t *aDek, size_t nDek,
+               const uint8_t *aAad, size_t nAad,
+               uint8_t *aOut, size_t nOut, size_t *pnOut, uint8_t *pMech);
+  /* Unwrap a blob made by xWrap; TDE_AUTH if it does not authenticate,
+  ** TDE_NOKEY if zKeyId is not held. */
+  int (*xUnwrap)(TdeKeystore *p, const char *zKeyId, uint8_t mech,
+                 const uint8_t *aIn, size_t nIn,
+                 const uint8_t *aAad, size_t nAad,
+                 uint8_t *aDek, size_t nDek);
+};
+
+/* The built-in providers. */
+extern const tde_keystore_methods tdeWalletMethods;
+
+/* Find a provider by config name or by header type id (NULL if none). */
+const tde_keystore_methods *tdeKeystoreByName(const char *zName);
+const tde_keystore_methods *tdeKeystoreByType(uint8_t typeId);
+
+/*
+** Process-wide registry: one open keystore per configuration file, opened
+** once and shared by every database that uses that configuration.  Thread
+** safe.  tdeRegistryAcquire opens on first use (password from zPassword if
+** not NULL, else from the configuration's password source, else none) and
+** returns a reference; the keystore stays open until tdeRegistryClose or
+** process exit.  *ppCfg (may be NULL) receives the parsed configuration,
+** owned by the registry.
+*/
+int tdeRegistryAcquire(const char *zConfigPath, const char *zPassword,
+                       TdeKeystore **ppKs, const TdeConfig **ppCfg);
+/* Close and forget the keystore of a configuration (TDE_NOTFOUND if not open). */
+int tdeRegistryClose(const char *zConfigPath);
+/* Already open?  Returns the keystore or NULL, without opening. */
+TdeKeystore *tdeRegistryPeek(const char *zConfigPath);
+
+#endif /* TDE_KEYSTORE_H */

@@ -1,0 +1,49 @@
+/*
+** Private declarations shared by every sqlite-tde module: error and log
+** helpers, big-endian byte helpers.  Never installed.
+**
+** Every .c file that calls SQLite includes this header first: it pulls in
+** sqlite3ext.h so the same source builds the loadable extension (calls go
+** through the sqlite3_api table) and the static library (SQLITE_CORE,
+** direct calls).
+*/
+#ifndef TDE_INT_H
+#define TDE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <sqlite3ext.h>
+SQLITE_EXTENSION_INIT3
+
+#include "sqlite-tde.h"
+
+#define TDE_UNUSED(x) ((void)(x))
+#define TDE_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/*
+** Record the detail of a failure on this thread and return rc, so callers
+** write `return tdeErr(TDE_CONFIG, "line %d: unknown key '%s'", n, k);`.
+** The message must never contain key bytes, passwords or PINs.
+*/
+int tdeErr(int rc, const char *zFmt, ...) __attribute__((format(printf, 2, 3)));
+/* Clear this thread's last error. */
+void tdeErrClear(void);
+
+/* Log through sqlite3_log() and the application's tde_set_log() callback.
+** level is TDE_LOG_ERROR, TDE_LOG_WARNING or TDE_LOG_INFO. */
+void tdeLog(int level, const char *zFmt, ...) __attribute__((format(printf, 2, 3)));
+
+static inline void tdePut16(uint8_t *p, uint16_t v){ p[0]=(uint8_t)(v>>8); p[1]=(uint8_t)v; }
+static inline void tdePut32(uint8_t *p, uint32_t v){
+  p[0]=(uint8_t)(v>>24); p[1]=(uint8_t)(v>>16); p[2]=(uint8_t)(v>>8); p[3]=(uint8_t)v;
+}
+static inline void tdePut64(uint8_t *p, uint64_t v){ tdePut32(p, (uint32_t)(v>>32)); tdePut32(p+4, (uint32_t)v); }
+static inline uint16_t tdeGet16(const uint8_t *p){ return (uint16_t)((p[0]<<8) | p[1]); }
+static inline uint32_t tdeGet32(const uint8_t *p){
+  return ((uint32_t)p[0]<<24) | ((uint32_t)p[1]<<16) | ((uint32_t)p[2]<<8) | (uint32_t)p[3];
+}
+static inline uint64_t tdeGet64(const uint8_t *p){ return ((uint64_t)tdeGet32(p)<<32) | tdeGet32(p+4); }
+
+#endif /* TDE_INT_H */

@@ -1,0 +1,75 @@
+/*
+** Errors and logging for the whole library: the tde_rc string table, the
+** per-thread last-error message, and the log fan-out to sqlite3_log() and
+** the application's callback.  The library never writes to stdout/stderr.
+*/
+#include "tde_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local char tdeLastErr[512];
+static tde_log_fn tdeLogFn;
+static void *tdeLogArg;
+
+static const char *const azErrStr[] = {
+  /* TDE_OK          */ "not an error",
+  /* TDE_ERROR       */ "error",
+  /* TDE_NOMEM       */ "out of memory",
+  /* TDE_IO          */ "I/O error",
+  /* TDE_AUTH        */ "authentication failed (data tampered with or wrong key)",
+  /* TDE_BADPASSWORD */ "keystore password incorrect",
+  /* TDE_NOKEYSTORE  */ "keystore not available",
+  /* TDE_NOKEY       */ "master key not found in keystore",
+  /* TDE_CONFIG      */ "configuration invalid",
+  /* TDE_FORMAT      */ "not an sqlite-tde file or unsupported format",
+  /* TDE_PLAINTEXT   */ "plaintext SQLite database",
+  /* TDE_UNSUPPORTED */ "not supported",
+  /* TDE_EXISTS      */ "already exists",
+  /* TDE_MISUSE      */ "library misuse",
+  /* TDE_RANGE       */ "value out of range",
+  /* TDE_CRYPTO      */ "cryptographic library failure",
+  /* TDE_NOTFOUND    */ "not found",
+  /* TDE_LOCKED      */ "locked by another connection",
+};
+
+const char *tde_errstr(int rc){
+  if( rc<0 || (size_t)rc>=TDE_ARRAY_SIZE(azErrStr) ) return "unknown error";
+  return azErrStr[rc];
+}
+
+const char *tde_last_error(void){ return tdeLastErr; }
+
+void tdeErrClear(void){ tdeLastErr[0] = 0; }
+
+int tdeErr(int rc, const char *zFmt, ...){
+  va_list ap;
+  va_start(ap, zFmt);
+  vsnprintf(tdeLastErr, sizeof(tdeLastErr), zFmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+void tde_set_log(tde_log_fn xLog, void *pArg){
+  tdeLogFn = xLog;
+  tdeLogArg = pArg;
+}
+
+void tdeLog(int level, const char *zFmt, ...){
+  char zMsg[1024];
+  va_list ap;
+  va_start(ap, zFmt);
+  vsnprintf(zMsg, sizeof(zMsg), zFmt, ap);
+  va_end(ap);
+  if( tdeLogFn ) tdeLogFn(tdeLogArg, level, zMsg);
+#ifndef TDE_NO_SQLITE
+  sqlite3_log(level==TDE_LOG_ERROR ? SQLITE_ERROR :
+              level==TDE_LOG_WARNING ? SQLITE_WARNING : SQLITE_NOTICE,
+              "tde: %s", zMsg);
+#endif
+}
+
+const char *tde_version(void){ return TDE_VERSION; }
+int tde_version_number(void){ return TDE_VERSION_NUMBER; }
+int tde_reserve_bytes(void){ return TDE_RESERVE_BYTES; }
+int tde_header_bytes(void){ return TDE_HEADER_BYTES; }
