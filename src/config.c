@@ -1,0 +1,506 @@
+/*
+** Configuration file parser: turns tde.conf into a TdeConfig (see
+** config.h for the format), validates every key against the generic set
+** and the keys of the provider named by `keystore`, resolves paths, and
+** reads the password the configuration points to.
+**
+** It must never print, never echo a configuration line back in an error
+** (a user may have typed a password where it does not belong: only key
+** names and line numbers go into messages), and never hold a password
+** outside tdeSecureAlloc memory.
+*/
+#include "tde_int.h"
+#include "config.h"
+#include "keystore/keystore.h"
+#include "cipher/cipher.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TDE_CONFIG_DEFAULT   "/etc/sqlite-tde/tde.conf"
+#define TDE_CONFIG_ENV       "SQLITE_TDE_CONFIG"
+#define TDE_CONFIG_MAX_BYTES (64 * 1024)   /* a config is a few lines */
+#define TDE_PASSWORD_MAX     4096          /* longest password_file content */
+
+/* Keys every configuration may use, whatever the provider. */
+static const char *const azGenericKeys[] = {
+  "keystore", "password_file", "password_env", "audit_log", 0
+};
+
+/* Copy zSrc into zOut[nOut]; TDE_RANGE if it does not fit. */
+static int configCopy(char *zOut, size_t nOut, const char *zSrc){
+  size_t n = strlen(zSrc);
+  if( n>=nOut ) return tdeErr(TDE_RANGE, "path too long (%zu bytes)", n);
+  memcpy(zOut, zSrc, n+1);
+  return TDE_OK;
+}
+
+/* Write zDir "/" zRel into zOut; TDE_RANGE if it does not fit. */
+static int configJoin(char *zOut, size_t nOut, const char *zDir, const char *zRel){
+  size_t nDir = strlen(zDir);
+  int n;
+  while( nDir>1 && zDir[nDir-1]=='/' ) nDir--;   /* "/" stays "/" */
+  n = snprintf(zOut, nOut, "%.*s%s%s", (int)nDir, zDir,
+               (nDir==1 && zDir[0]=='/') ? "" : "/", zRel);
+  if( n<0 || (size_t)n>=nOut ){
+    return tdeErr(TDE_RANGE, "path too long: %s/%s", zDir, zRel);
+  }
+  return TDE_OK;
+}
+
+/* Absolute form of zPath in zOut: realpath() when the file exists (so two
+** spellings of one file agree), else joined to the working directory. */
+static int configAbsolute(const char *zPath, char *zOut, size_t nOut){
+  char *zReal;
+  char zCwd[PATH_MAX];
+  if( zPath==0 || zPath[0]==0 ) return tdeErr(TDE_MISUSE, "empty configuration path");
+  zReal = realpath(zPath, 0);
+  if( zReal ){
+    int rc = configCopy(zOut, nOut, zReal);
+    free(zReal);
+    return rc;
+  }
+  if( zPath[0]=='/' ) return configCopy(zOut, nOut, zPath);
+  if( getcwd(zCwd, sizeof(zCwd))==0 ){
+    return tdeErr(TDE_IO, "cannot resolve %s: working directory unknown: %s",
+                  zPath, strerror(errno));
+  }
+  return configJoin(zOut, nOut, zCwd, zPath);
+}
+
+int tdeConfigLocate(const char *zExplicit, char *zOut, size_t nOut){
+  const char *z = zExplicit;
+  if( zOut==0 || nOut==0 ) return tdeErr(TDE_MISUSE, "tdeConfigLocate: no output buffer");
+  if( z==0 || z[0]==0 ){
+    z = getenv(TDE_CONFIG_ENV);
+    if( z==0 || z[0]==0 ) z = TDE_CONFIG_DEFAULT;
+  }
+  return configAbsolute(z, zOut, nOut);
+}
+
+void tdeConfigFree(TdeConfig *p){
+  int i;
+  if( p==0 ) return;
+  for(i=0; i<p->nEntry; i++){
+    free(p->aEntry[i].zKey);
+    free(p->aEntry[i].zValue);
+  }
+  free(p->zPath);
+  free(p->zDir);
+  free(p);
+}
+
+static int configIsSpace(char c){
+  return c==' ' || c=='\t' || c=='\r' || c=='\v' || c=='\f';
+}
+
+static char *configStrndup(const char *z, size_t n){
+  char *zOut = malloc(n+1);
+  if( zOut ){
+    memcpy(zOut, z, n);
+    zOut[n] = 0;
+  }
+  return zOut;
+}
+
+static int configInList(const char *const *az, const char *zKey){
+  if( az==0 ) return 0;
+  for(; *az; az++){
+    if( strcmp(*az, zKey)==0 ) return 1;
+  }
+  return 0;
+}
+
+/* The names of all providers, for the "unknown keystore" message. */
+static void configProviderNames(char *zBuf, size_t nBuf){
+  size_t n = 0;
+  int i;
+  zBuf[0] = 0;
+  for(i=1; i<=255; i++){
+    const tde_keystore_methods *pM = tdeKeystoreByType((uint8_t)i);
+    int k;
+    if( pM==0 || pM->zName==0 ) continue;
+    k = snprintf(zBuf+n, nBuf-n, "%s%s", n ? ", " : "", pM->zName);
+    if( k<0 || (size_t)k>=nBuf-n ) break;
+    n += (size_t)k;
+  }
+}
+
+static const TdeConfigEntry *configFind(const TdeConfig *p, const char *zKey){
+  int i;
+  if( p==0 || zKey==0 ) return 0;
+  for(i=0; i<p->nEntry; i++){
+    if( strcmp(p->aEntry[i].zKey, zKey)==0 ) return &p->aEntry[i];
+  }
+  return 0;
+}
+
+/* Check every key against the generic keys and those of the provider named
+** by `keystore`.  Reports the first problem in line order. */
+static int configValidate(const TdeConfig *p, const char *zName){
+  const TdeConfigEntry *pKs = configFind(p, "keystore");
+  const TdeConfigEntry *pFile = configFind(p, "password_file");
+  const TdeConfigEntry *pEnv = configFind(p, "password_env");
+  const tde_keystore_methods *pM;
+  int i;
+
+  if( pKs==0 ){
+    return tdeErr(TDE_CONFIG, "%s: missing required key 'keystore'", zName);
+  }
+  pM = tdeKeystoreByName(pKs->zValue);
+  if( pM==0 ){
+    char zNames[128];
+    configProviderNames(zNames, sizeof(zNames));
+    return tdeErr(TDE_CONFIG, "%s:%d: unknown keystore '%s' (known: %s)",
+                  zName, pKs->iLine, pKs->zValue, zNames);
+  }
+  for(i=0; i<p->nEntry; i++){
+    const TdeConfigEntry *pE = &p->aEntry[i];
+    if( configInList(azGenericKeys, pE->zKey) ) continue;
+    if( configInList(pM->azKeys, pE->zKey) ) continue;
+    if( strstr(pE->zKey, "pass") || strstr(pE->zKey, "secret")
+     || strcmp(pE->zKey, "pin")==0 ){
+      return tdeErr(TDE_CONFIG, "%s:%d: unknown key '%s' (secrets never go in "
+                    "the configuration: use password_file or password_env)",
+                    zName, pE->iLine, pE->zKey);
+    }
+    return tdeErr(TDE_CONFIG, "%s:%d: unknown key '%s'", zName, pE->iLine, pE->zKey);
+  }
+  /* Two password sources would make it unclear which one is used. */
+  if( pFile && pEnv ){
+    const TdeConfigEntry *pLater = pFile->iLine > pEnv->iLine ? pFile : pEnv;
+    const TdeConfigEntry *pFirst = pLater==pFile ? pEnv : pFile;
+    return tdeErr(TDE_CONFIG, "%s:%d: '%s' conflicts with '%s' on line %d: "
+                  "set only one password source", zName, pLater->iLine,
+                  pLater->zKey, pFirst->zKey, pFirst->iLine);
+  }
+  return TDE_OK;
+}
+
+/*
+** Parse zText.  Owns nothing of the caller's; on success *pp is a new
+** config whose zPath is a copy of zName and zDir a copy of zDir (the
+** working directory when zDir is NULL).  On failure *pp is NULL and
+** nothing is leaked.
+*/
+int tdeConfigParse(const char *zText, const char *zName, const char *zDir, TdeConfig **pp){
+  TdeConfig *p = 0;
+  const char *z;
+  int iLine = 0;
+  int rc = TDE_OK;
+  char zCwd[PATH_MAX];
+
+  if( pp==0 ) return tdeErr(TDE_MISUSE, "tdeConfigParse: no output pointer");
+  *pp = 0;
+  if( zText==0 ) return tdeErr(TDE_MISUSE, "tdeConfigParse: no text");
+  if( zName==0 ) zName = "(config)";
+  if( zDir==0 ){
+    if( getcwd(zCwd, sizeof(zCwd))==0 ){
+      return tdeErr(TDE_IO, "%s: working directory unknown: %s", zName, strerror(errno));
+    }
+    zDir = zCwd;
+  }
+
+  p = calloc(1, sizeof(*p));
+  if( p==0 ){ rc = tdeErr(TDE_NOMEM, "%s: out of memory", zName); goto parse_out; }
+  p->zPath = strdup(zName);
+  p->zDir = strdup(zDir);
+  if( p->zPath==0 || p->zDir==0 ){
+    rc = tdeErr(TDE_NOMEM, "%s: out of memory", zName);
+    goto parse_out;
+  }
+
+  z = zText;
+  /* A UTF-8 byte order mark some editors write is not part of line 1. */
+  if( (unsigned char)z[0]==0xEF && (unsigned char)z[1]==0xBB && (unsigned char)z[2]==0xBF ){
+    z += 3;
+  }
+  while( *z ){
+    const char *zEnd = strchr(z, '\n');
+    const char *zNext;
+    const char *zB, *zE, *zEq;
+    const char *zKb, *zKe, *zVb, *zVe;
+    TdeConfigEntry *pE;
+    int i;
+
+    if( zEnd==0 ) zEnd = z + strlen(z);
+    zNext = *zEnd ? zEnd+1 : zEnd;
+    iLine++;
+
+    zB = z; zE = zEnd;
+    while( zB<zE && configIsSpace(*zB) ) zB++;
+    while( zE>zB && configIsSpace(zE[-1]) ) zE--;
+    z = zNext;
+    if( zB==zE || *zB=='#' ) continue;
+
+    zEq = memchr(zB, '=', (size_t)(zE-zB));
+    if( zEq==0 ){
+      /* Never echo the line: it may be a stray secret. */
+      rc = tdeErr(TDE_CONFIG, "%s:%d: expected 'key = value'", zName, iLine);
+      goto parse_out;
+    }
+    zKb = zB; zKe = zEq;
+    while( zKe>zKb && configIsSpace(zKe[-1]) ) zKe--;
+    zVb = zEq+1; zVe = zE;
+    while( zVb<zVe && configIsSpace(*zVb) ) zVb++;
+    if( zKb==zKe ){
+      rc = tdeErr(TDE_CONFIG, "%s:%d: missing key before '='", zName, iLine);
+      goto parse_out;
+    }
+    for(i=0; zKb+i<zKe; i++){
+      char c = zKb[i];
+      if( !((c>='a' && c<='z') || (c>='0' && c<='9') || c=='_') ){
+        rc = tdeErr(TDE_CONFIG, "%s:%d: invalid key '%.*s' (keys are lower-case "
+                    "letters, digits and '_')", zName, iLine, (int)(zKe-zKb), zKb);
+        goto parse_out;
+      }
+    }
+    if( zVb==zVe ){
+      rc = tdeErr(TDE_CONFIG, "%s:%d: missing value for '%.*s'",
+                  zName, iLine, (int)(zKe-zKb), zKb);
+      goto parse_out;
+    }
+    for(i=0; i<p->nEntry; i++){
+      const TdeConfigEntry *pPrev = &p->aEntry[i];
+      if( strlen(pPrev->zKey)==(size_t)(zKe-zKb)
+       && memcmp(pPrev->zKey, zKb, (size_t)(zKe-zKb))==0 ){
+        rc = tdeErr(TDE_CONFIG, "%s:%d: duplicate key '%s' (first set on line %d)",
+                    zName, iLine, pPrev->zKey, pPrev->iLine);
+        goto parse_out;
+      }
+    }
+    if( p->nEntry>=TDE_CONFIG_MAX_ENTRIES ){
+      rc = tdeErr(TDE_CONFIG, "%s:%d: too many entries (at most %d)",
+                  zName, iLine, TDE_CONFIG_MAX_ENTRIES);
+      goto parse_out;
+    }
+    pE = &p->aEntry[p->nEntry];
+    pE->zKey = configStrndup(zKb, (size_t)(zKe-zKb));
+    pE->zValue = configStrndup(zVb, (size_t)(zVe-zVb));
+    pE->iLine = iLine;
+    p->nEntry++;                 /* counted now so tdeConfigFree frees both */
+    if( pE->zKey==0 || pE->zValue==0 ){
+      rc = tdeErr(TDE_NOMEM, "%s: out of memory", zName);
+      goto parse_out;
+    }
+  }
+
+  rc = configValidate(p, zName);
+
+parse_out:
+  if( rc!=TDE_OK ){
+    tdeConfigFree(p);
+    return rc;
+  }
+  *pp = p;
+  return TDE_OK;
+}
+
+/*
+** Read and parse zPath.  The config's zPath becomes the absolute path and
+** zDir its directory.  A file that cannot be read is TDE_CONFIG.
+*/
+int tdeConfigLoad(const char *zPath, TdeConfig **pp){
+  char zAbs[PATH_MAX];
+  char zDir[PATH_MAX];
+  char *zText = 0;
+  char *zSlash;
+  size_t nText = 0;
+  int fd = -1;
+  int rc;
+  struct stat st;
+
+  if( pp==0 ) return tdeErr(TDE_MISUSE, "tdeConfigLoad: no output pointer");
+  *pp = 0;
+  rc = configAbsolute(zPath, zAbs, sizeof(zAbs));
+  if( rc!=TDE_OK ) goto load_out;
+
+  fd = open(zAbs, O_RDONLY | O_CLOEXEC);
+  if( fd<0 ){
+    rc = tdeErr(TDE_CONFIG, "%s: cannot open: %s", zAbs, strerror(errno));
+    goto load_out;
+  }
+  if( fstat(fd, &st)!=0 ){
+    rc = tdeErr(TDE_CONFIG, "%s: cannot stat: %s", zAbs, strerror(errno));
+    goto load_out;
+  }
+  if( !S_ISREG(st.st_mode) ){
+    rc = tdeErr(TDE_CONFIG, "%s: not a regular file", zAbs);
+    goto load_out;
+  }
+  if( st.st_size>TDE_CONFIG_MAX_BYTES ){
+    rc = tdeErr(TDE_CONFIG, "%s: too large (%lld bytes, at most %d)",
+                zAbs, (long long)st.st_size, TDE_CONFIG_MAX_BYTES);
+    goto load_out;
+  }
+  zText = malloc(TDE_CONFIG_MAX_BYTES + 1);
+  if( zText==0 ){ rc = tdeErr(TDE_NOMEM, "%s: out of memory", zAbs); goto load_out; }
+  for(;;){
+    ssize_t k = read(fd, zText+nText, TDE_CONFIG_MAX_BYTES + 1 - nText);
+    if( k<0 ){
+      if( errno==EINTR ) continue;
+      rc = tdeErr(TDE_CONFIG, "%s: read failed: %s", zAbs, strerror(errno));
+      goto load_out;
+    }
+    if( k==0 ) break;
+    nText += (size_t)k;
+    if( nText>TDE_CONFIG_MAX_BYTES ){
+      rc = tdeErr(TDE_CONFIG, "%s: too large (at most %d bytes)", zAbs, TDE_CONFIG_MAX_BYTES);
+      goto load_out;
+    }
+  }
+  zText[nText] = 0;
+  if( memchr(zText, 0, nText) ){
+    rc = tdeErr(TDE_CONFIG, "%s: contains a NUL byte; not a text file", zAbs);
+    goto load_out;
+  }
+
+  memcpy(zDir, zAbs, strlen(zAbs)+1);
+  zSlash = strrchr(zDir, '/');
+  if( zSlash==zDir ) zSlash[1] = 0;   /* file in "/" */
+  else if( zSlash ) *zSlash = 0;
+
+  rc = tdeConfigParse(zText, zAbs, zDir, pp);
+
+load_out:
+  if( fd>=0 ) close(fd);
+  free(zText);
+  return rc;
+}
+
+const char *tdeConfigGet(const TdeConfig *p, const char *zKey){
+  const TdeConfigEntry *pE = configFind(p, zKey);
+  return pE ? pE->zValue : 0;
+}
+
+int tdeConfigPath(const TdeConfig *p, const char *zKey, char *zOut, size_t nOut){
+  const char *zVal;
+  if( p==0 || zKey==0 || zOut==0 || nOut==0 ){
+    return tdeErr(TDE_MISUSE, "tdeConfigPath: bad arguments");
+  }
+  zVal = tdeConfigGet(p, zKey);
+  if( zVal==0 ){
+    return tdeErr(TDE_NOTFOUND, "%s: no '%s' key", p->zPath, zKey);
+  }
+  if( zVal[0]=='/' ) return configCopy(zOut, nOut, zVal);
+  return configJoin(zOut, nOut, p->zDir, zVal);
+}
+
+/*
+** Read password_file.  The file must be a regular file with no group or
+** other permission bits; it is read whole into secure memory (at most
+** TDE_PASSWORD_MAX bytes) and one trailing newline ("\n" or "\r\n") is
+** removed.  Temporaries are wiped on every path.
+*/
+static int configPasswordFile(const TdeConfig *p, char **pz, size_t *pn){
+  char zPath[PATH_MAX];
+  char *zBuf = 0;       /* TDE_PASSWORD_MAX+1 bytes of secure memory */
+  char *zPw = 0;
+  size_t n = 0;
+  int fd = -1;
+  int rc;
+  struct stat st;
+
+  rc = tdeConfigPath(p, "password_file", zPath, sizeof(zPath));
+  if( rc!=TDE_OK ) goto pwfile_out;
+  fd = open(zPath, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if( fd<0 ){
+    rc = tdeErr(TDE_CONFIG, "%s: password_file %s: cannot open: %s",
+                p->zPath, zPath, strerror(errno));
+    goto pwfile_out;
+  }
+  /* fstat on the open descriptor: the file checked is the file read. */
+  if( fstat(fd, &st)!=0 ){
+    rc = tdeErr(TDE_CONFIG, "%s: password_file %s: cannot stat: %s",
+                p->zPath, zPath, strerror(errno));
+    goto pwfile_out;
+  }
+  if( !S_ISREG(st.st_mode) ){
+    rc = tdeErr(TDE_CONFIG, "%s: password_file %s is not a regular file", p->zPath, zPath);
+    goto pwfile_out;
+  }
+  if( st.st_mode & 077 ){
+    rc = tdeErr(TDE_CONFIG, "%s: password_file %s is accessible by group or others "
+                "(mode %04o); refusing to use it: chmod 600 it",
+                p->zPath, zPath, (unsigned)(st.st_mode & 07777));
+    goto pwfile_out;
+  }
+  zBuf = tdeSecureAlloc(TDE_PASSWORD_MAX + 1);
+  if( zBuf==0 ){ rc = tdeErr(TDE_NOMEM, "out of memory reading password"); goto pwfile_out; }
+  for(;;){
+    ssize_t k = read(fd, zBuf+n, TDE_PASSWORD_MAX + 1 - n);
+    if( k<0 ){
+      if( errno==EINTR ) continue;
+      rc = tdeErr(TDE_CONFIG, "%s: password_file %s: read failed: %s",
+                  p->zPath, zPath, strerror(errno));
+      goto pwfile_out;
+    }
+    if( k==0 ) break;
+    n += (size_t)k;
+    if( n>TDE_PASSWORD_MAX ){
+      rc = tdeErr(TDE_CONFIG, "%s: password_file %s is longer than %d bytes",
+                  p->zPath, zPath, TDE_PASSWORD_MAX);
+      goto pwfile_out;
+    }
+  }
+  if( n>0 && zBuf[n-1]=='\n' ){
+    n--;
+    if( n>0 && zBuf[n-1]=='\r' ) n--;
+  }
+  if( n==0 ){
+    rc = tdeErr(TDE_CONFIG, "%s: password_file %s is empty", p->zPath, zPath);
+    goto pwfile_out;
+  }
+  if( memchr(zBuf, 0, n) ){
+    rc = tdeErr(TDE_CONFIG, "%s: password_file %s contains a NUL byte", p->zPath, zPath);
+    goto pwfile_out;
+  }
+  zPw = tdeSecureAlloc(n+1);
+  if( zPw==0 ){ rc = tdeErr(TDE_NOMEM, "out of memory reading password"); goto pwfile_out; }
+  memcpy(zPw, zBuf, n);
+  zPw[n] = 0;
+  *pz = zPw;
+  *pn = n;
+  zPw = 0;
+  rc = TDE_OK;
+
+pwfile_out:
+  if( fd>=0 ) close(fd);
+  tdeSecureFree(zBuf, TDE_PASSWORD_MAX + 1);
+  return rc;
+}
+
+/* Copy the variable password_env names into secure memory.  The
+** environment itself is not ours to wipe. */
+static int configPasswordEnv(const TdeConfig *p, const char *zVar, char **pz, size_t *pn){
+  const char *zEnv = getenv(zVar);
+  char *zPw;
+  size_t n;
+  if( zEnv==0 || zEnv[0]==0 ){
+    return tdeErr(TDE_CONFIG, "%s: password_env names %s, which is %s in the environment",
+                  p->zPath, zVar, zEnv ? "empty" : "not set");
+  }
+  n = strlen(zEnv);
+  zPw = tdeSecureAlloc(n+1);
+  if( zPw==0 ) return tdeErr(TDE_NOMEM, "out of memory reading password");
+  memcpy(zPw, zEnv, n+1);
+  *pz = zPw;
+  *pn = n;
+  return TDE_OK;
+}
+
+int tdeConfigPassword(const TdeConfig *p, char **pz, size_t *pn){
+  const char *zEnv;
+  if( p==0 || pz==0 || pn==0 ) return tdeErr(TDE_MISUSE, "tdeConfigPassword: bad arguments");
+  *pz = 0;
+  *pn = 0;
+  if( tdeConfigGet(p, "password_file") ) return configPasswordFile(p, pz, pn);
+  zEnv = tdeConfigGet(p, "password_env");
+  if( zEnv ) return configPasswordEnv(p, zEnv, pz, pn);
+  return tdeErr(TDE_NOTFOUND, "%s: no password_file or password_env", p->zPath);
+}

@@ -1,0 +1,191 @@
+/*
+** Keystore providers by name and type id, and the process-wide registry
+** that keeps one open keystore per configuration file.
+**
+** The registry opens a keystore once (which may cost a memory-hard key
+** derivation) and hands the same handle to every database that uses that
+** configuration.  It must never cache a failed open (so a later call with
+** the right password can succeed), never keep a password after the open
+** returns, and never print.
+*/
+#include "tde_int.h"
+#include "config.h"
+#include "keystore/keystore.h"
+#include "cipher/cipher.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+/* Built-in providers.  Add new ones here. */
+static const tde_keystore_methods *const apProvider[] = {
+  &tdeWalletMethods,
+};
+
+const tde_keystore_methods *tdeKeystoreByName(const char *zName){
+  size_t i;
+  if( zName==0 ) return 0;
+  for(i=0; i<TDE_ARRAY_SIZE(apProvider); i++){
+    if( strcmp(apProvider[i]->zName, zName)==0 ) return apProvider[i];
+  }
+  return 0;
+}
+
+const tde_keystore_methods *tdeKeystoreByType(uint8_t typeId){
+  size_t i;
+  for(i=0; i<TDE_ARRAY_SIZE(apProvider); i++){
+    if( apProvider[i]->typeId==typeId ) return apProvider[i];
+  }
+  return 0;
+}
+
+typedef struct RegEntry RegEntry;
+struct RegEntry {
+  RegEntry *pNext;
+  char *zPath;           /* absolute configuration path: the lookup key */
+  TdeConfig *pCfg;       /* parsed configuration, owned here */
+  TdeKeystore *pKs;      /* open keystore, owned here */
+};
+
+/* The list and every entry in it are guarded by regMutex.  The mutex is
+** also held across the provider's xOpen, so two threads acquiring the same
+** configuration derive the wallet key once, not twice. */
+static pthread_mutex_t regMutex = PTHREAD_MUTEX_INITIALIZER;
+static RegEntry *pRegList;
+
+static RegEntry *regFind(const char *zPath){
+  RegEntry *p;
+  for(p=pRegList; p; p=p->pNext){
+    if( strcmp(p->zPath, zPath)==0 ) return p;
+  }
+  return 0;
+}
+
+/*
+** Open (first call) or find the keystore of a configuration.  zPassword,
+** when not NULL, is used as is and not retained; otherwise the password
+** source the configuration names is read into secure memory and wiped
+** before returning.  On failure nothing is cached and *ppKs is NULL.
+*/
+int tdeRegistryAcquire(const char *zConfigPath, const char *zPassword,
+                       TdeKeystore **ppKs, const TdeConfig **ppCfg){
+  char zAbs[PATH_MAX];
+  RegEntry *pEntry = 0;
+  TdeConfig *pCfg = 0;
+  TdeKeystore *pKs = 0;
+  const tde_keystore_methods *pM;
+  char *zCfgPw = 0;
+  size_t nCfgPw = 0;
+  int bLocked = 0;
+  int rc;
+
+  if( ppKs ) *ppKs = 0;
+  if( ppCfg ) *ppCfg = 0;
+  if( ppKs==0 ) return tdeErr(TDE_MISUSE, "tdeRegistryAcquire: no output pointer");
+  rc = tdeConfigLocate(zConfigPath, zAbs, sizeof(zAbs));
+  if( rc!=TDE_OK ) goto acquire_out;
+
+  pthread_mutex_lock(&regMutex);
+  bLocked = 1;
+  pEntry = regFind(zAbs);
+  if( pEntry ){
+    *ppKs = pEntry->pKs;
+    if( ppCfg ) *ppCfg = pEntry->pCfg;
+    pEntry = 0;
+    rc = TDE_OK;
+    goto acquire_out;
+  }
+
+  rc = tdeConfigLoad(zAbs, &pCfg);
+  if( rc!=TDE_OK ) goto acquire_out;
+  pM = tdeKeystoreByName(tdeConfigGet(pCfg, "keystore"));
+  if( pM==0 ){
+    /* tdeConfigLoad validated the name; only a broken build gets here. */
+    rc = tdeErr(TDE_CONFIG, "%s: keystore provider not available", zAbs);
+    goto acquire_out;
+  }
+  if( zPassword==0 ){
+    rc = tdeConfigPassword(pCfg, &zCfgPw, &nCfgPw);
+    if( rc==TDE_NOTFOUND ){
+      rc = TDE_OK;                /* no source: auto-login or a clear error */
+      tdeErrClear();
+    }else if( rc!=TDE_OK ){
+      goto acquire_out;
+    }
+  }
+  rc = pM->xOpen(pCfg, zPassword ? zPassword : zCfgPw, &pKs);
+  if( rc!=TDE_OK ) goto acquire_out;
+
+  pEntry = calloc(1, sizeof(*pEntry));
+  if( pEntry ) pEntry->zPath = strdup(zAbs);
+  if( pEntry==0 || pEntry->zPath==0 ){
+    rc = tdeErr(TDE_NOMEM, "%s: out of memory", zAbs);
+    goto acquire_out;
+  }
+  pEntry->pCfg = pCfg;
+  pEntry->pKs = pKs;
+  pEntry->pNext = pRegList;
+  pRegList = pEntry;
+  *ppKs = pKs;
+  if( ppCfg ) *ppCfg = pCfg;
+  pEntry = 0;
+  pCfg = 0;
+  pKs = 0;
+
+acquire_out:
+  if( bLocked ) pthread_mutex_unlock(&regMutex);
+  tdeSecureFree(zCfgPw, zCfgPw ? nCfgPw+1 : 0);
+  if( pEntry ){
+    free(pEntry->zPath);
+    free(pEntry);
+  }
+  if( pKs ) pKs->pMethods->xClose(pKs);
+  tdeConfigFree(pCfg);
+  return rc;
+}
+
+/*
+** Close the keystore of a configuration and forget it.  The caller makes
+** sure no database still uses the handle: it is freed here.
+*/
+int tdeRegistryClose(const char *zConfigPath){
+  char zAbs[PATH_MAX];
+  RegEntry **pp;
+  RegEntry *pEntry = 0;
+  int rc;
+
+  rc = tdeConfigLocate(zConfigPath, zAbs, sizeof(zAbs));
+  if( rc!=TDE_OK ) return rc;
+  pthread_mutex_lock(&regMutex);
+  for(pp=&pRegList; *pp; pp=&(*pp)->pNext){
+    if( strcmp((*pp)->zPath, zAbs)==0 ){
+      pEntry = *pp;
+      *pp = pEntry->pNext;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&regMutex);
+  if( pEntry==0 ){
+    return tdeErr(TDE_NOTFOUND, "%s: no keystore open for this configuration", zAbs);
+  }
+  pEntry->pKs->pMethods->xClose(pEntry->pKs);
+  tdeConfigFree(pEntry->pCfg);
+  free(pEntry->zPath);
+  free(pEntry);
+  return TDE_OK;
+}
+
+TdeKeystore *tdeRegistryPeek(const char *zConfigPath){
+  char zAbs[PATH_MAX];
+  RegEntry *pEntry;
+  TdeKeystore *pKs;
+  if( tdeConfigLocate(zConfigPath, zAbs, sizeof(zAbs))!=TDE_OK ){
+    tdeErrClear();
+    return 0;
+  }
+  pthread_mutex_lock(&regMutex);
+  pEntry = regFind(zAbs);
+  pKs = pEntry ? pEntry->pKs : 0;
+  pthread_mutex_unlock(&regMutex);
+  return pKs;
+}

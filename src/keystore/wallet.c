@@ -1,0 +1,1148 @@
+/*
+** Software wallet keystore provider ("wallet", TDE_KS_WALLET): master keys
+** kept in one file, sealed with AES-256-GCM under a wallet key that is
+** either derived from a password with Argon2id (kind 1) or stored in the
+** file itself (kind 2, auto-login, protected only by file permissions).
+** The byte layout is docs/WALLET.md, which this code follows.
+**
+** It must never write a wallet in place (new state goes to a temporary
+** file, is synced, then renamed over the old one, so a crash leaves the
+** old or the new wallet, never half of one), never overwrite a wallet on
+** create, never modify the file when an open fails, never let key bytes or
+** passwords leave secure memory except into caller buffers, and never
+** print.  Master keys are never deleted by this code.
+**
+** A handle serialises its methods with a mutex.  Across processes, key
+** rotation holds an exclusive flock() on the wallet's directory and
+** re-reads the file first, so two processes rotating at once cannot drop
+** each other's new keys; a lookup that misses re-reads the file if it
+** changed, so a key another process added is found.
+*/
+#include "tde_int.h"
+#include "config.h"
+#include "keystore/keystore.h"
+#include "cipher/cipher.h"
+
+#include <argon2.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- file format constants (docs/WALLET.md) ------------------------------ */
+
+#define WALLET_MAGIC          "SQLTDEWL"
+#define WALLET_MAGIC_LEN      8
+#define WALLET_VERSION        1
+#define WALLET_KIND_PASSWORD  1
+#define WALLET_KIND_AUTOLOGIN 2
+#define WALLET_KDF_ARGON2ID   1      /* Argon2id, version 0x13 */
+
+#define WALLET_OFS_VERSION    8
+#define WALLET_OFS_KIND       10
+#define WALLET_OFS_RESERVED   11
+#define WALLET_OFS_CTLEN      12
+#define WALLET_OFS_KEYSECT    16     /* 32 bytes: KDF parameters or the key */
+#define WALLET_OFS_KDF_ID     16
+#define WALLET_OFS_KDF_T      20
+#define WALLET_OFS_KDF_M      24
+#define WALLET_OFS_KDF_P      28
+#define WALLET_OFS_SALT       32
+#define WALLET_OFS_CHECK      48
+#define WALLET_HDR            64     /* bytes before the IV; all are AAD */
+#define WALLET_IV             12
+#define WALLET_TAG            16
+#define WALLET_OVERHEAD       (WALLET_HDR + WALLET_IV + WALLET_TAG)
+#define WALLET_SALT           16
+#define WALLET_CHECK          16
+#define WALLET_KEY            32
+
+#define WALLET_MAX_KEYS       4096
+#define WALLET_ENTRY_MAX      (1 + TDE_KEYID_MAX + 8 + 1 + WALLET_KEY)
+#define WALLET_PAYLOAD_MAX    (4 + WALLET_MAX_KEYS * WALLET_ENTRY_MAX)
+#define WALLET_FILE_MAX       (WALLET_OVERHEAD + WALLET_PAYLOAD_MAX)
+
+#define WALLET_ID_PREFIX      "wallet-"
+#define WALLET_ID_LEN         (7 + 32)
+
+/* Argon2id parameters: defaults, and the bounds accepted from the
+** configuration and from a file (a corrupted file must not make us
+** allocate gigabytes or spin for hours). */
+#define WALLET_KDF_T_DEFAULT  3
+#define WALLET_KDF_M_DEFAULT  65536  /* KiB */
+#define WALLET_KDF_P_DEFAULT  1
+#define WALLET_KDF_T_MIN      1
+#define WALLET_KDF_T_MAX      64
+#define WALLET_KDF_M_MIN      8192
+#define WALLET_KDF_M_MAX      (1024 * 1024)   /* 1 GiB */
+#define WALLET_KDF_P_MIN      1
+#define WALLET_KDF_P_MAX      16
+
+static const char zInfoCheck[] = "sqlite-tde wallet check v1";
+static const char zInfoPayload[] = "sqlite-tde wallet payload v1";
+
+/* ---- in-memory state ------------------------------------------------------ */
+
+/* One master key.  Arrays of these live only in tdeSecureAlloc memory. */
+typedef struct WalletKey {
+  char zId[TDE_KEYID_MAX + 1];
+  int64_t created;
+  int bRetired;
+  uint8_t aKey[WALLET_KEY];
+} WalletKey;
+
+typedef struct WalletKdf {
+  uint32_t t;            /* Argon2 passes */
+  uint32_t m;            /* memory, KiB */
+  uint32_t p;            /* lanes */
+  uint8_t aSalt[WALLET_SALT];
+} WalletKdf;
+
+/* What the fixed header says, once validated. */
+typedef struct WalletHdr {
+  int kind;
+  WalletKdf kdf;         /* kind 1 only */
+  uint32_t nCt;          /* payload ciphertext bytes */
+} WalletHdr;
+
+/* Identity of the file last read or written, to notice another process's
+** rewrite cheaply. */
+typedef struct WalletStamp {
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtim;
+} WalletStamp;
+
+typedef struct Wallet {
+  TdeKeystore base;      /* must be first */
+  pthread_mutex_t mutex; /* guards everything below */
+  char zPath[PATH_MAX];
+  int kind;
+  WalletKdf kdf;         /* kind 1: kept to rewrite the file */
+  uint8_t *aW;           /* WALLET_KEY bytes, secure: the wallet key */
+  WalletKey *aKey;       /* nKey entries, secure, in creation order */
+  int nKey;
+  WalletStamp stamp;
+} Wallet;
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static void walletStamp(const struct stat *pSt, WalletStamp *pStamp){
+  pStamp->dev = pSt->st_dev;
+  pStamp->ino = pSt->st_ino;
+  pStamp->size = pSt->st_size;
+  pStamp->mtim = pSt->st_mtim;
+}
+
+static int walletStampEqual(const WalletStamp *a, const WalletStamp *b){
+  return a->dev==b->dev && a->ino==b->ino && a->size==b->size
+      && a->mtim.tv_sec==b->mtim.tv_sec && a->mtim.tv_nsec==b->mtim.tv_nsec;
+}
+
+static void walletKeysFree(WalletKey *aKey, int nKey){
+  tdeSecureFree(aKey, aKey ? (size_t)nKey * sizeof(WalletKey) : 0);
+}
+
+/* Parse an unsigned decimal config value in [mn, mx]. */
+static int walletConfigU32(const TdeConfig *cfg, const char *zKey,
+                           uint32_t mn, uint32_t mx, uint32_t *pVal){
+  int i;
+  for(i=0; i<cfg->nEntry; i++){
+    const TdeConfigEntry *pE = &cfg->aEntry[i];
+    const char *z;
+    uint64_t v = 0;
+    if( strcmp(pE->zKey, zKey)!=0 ) continue;
+    for(z=pE->zValue; *z; z++){
+      if( *z<'0' || *z>'9' || v>UINT32_MAX ) break;
+      v = v*10 + (uint64_t)(*z - '0');
+    }
+    if( *z || z==pE->zValue || v<mn || v>mx ){
+      return tdeErr(TDE_CONFIG, "%s:%d: %s must be a whole number from %u to %u",
+                    cfg->zPath, pE->iLine, zKey, (unsigned)mn, (unsigned)mx);
+    }
+    *pVal = (uint32_t)v;
+    return TDE_OK;
+  }
+  return TDE_OK;            /* absent: keep the default */
+}
+
+/* Wallet path and KDF parameters for new wallets, from the configuration. */
+static int walletConfig(const TdeConfig *cfg, char *zPath, size_t nPath, WalletKdf *pKdf){
+  int rc;
+  if( cfg==0 ) return tdeErr(TDE_MISUSE, "wallet: no configuration");
+  rc = tdeConfigPath(cfg, "wallet", zPath, nPath);
+  if( rc==TDE_NOTFOUND ){
+    return tdeErr(TDE_CONFIG, "%s: missing required key 'wallet' (path of the wallet file)",
+                  cfg->zPath);
+  }
+  if( rc!=TDE_OK ) return rc;
+  memset(pKdf, 0, sizeof(*pKdf));
+  pKdf->t = WALLET_KDF_T_DEFAULT;
+  pKdf->m = WALLET_KDF_M_DEFAULT;
+  pKdf->p = WALLET_KDF_P_DEFAULT;
+  rc = walletConfigU32(cfg, "wallet_kdf_t", WALLET_KDF_T_MIN, WALLET_KDF_T_MAX, &pKdf->t);
+  if( rc!=TDE_OK ) return rc;
+  return walletConfigU32(cfg, "wallet_kdf_m_kib", WALLET_KDF_M_MIN, WALLET_KDF_M_MAX, &pKdf->m);
+}
+
+/* aW = Argon2id(password, salt; t, m, p).  aW is caller's secure memory. */
+static int walletArgon2(const char *zPath, const char *zPassword, const WalletKdf *pKdf,
+                        uint8_t *aW){
+  int arc = argon2id_hash_raw(pKdf->t, pKdf->m, pKdf->p, zPassword, strlen(zPassword),
+                              pKdf->aSalt, WALLET_SALT, aW, WALLET_KEY);
+  if( arc==ARGON2_OK ) return TDE_OK;
+  tdeWipe(aW, WALLET_KEY);
+  if( arc==ARGON2_MEMORY_ALLOCATION_ERROR ){
+    return tdeErr(TDE_NOMEM, "wallet %s: out of memory deriving the wallet key "
+                  "(Argon2id m=%u KiB)", zPath, (unsigned)pKdf->m);
+  }
+  return tdeErr(TDE_CRYPTO, "wallet %s: Argon2id failed: %s", zPath, argon2_error_message(arc));
+}
+
+/* Key check value and payload key from the wallet key.  aEnc, when not
+** NULL, is secure memory of WALLET_KEY bytes. */
+static int walletCheckValue(const uint8_t *aW, uint8_t aCheck[WALLET_CHECK]){
+  return tdeHkdf(aW, WALLET_KEY, 0, 0, (const uint8_t *)zInfoCheck, sizeof(zInfoCheck)-1,
+                 aCheck, WALLET_CHECK);
+}
+static int walletPayloadKey(const uint8_t *aW, uint8_t *aEnc){
+  return tdeHkdf(aW, WALLET_KEY, 0, 0, (const uint8_t *)zInfoPayload, sizeof(zInfoPayload)-1,
+                 aEnc, WALLET_KEY);
+}
+
+static int walletNewId(char *zId, size_t nId){
+  static const char hex[] = "0123456789abcdef";
+  uint8_t a[16];
+  int i, rc;
+  if( nId<WALLET_ID_LEN+1 ) return tdeErr(TDE_RANGE, "wallet: key id buffer too small");
+  rc = tdeRandom(a, sizeof(a));
+  if( rc!=TDE_OK ) return tdeErr(rc, "wallet: random number generator failed");
+  memcpy(zId, WALLET_ID_PREFIX, 7);
+  for(i=0; i<16; i++){
+    zId[7+2*i] = hex[a[i]>>4];
+    zId[8+2*i] = hex[a[i]&15];
+  }
+  zId[WALLET_ID_LEN] = 0;
+  return TDE_OK;
+}
+
+/* ---- reading -------------------------------------------------------------- */
+
+/*
+** Read the whole wallet file into secure memory (*paFile, *pnFile; free
+** with tdeSecureFree(*paFile, *pnFile)).  Missing file: TDE_NOKEYSTORE.
+*/
+static int walletReadFile(const char *zPath, uint8_t **paFile, size_t *pnFile,
+                          struct stat *pSt){
+  uint8_t *a = 0;
+  size_t n = 0, nAlloc = 0;
+  int fd;
+  int rc = TDE_OK;
+
+  *paFile = 0;
+  *pnFile = 0;
+  fd = open(zPath, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if( fd<0 ){
+    if( errno==ENOENT || errno==ENOTDIR ){
+      return tdeErr(TDE_NOKEYSTORE, "wallet %s: not found", zPath);
+    }
+    return tdeErr(TDE_NOKEYSTORE, "wallet %s: cannot open: %s", zPath, strerror(errno));
+  }
+  if( fstat(fd, pSt)!=0 ){
+    rc = tdeErr(TDE_IO, "wallet %s: cannot stat: %s", zPath, strerror(errno));
+    goto read_out;
+  }
+  if( !S_ISREG(pSt->st_mode) ){
+    rc = tdeErr(TDE_FORMAT, "wallet %s: not a regular file", zPath);
+    goto read_out;
+  }
+  if( pSt->st_size>WALLET_FILE_MAX ){
+    rc = tdeErr(TDE_FORMAT, "wallet %s: too large to be a wallet (%lld bytes)",
+                zPath, (long long)pSt->st_size);
+    goto read_out;
+  }
+  /* One byte of slack shows a file that grew while we read it. */
+  nAlloc = (size_t)pSt->st_size + 1;
+  a = tdeSecureAlloc(nAlloc);
+  if( a==0 ){ rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", zPath); goto read_out; }
+  for(;;){
+    ssize_t k = read(fd, a+n, nAlloc-n);
+    if( k<0 ){
+      if( errno==EINTR ) continue;
+      rc = tdeErr(TDE_IO, "wallet %s: read failed: %s", zPath, strerror(errno));
+      goto read_out;
+    }
+    if( k==0 ) break;
+    n += (size_t)k;
+    if( n==nAlloc ){
+      rc = tdeErr(TDE_FORMAT, "wallet %s: file changed while being read", zPath);
+      goto read_out;
+    }
+  }
+  *paFile = a;
+  *pnFile = n;
+  a = 0;
+
+read_out:
+  close(fd);
+  tdeSecureFree(a, nAlloc);
+  return rc;
+}
+
+/* Validate the fixed header of a file image and decode it. */
+static int walletParseHeader(const char *zPath, const uint8_t *a, size_t n, WalletHdr *pHdr){
+  memset(pHdr, 0, sizeof(*pHdr));
+  if( n<WALLET_MAGIC_LEN || memcmp(a, WALLET_MAGIC, WALLET_MAGIC_LEN)!=0 ){
+    return tdeErr(TDE_FORMAT, "wallet %s: not an sqlite-tde wallet (bad magic)", zPath);
+  }
+  if( n<WALLET_OVERHEAD ){
+    return tdeErr(TDE_FORMAT, "wallet %s: truncated (%zu bytes)", zPath, n);
+  }
+  if( tdeGet16(a+WALLET_OFS_VERSION)!=WALLET_VERSION ){
+    return tdeErr(TDE_FORMAT, "wallet %s: unsupported wallet format version %u",
+                  zPath, (unsigned)tdeGet16(a+WALLET_OFS_VERSION));
+  }
+  pHdr->kind = a[WALLET_OFS_KIND];
+  if( pHdr->kind!=WALLET_KIND_PASSWORD && pHdr->kind!=WALLET_KIND_AUTOLOGIN ){
+    return tdeErr(TDE_FORMAT, "wallet %s: unknown wallet kind %d", zPath, pHdr->kind);
+  }
+  if( a[WALLET_OFS_RESERVED]!=0 ){
+    return tdeErr(TDE_FORMAT, "wallet %s: corrupted header (reserved byte set)", zPath);
+  }
+  pHdr->nCt = tdeGet32(a+WALLET_OFS_CTLEN);
+  if( pHdr->nCt<4 || pHdr->nCt>WALLET_PAYLOAD_MAX
+   || n!=(size_t)WALLET_OVERHEAD + pHdr->nCt ){
+    return tdeErr(TDE_FORMAT, "wallet %s: truncated or corrupted (%zu bytes, header "
+                  "says %zu)", zPath, n, (size_t)WALLET_OVERHEAD + pHdr->nCt);
+  }
+  if( pHdr->kind==WALLET_KIND_PASSWORD ){
+    WalletKdf *pK = &pHdr->kdf;
+    if( a[WALLET_OFS_KDF_ID]!=WALLET_KDF_ARGON2ID
+     || a[WALLET_OFS_KDF_ID+1] || a[WALLET_OFS_KDF_ID+2] || a[WALLET_OFS_KDF_ID+3] ){
+      return tdeErr(TDE_FORMAT, "wallet %s: unknown key derivation %u",
+                    zPath, (unsigned)a[WALLET_OFS_KDF_ID]);
+    }
+    pK->t = tdeGet32(a+WALLET_OFS_KDF_T);
+    pK->m = tdeGet32(a+WALLET_OFS_KDF_M);
+    pK->p = tdeGet32(a+WALLET_OFS_KDF_P);
+    memcpy(pK->aSalt, a+WALLET_OFS_SALT, WALLET_SALT);
+    if( pK->t<WALLET_KDF_T_MIN || pK->t>WALLET_KDF_T_MAX
+     || pK->m<WALLET_KDF_M_MIN || pK->m>WALLET_KDF_M_MAX
+     || pK->p<WALLET_KDF_P_MIN || pK->p>WALLET_KDF_P_MAX ){
+      return tdeErr(TDE_FORMAT, "wallet %s: corrupted header (Argon2id parameters "
+                    "t=%u m=%u p=%u out of range)", zPath,
+                    (unsigned)pK->t, (unsigned)pK->m, (unsigned)pK->p);
+    }
+  }
+  return TDE_OK;
+}
+
+/* Is the file's key check value the one of aW?  (constant time) */
+static int walletCheckMatches(const uint8_t *a, const uint8_t *aW, int *pbMatch){
+  uint8_t aCheck[WALLET_CHECK];
+  int rc = walletCheckValue(aW, aCheck);
+  *pbMatch = rc==TDE_OK && tdeCtEqual(aCheck, a+WALLET_OFS_CHECK, WALLET_CHECK);
+  tdeWipe(aCheck, sizeof(aCheck));
+  if( rc!=TDE_OK ) return tdeErr(rc, "wallet: key derivation failed");
+  return TDE_OK;
+}
+
+/*
+** Decrypt and parse the payload of a validated image with wallet key aW.
+** On success *paKey / *pnKey is a new secure array.  Every failure is
+** TDE_FORMAT naming the path: by now the key check value matched, so a
+** tag mismatch means the file is damaged, not that the password is wrong.
+*/
+static int walletDecrypt(const char *zPath, const uint8_t *a, const WalletHdr *pHdr,
+                         const uint8_t *aW, WalletKey **paKey, int *pnKey){
+  uint8_t *aEnc = 0;          /* payload key, secure */
+  uint8_t *aPt = 0;           /* plaintext payload, secure */
+  WalletKey *aKey = 0;
+  uint32_t nKey = 0, i;
+  size_t nPt = pHdr->nCt, iOfs;
+  const uint8_t *aCt = a + WALLET_HDR + WALLET_IV;
+  int rc;
+
+  *paKey = 0;
+  *pnKey = 0;
+  aEnc = tdeSecureAlloc(WALLET_KEY);
+  aPt = tdeSecureAlloc(nPt);
+  if( aEnc==0 || aPt==0 ){ rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", zPath); goto dec_out; }
+  rc = walletPayloadKey(aW, aEnc);
+  if( rc!=TDE_OK ){ rc = tdeErr(rc, "wallet %s: key derivation failed", zPath); goto dec_out; }
+  rc = tdeGcmOpen(aEnc, a+WALLET_HDR, WALLET_IV, a, WALLET_HDR,
+                  aCt, nPt, aCt+nPt, aPt);
+  if( rc==TDE_AUTH ){
+    rc = tdeErr(TDE_FORMAT, "wallet %s: corrupted (payload does not authenticate)", zPath);
+    goto dec_out;
+  }
+  if( rc!=TDE_OK ){ rc = tdeErr(rc, "wallet %s: decryption failed", zPath); goto dec_out; }
+
+  nKey = tdeGet32(aPt);
+  if( nKey>WALLET_MAX_KEYS ){
+    rc = tdeErr(TDE_FORMAT, "wallet %s: corrupted (%u keys)", zPath, (unsigned)nKey);
+    goto dec_out;
+  }
+  if( nKey>0 ){
+    aKey = tdeSecureAlloc((size_t)nKey * sizeof(WalletKey));
+    if( aKey==0 ){ rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", zPath); goto dec_out; }
+  }
+  iOfs = 4;
+  for(i=0; i<nKey; i++){
+    WalletKey *pK = &aKey[i];
+    size_t nId, j;
+    uint64_t created;
+    if( iOfs+1>nPt ) goto dec_corrupt;
+    nId = aPt[iOfs++];
+    if( nId==0 || nId>TDE_KEYID_MAX || iOfs+nId+8+1+WALLET_KEY>nPt ) goto dec_corrupt;
+    for(j=0; j<nId; j++){
+      if( aPt[iOfs+j]<0x21 || aPt[iOfs+j]>0x7e ) goto dec_corrupt;
+    }
+    memcpy(pK->zId, aPt+iOfs, nId);
+    pK->zId[nId] = 0;
+    iOfs += nId;
+    created = tdeGet64(aPt+iOfs);
+    if( created>(uint64_t)INT64_MAX ) goto dec_corrupt;
+    pK->created = (int64_t)created;
+    iOfs += 8;
+    if( aPt[iOfs]>1 ) goto dec_corrupt;
+    pK->bRetired = aPt[iOfs];
+    iOfs += 1;
+    memcpy(pK->aKey, aPt+iOfs, WALLET_KEY);
+    iOfs += WALLET_KEY;
+    for(j=0; j<i; j++){
+      if( strcmp(aKey[j].zId, pK->zId)==0 ) goto dec_corrupt;
+    }
+  }
+  if( iOfs!=nPt ) goto dec_corrupt;
+  *paKey = aKey;
+  *pnKey = (int)nKey;
+  aKey = 0;
+  rc = TDE_OK;
+  goto dec_out;
+
+dec_corrupt:
+  rc = tdeErr(TDE_FORMAT, "wallet %s: corrupted key list", zPath);
+dec_out:
+  walletKeysFree(aKey, (int)nKey);
+  tdeSecureFree(aPt, nPt);
+  tdeSecureFree(aEnc, WALLET_KEY);
+  return rc;
+}
+
+/* ---- writing -------------------------------------------------------------- */
+
+/*
+** Build a complete file image in secure memory (*paFile / *pnFile; free
+** with tdeSecureFree).  A fresh random IV every time.
+*/
+static int walletEncode(int kind, const WalletKdf *pKdf, const uint8_t *aW,
+                        const WalletKey *aKey, int nKey,
+                        uint8_t **paFile, size_t *pnFile){
+  uint8_t *aEnc = 0, *aPt = 0, *aFile = 0;
+  size_t nPt = 4, nFile = 0, iOfs;
+  int i, rc;
+
+  *paFile = 0;
+  *pnFile = 0;
+  if( nKey<0 || nKey>WALLET_MAX_KEYS ){
+    return tdeErr(TDE_RANGE, "wallet: at most %d master keys", WALLET_MAX_KEYS);
+  }
+  for(i=0; i<nKey; i++) nPt += 1 + strlen(aKey[i].zId) + 8 + 1 + WALLET_KEY;
+  nFile = WALLET_OVERHEAD + nPt;
+  aEnc = tdeSecureAlloc(WALLET_KEY);
+  aPt = tdeSecureAlloc(nPt);
+  aFile = tdeSecureAlloc(nFile);
+  if( aEnc==0 || aPt==0 || aFile==0 ){ rc = tdeErr(TDE_NOMEM, "wallet: out of memory"); goto enc_out; }
+
+  tdePut32(aPt, (uint32_t)nKey);
+  iOfs = 4;
+  for(i=0; i<nKey; i++){
+    size_t nId = strlen(aKey[i].zId);
+    aPt[iOfs++] = (uint8_t)nId;
+    memcpy(aPt+iOfs, aKey[i].zId, nId);
+    iOfs += nId;
+    tdePut64(aPt+iOfs, (uint64_t)aKey[i].created);
+    iOfs += 8;
+    aPt[iOfs++] = aKey[i].bRetired ? 1 : 0;
+    memcpy(aPt+iOfs, aKey[i].aKey, WALLET_KEY);
+    iOfs += WALLET_KEY;
+  }
+
+  memcpy(aFile, WALLET_MAGIC, WALLET_MAGIC_LEN);
+  tdePut16(aFile+WALLET_OFS_VERSION, WALLET_VERSION);
+  aFile[WALLET_OFS_KIND] = (uint8_t)kind;
+  aFile[WALLET_OFS_RESERVED] = 0;
+  tdePut32(aFile+WALLET_OFS_CTLEN, (uint32_t)nPt);
+  if( kind==WALLET_KIND_PASSWORD ){
+    aFile[WALLET_OFS_KDF_ID] = WALLET_KDF_ARGON2ID;
+    tdePut32(aFile+WALLET_OFS_KDF_T, pKdf->t);
+    tdePut32(aFile+WALLET_OFS_KDF_M, pKdf->m);
+    tdePut32(aFile+WALLET_OFS_KDF_P, pKdf->p);
+    memcpy(aFile+WALLET_OFS_SALT, pKdf->aSalt, WALLET_SALT);
+  }else{
+    memcpy(aFile+WALLET_OFS_KEYSECT, aW, WALLET_KEY);
+  }
+  rc = walletCheckValue(aW, aFile+WALLET_OFS_CHECK);
+  if( rc==TDE_OK ) rc = walletPayloadKey(aW, aEnc);
+  if( rc!=TDE_OK ){ rc = tdeErr(rc, "wallet: key derivation failed"); goto enc_out; }
+  rc = tdeRandom(aFile+WALLET_HDR, WALLET_IV);
+  if( rc!=TDE_OK ){ rc = tdeErr(rc, "wallet: random number generator failed"); goto enc_out; }
+  rc = tdeGcmSeal(aEnc, aFile+WALLET_HDR, WALLET_IV, aFile, WALLET_HDR,
+                  aPt, nPt, aFile+WALLET_HDR+WALLET_IV, aFile+WALLET_HDR+WALLET_IV+nPt);
+  if( rc!=TDE_OK ){ rc = tdeErr(rc, "wallet: encryption failed"); goto enc_out; }
+  *paFile = aFile;
+  *pnFile = nFile;
+  aFile = 0;
+
+enc_out:
+  tdeSecureFree(aFile, nFile);
+  tdeSecureFree(aPt, nPt);
+  tdeSecureFree(aEnc, WALLET_KEY);
+  return rc;
+}
+
+/* Directory part of zPath ("." if none) into zDir[nDir]. */
+static void walletDirOf(const char *zPath, char *zDir, size_t nDir){
+  const char *zSlash = strrchr(zPath, '/');
+  if( zSlash==0 ){
+    snprintf(zDir, nDir, ".");
+  }else if( zSlash==zPath ){
+    snprintf(zDir, nDir, "/");
+  }else{
+    snprintf(zDir, nDir, "%.*s", (int)(zSlash-zPath), zPath);
+  }
+}
+
+/*
+** Write a file image to zPath: a new temporary file in the same directory
+** (O_CREAT|O_EXCL, mode 0600), fsync, rename over zPath (bCreate: only if
+** zPath does not exist, else TDE_EXISTS), fsync the directory.  *pbSwitched
+** says whether zPath now holds the new image, even if a later step failed.
+** The temporary file never outlives a failure.
+*/
+static int walletWriteFile(const char *zPath, const uint8_t *a, size_t n,
+                           int bCreate, int *pbSwitched){
+  static const char hex[] = "0123456789abcdef";
+  char zTmp[PATH_MAX + 32];
+  char zDir[PATH_MAX];
+  int fd = -1, dfd = -1, bTmp = 0;
+  size_t nDone = 0;
+  int i, rc = TDE_OK;
+
+  *pbSwitched = 0;
+  for(i=0; i<16; i++){
+    uint8_t r[8];
+    char zSuffix[17];
+    int j, k;
+    rc = tdeRandom(r, sizeof(r));
+    if( rc!=TDE_OK ){ rc = tdeErr(rc, "wallet: random number generator failed"); goto write_out; }
+    for(j=0; j<8; j++){ zSuffix[2*j] = hex[r[j]>>4]; zSuffix[2*j+1] = hex[r[j]&15]; }
+    zSuffix[16] = 0;
+    k = snprintf(zTmp, sizeof(zTmp), "%s.tmp-%s", zPath, zSuffix);
+    if( k<0 || (size_t)k>=sizeof(zTmp) ){
+      rc = tdeErr(TDE_RANGE, "wallet %s: path too long", zPath);
+      goto write_out;
+    }
+    fd = open(zTmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0600);
+    if( fd>=0 || errno!=EEXIST ) break;
+  }
+  if( fd<0 ){
+    rc = tdeErr(TDE_IO, "wallet %s: cannot create temporary file: %s", zPath, strerror(errno));
+    goto write_out;
+  }
+  bTmp = 1;
+  while( nDone<n ){
+    ssize_t k = write(fd, a+nDone, n-nDone);
+    if( k<0 ){
+      if( errno==EINTR ) continue;
+      rc = tdeErr(TDE_IO, "wallet %s: write failed: %s", zPath, strerror(errno));
+      goto write_out;
+    }
+    nDone += (size_t)k;
+  }
+  if( fsync(fd)!=0 ){
+    rc = tdeErr(TDE_IO, "wallet %s: fsync failed: %s", zPath, strerror(errno));
+    goto write_out;
+  }
+  i = close(fd);
+  fd = -1;
+  if( i!=0 ){
+    rc = tdeErr(TDE_IO, "wallet %s: close failed: %s", zPath, strerror(errno));
+    goto write_out;
+  }
+
+  if( bCreate ){
+    /* Atomic "rename unless the target exists"; hard link where the file
+    ** system lacks RENAME_NOREPLACE.  Never a check-then-rename race. */
+    if( renameat2(AT_FDCWD, zTmp, AT_FDCWD, zPath, RENAME_NOREPLACE)==0 ){
+      bTmp = 0;
+    }else if( errno==EINVAL || errno==ENOSYS || errno==ENOTSUP ){
+      if( link(zTmp, zPath)!=0 ){
+        rc = errno==EEXIST
+           ? tdeErr(TDE_EXISTS, "wallet %s: already exists; refusing to overwrite", zPath)
+           : tdeErr(TDE_IO, "wallet %s: cannot create: %s", zPath, strerror(errno));
+        goto write_out;
+      }
+      /* zTmp is removed below; zPath is the new wallet. */
+    }else{
+      rc = errno==EEXIST
+         ? tdeErr(TDE_EXISTS, "wallet %s: already exists; refusing to overwrite", zPath)
+         : tdeErr(TDE_IO, "wallet %s: cannot create: %s", zPath, strerror(errno));
+      goto write_out;
+    }
+  }else{
+    if( rename(zTmp, zPath)!=0 ){
+      rc = tdeErr(TDE_IO, "wallet %s: cannot replace: %s", zPath, strerror(errno));
+      goto write_out;
+    }
+    bTmp = 0;
+  }
+  *pbSwitched = 1;
+
+  walletDirOf(zPath, zDir, sizeof(zDir));
+  dfd = open(zDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if( dfd<0 || fsync(dfd)!=0 ){
+    rc = tdeErr(TDE_IO, "wallet %s: cannot sync directory %s: %s",
+                zPath, zDir, strerror(errno));
+    goto write_out;
+  }
+
+write_out:
+  if( fd>=0 ) close(fd);
+  if( dfd>=0 ) close(dfd);
+  if( bTmp ) unlink(zTmp);
+  return rc;
+}
+
+/* ---- methods -------------------------------------------------------------- */
+
+static int walletCreate(const TdeConfig *cfg, const char *zPassword,
+                        char *zKeyId, size_t nKeyId);
+static int walletOpen(const TdeConfig *cfg, const char *zPassword, TdeKeystore **pp);
+static void walletClose(TdeKeystore *p);
+static int walletDescribe(TdeKeystore *p, char *zLoc, size_t nLoc, int *pbAutoLogin);
+static int walletCurrentKey(TdeKeystore *p, char *zKeyId, size_t nKeyId);
+static int walletHasKey(TdeKeystore *p, const char *zKeyId);
+static int walletNewKey(TdeKeystore *p, char *zKeyId, size_t nKeyId);
+static int walletList(TdeKeystore *p, int (*xCb)(void *, const TdeKeyInfo *), void *pArg);
+static int walletWrap(TdeKeystore *p, const char *zKeyId,
+                      const uint8_t *aDek, size_t nDek,
+                      const uint8_t *aAad, size_t nAad,
+                      uint8_t *aOut, size_t nOut, size_t *pnOut, uint8_t *pMech);
+static int walletUnwrap(TdeKeystore *p, const char *zKeyId, uint8_t mech,
+                        const uint8_t *aIn, size_t nIn,
+                        const uint8_t *aAad, size_t nAad,
+                        uint8_t *aDek, size_t nDek);
+
+static const char *const azWalletKeys[] = {
+  "wallet", "wallet_kdf_t", "wallet_kdf_m_kib", 0
+};
+
+const tde_keystore_methods tdeWalletMethods = {
+  1,                              /* iVersion */
+  (int)sizeof(tde_keystore_methods), /* szStruct */
+  "wallet",                       /* zName */
+  TDE_KS_WALLET,                  /* typeId */
+  azWalletKeys,                   /* azKeys */
+  walletCreate,                   /* xCreate */
+  walletOpen,                     /* xOpen */
+  walletClose,                    /* xClose */
+  walletDescribe,                 /* xDescribe */
+  walletCurrentKey,               /* xCurrentKey */
+  walletHasKey,                   /* xHasKey */
+  walletNewKey,                   /* xNewKey */
+  walletList,                     /* xList */
+  walletWrap,                     /* xWrap */
+  walletUnwrap,                   /* xUnwrap */
+};
+
+/*
+** Create a wallet with one active master key.  zPassword NULL makes an
+** auto-login wallet.  The password is only read; the derived wallet key
+** and the master key are wiped before returning.
+*/
+static int walletCreate(const TdeConfig *cfg, const char *zPassword,
+                        char *zKeyId, size_t nKeyId){
+  char zPath[PATH_MAX];
+  WalletKdf kdf;
+  WalletKey *pKey = 0;         /* secure */
+  uint8_t *aW = 0;             /* secure */
+  uint8_t *aFile = 0;
+  size_t nFile = 0;
+  int kind = zPassword ? WALLET_KIND_PASSWORD : WALLET_KIND_AUTOLOGIN;
+  int bSwitched = 0;
+  int rc;
+  struct stat st;
+
+  if( zKeyId==0 || nKeyId<WALLET_ID_LEN+1 ){
+    return tdeErr(TDE_RANGE, "wallet: key id buffer needs %d bytes", WALLET_ID_LEN+1);
+  }
+  zKeyId[0] = 0;
+  rc = walletConfig(cfg, zPath, sizeof(zPath), &kdf);
+  if( rc!=TDE_OK ) return rc;
+  if( lstat(zPath, &st)==0 ){
+    return tdeErr(TDE_EXISTS, "wallet %s: already exists; refusing to overwrite", zPath);
+  }
+  if( zPassword && zPassword[0]==0 ){
+    return tdeErr(TDE_BADPASSWORD, "wallet %s: the password must not be empty", zPath);
+  }
+
+  aW = tdeSecureAlloc(WALLET_KEY);
+  pKey = tdeSecureAlloc(sizeof(WalletKey));
+  if( aW==0 || pKey==0 ){ rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", zPath); goto create_out; }
+  if( kind==WALLET_KIND_PASSWORD ){
+    rc = tdeRandom(kdf.aSalt, WALLET_SALT);
+    if( rc!=TDE_OK ){ rc = tdeErr(rc, "wallet: random number generator failed"); goto create_out; }
+    rc = walletArgon2(zPath, zPassword, &kdf, aW);
+  }else{
+    rc = tdeRandom(aW, WALLET_KEY);
+    if( rc!=TDE_OK ) rc = tdeErr(rc, "wallet: random number generator failed");
+  }
+  if( rc!=TDE_OK ) goto create_out;
+
+  rc = walletNewId(pKey->zId, sizeof(pKey->zId));
+  if( rc!=TDE_OK ) goto create_out;
+  rc = tdeRandom(pKey->aKey, WALLET_KEY);
+  if( rc!=TDE_OK ){ rc = tdeErr(rc, "wallet: random number generator failed"); goto create_out; }
+  pKey->created = (int64_t)time(0);
+  pKey->bRetired = 0;
+
+  rc = walletEncode(kind, &kdf, aW, pKey, 1, &aFile, &nFile);
+  if( rc!=TDE_OK ) goto create_out;
+  rc = walletWriteFile(zPath, aFile, nFile, 1, &bSwitched);
+  if( bSwitched ) memcpy(zKeyId, pKey->zId, WALLET_ID_LEN+1);
+  if( rc==TDE_OK ){
+    tdeLog(TDE_LOG_INFO, "wallet %s created (%s) with master key %s", zPath,
+           kind==WALLET_KIND_PASSWORD ? "password" : "auto-login", pKey->zId);
+  }
+
+create_out:
+  tdeSecureFree(aFile, nFile);
+  tdeSecureFree(pKey, sizeof(WalletKey));
+  tdeSecureFree(aW, WALLET_KEY);
+  return rc;
+}
+
+/*
+** Open a wallet.  Never writes to the file.  A password wallet needs
+** zPassword; an auto-login wallet ignores it.  The wallet key and master
+** keys are kept in secure memory until xClose.
+*/
+static int walletOpen(const TdeConfig *cfg, const char *zPassword, TdeKeystore **pp){
+  char zPath[PATH_MAX];
+  WalletKdf kdfCfg;
+  WalletHdr hdr;
+  Wallet *w = 0;
+  uint8_t *aFile = 0;
+  size_t nFile = 0;
+  int bMutex = 0, bMatch = 0;
+  int rc;
+  struct stat st;
+
+  if( pp==0 ) return tdeErr(TDE_MISUSE, "wallet: no output pointer");
+  *pp = 0;
+  rc = walletConfig(cfg, zPath, sizeof(zPath), &kdfCfg);
+  if( rc!=TDE_OK ) return rc;
+  rc = walletReadFile(zPath, &aFile, &nFile, &st);
+  if( rc!=TDE_OK ) goto open_out;
+  rc = walletParseHeader(zPath, aFile, nFile, &hdr);
+  if( rc!=TDE_OK ) goto open_out;
+  if( hdr.kind==WALLET_KIND_PASSWORD && zPassword==0 ){
+    rc = tdeErr(TDE_BADPASSWORD, "wallet %s needs a password (set password_file or "
+                "password_env in the config, or pass one)", zPath);
+    goto open_out;
+  }
+
+  w = calloc(1, sizeof(*w));
+  if( w ) w->aW = tdeSecureAlloc(WALLET_KEY);
+  if( w==0 || w->aW==0 ){ rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", zPath); goto open_out; }
+  w->base.pMethods = &tdeWalletMethods;
+  memcpy(w->zPath, zPath, strlen(zPath)+1);
+  w->kind = hdr.kind;
+  w->kdf = hdr.kdf;
+  walletStamp(&st, &w->stamp);
+
+  if( hdr.kind==WALLET_KIND_PASSWORD ){
+    rc = walletArgon2(zPath, zPassword, &hdr.kdf, w->aW);
+    if( rc!=TDE_OK ) goto open_out;
+  }else{
+    memcpy(w->aW, aFile+WALLET_OFS_KEYSECT, WALLET_KEY);
+    if( st.st_mode & 077 ){
+      tdeLog(TDE_LOG_WARNING, "auto-login wallet %s is accessible by group or others "
+             "(mode %04o): anyone who can read it has the master keys; chmod 600 it",
+             zPath, (unsigned)(st.st_mode & 07777));
+    }
+  }
+  rc = walletCheckMatches(aFile, w->aW, &bMatch);
+  if( rc!=TDE_OK ) goto open_out;
+  if( !bMatch ){
+    rc = hdr.kind==WALLET_KIND_PASSWORD
+       ? tdeErr(TDE_BADPASSWORD, "wallet %s: password incorrect", zPath)
+       : tdeErr(TDE_FORMAT, "wallet %s: corrupted (key check failed)", zPath);
+    goto open_out;
+  }
+  rc = walletDecrypt(zPath, aFile, &hdr, w->aW, &w->aKey, &w->nKey);
+  if( rc!=TDE_OK ) goto open_out;
+  if( pthread_mutex_init(&w->mutex, 0)!=0 ){
+    rc = tdeErr(TDE_NOMEM, "wallet %s: cannot create mutex", zPath);
+    goto open_out;
+  }
+  bMutex = 1;
+  *pp = &w->base;
+  w = 0;
+
+open_out:
+  tdeSecureFree(aFile, nFile);
+  if( w ){
+    if( bMutex ) pthread_mutex_destroy(&w->mutex);
+    walletKeysFree(w->aKey, w->nKey);
+    tdeSecureFree(w->aW, WALLET_KEY);
+    free(w);
+  }
+  return rc;
+}
+
+static void walletClose(TdeKeystore *p){
+  Wallet *w = (Wallet *)p;
+  if( w==0 ) return;
+  pthread_mutex_destroy(&w->mutex);
+  walletKeysFree(w->aKey, w->nKey);
+  tdeSecureFree(w->aW, WALLET_KEY);
+  tdeWipe(w, sizeof(*w));
+  free(w);
+}
+
+/*
+** Re-read the wallet file into w (caller holds w->mutex).  The file must
+** still be the same wallet (same kind, KDF parameters and wallet key);
+** its keys are merged with the ones in memory so none is ever lost.
+*/
+static int walletReload(Wallet *w){
+  uint8_t *aFile = 0;
+  size_t nFile = 0;
+  WalletHdr hdr;
+  WalletKey *aDisk = 0, *aNew = 0;
+  int nDisk = 0, nNew = 0, nExtra = 0;
+  int i, j, bMatch = 0;
+  int rc;
+  struct stat st;
+
+  rc = walletReadFile(w->zPath, &aFile, &nFile, &st);
+  if( rc!=TDE_OK ) goto reload_out;
+  rc = walletParseHeader(w->zPath, aFile, nFile, &hdr);
+  if( rc!=TDE_OK ) goto reload_out;
+  if( hdr.kind==w->kind && hdr.kind==WALLET_KIND_PASSWORD ){
+    bMatch = hdr.kdf.t==w->kdf.t && hdr.kdf.m==w->kdf.m && hdr.kdf.p==w->kdf.p
+          && memcmp(hdr.kdf.aSalt, w->kdf.aSalt, WALLET_SALT)==0;
+  }else if( hdr.kind==w->kind ){
+    bMatch = tdeCtEqual(aFile+WALLET_OFS_KEYSECT, w->aW, WALLET_KEY);
+  }
+  if( bMatch ){
+    rc = walletCheckMatches(aFile, w->aW, &bMatch);
+    if( rc!=TDE_OK ) goto reload_out;
+  }
+  if( !bMatch ){
+    rc = tdeErr(TDE_ERROR, "wallet %s was replaced by a different wallet since it "
+                "was opened; close and reopen it", w->zPath);
+    goto reload_out;
+  }
+  rc = walletDecrypt(w->zPath, aFile, &hdr, w->aW, &aDisk, &nDisk);
+  if( rc!=TDE_OK ) goto reload_out;
+
+  for(i=0; i<w->nKey; i++){
+    for(j=0; j<nDisk && strcmp(aDisk[j].zId, w->aKey[i].zId)!=0; j++){}
+    if( j==nDisk ) nExtra++;
+  }
+  nNew = nDisk + nExtra;
+  if( nNew>WALLET_MAX_KEYS ){
+    rc = tdeErr(TDE_RANGE, "wallet %s: at most %d master keys", w->zPath, WALLET_MAX_KEYS);
+    goto reload_out;
+  }
+  if( nNew>0 ){
+    aNew = tdeSecureAlloc((size_t)nNew * sizeof(WalletKey));
+    if( aNew==0 ){ rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", w->zPath); goto reload_out; }
+    if( nDisk ) memcpy(aNew, aDisk, (size_t)nDisk * sizeof(WalletKey));
+  }
+  nNew = nDisk;
+  for(i=0; i<w->nKey; i++){
+    for(j=0; j<nDisk && strcmp(aDisk[j].zId, w->aKey[i].zId)!=0; j++){}
+    if( j==nDisk ) aNew[nNew++] = w->aKey[i];
+  }
+  walletKeysFree(w->aKey, w->nKey);
+  w->aKey = aNew;
+  w->nKey = nNew;
+  aNew = 0;
+  walletStamp(&st, &w->stamp);
+
+reload_out:
+  walletKeysFree(aNew, nNew);
+  walletKeysFree(aDisk, nDisk);
+  tdeSecureFree(aFile, nFile);
+  return rc;
+}
+
+/* Find a key (caller holds w->mutex).  On a miss, re-read the wallet if
+** another process rewrote it since, and look again. */
+static WalletKey *walletFind(Wallet *w, const char *zKeyId){
+  struct stat st;
+  WalletStamp now;
+  int i;
+  for(i=0; i<w->nKey; i++){
+    if( strcmp(w->aKey[i].zId, zKeyId)==0 ) return &w->aKey[i];
+  }
+  if( stat(w->zPath, &st)!=0 ) return 0;
+  walletStamp(&st, &now);
+  if( walletStampEqual(&now, &w->stamp) ) return 0;
+  if( walletReload(w)!=TDE_OK ){
+    tdeLog(TDE_LOG_WARNING, "%s", tde_last_error());
+    return 0;
+  }
+  for(i=0; i<w->nKey; i++){
+    if( strcmp(w->aKey[i].zId, zKeyId)==0 ) return &w->aKey[i];
+  }
+  return 0;
+}
+
+static int walletDescribe(TdeKeystore *p, char *zLoc, size_t nLoc, int *pbAutoLogin){
+  Wallet *w = (Wallet *)p;
+  size_t n;
+  if( w==0 ) return tdeErr(TDE_MISUSE, "wallet: no handle");
+  pthread_mutex_lock(&w->mutex);
+  if( pbAutoLogin ) *pbAutoLogin = w->kind==WALLET_KIND_AUTOLOGIN;
+  n = strlen(w->zPath);
+  if( zLoc && nLoc>n ) memcpy(zLoc, w->zPath, n+1);
+  pthread_mutex_unlock(&w->mutex);
+  if( zLoc && nLoc<=n ){
+    if( nLoc ) zLoc[0] = 0;
+    return tdeErr(TDE_RANGE, "wallet: location buffer too small (%zu bytes needed)", n+1);
+  }
+  return TDE_OK;
+}
+
+/* Current key = the last active key in creation order (the newest). */
+static int walletCurrentKey(TdeKeystore *p, char *zKeyId, size_t nKeyId){
+  Wallet *w = (Wallet *)p;
+  int i, rc = TDE_OK;
+  if( w==0 || zKeyId==0 || nKeyId==0 ) return tdeErr(TDE_MISUSE, "wallet: bad arguments");
+  zKeyId[0] = 0;
+  pthread_mutex_lock(&w->mutex);
+  for(i=w->nKey-1; i>=0 && w->aKey[i].bRetired; i--){}
+  if( i<0 ){
+    rc = tdeErr(TDE_NOKEY, "wallet %s holds no active master key", w->zPath);
+  }else if( strlen(w->aKey[i].zId)>=nKeyId ){
+    rc = tdeErr(TDE_RANGE, "wallet: key id buffer too small");
+  }else{
+    memcpy(zKeyId, w->aKey[i].zId, strlen(w->aKey[i].zId)+1);
+  }
+  pthread_mutex_unlock(&w->mutex);
+  return rc;
+}
+
+static int walletHasKey(TdeKeystore *p, const char *zKeyId){
+  Wallet *w = (Wallet *)p;
+  int bHas;
+  if( w==0 || zKeyId==0 ) return 0;
+  pthread_mutex_lock(&w->mutex);
+  bHas = walletFind(w, zKeyId)!=0;
+  pthread_mutex_unlock(&w->mutex);
+  return bHas;
+}
+
+/*
+** Add a new active master key and rewrite the wallet (temp file, fsync,
+** rename, fsync directory) under an exclusive flock() on the directory,
+** after merging whatever another process wrote since.  If the rename
+** happened, memory follows the file even when the directory sync failed.
+*/
+static int walletNewKey(TdeKeystore *p, char *zKeyId, size_t nKeyId){
+  Wallet *w = (Wallet *)p;
+  char zDir[PATH_MAX];
+  WalletKey *aNew = 0;
+  int nNew = 0;
+  uint8_t *aFile = 0;
+  size_t nFile = 0;
+  int dfd = -1, bSwitched = 0;
+  int rc;
+  struct stat st;
+
+  if( w==0 ) return tdeErr(TDE_MISUSE, "wallet: no handle");
+  if( zKeyId==0 || nKeyId<WALLET_ID_LEN+1 ){
+    return tdeErr(TDE_RANGE, "wallet: key id buffer needs %d bytes", WALLET_ID_LEN+1);
+  }
+  zKeyId[0] = 0;
+  pthread_mutex_lock(&w->mutex);
+
+  walletDirOf(w->zPath, zDir, sizeof(zDir));
+  dfd = open(zDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if( dfd<0 ){
+    rc = tdeErr(TDE_IO, "wallet %s: cannot open directory %s: %s", w->zPath, zDir, strerror(errno));
+    goto newkey_out;
+  }
+  while( flock(dfd, LOCK_EX)!=0 ){
+    if( errno==EINTR ) continue;
+    /* Some network file systems refuse directory locks: rotation still
+    ** works, only concurrent rotation by two processes is unprotected. */
+    tdeLog(TDE_LOG_WARNING, "wallet %s: cannot lock directory %s (%s); "
+           "rotating without a cross-process lock", w->zPath, zDir, strerror(errno));
+    break;
+  }
+  rc = walletReload(w);
+  if( rc!=TDE_OK ) goto newkey_out;
+  if( w->nKey>=WALLET_MAX_KEYS ){
+    rc = tdeErr(TDE_RANGE, "wallet %s: at most %d master keys", w->zPath, WALLET_MAX_KEYS);
+    goto newkey_out;
+  }
+
+  nNew = w->nKey + 1;
+  aNew = tdeSecureAlloc((size_t)nNew * sizeof(WalletKey));
+  if( aNew==0 ){ rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", w->zPath); goto newkey_out; }
+  if( w->nKey ) memcpy(aNew, w->aKey, (size_t)w->nKey * sizeof(WalletKey));
+  rc = walletNewId(aNew[nNew-1].zId, sizeof(aNew[nNew-1].zId));
+  if( rc!=TDE_OK ) goto newkey_out;
+  rc = tdeRandom(aNew[nNew-1].aKey, WALLET_KEY);
+  if( rc!=TDE_OK ){ rc = tdeErr(rc, "wallet: random number generator failed"); goto newkey_out; }
+  aNew[nNew-1].created = (int64_t)time(0);
+  aNew[nNew-1].bRetired = 0;
+
+  rc = walletEncode(w->kind, &w->kdf, w->aW, aNew, nNew, &aFile, &nFile);
+  if( rc!=TDE_OK ) goto newkey_out;
+  rc = walletWriteFile(w->zPath, aFile, nFile, 0, &bSwitched);
+  if( bSwitched ){
+    walletKeysFree(w->aKey, w->nKey);
+    w->aKey = aNew;
+    w->nKey = nNew;
+    aNew = 0;
+    if( stat(w->zPath, &st)==0 ) walletStamp(&st, &w->stamp);
+    if( rc==TDE_OK ){
+      memcpy(zKeyId, w->aKey[nNew-1].zId, WALLET_ID_LEN+1);
+      tdeLog(TDE_LOG_INFO, "wallet %s: new master key %s", w->zPath, zKeyId);
+    }
+  }
+
+newkey_out:
+  if( dfd>=0 ) close(dfd);     /* releases the flock */
+  pthread_mutex_unlock(&w->mutex);
+  walletKeysFree(aNew, nNew);
+  tdeSecureFree(aFile, nFile);
+  return rc;
+}
+
+/* Callbacks run without the mutex held (on a copy of the non-secret key
+** information), so they may call back into this keystore. */
+static int walletList(TdeKeystore *p, int (*xCb)(void *, const TdeKeyInfo *), void *pArg){
+  Wallet *w = (Wallet *)p;
+  TdeKeyInfo *aInfo = 0;
+  int nInfo, i;
+  if( w==0 || xCb==0 ) return tdeErr(TDE_MISUSE, "wallet: bad arguments");
+  pthread_mutex_lock(&w->mutex);
+  nInfo = w->nKey;
+  if( nInfo>0 ){
+    aInfo = calloc((size_t)nInfo, sizeof(TdeKeyInfo));
+    if( aInfo ){
+      for(i=0; i<nInfo; i++){
+        memcpy(aInfo[i].zId, w->aKey[i].zId, sizeof(aInfo[i].zId));
+        aInfo[i].created = w->aKey[i].created;
+        aInfo[i].bRetired = w->aKey[i].bRetired;
+      }
+    }
+  }
+  pthread_mutex_unlock(&w->mutex);
+  if( nInfo>0 && aInfo==0 ) return tdeErr(TDE_NOMEM, "wallet: out of memory");
+  for(i=0; i<nInfo; i++){
+    if( xCb(pArg, &aInfo[i]) ) break;
+  }
+  free(aInfo);
+  return TDE_OK;
+}
+
+/* blob = iv(12) || AES-256-GCM(master key, iv, aad; dek) || tag(16). */
+static int walletWrap(TdeKeystore *p, const char *zKeyId,
+                      const uint8_t *aDek, size_t nDek,
+                      const uint8_t *aAad, size_t nAad,
+                      uint8_t *aOut, size_t nOut, size_t *pnOut, uint8_t *pMech){
+  Wallet *w = (Wallet *)p;
+  const WalletKey *pKey;
+  size_t nBlob = WALLET_IV + nDek + WALLET_TAG;
+  int rc;
+
+  if( pnOut ) *pnOut = 0;
+  if( w==0 || zKeyId==0 || aDek==0 || aOut==0 || pnOut==0 || pMech==0 || (nAad && aAad==0) ){
+    return tdeErr(TDE_MISUSE, "wallet: bad arguments to wrap");
+  }
+  if( nDek==0 || nBlob>TDE_WRAP_MAX ){
+    return tdeErr(TDE_RANGE, "wallet: cannot wrap a %zu-byte key", nDek);
+  }
+  if( nOut<nBlob ){
+    return tdeErr(TDE_RANGE, "wallet: wrap buffer too small (%zu bytes needed)", nBlob);
+  }
+  pthread_mutex_lock(&w->mutex);
+  pKey = walletFind(w, zKeyId);
+  if( pKey==0 ){
+    rc = tdeErr(TDE_NOKEY, "wallet %s: no master key '%s'", w->zPath, zKeyId);
+  }else if( pKey->bRetired ){
+    rc = tdeErr(TDE_NOKEY, "wallet %s: master key '%s' is retired; wrap with the "
+                "current key", w->zPath, zKeyId);
+  }else{
+    rc = tdeRandom(aOut, WALLET_IV);
+    if( rc!=TDE_OK ) rc = tdeErr(rc, "wallet: random number generator failed");
+    if( rc==TDE_OK ){
+      rc = tdeGcmSeal(pKey->aKey, aOut, WALLET_IV, aAad, nAad, aDek, nDek,
+                      aOut+WALLET_IV, aOut+WALLET_IV+nDek);
+      if( rc!=TDE_OK ) rc = tdeErr(rc, "wallet: encryption failed");
+    }
+  }
+  pthread_mutex_unlock(&w->mutex);
+  if( rc!=TDE_OK ){
+    tdeWipe(aOut, nBlob);
+    return rc;
+  }
+  *pnOut = nBlob;
+  *pMech = TDE_MECH_AES256_GCM;
+  return TDE_OK;
+}
+
+static int walletUnwrap(TdeKeystore *p, const char *zKeyId, uint8_t mech,
+                        const uint8_t *aIn, size_t nIn,
+                        const uint8_t *aAad, size_t nAad,
+                        uint8_t *aDek, size_t nDek){
+  Wallet *w = (Wallet *)p;
+  const WalletKey *pKey;
+  int rc;
+
+  if( w==0 || zKeyId==0 || aIn==0 || aDek==0 || (nAad && aAad==0) ){
+    return tdeErr(TDE_MISUSE, "wallet: bad arguments to unwrap");
+  }
+  if( mech!=TDE_MECH_AES256_GCM ){
+    return tdeErr(TDE_UNSUPPORTED, "wallet: wrapping mechanism %u not supported",
+                  (unsigned)mech);
+  }
+  if( nDek==0 || nIn!=WALLET_IV + nDek + WALLET_TAG ){
+    return tdeErr(TDE_FORMAT, "wallet: wrapped key is %zu bytes, expected %zu",
+                  nIn, (size_t)WALLET_IV + nDek + WALLET_TAG);
+  }
+  pthread_mutex_lock(&w->mutex);
+  pKey = walletFind(w, zKeyId);
+  if( pKey==0 ){
+    rc = tdeErr(TDE_NOKEY, "wallet %s: no master key '%s'", w->zPath, zKeyId);
+  }else{
+    rc = tdeGcmOpen(pKey->aKey, aIn, WALLET_IV, aAad, nAad, aIn+WALLET_IV, nDek,
+                    aIn+WALLET_IV+nDek, aDek);
+    if( rc==TDE_AUTH ){
+      rc = tdeErr(TDE_AUTH, "wallet %s: wrapped key does not authenticate under "
+                  "master key '%s' (tampered, or bound to other data)", w->zPath, zKeyId);
+    }else if( rc!=TDE_OK ){
+      rc = tdeErr(rc, "wallet: decryption failed");
+    }
+  }
+  pthread_mutex_unlock(&w->mutex);
+  if( rc!=TDE_OK ) tdeWipe(aDek, nDek);
+  return rc;
+}
