@@ -1,0 +1,367 @@
+/*
+** One-shot cryptographic primitives of sqlite-tde (declared in cipher.h):
+** AES-256-GCM, AES key wrap (RFC 3394 and RFC 5649 padding), HKDF-SHA256,
+** HMAC-SHA256 and SHA-256, all through OpenSSL 3 EVP.
+**
+** Each call builds and frees its own OpenSSL context; OpenSSL cleanses key
+** schedules when a context is freed.  The page cipher (page.c) does not
+** use tdeGcmSeal/Open: it keeps keyed contexts for speed.
+**
+** This file must never hand back unauthenticated plaintext: a failed
+** open or unwrap wipes its output before returning.  It never logs key
+** bytes and never prints.
+*/
+#include "tde_int.h"
+#include "cipher/cipher.h"
+
+#include <limits.h>
+
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/params.h>
+
+#define AEAD_TAG_BYTES   16
+#define AEAD_HASH_BYTES  32
+/* Largest HKDF-SHA256 output (RFC 5869: 255 * HashLen). */
+#define AEAD_HKDF_MAX    (255 * AEAD_HASH_BYTES)
+/* Longest key-wrap input we accept: the EVP length is an int. */
+#define AEAD_WRAP_MAX    ((size_t)INT_MAX - 16)
+
+/*
+** Record an OpenSSL failure: the most recent queued error becomes the
+** detail of TDE_CRYPTO, and the thread's OpenSSL error queue is cleared so
+** stale entries cannot confuse a later caller.
+*/
+static int aeadSslErr(const char *zWhat){
+  char zDetail[256];
+  unsigned long e = ERR_peek_last_error();
+  if( e!=0 ){
+    ERR_error_string_n(e, zDetail, sizeof(zDetail));
+  }else{
+    memcpy(zDetail, "no detail", sizeof("no detail"));
+  }
+  ERR_clear_error();
+  return tdeErr(TDE_CRYPTO, "%s: %s", zWhat, zDetail);
+}
+
+/* Key ctx for AES-256-GCM with an nIv-byte IV, encrypting if enc. */
+static int aeadGcmInit(EVP_CIPHER_CTX *ctx, int enc, const uint8_t key[32],
+                       const uint8_t *iv, size_t nIv){
+  if( EVP_CipherInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL, enc)!=1 ){
+    return aeadSslErr("AES-256-GCM init");
+  }
+  if( nIv!=12
+   && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, (int)nIv, NULL)!=1 ){
+    ERR_clear_error();
+    return tdeErr(TDE_RANGE, "GCM IV length %zu not supported", nIv);
+  }
+  if( EVP_CipherInit_ex(ctx, NULL, NULL, key, iv, enc)!=1 ){
+    return aeadSslErr("AES-256-GCM key");
+  }
+  return TDE_OK;
+}
+
+static int aeadGcmCheck(const uint8_t *key, const uint8_t *iv, size_t nIv,
+                        const uint8_t *aad, size_t nAad, const uint8_t *pIn,
+                        size_t n, const uint8_t *pOut, const uint8_t *tag){
+  if( key==NULL || iv==NULL || tag==NULL || (nAad>0 && aad==NULL)
+   || (n>0 && (pIn==NULL || pOut==NULL)) ){
+    return tdeErr(TDE_MISUSE, "GCM: NULL argument");
+  }
+  if( nIv==0 || nIv>(size_t)INT_MAX ){
+    return tdeErr(TDE_RANGE, "GCM IV length %zu", nIv);
+  }
+  if( nAad>(size_t)INT_MAX || n>(size_t)INT_MAX ){
+    return tdeErr(TDE_RANGE, "GCM input too long");
+  }
+  return TDE_OK;
+}
+
+/*
+** AES-256-GCM encrypt n bytes of pt into ct (which may be pt) and write the
+** 16-byte tag.  nIv may be any length OpenSSL accepts (1..128 bytes in
+** OpenSSL 3.0; others are TDE_RANGE); lengths above INT_MAX are TDE_RANGE.  On failure the tag
+** is zeroed so it cannot be mistaken for a valid one.
+*/
+int tdeGcmSeal(const uint8_t key[32], const uint8_t *iv, size_t nIv,
+               const uint8_t *aad, size_t nAad,
+               const uint8_t *pt, size_t n, uint8_t *ct, uint8_t tag[16]){
+  EVP_CIPHER_CTX *ctx = NULL;
+  uint8_t aFinal[AEAD_TAG_BYTES];   /* GCM final emits nothing; scratch */
+  int nOut = 0;
+  int rc = aeadGcmCheck(key, iv, nIv, aad, nAad, pt, n, ct, tag);
+
+  if( rc ) goto seal_out;
+  ctx = EVP_CIPHER_CTX_new();
+  if( ctx==NULL ){ rc = tdeErr(TDE_NOMEM, "EVP_CIPHER_CTX_new"); goto seal_out; }
+  rc = aeadGcmInit(ctx, 1, key, iv, nIv);
+  if( rc ) goto seal_out;
+  if( nAad>0 && EVP_EncryptUpdate(ctx, NULL, &nOut, aad, (int)nAad)!=1 ){
+    rc = aeadSslErr("GCM aad");
+    goto seal_out;
+  }
+  if( n>0 && EVP_EncryptUpdate(ctx, ct, &nOut, pt, (int)n)!=1 ){
+    rc = aeadSslErr("GCM encrypt");
+    goto seal_out;
+  }
+  if( EVP_EncryptFinal_ex(ctx, aFinal, &nOut)!=1
+   || EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, AEAD_TAG_BYTES, tag)!=1 ){
+    rc = aeadSslErr("GCM final");
+    goto seal_out;
+  }
+
+seal_out:
+  if( rc && tag ) memset(tag, 0, AEAD_TAG_BYTES);   /* not secret */
+  EVP_CIPHER_CTX_free(ctx);
+  return rc;
+}
+
+/*
+** AES-256-GCM decrypt and verify.  pt may be ct.  TDE_AUTH if the tag does
+** not match; on that or any other failure the n bytes of pt are wiped.
+*/
+int tdeGcmOpen(const uint8_t key[32], const uint8_t *iv, size_t nIv,
+               const uint8_t *aad, size_t nAad,
+               const uint8_t *ct, size_t n, const uint8_t tag[16], uint8_t *pt){
+  EVP_CIPHER_CTX *ctx = NULL;
+  uint8_t aTag[AEAD_TAG_BYTES];
+  uint8_t aFinal[AEAD_TAG_BYTES];
+  int nOut = 0;
+  int rc = aeadGcmCheck(key, iv, nIv, aad, nAad, ct, n, pt, tag);
+
+  if( rc ) goto open_out;
+  memcpy(aTag, tag, AEAD_TAG_BYTES);   /* tag may live in the pt buffer */
+  ctx = EVP_CIPHER_CTX_new();
+  if( ctx==NULL ){ rc = tdeErr(TDE_NOMEM, "EVP_CIPHER_CTX_new"); goto open_out; }
+  rc = aeadGcmInit(ctx, 0, key, iv, nIv);
+  if( rc ) goto open_out;
+  if( EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, AEAD_TAG_BYTES, aTag)!=1 ){
+    rc = aeadSslErr("GCM set tag");
+    goto open_out;
+  }
+  if( nAad>0 && EVP_DecryptUpdate(ctx, NULL, &nOut, aad, (int)nAad)!=1 ){
+    rc = aeadSslErr("GCM aad");
+    goto open_out;
+  }
+  if( n>0 && EVP_DecryptUpdate(ctx, pt, &nOut, ct, (int)n)!=1 ){
+    rc = aeadSslErr("GCM decrypt");
+    goto open_out;
+  }
+  if( EVP_DecryptFinal_ex(ctx, aFinal, &nOut)<=0 ){
+    ERR_clear_error();
+    rc = tdeErr(TDE_AUTH, "GCM tag mismatch");
+    goto open_out;
+  }
+
+open_out:
+  if( rc && pt ) tdeWipe(pt, n);
+  EVP_CIPHER_CTX_free(ctx);
+  return rc;
+}
+
+/* Output length of a wrap of n bytes, or 0 if n is not a valid input. */
+static size_t aeadWrapLen(int bPad, size_t n){
+  if( n>AEAD_WRAP_MAX ) return 0;
+  if( bPad ) return n>=1 ? (n+7)/8*8 + 8 : 0;
+  return (n>=16 && n%8==0) ? n+8 : 0;
+}
+
+static EVP_CIPHER_CTX *aeadWrapCtx(const uint8_t kek[32], int bPad, int enc){
+  EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+  if( ctx==NULL ) return NULL;
+  /* EVP refuses wrap modes unless the caller opts in. */
+  EVP_CIPHER_CTX_set_flags(ctx, EVP_CIPHER_CTX_FLAG_WRAP_ALLOW);
+  if( EVP_CipherInit_ex(ctx, bPad ? EVP_aes_256_wrap_pad() : EVP_aes_256_wrap(),
+                        NULL, kek, NULL, enc)!=1 ){
+    EVP_CIPHER_CTX_free(ctx);
+    return NULL;
+  }
+  return ctx;
+}
+
+/*
+** Wrap n bytes of key data under a 256-bit KEK (id-aes256-wrap, or
+** id-aes256-wrap-pad if bPad).  TDE_RANGE if n is not valid for the mode
+** or nOut is smaller than the wrapped length.  *pnOut (if not NULL) gets
+** the length written, 0 on failure.
+*/
+int tdeAesKeyWrap(const uint8_t kek[32], int bPad, const uint8_t *in, size_t n,
+                  uint8_t *out, size_t nOut, size_t *pnOut){
+  EVP_CIPHER_CTX *ctx = NULL;
+  size_t nNeed = aeadWrapLen(bPad, n);
+  int nDone = 0, nFinal = 0;
+  int rc = TDE_OK;
+
+  if( pnOut ) *pnOut = 0;
+  if( nNeed==0 ){
+    rc = tdeErr(TDE_RANGE, "key wrap%s: bad input length %zu", bPad ? " pad" : "", n);
+    goto wrap_out;
+  }
+  if( nOut<nNeed ){
+    rc = tdeErr(TDE_RANGE, "key wrap: output needs %zu bytes, has %zu", nNeed, nOut);
+    goto wrap_out;
+  }
+  ctx = aeadWrapCtx(kek, bPad, 1);
+  if( ctx==NULL ){ rc = aeadSslErr("key wrap init"); goto wrap_out; }
+  if( EVP_EncryptUpdate(ctx, out, &nDone, in, (int)n)!=1
+   || EVP_EncryptFinal_ex(ctx, out+nDone, &nFinal)!=1 ){
+    rc = aeadSslErr("key wrap");
+    goto wrap_out;
+  }
+  if( (size_t)nDone + (size_t)nFinal!=nNeed ){
+    rc = tdeErr(TDE_CRYPTO, "key wrap: unexpected output length");
+    goto wrap_out;
+  }
+  if( pnOut ) *pnOut = nNeed;
+
+wrap_out:
+  EVP_CIPHER_CTX_free(ctx);
+  return rc;
+}
+
+/*
+** Unwrap n bytes under a 256-bit KEK.  nOut must be at least n-8 (OpenSSL
+** writes the candidate key before checking it).  TDE_AUTH if the integrity
+** check fails, with the n-8 output bytes wiped; TDE_RANGE for bad lengths.
+*/
+int tdeAesKeyUnwrap(const uint8_t kek[32], int bPad, const uint8_t *in, size_t n,
+                    uint8_t *out, size_t nOut, size_t *pnOut){
+  EVP_CIPHER_CTX *ctx = NULL;
+  size_t nMin = bPad ? 16 : 24;
+  int nDone = 0, nFinal = 0;
+  int rc = TDE_OK;
+
+  if( pnOut ) *pnOut = 0;
+  if( n<nMin || n%8!=0 || n>AEAD_WRAP_MAX+8 ){
+    return tdeErr(TDE_RANGE, "key unwrap%s: bad input length %zu", bPad ? " pad" : "", n);
+  }
+  if( nOut<n-8 ){
+    return tdeErr(TDE_RANGE, "key unwrap: output needs %zu bytes, has %zu", n-8, nOut);
+  }
+  ctx = aeadWrapCtx(kek, bPad, 0);
+  if( ctx==NULL ){ rc = aeadSslErr("key unwrap init"); goto unwrap_out; }
+  /* With lengths already checked, a failed update is the integrity check. */
+  if( EVP_DecryptUpdate(ctx, out, &nDone, in, (int)n)!=1 || nDone<0 ){
+    ERR_clear_error();
+    rc = tdeErr(TDE_AUTH, "key unwrap: integrity check failed (wrong key or damaged data)");
+    goto unwrap_out;
+  }
+  if( EVP_DecryptFinal_ex(ctx, out+nDone, &nFinal)!=1 ){
+    rc = aeadSslErr("key unwrap final");
+    goto unwrap_out;
+  }
+  if( pnOut ) *pnOut = (size_t)nDone + (size_t)nFinal;
+
+unwrap_out:
+  if( rc ) tdeWipe(out, n-8);
+  EVP_CIPHER_CTX_free(ctx);
+  return rc;
+}
+
+/*
+** HKDF-SHA256: nOut bytes (1..8160) from ikm, optional salt and info.
+** out is wiped on failure.
+*/
+int tdeHkdf(const uint8_t *ikm, size_t nIkm, const uint8_t *salt, size_t nSalt,
+            const uint8_t *info, size_t nInfo, uint8_t *out, size_t nOut){
+  EVP_KDF *pKdf = NULL;
+  EVP_KDF_CTX *pCtx = NULL;
+  OSSL_PARAM aParam[5];
+  OSSL_PARAM *pParam = aParam;
+  int rc = TDE_OK;
+
+  if( nOut==0 || nOut>AEAD_HKDF_MAX ){
+    return tdeErr(TDE_RANGE, "HKDF output length %zu", nOut);
+  }
+  pKdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+  if( pKdf==NULL ){ rc = aeadSslErr("HKDF fetch"); goto hkdf_out; }
+  pCtx = EVP_KDF_CTX_new(pKdf);
+  if( pCtx==NULL ){ rc = aeadSslErr("HKDF context"); goto hkdf_out; }
+
+  *pParam++ = OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST,
+                                               (char*)"SHA256", 0);
+  *pParam++ = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY,
+                                                (void*)ikm, nIkm);
+  if( nSalt>0 ){
+    *pParam++ = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT,
+                                                  (void*)salt, nSalt);
+  }
+  if( nInfo>0 ){
+    *pParam++ = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO,
+                                                  (void*)info, nInfo);
+  }
+  *pParam = OSSL_PARAM_construct_end();
+
+  if( EVP_KDF_derive(pCtx, out, nOut, aParam)!=1 ){
+    rc = aeadSslErr("HKDF derive");
+    goto hkdf_out;
+  }
+
+hkdf_out:
+  if( rc ) tdeWipe(out, nOut);
+  EVP_KDF_CTX_free(pCtx);       /* cleanses its copy of ikm */
+  EVP_KDF_free(pKdf);
+  return rc;
+}
+
+/*
+** HMAC-SHA256 of the concatenation of nPart buffers (a part may be NULL
+** only if its length is 0).  An empty key is allowed.  out is wiped on
+** failure.
+*/
+int tdeHmacSha256(const uint8_t *key, size_t nKey,
+                  const uint8_t *const *apPart, const size_t *anPart, int nPart,
+                  uint8_t out[32]){
+  static const uint8_t aNoKey[1] = {0};
+  EVP_MAC *pMac = NULL;
+  EVP_MAC_CTX *pCtx = NULL;
+  OSSL_PARAM aParam[2];
+  size_t nMac = 0;
+  int i;
+  int rc = TDE_OK;
+
+  if( nPart<0 || (nPart>0 && (apPart==NULL || anPart==NULL)) ){
+    return tdeErr(TDE_MISUSE, "tdeHmacSha256: bad part list");
+  }
+  pMac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+  if( pMac==NULL ){ rc = aeadSslErr("HMAC fetch"); goto hmac_out; }
+  pCtx = EVP_MAC_CTX_new(pMac);
+  if( pCtx==NULL ){ rc = aeadSslErr("HMAC context"); goto hmac_out; }
+  aParam[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
+                                               (char*)"SHA256", 0);
+  aParam[1] = OSSL_PARAM_construct_end();
+  /* OpenSSL wants a non-NULL key pointer even for a zero-length key. */
+  if( EVP_MAC_init(pCtx, nKey>0 ? key : aNoKey, nKey, aParam)!=1 ){
+    rc = aeadSslErr("HMAC init");
+    goto hmac_out;
+  }
+  for(i=0; i<nPart; i++){
+    if( anPart[i]>0 && EVP_MAC_update(pCtx, apPart[i], anPart[i])!=1 ){
+      rc = aeadSslErr("HMAC update");
+      goto hmac_out;
+    }
+  }
+  if( EVP_MAC_final(pCtx, out, &nMac, AEAD_HASH_BYTES)!=1 || nMac!=AEAD_HASH_BYTES ){
+    rc = aeadSslErr("HMAC final");
+    goto hmac_out;
+  }
+
+hmac_out:
+  if( rc ) tdeWipe(out, AEAD_HASH_BYTES);
+  EVP_MAC_CTX_free(pCtx);       /* cleanses the keyed state */
+  EVP_MAC_free(pMac);
+  return rc;
+}
+
+/* SHA-256 of n bytes at p (p may be NULL if n is 0). */
+int tdeSha256(const uint8_t *p, size_t n, uint8_t out[32]){
+  static const uint8_t aEmpty[1] = {0};
+  unsigned int nMd = 0;
+  if( EVP_Digest(n>0 ? p : aEmpty, n, out, &nMd, EVP_sha256(), NULL)!=1
+   || nMd!=AEAD_HASH_BYTES ){
+    return aeadSslErr("SHA-256");
+  }
+  return TDE_OK;
+}

@@ -1,0 +1,110 @@
+/*
+** Public keystore API (include/sqlite-tde.h): open, close, create, status
+** and list, over the provider interface and the process-wide registry.
+** Passwords passed in are never copied except by the provider into secure
+** memory; nothing here logs or returns key bytes.
+*/
+#include "tde_int.h"
+#include "config.h"
+#include "keystore/keystore.h"
+#include "cipher/cipher.h"
+
+#include <limits.h>
+#include <stdio.h>
+
+int tde_keystore_open(const char *zConfig, const char *zPassword){
+  char zPath[PATH_MAX];
+  TdeKeystore *pKs;
+  int rc = tdeConfigLocate(zConfig, zPath, sizeof(zPath));
+  if( rc ) return rc;
+  return tdeRegistryAcquire(zPath, zPassword, &pKs, NULL);
+}
+
+int tde_keystore_close(const char *zConfig){
+  char zPath[PATH_MAX];
+  int rc = tdeConfigLocate(zConfig, zPath, sizeof(zPath));
+  if( rc ) return rc;
+  return tdeRegistryClose(zPath);
+}
+
+int tde_keystore_create(const char *zConfig, const char *zPassword, char *zKeyIdOut, size_t nKeyIdOut){
+  char zPath[PATH_MAX];
+  char zKeyId[TDE_KEYID_MAX+1];
+  TdeConfig *pCfg = 0;
+  const tde_keystore_methods *pM;
+  char *zPw = 0;
+  size_t nPw = 0;
+  int rc = tdeConfigLocate(zConfig, zPath, sizeof(zPath));
+  if( rc ) return rc;
+  rc = tdeConfigLoad(zPath, &pCfg);
+  if( rc ) return rc;
+  pM = tdeKeystoreByName(tdeConfigGet(pCfg, "keystore"));
+  if( !pM ){ rc = tdeErr(TDE_CONFIG, "%s: unknown keystore type", zPath); goto done; }
+  if( !zPassword ){
+    rc = tdeConfigPassword(pCfg, &zPw, &nPw);
+    if( rc==TDE_NOTFOUND ) rc = TDE_OK;
+    if( rc ) goto done;
+    zPassword = zPw;
+  }
+  rc = pM->xCreate(pCfg, zPassword, zKeyId, sizeof(zKeyId));
+  if( rc==TDE_OK && zKeyIdOut && nKeyIdOut ) snprintf(zKeyIdOut, nKeyIdOut, "%s", zKeyId);
+done:
+  if( zPw ) tdeSecureFree(zPw, nPw+1);
+  tdeConfigFree(pCfg);
+  return rc;
+}
+
+typedef struct CountCtx { int n; } CountCtx;
+static int countKey(void *pArg, const TdeKeyInfo *pInfo){
+  TDE_UNUSED(pInfo);
+  ((CountCtx*)pArg)->n++;
+  return 0;
+}
+
+int tde_keystore_status(const char *zConfig, tde_keystore_info *pInfo){
+  char zPath[PATH_MAX];
+  TdeKeystore *pKs;
+  const TdeConfig *pCfg = 0;
+  CountCtx cnt = {0};
+  int rc;
+  memset(pInfo, 0, sizeof(*pInfo));
+  rc = tdeConfigLocate(zConfig, zPath, sizeof(zPath));
+  if( rc ) return rc;
+  rc = tdeRegistryAcquire(zPath, NULL, &pKs, &pCfg);
+  if( rc ){
+    TdeConfig *pTmp = 0;
+    if( tdeConfigLoad(zPath, &pTmp)==TDE_OK ){
+      snprintf(pInfo->zType, sizeof(pInfo->zType), "%s", tdeConfigGet(pTmp, "keystore"));
+      tdeConfigFree(pTmp);
+    }
+    snprintf(pInfo->zStatus, sizeof(pInfo->zStatus), "%s",
+             rc==TDE_BADPASSWORD ? "CLOSED" : "NOT_AVAILABLE");
+    return rc==TDE_BADPASSWORD || rc==TDE_NOKEYSTORE ? TDE_OK : rc;
+  }
+  snprintf(pInfo->zType, sizeof(pInfo->zType), "%s", pKs->pMethods->zName);
+  pKs->pMethods->xDescribe(pKs, pInfo->zLocation, sizeof(pInfo->zLocation), &pInfo->bAutoLogin);
+  pKs->pMethods->xList(pKs, countKey, &cnt);
+  pInfo->nKeys = cnt.n;
+  rc = pKs->pMethods->xCurrentKey(pKs, pInfo->zCurrentKey, sizeof(pInfo->zCurrentKey));
+  snprintf(pInfo->zStatus, sizeof(pInfo->zStatus), "%s", rc==TDE_OK ? "OPEN" : "OPEN_NO_MASTER_KEY");
+  return TDE_OK;
+}
+
+typedef struct ListCtx { tde_key_cb xCb; void *pArg; } ListCtx;
+static int listKey(void *pArg, const TdeKeyInfo *pInfo){
+  ListCtx *c = pArg;
+  return c->xCb(c->pArg, pInfo->zId, pInfo->created, pInfo->bRetired ? "RETIRED" : "ACTIVE");
+}
+
+int tde_keystore_list(const char *zConfig, tde_key_cb xCb, void *pArg){
+  char zPath[PATH_MAX];
+  TdeKeystore *pKs;
+  ListCtx c;
+  int rc = tdeConfigLocate(zConfig, zPath, sizeof(zPath));
+  if( rc ) return rc;
+  rc = tdeRegistryAcquire(zPath, NULL, &pKs, NULL);
+  if( rc ) return rc;
+  c.xCb = xCb;
+  c.pArg = pArg;
+  return pKs->pMethods->xList(pKs, listKey, &c);
+}

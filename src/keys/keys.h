@@ -1,0 +1,95 @@
+/*
+** The database header and its keyring (docs/FORMAT.md, "Header").
+**
+** The first TDE_HEADER_BYTES of every encrypted main database file hold two
+** header slots of TDE_SLOT_SIZE bytes.  Each slot is a complete header with
+** a sequence number; writers overwrite the slot NOT holding the newest
+** valid header, sync, and only then is the new one in force -- so a crash at
+** any instant leaves at least one valid slot (the LMDB meta-page pattern).
+**
+** A header names the database (random 16-byte id), the cipher, the data
+** key version new pages use, and a keyring: entries (key version, keystore
+** type, mechanism, master key id, wrapped data key).  Several entries may
+** wrap the same version under different master keys: rotation and moving
+** to another keystore only rewrite the header.
+**
+** This module parses and builds slots and unwraps data keys through a
+** keystore; it never reads or writes a file and never sees a page.
+*/
+#ifndef TDE_KEYS_H
+#define TDE_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keystore/keystore.h"
+
+#define TDE_SLOT_SIZE     4096
+#define TDE_MAX_ENTRIES   16
+#define TDE_CIPHER_AES256GCM_V1 1
+#define TDE_FORMAT_VERSION 1
+#define TDE_HDR_MAGIC     "SQLT-TDE"          /* 8 bytes, no NUL stored */
+#define TDE_DBID_BYTES    16
+
+typedef struct TdeWrapEntry {
+  uint32_t version;                 /* data key version */
+  uint8_t ksType;                   /* TDE_KS_* */
+  uint8_t mech;                     /* TDE_MECH_* */
+  uint16_t nBlob;
+  char zKeyId[TDE_KEYID_MAX + 1];   /* master key id */
+  uint8_t aBlob[TDE_WRAP_MAX];
+} TdeWrapEntry;
+
+typedef struct TdeHeader {
+  uint64_t seq;                     /* newer slot has the larger number */
+  uint8_t dbid[TDE_DBID_BYTES];
+  uint16_t cipher;                  /* TDE_CIPHER_AES256GCM_V1 */
+  uint16_t reserve;                 /* TDE_RESERVE_BYTES */
+  uint32_t curVersion;              /* data key version for new writes */
+  uint32_t flags;                   /* 0 */
+  int nEntry;
+  TdeWrapEntry aEntry[TDE_MAX_ENTRIES];
+} TdeHeader;
+
+/* Serialise into one slot, MAC keyed with macKey (tdeHeaderMacKey of the
+** current data key).  TDE_RANGE if the entries do not fit. */
+int tdeHeaderEncode(const TdeHeader *p, const uint8_t macKey[32], uint8_t *aSlot);
+
+/* Parse one slot: magic, version, checksum, structure.  Does not check the
+** MAC (that needs the data key).  TDE_FORMAT if invalid. */
+int tdeHeaderDecode(const uint8_t *aSlot, TdeHeader *p);
+
+/* Check a slot's MAC: TDE_OK or TDE_AUTH. */
+int tdeHeaderCheckMac(const uint8_t *aSlot, const uint8_t macKey[32]);
+
+/* Pick the newest valid slot of a header region of nRegion bytes (short
+** regions count missing slots as invalid).  *piSlot gets 0 or 1.
+** TDE_PLAINTEXT if the region is a plaintext SQLite database,
+** TDE_FORMAT if no slot is valid. */
+int tdeHeaderPick(const uint8_t *aRegion, size_t nRegion, TdeHeader *p, int *piSlot);
+
+/* Key that MACs the header: HKDF(dek, info="sqlite-tde v1 header mac"||dbid). */
+int tdeHeaderMacKey(const uint8_t dek[32], const uint8_t dbid[16], uint8_t out[32]);
+
+/* Associated data binding a wrapped data key to its database and version. */
+#define TDE_WRAP_AAD_BYTES (17 + TDE_DBID_BYTES + 4)
+void tdeWrapAad(const uint8_t dbid[16], uint32_t version, uint8_t out[TDE_WRAP_AAD_BYTES]);
+
+/* New database: random id and data key (version 1) wrapped under the
+** keystore's current master key.  aDek (32 bytes, secure memory) receives
+** the data key. */
+int tdeKeyringCreate(TdeKeystore *ks, TdeHeader *p, uint8_t *aDek);
+
+/* Unwrap data key `version` with any wrapping the keystore can use.
+** TDE_NOKEY with a message naming the master keys if none is held. */
+int tdeKeyringUnlock(TdeKeystore *ks, const TdeHeader *p, uint32_t version, uint8_t *aDek);
+
+/* Add a wrapping of data key `version` (aDek) under master key zKeyId of
+** keystore ks.  Replaces an existing entry for the same version and key. */
+int tdeKeyringAddWrap(TdeKeystore *ks, TdeHeader *p, uint32_t version,
+                      const uint8_t *aDek, const char *zKeyId);
+
+/* Hex of the database id into z (33 bytes). */
+void tdeDbidHex(const uint8_t dbid[16], char *z);
+
+#endif /* TDE_KEYS_H */

@@ -1,0 +1,147 @@
+/*
+** Registration of the tde VFS, the loadable-extension entry point, the
+** per-connection set-up (reserved bytes for new databases, status table),
+** and tde_verify().
+**
+** New databases need TDE_RESERVE_BYTES reserved at the end of every page
+** before SQLite writes page 1.  An auto-extension does it for the main
+** database of every connection opened through tde (SQLITE_FCNTL_RESERVE_BYTES
+** only applies while the database is empty, so it is harmless on existing
+** ones).  Databases ATTACHed later get it from SELECT tde_reserve('schema');
+** without it, the first write fails with a message saying so -- nothing is
+** ever written in plaintext.
+*/
+#include "vfs/vfs_int.h"
+
+#include <stdlib.h>
+
+SQLITE_EXTENSION_INIT1
+
+static int tdeRegistered;
+
+/* Runs for every new connection (auto-extension). */
+static int tdeConnInit(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi){
+  sqlite3_file *pFile = 0;
+  TDE_UNUSED(pzErrMsg); TDE_UNUSED(pApi);
+  if( sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &pFile)==SQLITE_OK
+   && pFile && pFile->pMethods==&tdeIoMethods ){
+    int n = TDE_RESERVE_BYTES;
+    sqlite3_file_control(db, "main", SQLITE_FCNTL_RESERVE_BYTES, &n);
+  }
+  return tdeStatusRegister(db);
+}
+
+int tde_register(int makeDefault){
+  sqlite3_mutex *pMutex;
+  int rc = SQLITE_OK;
+#ifdef SQLITE_CORE
+  rc = sqlite3_initialize();
+  if( rc ) return TDE_ERROR;
+#endif
+  pMutex = sqlite3_mutex_alloc(SQLITE_MUTEX_STATIC_VFS1);
+  sqlite3_mutex_enter(pMutex);
+  if( !tdeRegistered ){
+    sqlite3_vfs *pOrig = sqlite3_vfs_find(0);
+    if( !pOrig || pOrig==&tdeVfs ){
+      rc = SQLITE_ERROR;
+    }else{
+      tdeVfs.pAppData = pOrig;
+      tdeVfs.iVersion = pOrig->iVersion < 3 ? pOrig->iVersion : 3;
+      tdeVfs.szOsFile = pOrig->szOsFile + (int)sizeof(TdeFile);
+      tdeVfs.mxPathname = pOrig->mxPathname;
+      rc = sqlite3_vfs_register(&tdeVfs, makeDefault);
+      if( rc==SQLITE_OK ) rc = sqlite3_auto_extension((void(*)(void))tdeConnInit);
+      if( rc==SQLITE_OK ) tdeRegistered = 1;
+    }
+  }else if( makeDefault ){
+    rc = sqlite3_vfs_register(&tdeVfs, 1);
+  }
+  sqlite3_mutex_leave(pMutex);
+  if( rc ) return tdeErr(TDE_ERROR, "cannot register the tde VFS (SQLite error %d)", rc);
+  return TDE_OK;
+}
+
+TDE_API int sqlite3_tde_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi){
+  const char *zDefault = getenv("SQLITE_TDE_DEFAULT_VFS");
+  int rc;
+  SQLITE_EXTENSION_INIT2(pApi);
+  rc = tde_register(zDefault && zDefault[0]=='1');
+  if( rc ){
+    if( pzErrMsg ) *pzErrMsg = sqlite3_mprintf("%s", tde_last_error());
+    return SQLITE_ERROR;
+  }
+  rc = tdeStatusRegister(db);
+  if( rc ) return rc;
+  return SQLITE_OK_LOAD_PERMANENTLY;
+}
+
+int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pBadPage,
+               tde_progress_fn xProgress, void *pArg){
+  sqlite3_file *pFile = 0;
+  TdeFile *p;
+  sqlite3_int64 nPage = 0, i, nFrames = 0, iBad = 0;
+  uint8_t *aPage = 0;
+  int rc, trc = TDE_OK;
+  char *zSql;
+
+  if( pnChecked ) *pnChecked = 0;
+  if( pBadPage ) *pBadPage = 0;
+  if( !zSchema ) zSchema = "main";
+  if( sqlite3_file_control(db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile)!=SQLITE_OK || !pFile ){
+    return tdeErr(TDE_NOTFOUND, "no database '%s'", zSchema);
+  }
+  if( pFile->pMethods!=&tdeIoMethods || ((TdeFile*)pFile)->eKind!=TDE_KIND_MAIN ){
+    return tdeErr(TDE_PLAINTEXT, "database '%s' is not opened through the tde VFS", zSchema);
+  }
+  p = (TdeFile*)pFile;
+  /* Hold a read transaction so no writer changes pages under us. */
+  zSql = sqlite3_mprintf("BEGIN; SELECT count(*) FROM \"%w\".sqlite_schema;", zSchema);
+  if( !zSql ) return TDE_NOMEM;
+  rc = sqlite3_exec(db, zSql, 0, 0, 0);
+  sqlite3_free(zSql);
+  if( rc ){
+    sqlite3_exec(db, "ROLLBACK", 0, 0, 0);
+    return tdeErr(rc==SQLITE_IOERR_AUTH ? TDE_AUTH : TDE_ERROR,
+                  "cannot read database '%s': %s", zSchema, sqlite3_errmsg(db));
+  }
+  if( !p->pKeys || !p->pgsz ){
+    sqlite3_exec(db, "COMMIT", 0, 0, 0);
+    return TDE_OK;   /* empty database */
+  }
+  tdeMainPageCount(p, &nPage);
+  aPage = sqlite3_malloc((int)p->pgsz);
+  if( !aPage ){ trc = TDE_NOMEM; goto done; }
+  for(i=1; i<=nPage; i++){
+    rc = pFile->pMethods->xRead(pFile, aPage, (int)p->pgsz, (i-1)*p->pgsz);
+    if( rc==SQLITE_IOERR_AUTH ){
+      if( pBadPage ) *pBadPage = i;
+      trc = tdeErr(TDE_AUTH, "page %lld failed authentication", (long long)i);
+      goto done;
+    }
+    if( rc ){ trc = tdeErr(TDE_IO, "reading page %lld failed (SQLite error %d)", (long long)i, rc); goto done; }
+    if( pnChecked ) (*pnChecked)++;
+    if( xProgress && (i%256==0 || i==nPage) && xProgress(pArg, i, nPage) ){
+      trc = tdeErr(TDE_ERROR, "verify interrupted");
+      goto done;
+    }
+  }
+  {
+    sqlite3_file *pJrnl = 0;
+    if( sqlite3_file_control(db, zSchema, SQLITE_FCNTL_JOURNAL_POINTER, &pJrnl)==SQLITE_OK
+     && pJrnl && pJrnl->pMethods==&tdeIoMethods && ((TdeFile*)pJrnl)->eKind==TDE_KIND_WAL ){
+      rc = tdeWalVerify((TdeFile*)pJrnl, &nFrames, &iBad);
+      if( pnChecked ) *pnChecked += nFrames;
+      if( rc==SQLITE_IOERR_AUTH ){
+        trc = tdeErr(TDE_AUTH, "WAL %s %lld failed authentication",
+                     iBad<0 ? "header" : "frame", (long long)(iBad<0 ? 0 : iBad));
+        if( pBadPage ) *pBadPage = -(iBad<0 ? 0 : iBad) - 1;
+      }else if( rc ){
+        trc = tdeErr(TDE_IO, "reading the WAL failed (SQLite error %d)", rc);
+      }
+    }
+  }
+done:
+  if( aPage ){ tdeWipe(aPage, p->pgsz); sqlite3_free(aPage); }
+  sqlite3_exec(db, "COMMIT", 0, 0, 0);
+  return trc;
+}

@@ -1,0 +1,230 @@
+/*
+** Block files: rollback journals (keyed by the database's data key, since
+** another process may have to play a hot journal back) and every temporary
+** file -- temp databases, statement journals, sorter and transient index
+** files, VACUUM's scratch database -- keyed by a random key that exists
+** only in this handle's memory.
+**
+** SQLite writes these files at arbitrary offsets and lengths (journal
+** records are 4+page+4 bytes; sorter runs are unaligned), so they are
+** stored as a sequence of fixed TDE_BLOCK_SIZE plaintext blocks, each
+** sealed with its own 48-byte trailer (docs/FORMAT.md "Block files"):
+**
+**   block i at file offset i*TDE_BLOCK_STORED: ciphertext (len) || trailer
+**
+** Every block but the last holds TDE_BLOCK_SIZE bytes; the last holds
+** len = (file size - i*TDE_BLOCK_STORED - 48) bytes, so the logical size
+** follows from the physical one.  Writes that cover part of a block read,
+** decrypt, merge and re-seal it.  Journal segments begin on sector
+** (4096-byte) boundaries, so a block holding synced journal records is
+** never rewritten by later appends.
+**
+** Must never: return a block that failed authentication; write plaintext.
+*/
+#include "vfs/vfs_int.h"
+
+static void blockAad(TdeFile *p, sqlite3_int64 iBlock, uint8_t *aad){
+  aad[0] = 'B';
+  aad[1] = (uint8_t)p->eKind;
+  memcpy(aad+2, p->dbid, TDE_DBID_BYTES);
+  tdePut64(aad+2+TDE_DBID_BYTES, (uint64_t)iBlock);
+}
+#define BLOCK_AAD_BYTES (2 + TDE_DBID_BYTES + 8)
+
+static sqlite3_int64 blockLogicalSize(sqlite3_int64 phys){
+  sqlite3_int64 nFull = phys / TDE_BLOCK_STORED;
+  sqlite3_int64 rem = phys % TDE_BLOCK_STORED;
+  return nFull*TDE_BLOCK_SIZE + (rem>TDE_TRAILER_SIZE ? rem - TDE_TRAILER_SIZE : 0);
+}
+
+static int blockPhysSize(TdeFile *p, sqlite3_int64 *pPhys){
+  return p->pReal->pMethods->xFileSize(p->pReal, pPhys);
+}
+
+/*
+** Load block iBlock's plaintext into aOut (TDE_BLOCK_SIZE bytes, zero
+** beyond its length).  *pnLen gets its length (0 if absent).  A block of
+** all zero bytes in a temp file is a hole SQLite skipped over.
+*/
+static int blockLoad(TdeFile *p, sqlite3_int64 iBlock, sqlite3_int64 phys,
+                     uint8_t *aOut, uint32_t *pnLen){
+  sqlite3_int64 start = iBlock * TDE_BLOCK_STORED;
+  uint8_t *aStored = p->aBuf + TDE_BLOCK_STORED;   /* second half of scratch */
+  uint8_t aad[BLOCK_AAD_BYTES];
+  sqlite3_int64 avail = phys - start;
+  uint32_t nStored, nLen;
+  int bShort, rc;
+
+  memset(aOut, 0, TDE_BLOCK_SIZE);
+  *pnLen = 0;
+  if( avail<=TDE_TRAILER_SIZE ) return SQLITE_OK;
+  nStored = avail>TDE_BLOCK_STORED ? TDE_BLOCK_STORED : (uint32_t)avail;
+  nLen = nStored - TDE_TRAILER_SIZE;
+  rc = tdeRealRead(p, aStored, (int)nStored, start, &bShort);
+  if( rc ) return rc;
+  if( bShort ) return SQLITE_IOERR_SHORT_READ;
+  if( p->eKind==TDE_KIND_TEMP ){
+    uint32_t i;
+    for(i=0; i<nStored && aStored[i]==0; i++){}
+    if( i==nStored ){ *pnLen = nLen; return SQLITE_OK; }
+  }
+  blockAad(p, iBlock, aad);
+  rc = tdePageOpen(p->pCipher, aad, sizeof(aad), aStored, nLen, aStored+nLen, aOut);
+  if( rc ){
+    memset(aOut, 0, TDE_BLOCK_SIZE);
+    p->nAuthFail++;
+    tdeLog(TDE_LOG_ERROR, "%s: %s block %lld failed authentication",
+           p->zName ? p->zName : "(temp file)",
+           p->eKind==TDE_KIND_JOURNAL ? "journal" : "temp file", (long long)iBlock);
+    return SQLITE_IOERR_AUTH;
+  }
+  *pnLen = nLen;
+  return SQLITE_OK;
+}
+
+/* Seal nLen bytes of aPlain as block iBlock and write it. */
+static int blockStore(TdeFile *p, sqlite3_int64 iBlock, const uint8_t *aPlain, uint32_t nLen){
+  uint8_t *aStored = p->aBuf + TDE_BLOCK_STORED;
+  uint8_t aad[BLOCK_AAD_BYTES];
+  int rc;
+  blockAad(p, iBlock, aad);
+  rc = tdePageSeal(p->pCipher, aad, sizeof(aad), aPlain, nLen, aStored, aStored+nLen);
+  if( rc ) return SQLITE_IOERR_WRITE;
+  return p->pReal->pMethods->xWrite(p->pReal, aStored, (int)(nLen + TDE_TRAILER_SIZE),
+                                    iBlock * TDE_BLOCK_STORED);
+}
+
+int tdeBlockFileSize(TdeFile *p, sqlite3_int64 *pSize){
+  sqlite3_int64 phys = 0;
+  int rc = blockPhysSize(p, &phys);
+  if( rc ) return rc;
+  *pSize = blockLogicalSize(phys);
+  return SQLITE_OK;
+}
+
+int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
+  uint8_t *z = zBuf;
+  uint8_t *aPlain;
+  sqlite3_int64 phys = 0, size;
+  int nDone = 0;
+  int rc = tdeScratch(p);
+  if( rc ) return rc;
+  aPlain = p->aBuf;
+  rc = blockPhysSize(p, &phys);
+  if( rc ) return rc;
+  size = blockLogicalSize(phys);
+  while( nDone<iAmt ){
+    sqlite3_int64 off = iOfst + nDone;
+    sqlite3_int64 iBlock = off / TDE_BLOCK_SIZE;
+    uint32_t iIn = (uint32_t)(off % TDE_BLOCK_SIZE);
+    uint32_t n = TDE_BLOCK_SIZE - iIn, nLen;
+    if( n > (uint32_t)(iAmt-nDone) ) n = (uint32_t)(iAmt-nDone);
+    if( off>=size ) break;
+    rc = blockLoad(p, iBlock, phys, aPlain, &nLen);
+    if( rc ){ memset(z, 0, (size_t)iAmt); return rc==SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_READ : rc; }
+    memcpy(z+nDone, aPlain+iIn, n);
+    nDone += (int)n;
+  }
+  tdeWipe(aPlain, TDE_BLOCK_SIZE);
+  if( nDone<iAmt ){
+    /* Past the end: zero-fill, as the unix VFS does. */
+    if( iOfst + nDone < size ) nDone = (int)(size - iOfst);
+    memset(z+nDone, 0, (size_t)(iAmt-nDone));
+    return SQLITE_IOERR_SHORT_READ;
+  }
+  return SQLITE_OK;
+}
+
+int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
+  const uint8_t *z = zBuf;
+  uint8_t *aPlain;
+  sqlite3_int64 phys = 0, size, iLast;
+  uint32_t nLastLen;
+  int nDone = 0;
+  int rc = tdeScratch(p);
+  if( rc ) return rc;
+  aPlain = p->aBuf;
+  rc = blockPhysSize(p, &phys);
+  if( rc ) return rc;
+  size = blockLogicalSize(phys);
+  iLast = size ? (size-1) / TDE_BLOCK_SIZE : -1;
+  nLastLen = size ? (uint32_t)(size - iLast*TDE_BLOCK_SIZE) : 0;
+
+  /* Writing past a partial last block: pad that block to full size first,
+  ** since only the last block may be short. */
+  if( iLast>=0 && nLastLen<TDE_BLOCK_SIZE && iOfst/TDE_BLOCK_SIZE > iLast ){
+    uint32_t nLen;
+    rc = blockLoad(p, iLast, phys, aPlain, &nLen);
+    if( rc==SQLITE_OK ) rc = blockStore(p, iLast, aPlain, TDE_BLOCK_SIZE);
+    if( rc ) goto done;
+    nLastLen = TDE_BLOCK_SIZE;
+    phys = (iLast+1) * TDE_BLOCK_STORED;
+  }
+
+  while( nDone<iAmt ){
+    sqlite3_int64 off = iOfst + nDone;
+    sqlite3_int64 iBlock = off / TDE_BLOCK_SIZE;
+    uint32_t iIn = (uint32_t)(off % TDE_BLOCK_SIZE);
+    uint32_t n = TDE_BLOCK_SIZE - iIn;
+    uint32_t nExist, nNew;
+    if( n > (uint32_t)(iAmt-nDone) ) n = (uint32_t)(iAmt-nDone);
+    nExist = iBlock<iLast ? TDE_BLOCK_SIZE : iBlock==iLast ? nLastLen : 0;
+    nNew = iIn + n > nExist ? iIn + n : nExist;
+    if( iIn==0 && n>=nExist ){
+      memcpy(aPlain, z+nDone, n);
+    }else{
+      uint32_t nLen;
+      rc = blockLoad(p, iBlock, phys, aPlain, &nLen);
+      if( rc ) goto done;
+      memcpy(aPlain+iIn, z+nDone, n);
+    }
+    rc = blockStore(p, iBlock, aPlain, nNew);
+    if( rc ) goto done;
+    if( iBlock>=iLast ){
+      /* Blocks between the old last block and this one are holes. */
+      if( iBlock>iLast+1 ) nLastLen = TDE_BLOCK_SIZE;
+      iLast = iBlock;
+      nLastLen = nNew;
+      phys = iBlock*TDE_BLOCK_STORED + nNew + TDE_TRAILER_SIZE;
+    }
+    nDone += (int)n;
+  }
+
+done:
+  tdeWipe(aPlain, TDE_BLOCK_SIZE);
+  return rc;
+}
+
+int tdeBlockTruncate(TdeFile *p, sqlite3_int64 size){
+  sqlite3_int64 phys = 0, cur, iBlock;
+  uint32_t nLen, nKeep;
+  int rc = tdeScratch(p);
+  if( rc ) return rc;
+  rc = blockPhysSize(p, &phys);
+  if( rc ) return rc;
+  cur = blockLogicalSize(phys);
+  if( size>=cur ){
+    if( size==cur ) return SQLITE_OK;
+    /* Growing: write zeros (rare; SQLite grows these files by writing). */
+    {
+      static const uint8_t aZero[TDE_BLOCK_SIZE];
+      while( cur<size ){
+        int n = (int)(size-cur > TDE_BLOCK_SIZE ? TDE_BLOCK_SIZE : size-cur);
+        rc = tdeBlockWrite(p, aZero, n, cur);
+        if( rc ) return rc;
+        cur += n;
+      }
+      return SQLITE_OK;
+    }
+  }
+  if( size==0 ) return p->pReal->pMethods->xTruncate(p->pReal, 0);
+  iBlock = (size-1) / TDE_BLOCK_SIZE;
+  nKeep = (uint32_t)(size - iBlock*TDE_BLOCK_SIZE);
+  if( nKeep<TDE_BLOCK_SIZE ){
+    rc = blockLoad(p, iBlock, phys, p->aBuf, &nLen);
+    if( rc==SQLITE_OK ) rc = blockStore(p, iBlock, p->aBuf, nKeep);
+    tdeWipe(p->aBuf, TDE_BLOCK_SIZE);
+    if( rc ) return rc;
+  }
+  return p->pReal->pMethods->xTruncate(p->pReal, iBlock*TDE_BLOCK_STORED + nKeep + TDE_TRAILER_SIZE);
+}

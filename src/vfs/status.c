@@ -1,0 +1,261 @@
+/*
+** Visibility: PRAGMA tde_status (one text row for one schema) and the
+** eponymous virtual table tde_status (one row per attached database of the
+** connection), in the spirit of Oracle's V$ENCRYPTION_WALLET; plus the SQL
+** functions tde_version() and tde_reserve(schema).
+**
+** Reports key ids, versions and states only -- never key bytes.
+*/
+#include "vfs/vfs_int.h"
+#include "keystore/keystore.h"
+
+#include <stdio.h>
+
+/* Everything status reports about one schema's main file. */
+typedef struct TdeStatusRow {
+  int bEncrypted;
+  const char *zCipher;
+  char zKeystore[16];
+  char zKsStatus[32];
+  char zMasterKey[TDE_KEYID_MAX + 1];
+  sqlite3_int64 keyVersion;
+  sqlite3_int64 pgsz;
+  sqlite3_int64 nPages;
+  char zDbid[33];
+  int iSlot;
+  sqlite3_int64 seq;
+  char zConfig[PATH_MAX];
+  sqlite3_int64 nAuthFail;
+} TdeStatusRow;
+
+static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
+  memset(r, 0, sizeof(*r));
+  r->zCipher = "none";
+  if( !p || p->base.pMethods!=&tdeIoMethods || p->eKind!=TDE_KIND_MAIN ){
+    snprintf(r->zKsStatus, sizeof(r->zKsStatus), "NOT_APPLICABLE");
+    r->iSlot = -1;
+    return;
+  }
+  r->bEncrypted = 1;
+  r->zCipher = "aes-256-gcm";
+  r->nAuthFail = p->nAuthFail;
+  if( !p->pKeys ){
+    /* Empty database whose header is not written yet. */
+    snprintf(r->zKsStatus, sizeof(r->zKsStatus), "OPEN");
+    snprintf(r->zKeystore, sizeof(r->zKeystore), "pending");
+    r->iSlot = -1;
+    return;
+  }
+  {
+    TdeDbKeys *k = p->pKeys;
+    snprintf(r->zKeystore, sizeof(r->zKeystore), "%s", k->pKs->pMethods->zName);
+    snprintf(r->zKsStatus, sizeof(r->zKsStatus), "%s",
+             k->zMasterKey[0] ? "OPEN" : "OPEN_NO_MASTER_KEY");
+    memcpy(r->zMasterKey, k->zMasterKey, sizeof(r->zMasterKey));
+    r->keyVersion = k->hdr.curVersion;
+    tdeDbidHex(k->hdr.dbid, r->zDbid);
+    r->iSlot = k->iSlot;
+    r->seq = (sqlite3_int64)k->hdr.seq;
+    snprintf(r->zConfig, sizeof(r->zConfig), "%s", k->zConfig);
+  }
+  r->pgsz = p->pgsz;
+  tdeMainPageCount(p, &r->nPages);
+}
+
+char *tdeStatusPragma(TdeFile *p){
+  TdeStatusRow *r = sqlite3_malloc(sizeof(*r));
+  char *z;
+  if( !r ) return 0;
+  tdeStatusFill(p, r);
+  z = sqlite3_mprintf("encrypted=%d cipher=%s keystore=%s keystore_status=%s master_key=%s "
+                      "data_key_version=%lld page_size=%lld database_id=%s header_slot=%d "
+                      "header_seq=%lld auth_failures=%lld",
+                      r->bEncrypted, r->zCipher, r->zKeystore, r->zKsStatus,
+                      r->zMasterKey[0] ? r->zMasterKey : "-", r->keyVersion, r->pgsz,
+                      r->zDbid[0] ? r->zDbid : "-", r->iSlot, r->seq, r->nAuthFail);
+  sqlite3_free(r);
+  return z;
+}
+
+/* ---- the tde_status virtual table -------------------------------------- */
+
+typedef struct StatusCursor {
+  sqlite3_vtab_cursor base;
+  sqlite3 *db;
+  int iDb;                /* index into sqlite3_db_name() */
+  TdeStatusRow row;
+} StatusCursor;
+
+typedef struct StatusVtab {
+  sqlite3_vtab base;
+  sqlite3 *db;
+} StatusVtab;
+
+enum { COL_SCHEMA, COL_FILE, COL_ENCRYPTED, COL_CIPHER, COL_KEYSTORE, COL_KEYSTORE_STATUS,
+       COL_MASTER_KEY, COL_KEY_VERSION, COL_PAGE_SIZE, COL_PAGES, COL_DBID, COL_SLOT,
+       COL_SEQ, COL_CONFIG, COL_AUTH_FAILURES };
+
+static int statusConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
+                         sqlite3_vtab **ppVtab, char **pzErr){
+  StatusVtab *v;
+  int rc;
+  TDE_UNUSED(pAux); TDE_UNUSED(argc); TDE_UNUSED(argv); TDE_UNUSED(pzErr);
+  rc = sqlite3_declare_vtab(db,
+    "CREATE TABLE x(schema TEXT, file TEXT, encrypted INT, cipher TEXT, keystore TEXT, "
+    "keystore_status TEXT, master_key TEXT, data_key_version INT, page_size INT, pages INT, "
+    "database_id TEXT, header_slot INT, header_seq INT, config TEXT, auth_failures INT)");
+  if( rc ) return rc;
+  v = sqlite3_malloc(sizeof(*v));
+  if( !v ) return SQLITE_NOMEM;
+  memset(v, 0, sizeof(*v));
+  v->db = db;
+  *ppVtab = &v->base;
+  sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY);
+  return SQLITE_OK;
+}
+
+static int statusDisconnect(sqlite3_vtab *pVtab){
+  sqlite3_free(pVtab);
+  return SQLITE_OK;
+}
+
+static int statusBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *pInfo){
+  TDE_UNUSED(pVtab);
+  pInfo->estimatedCost = 10;
+  pInfo->estimatedRows = 4;
+  return SQLITE_OK;
+}
+
+static int statusOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCur){
+  StatusCursor *c = sqlite3_malloc(sizeof(*c));
+  if( !c ) return SQLITE_NOMEM;
+  memset(c, 0, sizeof(*c));
+  c->db = ((StatusVtab*)pVtab)->db;
+  *ppCur = &c->base;
+  return SQLITE_OK;
+}
+
+static int statusClose(sqlite3_vtab_cursor *pCur){
+  sqlite3_free(pCur);
+  return SQLITE_OK;
+}
+
+static void statusLoad(StatusCursor *c){
+  const char *zSchema = sqlite3_db_name(c->db, c->iDb);
+  sqlite3_file *pFile = 0;
+  if( !zSchema ) return;
+  if( sqlite3_file_control(c->db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile)!=SQLITE_OK ) pFile = 0;
+  tdeStatusFill(pFile && pFile->pMethods ? (TdeFile*)pFile : 0, &c->row);
+  if( pFile && pFile->pMethods!=&tdeIoMethods ) c->row.bEncrypted = 0;
+}
+
+static int statusFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
+                        int argc, sqlite3_value **argv){
+  StatusCursor *c = (StatusCursor*)pCur;
+  TDE_UNUSED(idxNum); TDE_UNUSED(idxStr); TDE_UNUSED(argc); TDE_UNUSED(argv);
+  c->iDb = 0;
+  statusLoad(c);
+  return SQLITE_OK;
+}
+
+static int statusNext(sqlite3_vtab_cursor *pCur){
+  StatusCursor *c = (StatusCursor*)pCur;
+  c->iDb++;
+  statusLoad(c);
+  return SQLITE_OK;
+}
+
+static int statusEof(sqlite3_vtab_cursor *pCur){
+  StatusCursor *c = (StatusCursor*)pCur;
+  return sqlite3_db_name(c->db, c->iDb)==0;
+}
+
+static void resultText(sqlite3_context *ctx, const char *z){
+  if( z && z[0] ) sqlite3_result_text(ctx, z, -1, SQLITE_TRANSIENT);
+  else sqlite3_result_null(ctx);
+}
+
+static int statusColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i){
+  StatusCursor *c = (StatusCursor*)pCur;
+  TdeStatusRow *r = &c->row;
+  switch( i ){
+    case COL_SCHEMA:   resultText(ctx, sqlite3_db_name(c->db, c->iDb)); break;
+    case COL_FILE:     resultText(ctx, sqlite3_db_filename(c->db, sqlite3_db_name(c->db, c->iDb))); break;
+    case COL_ENCRYPTED: sqlite3_result_int(ctx, r->bEncrypted); break;
+    case COL_CIPHER:   resultText(ctx, r->bEncrypted ? r->zCipher : 0); break;
+    case COL_KEYSTORE: resultText(ctx, r->zKeystore); break;
+    case COL_KEYSTORE_STATUS: resultText(ctx, r->bEncrypted ? r->zKsStatus : "NOT_APPLICABLE"); break;
+    case COL_MASTER_KEY: resultText(ctx, r->zMasterKey); break;
+    case COL_KEY_VERSION: if( r->keyVersion ) sqlite3_result_int64(ctx, r->keyVersion); else sqlite3_result_null(ctx); break;
+    case COL_PAGE_SIZE: if( r->pgsz ) sqlite3_result_int64(ctx, r->pgsz); else sqlite3_result_null(ctx); break;
+    case COL_PAGES:    if( r->bEncrypted ) sqlite3_result_int64(ctx, r->nPages); else sqlite3_result_null(ctx); break;
+    case COL_DBID:     resultText(ctx, r->zDbid); break;
+    case COL_SLOT:     if( r->iSlot>=0 && r->bEncrypted ) sqlite3_result_int(ctx, r->iSlot); else sqlite3_result_null(ctx); break;
+    case COL_SEQ:      if( r->seq ) sqlite3_result_int64(ctx, r->seq); else sqlite3_result_null(ctx); break;
+    case COL_CONFIG:   resultText(ctx, r->zConfig); break;
+    case COL_AUTH_FAILURES: if( r->bEncrypted ) sqlite3_result_int64(ctx, r->nAuthFail); else sqlite3_result_null(ctx); break;
+    default: break;
+  }
+  return SQLITE_OK;
+}
+
+static int statusRowid(sqlite3_vtab_cursor *pCur, sqlite3_int64 *pRowid){
+  *pRowid = ((StatusCursor*)pCur)->iDb;
+  return SQLITE_OK;
+}
+
+static const sqlite3_module tdeStatusModule = {
+  0,                  /* iVersion */
+  0,                  /* xCreate: eponymous only */
+  statusConnect,      /* xConnect */
+  statusBestIndex,    /* xBestIndex */
+  statusDisconnect,   /* xDisconnect */
+  0,                  /* xDestroy */
+  statusOpen,         /* xOpen */
+  statusClose,        /* xClose */
+  statusFilter,       /* xFilter */
+  statusNext,         /* xNext */
+  statusEof,          /* xEof */
+  statusColumn,       /* xColumn */
+  statusRowid,        /* xRowid */
+  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0   /* xUpdate .. xShadowName */
+};
+
+/* ---- SQL functions ------------------------------------------------------ */
+
+static void fnVersion(sqlite3_context *ctx, int argc, sqlite3_value **argv){
+  TDE_UNUSED(argc); TDE_UNUSED(argv);
+  sqlite3_result_text(ctx, TDE_VERSION, -1, SQLITE_STATIC);
+}
+
+/* tde_reserve(schema): give a new (empty) encrypted database the reserved
+** bytes sqlite-tde needs; for databases ATTACHed after the connection was
+** opened.  Returns the reserve now requested. */
+static void fnReserve(sqlite3_context *ctx, int argc, sqlite3_value **argv){
+  sqlite3 *db = sqlite3_context_db_handle(ctx);
+  const char *zSchema = argc>0 ? (const char*)sqlite3_value_text(argv[0]) : "main";
+  int n = TDE_RESERVE_BYTES;
+  int rc;
+  if( !zSchema ) zSchema = "main";
+  rc = sqlite3_file_control(db, zSchema, SQLITE_FCNTL_RESERVE_BYTES, &n);
+  if( rc ){
+    sqlite3_result_error(ctx, "tde_reserve: no such schema", -1);
+    return;
+  }
+  n = -1;
+  sqlite3_file_control(db, zSchema, SQLITE_FCNTL_RESERVE_BYTES, &n);
+  sqlite3_result_int(ctx, n);
+}
+
+int tdeStatusRegister(sqlite3 *db){
+  int rc = sqlite3_create_module(db, "tde_status", &tdeStatusModule, 0);
+  if( rc==SQLITE_OK ){
+    rc = sqlite3_create_function(db, "tde_version", 0, SQLITE_UTF8|SQLITE_DETERMINISTIC, 0,
+                                 fnVersion, 0, 0);
+  }
+  if( rc==SQLITE_OK ){
+    rc = sqlite3_create_function(db, "tde_reserve", 1, SQLITE_UTF8|SQLITE_DIRECTONLY, 0,
+                                 fnReserve, 0, 0);
+  }
+  return rc;
+}

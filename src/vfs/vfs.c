@@ -1,0 +1,857 @@
+/*
+** The tde VFS shim: sits on the default VFS (unix) and encrypts every file
+** SQLite writes.  This file holds the VFS object, xOpen's dispatch by file
+** kind, the method table, and the main database file:
+**
+**   file offset 0 .. TDE_HEADER_BYTES   two header slots (keys/keys.h)
+**   then page N at TDE_HEADER_BYTES + (N-1)*pgsz, sealed with AES-256-GCM,
+**   its 48-byte trailer in the page's reserved bytes (docs/FORMAT.md).
+**
+** Must never: return a page that failed authentication (the buffer is
+** wiped and SQLITE_IOERR_AUTH returned), write plaintext, hand SQLite an
+** mmap pointer (ciphertext), or talk to a keystore except through
+** keys/keys.h at open.  Pattern: SQLite's ext/misc/cksumvfs.c.
+*/
+#include "vfs/vfs_int.h"
+#include "keystore/keystore.h"
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define ORIGVFS(p) ((sqlite3_vfs*)((p)->pAppData))
+#define REALFILE(p) (((TdeFile*)(p))->pReal)
+
+/* Device characteristics we must hide: our files are not written
+** atomically by the device, and journals/main pages need sector-safe
+** alignment (see docs/FORMAT.md "Crash safety"). */
+#define TDE_IOCAP_CLEAR (SQLITE_IOCAP_ATOMIC | SQLITE_IOCAP_ATOMIC512 | SQLITE_IOCAP_ATOMIC1K \
+  | SQLITE_IOCAP_ATOMIC2K | SQLITE_IOCAP_ATOMIC4K | SQLITE_IOCAP_ATOMIC8K | SQLITE_IOCAP_ATOMIC16K \
+  | SQLITE_IOCAP_ATOMIC32K | SQLITE_IOCAP_ATOMIC64K | SQLITE_IOCAP_SAFE_APPEND \
+  | SQLITE_IOCAP_BATCH_ATOMIC)
+
+static int tdeClose(sqlite3_file*);
+static int tdeRead(sqlite3_file*, void*, int iAmt, sqlite3_int64 iOfst);
+static int tdeWrite(sqlite3_file*, const void*, int iAmt, sqlite3_int64 iOfst);
+static int tdeTruncate(sqlite3_file*, sqlite3_int64 size);
+static int tdeSync(sqlite3_file*, int flags);
+static int tdeFileSize(sqlite3_file*, sqlite3_int64 *pSize);
+static int tdeLock(sqlite3_file*, int);
+static int tdeUnlock(sqlite3_file*, int);
+static int tdeCheckReservedLock(sqlite3_file*, int *pResOut);
+static int tdeFileControl(sqlite3_file*, int op, void *pArg);
+static int tdeSectorSize(sqlite3_file*);
+static int tdeDeviceCharacteristics(sqlite3_file*);
+static int tdeShmMap(sqlite3_file*, int iPg, int pgsz, int, void volatile**);
+static int tdeShmLock(sqlite3_file*, int offset, int n, int flags);
+static void tdeShmBarrier(sqlite3_file*);
+static int tdeShmUnmap(sqlite3_file*, int deleteFlag);
+static int tdeFetch(sqlite3_file*, sqlite3_int64 iOfst, int iAmt, void **pp);
+static int tdeUnfetch(sqlite3_file*, sqlite3_int64 iOfst, void *p);
+
+static int tdeVfsOpen(sqlite3_vfs*, const char *, sqlite3_file*, int, int*);
+static int tdeVfsDelete(sqlite3_vfs*, const char *zName, int syncDir);
+static int tdeVfsAccess(sqlite3_vfs*, const char *zName, int flags, int *);
+static int tdeVfsFullPathname(sqlite3_vfs*, const char *zName, int, char *zOut);
+static void *tdeVfsDlOpen(sqlite3_vfs*, const char *zFilename);
+static void tdeVfsDlError(sqlite3_vfs*, int nByte, char *zErrMsg);
+static void (*tdeVfsDlSym(sqlite3_vfs *pVfs, void *p, const char*zSym))(void);
+static void tdeVfsDlClose(sqlite3_vfs*, void*);
+static int tdeVfsRandomness(sqlite3_vfs*, int nByte, char *zOut);
+static int tdeVfsSleep(sqlite3_vfs*, int microseconds);
+static int tdeVfsCurrentTime(sqlite3_vfs*, double*);
+static int tdeVfsGetLastError(sqlite3_vfs*, int, char *);
+static int tdeVfsCurrentTimeInt64(sqlite3_vfs*, sqlite3_int64*);
+static int tdeVfsSetSystemCall(sqlite3_vfs*, const char*, sqlite3_syscall_ptr);
+static sqlite3_syscall_ptr tdeVfsGetSystemCall(sqlite3_vfs*, const char*);
+static const char *tdeVfsNextSystemCall(sqlite3_vfs*, const char*);
+
+sqlite3_vfs tdeVfs = {
+  3,                            /* iVersion (set from the VFS below) */
+  0,                            /* szOsFile (set when registered) */
+  1024,                         /* mxPathname (set when registered) */
+  0,                            /* pNext */
+  TDE_VFS_NAME,                 /* zName */
+  0,                            /* pAppData: the VFS below */
+  tdeVfsOpen,                   /* xOpen */
+  tdeVfsDelete,                 /* xDelete */
+  tdeVfsAccess,                 /* xAccess */
+  tdeVfsFullPathname,           /* xFullPathname */
+  tdeVfsDlOpen,                 /* xDlOpen */
+  tdeVfsDlError,                /* xDlError */
+  tdeVfsDlSym,                  /* xDlSym */
+  tdeVfsDlClose,                /* xDlClose */
+  tdeVfsRandomness,             /* xRandomness */
+  tdeVfsSleep,                  /* xSleep */
+  tdeVfsCurrentTime,            /* xCurrentTime */
+  tdeVfsGetLastError,           /* xGetLastError */
+  tdeVfsCurrentTimeInt64,       /* xCurrentTimeInt64 */
+  tdeVfsSetSystemCall,          /* xSetSystemCall */
+  tdeVfsGetSystemCall,          /* xGetSystemCall */
+  tdeVfsNextSystemCall          /* xNextSystemCall */
+};
+
+const sqlite3_io_methods tdeIoMethods = {
+  3,                            /* iVersion */
+  tdeClose,                     /* xClose */
+  tdeRead,                      /* xRead */
+  tdeWrite,                     /* xWrite */
+  tdeTruncate,                  /* xTruncate */
+  tdeSync,                      /* xSync */
+  tdeFileSize,                  /* xFileSize */
+  tdeLock,                      /* xLock */
+  tdeUnlock,                    /* xUnlock */
+  tdeCheckReservedLock,         /* xCheckReservedLock */
+  tdeFileControl,               /* xFileControl */
+  tdeSectorSize,                /* xSectorSize */
+  tdeDeviceCharacteristics,     /* xDeviceCharacteristics */
+  tdeShmMap,                    /* xShmMap */
+  tdeShmLock,                   /* xShmLock */
+  tdeShmBarrier,                /* xShmBarrier */
+  tdeShmUnmap,                  /* xShmUnmap */
+  tdeFetch,                     /* xFetch */
+  tdeUnfetch                    /* xUnfetch */
+};
+
+int tdeSqliteRc(int rc){
+  switch( rc ){
+    case TDE_OK:          return SQLITE_OK;
+    case TDE_NOMEM:       return SQLITE_NOMEM;
+    case TDE_IO:          return SQLITE_IOERR;
+    case TDE_AUTH:        return SQLITE_IOERR_AUTH;
+    case TDE_BADPASSWORD:
+    case TDE_NOKEYSTORE:
+    case TDE_NOKEY:
+    case TDE_CONFIG:      return SQLITE_AUTH;
+    case TDE_FORMAT:
+    case TDE_PLAINTEXT:   return SQLITE_NOTADB;
+    case TDE_LOCKED:      return SQLITE_BUSY;
+    default:              return SQLITE_ERROR;
+  }
+}
+
+/* A short display name for log messages. */
+static const char *tdeFileName(TdeFile *p){
+  return p->zName ? p->zName : "(temp file)";
+}
+
+void tdePageAad(const uint8_t dbid[16], uint32_t pgno, uint32_t pgsz, uint8_t *aad){
+  aad[0] = 'P';
+  memcpy(aad+1, dbid, TDE_DBID_BYTES);
+  tdePut32(aad+1+TDE_DBID_BYTES, pgno);
+  tdePut32(aad+5+TDE_DBID_BYTES, pgsz);
+}
+
+int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno, uint8_t *aOut){
+  uint8_t aad[TDE_PAGE_AAD_BYTES];
+  uint32_t n = pgsz - TDE_TRAILER_SIZE;
+  int rc;
+  tdePageAad(p->dbid, pgno, pgsz, aad);
+  rc = tdePageSeal(p->pCipher, aad, sizeof(aad), aPlain, n, aOut, aOut+n);
+  if( rc ){
+    tdeLog(TDE_LOG_ERROR, "%s: sealing page %u failed: %s", tdeFileName(p), pgno, tde_last_error());
+    return SQLITE_IOERR_WRITE;
+  }
+  return SQLITE_OK;
+}
+
+int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, const char *zWhat){
+  return tdeOpenPageTo(p, aPage, aPage, pgsz, pgno, zWhat);
+}
+
+int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, const char *zWhat){
+  uint8_t aad[TDE_PAGE_AAD_BYTES];
+  uint8_t trailer[TDE_TRAILER_SIZE];
+  uint32_t n = pgsz - TDE_TRAILER_SIZE;
+  int rc;
+  tdePageAad(p->dbid, pgno, pgsz, aad);
+  memcpy(trailer, aIn+n, TDE_TRAILER_SIZE);
+  rc = tdePageOpen(p->pCipher, aad, sizeof(aad), aIn, n, trailer, aOut);
+  memset(aOut+n, 0, TDE_TRAILER_SIZE);
+  if( rc ){
+    tdeWipe(aOut, pgsz);
+    p->nAuthFail++;
+    if( zWhat ){
+      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (%s)",
+             tdeFileName(p), zWhat, pgno, tde_errstr(rc));
+    }
+    return SQLITE_IOERR_AUTH;
+  }
+  return SQLITE_OK;
+}
+
+/* Scratch buffer big enough for the largest page plus a WAL frame header,
+** or two stored blocks. */
+int tdeScratch(TdeFile *p){
+  if( !p->aBuf ){
+    p->aBuf = sqlite3_malloc(TDE_MAX_PAGE + 2*TDE_BLOCK_STORED + 64);
+    if( !p->aBuf ) return SQLITE_NOMEM;
+  }
+  return SQLITE_OK;
+}
+
+/* Read exactly n bytes at iOfst from the file below.  *pnGot gets the
+** bytes actually present (short reads are zero-filled by the VFS below). */
+int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort){
+  int rc = p->pReal->pMethods->xRead(p->pReal, z, n, iOfst);
+  *pbShort = 0;
+  if( rc==SQLITE_IOERR_SHORT_READ ){ *pbShort = 1; rc = SQLITE_OK; }
+  return rc;
+}
+
+/* ---- keys of the main database ----------------------------------------- */
+
+static void tdeKeysFree(TdeDbKeys *k){
+  if( !k ) return;
+  tdeSecureFree(k->aDek, 32);
+  tdeSecureFree(k->aWalMac, 32);
+  tdeWipe(&k->hdr, sizeof(k->hdr));
+  sqlite3_free(k);
+}
+
+/* Derive the keys every handle of this database needs from the DEK. */
+static int tdeKeysDerive(TdeDbKeys *k){
+  static const char zInfo[] = "sqlite-tde v1 wal mac";
+  uint8_t info[sizeof(zInfo)-1 + TDE_DBID_BYTES];
+  memcpy(info, zInfo, sizeof(zInfo)-1);
+  memcpy(info+sizeof(zInfo)-1, k->hdr.dbid, TDE_DBID_BYTES);
+  return tdeHkdf(k->aDek, 32, NULL, 0, info, sizeof(info), k->aWalMac, 32);
+}
+
+static TdeDbKeys *tdeKeysAlloc(void){
+  TdeDbKeys *k = sqlite3_malloc(sizeof(*k));
+  if( !k ) return 0;
+  memset(k, 0, sizeof(*k));
+  k->aDek = tdeSecureAlloc(32);
+  k->aWalMac = tdeSecureAlloc(32);
+  if( !k->aDek || !k->aWalMac ){ tdeKeysFree(k); return 0; }
+  return k;
+}
+
+/* Which master key (of the header entries for the current version) the
+** keystore holds: recorded for status. */
+static void tdeKeysNoteMasterKey(TdeDbKeys *k){
+  k->zMasterKey[0] = 0;
+  for(int i=0; i<k->hdr.nEntry; i++){
+    TdeWrapEntry *e = &k->hdr.aEntry[i];
+    if( e->version==k->hdr.curVersion && e->ksType==k->pKs->pMethods->typeId
+     && k->pKs->pMethods->xHasKey(k->pKs, e->zKeyId) ){
+      memcpy(k->zMasterKey, e->zKeyId, strlen(e->zKeyId)+1);
+      return;
+    }
+  }
+}
+
+/* Install keys on the handle: copy the database id and create this
+** handle's sealing session. */
+static int tdeInstallKeys(TdeFile *p, TdeDbKeys *k){
+  int rc;
+  memcpy(p->dbid, k->hdr.dbid, TDE_DBID_BYTES);
+  if( p->pCipher ){ tdePageCipherFree(p->pCipher); p->pCipher = 0; }
+  rc = tdePageCipherNew(k->aDek, k->hdr.curVersion, &p->pCipher);
+  return rc ? tdeSqliteRc(rc) : SQLITE_OK;
+}
+
+/*
+** Read the header region of a non-empty main file, pick the newest valid
+** slot, unwrap the data key, check the header MAC.  On success p->pKeys is
+** set.  Errors: SQLITE_NOTADB (plaintext, foreign, damaged), SQLITE_AUTH
+** (keystore or key unavailable), with the detail in tde_last_error() and
+** the log.
+*/
+static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
+  uint8_t *aRegion = 0;
+  TdeDbKeys *k = 0;
+  uint8_t macKey[32];
+  int rc = SQLITE_OK, trc, bShort;
+  const char *zUriCfg = p->zName ? sqlite3_uri_parameter(p->zName, "tde_config") : 0;
+  int nRead = nSize < TDE_HEADER_BYTES ? (int)nSize : TDE_HEADER_BYTES;
+
+  aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  k = tdeKeysAlloc();
+  if( !aRegion || !k ){ rc = SQLITE_NOMEM; goto done; }
+  memset(aRegion, 0, TDE_HEADER_BYTES);
+  rc = tdeRealRead(p, aRegion, nRead, 0, &bShort);
+  if( rc ) goto done;
+  trc = tdeHeaderPick(aRegion, (size_t)nRead, &k->hdr, &k->iSlot);
+  if( trc ){ rc = tdeSqliteRc(trc); goto done; }
+  trc = tdeConfigLocate(zUriCfg, k->zConfig, sizeof(k->zConfig));
+  if( trc==TDE_OK ) trc = tdeRegistryAcquire(k->zConfig, NULL, &k->pKs, NULL);
+  if( trc==TDE_OK ) trc = tdeKeyringUnlock(k->pKs, &k->hdr, k->hdr.curVersion, k->aDek);
+  if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
+  if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + k->iSlot*TDE_SLOT_SIZE, macKey);
+  if( trc==TDE_OK ) trc = tdeKeysDerive(k);
+  tdeWipe(macKey, sizeof(macKey));
+  if( trc ){
+    rc = trc==TDE_AUTH ? SQLITE_NOTADB : tdeSqliteRc(trc);
+    goto done;
+  }
+  tdeKeysNoteMasterKey(k);
+  rc = tdeInstallKeys(p, k);
+  if( rc ) goto done;
+  p->pKeys = k;
+  k = 0;
+
+done:
+  if( rc && rc!=SQLITE_NOMEM ){
+    tdeLog(TDE_LOG_ERROR, "%s: cannot open encrypted database: %s", tdeFileName(p), tde_last_error());
+  }
+  tdeKeysFree(k);
+  sqlite3_free(aRegion);
+  return rc;
+}
+
+/*
+** Create the header of a new database: a random id and data key wrapped
+** by the keystore's current master key, written to slot 0 (slot 1 zero),
+** then synced.  The caller holds SQLite's write lock (we are called from
+** the first write to the file or from the journal's open).
+*/
+static int tdeMainCreate(TdeFile *p){
+  uint8_t *aRegion = 0;
+  TdeDbKeys *k = 0;
+  uint8_t macKey[32];
+  int rc = SQLITE_OK, trc;
+  const char *zUriCfg = p->zName ? sqlite3_uri_parameter(p->zName, "tde_config") : 0;
+
+  if( p->bReadOnly ) return SQLITE_READONLY;
+  aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  k = tdeKeysAlloc();
+  if( !aRegion || !k ){ rc = SQLITE_NOMEM; goto done; }
+  memset(aRegion, 0, TDE_HEADER_BYTES);
+  trc = tdeConfigLocate(zUriCfg, k->zConfig, sizeof(k->zConfig));
+  if( trc==TDE_OK ) trc = tdeRegistryAcquire(k->zConfig, NULL, &k->pKs, NULL);
+  if( trc==TDE_OK ) trc = tdeKeyringCreate(k->pKs, &k->hdr, k->aDek);
+  if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
+  if( trc==TDE_OK ) trc = tdeHeaderEncode(&k->hdr, macKey, aRegion);
+  if( trc==TDE_OK ) trc = tdeKeysDerive(k);
+  tdeWipe(macKey, sizeof(macKey));
+  if( trc ){ rc = tdeSqliteRc(trc); goto done; }
+  rc = p->pReal->pMethods->xWrite(p->pReal, aRegion, TDE_HEADER_BYTES, 0);
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+  if( rc ) goto done;
+  tdeKeysNoteMasterKey(k);
+  rc = tdeInstallKeys(p, k);
+  if( rc ) goto done;
+  p->pKeys = k;
+  k = 0;
+
+done:
+  if( rc && rc!=SQLITE_NOMEM ){
+    tdeLog(TDE_LOG_ERROR, "%s: cannot create encrypted database: %s", tdeFileName(p), tde_last_error());
+  }
+  tdeKeysFree(k);
+  sqlite3_free(aRegion);
+  return rc;
+}
+
+/*
+** Make sure the main file's keys are loaded.  An empty file stays keyless
+** until something must be written (bCreate).  A file that holds only a
+** partly written header (size <= header region, no valid slot) while
+** another connection is creating it counts as empty.
+*/
+int tdeMainEnsureKeys(TdeFile *p, int bCreate){
+  sqlite3_int64 sz = 0;
+  int rc;
+  if( p->pKeys ) return SQLITE_OK;
+  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  if( rc ) return rc;
+  if( sz==0 ){
+    return bCreate ? tdeMainCreate(p) : SQLITE_OK;
+  }
+  rc = tdeMainLoad(p, sz);
+  if( rc==SQLITE_NOTADB && sz<=TDE_HEADER_BYTES && !bCreate ){
+    return SQLITE_OK;   /* header being created by another connection */
+  }
+  return rc;
+}
+
+int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn){
+  sqlite3_int64 sz = 0;
+  int rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  *pn = 0;
+  if( rc ) return rc;
+  if( p->pgsz && sz>TDE_HEADER_BYTES ) *pn = (sz - TDE_HEADER_BYTES) / p->pgsz;
+  return SQLITE_OK;
+}
+
+/*
+** Find the page size of a database whose page 1 we have not yet seen in a
+** full-page read: try each size until page 1 authenticates (the page size
+** is in the associated data, so only the right one can).
+*/
+static int tdeMainDiscoverPgsz(TdeFile *p){
+  static const uint32_t aSize[] = { 4096, 1024, 512, 2048, 8192, 16384, 32768, 65536 };
+  sqlite3_int64 sz = 0;
+  int rc, bShort;
+  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  if( rc ) return rc;
+  sz -= TDE_HEADER_BYTES;
+  for(size_t i=0; i<TDE_ARRAY_SIZE(aSize); i++){
+    uint32_t n = aSize[i];
+    if( sz < n ) continue;
+    rc = tdeRealRead(p, p->aBuf, (int)n, TDE_HEADER_BYTES, &bShort);
+    if( rc ) return rc;
+    if( tdeOpenPage(p, p->aBuf, n, 1, 0)==SQLITE_OK ){
+      p->pgsz = n;
+      return SQLITE_OK;
+    }
+    p->nAuthFail--;   /* a wrong guess is not a failure */
+  }
+  tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", tdeFileName(p));
+  p->nAuthFail++;
+  return SQLITE_IOERR_AUTH;
+}
+
+static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
+  int rc, bShort;
+  rc = tdeMainEnsureKeys(p, 0);
+  if( rc ) return rc;
+  if( !p->pKeys ){
+    memset(zBuf, 0, (size_t)iAmt);
+    return SQLITE_IOERR_SHORT_READ;
+  }
+  /* Whole page: decrypt in place in SQLite's buffer. */
+  if( tdeValidPgsz(iAmt) && iOfst%iAmt==0 ){
+    uint32_t pgno = (uint32_t)(iOfst/iAmt) + 1;
+    rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);
+    if( rc ) return rc;
+    if( bShort ){
+      memset(zBuf, 0, (size_t)iAmt);
+      return SQLITE_IOERR_SHORT_READ;
+    }
+    rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, "database");
+    if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
+    return rc;
+  }
+  /* Part of a page (SQLite reads bits of the page 1 header this way):
+  ** decrypt the containing page(s) into scratch and copy. */
+  rc = tdeScratch(p);
+  if( rc ) return rc;
+  if( !p->pgsz ){
+    rc = tdeMainDiscoverPgsz(p);
+    if( rc==SQLITE_IOERR_AUTH ){ memset(zBuf, 0, (size_t)iAmt); return rc; }
+    if( rc ) return rc;
+  }
+  {
+    int nDone = 0;
+    int bRetried = 0;
+    while( nDone<iAmt ){
+      sqlite3_int64 off = iOfst + nDone;
+      uint32_t pgsz = p->pgsz;
+      uint32_t pgno = (uint32_t)(off/pgsz) + 1;
+      int iIn = (int)(off % pgsz);
+      int n = (int)pgsz - iIn;
+      if( n > iAmt-nDone ) n = iAmt-nDone;
+      rc = tdeRealRead(p, p->aBuf, (int)pgsz, (sqlite3_int64)(pgno-1)*pgsz + TDE_HEADER_BYTES, &bShort);
+      if( rc ) return rc;
+      if( bShort ){
+        memset(zBuf, 0, (size_t)iAmt);
+        return SQLITE_IOERR_SHORT_READ;
+      }
+      rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, bRetried || pgno!=1 ? "database" : 0);
+      if( rc && pgno==1 && !bRetried ){
+        /* The page size may have changed under us (VACUUM elsewhere). */
+        p->nAuthFail--;
+        bRetried = 1;
+        rc = tdeMainDiscoverPgsz(p);
+        if( rc==SQLITE_OK ) continue;
+      }
+      if( rc ){ memset(zBuf, 0, (size_t)iAmt); return rc; }
+      memcpy(zBuf+nDone, p->aBuf+iIn, (size_t)n);
+      nDone += n;
+    }
+  }
+  return SQLITE_OK;
+}
+
+static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
+  uint32_t pgno;
+  int rc = tdeMainEnsureKeys(p, 1);
+  if( rc ) return rc;
+  if( !tdeValidPgsz(iAmt) || iOfst%iAmt!=0 ){
+    tdeLog(TDE_LOG_ERROR, "%s: refusing a %d-byte write at offset %lld that is not a whole page",
+           tdeFileName(p), iAmt, (long long)iOfst);
+    return SQLITE_IOERR_WRITE;
+  }
+  pgno = (uint32_t)(iOfst/iAmt) + 1;
+  if( pgno==1 ){
+    uint32_t hdrPgsz = ((uint32_t)zBuf[16]<<8) | ((uint32_t)zBuf[17]<<16);
+    if( memcmp(zBuf, "SQLite format 3", 16)!=0 || hdrPgsz!=(uint32_t)iAmt ){
+      tdeLog(TDE_LOG_ERROR, "%s: page 1 does not carry a valid SQLite header", tdeFileName(p));
+      return SQLITE_IOERR_WRITE;
+    }
+    if( zBuf[20]<TDE_RESERVE_BYTES ){
+      tdeLog(TDE_LOG_ERROR, "%s: the database has %d reserved bytes per page, sqlite-tde needs %d; "
+             "a new ATTACHed database needs SELECT tde_reserve('schema') before its first write, "
+             "and a plaintext database must be converted with `sqlite-tde encrypt`",
+             tdeFileName(p), zBuf[20], TDE_RESERVE_BYTES);
+      return SQLITE_IOERR_WRITE;
+    }
+  }
+  rc = tdeScratch(p);
+  if( rc ) return rc;
+  rc = tdeSealPage(p, zBuf, (uint32_t)iAmt, pgno, p->aBuf);
+  if( rc ) return rc;
+  rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, iAmt, iOfst + TDE_HEADER_BYTES);
+  if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
+  return rc;
+}
+
+/* ---- io methods -------------------------------------------------------- */
+
+static int tdeClose(sqlite3_file *pFile){
+  TdeFile *p = (TdeFile*)pFile;
+  int rc = SQLITE_OK;
+  if( p->eKind==TDE_KIND_WAL ){
+    rc = tdeWalFlush(p);
+    tdeWalFree(p);
+  }
+  if( p->pReal->pMethods ){
+    int rc2 = p->pReal->pMethods->xClose(p->pReal);
+    if( rc==SQLITE_OK ) rc = rc2;
+  }
+  tdePageCipherFree(p->pCipher);
+  p->pCipher = 0;
+  tdeKeysFree(p->pKeys);
+  p->pKeys = 0;
+  if( p->aBuf ){
+    tdeWipe(p->aBuf, TDE_MAX_PAGE + 2*TDE_BLOCK_STORED + 64);
+    sqlite3_free(p->aBuf);
+    p->aBuf = 0;
+  }
+  return rc;
+}
+
+static int tdeRead(sqlite3_file *pFile, void *zBuf, int iAmt, sqlite3_int64 iOfst){
+  TdeFile *p = (TdeFile*)pFile;
+  switch( p->eKind ){
+    case TDE_KIND_MAIN:    return tdeMainRead(p, zBuf, iAmt, iOfst);
+    case TDE_KIND_WAL:     return tdeWalRead(p, zBuf, iAmt, iOfst);
+    case TDE_KIND_JOURNAL:
+    case TDE_KIND_TEMP:    return tdeBlockRead(p, zBuf, iAmt, iOfst);
+    default:               return p->pReal->pMethods->xRead(p->pReal, zBuf, iAmt, iOfst);
+  }
+}
+
+static int tdeWrite(sqlite3_file *pFile, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
+  TdeFile *p = (TdeFile*)pFile;
+  switch( p->eKind ){
+    case TDE_KIND_MAIN:    return tdeMainWrite(p, zBuf, iAmt, iOfst);
+    case TDE_KIND_WAL:     return tdeWalWrite(p, zBuf, iAmt, iOfst);
+    case TDE_KIND_JOURNAL:
+    case TDE_KIND_TEMP:    return tdeBlockWrite(p, zBuf, iAmt, iOfst);
+    default:               return p->pReal->pMethods->xWrite(p->pReal, zBuf, iAmt, iOfst);
+  }
+}
+
+static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
+  TdeFile *p = (TdeFile*)pFile;
+  switch( p->eKind ){
+    case TDE_KIND_MAIN: {
+      int rc = tdeMainEnsureKeys(p, 0);
+      if( rc ) return rc;
+      if( !p->pKeys ) return p->pReal->pMethods->xTruncate(p->pReal, 0);
+      return p->pReal->pMethods->xTruncate(p->pReal, size + TDE_HEADER_BYTES);
+    }
+    case TDE_KIND_WAL:     return tdeWalTruncate(p, size);
+    case TDE_KIND_JOURNAL:
+    case TDE_KIND_TEMP:    return tdeBlockTruncate(p, size);
+    default:               return p->pReal->pMethods->xTruncate(p->pReal, size);
+  }
+}
+
+static int tdeSync(sqlite3_file *pFile, int flags){
+  TdeFile *p = (TdeFile*)pFile;
+  if( p->eKind==TDE_KIND_WAL ){
+    int rc = tdeWalFlush(p);
+    if( rc ) return rc;
+  }
+  return p->pReal->pMethods->xSync(p->pReal, flags);
+}
+
+static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
+  TdeFile *p = (TdeFile*)pFile;
+  int rc;
+  switch( p->eKind ){
+    case TDE_KIND_MAIN: {
+      sqlite3_int64 sz = 0;
+      rc = tdeMainEnsureKeys(p, 0);
+      if( rc ) return rc;
+      rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+      if( rc ) return rc;
+      *pSize = (p->pKeys && sz>TDE_HEADER_BYTES) ? sz - TDE_HEADER_BYTES : 0;
+      return SQLITE_OK;
+    }
+    case TDE_KIND_WAL:
+      rc = tdeWalFlush(p);
+      if( rc ) return rc;
+      return p->pReal->pMethods->xFileSize(p->pReal, pSize);
+    case TDE_KIND_JOURNAL:
+    case TDE_KIND_TEMP:
+      return tdeBlockFileSize(p, pSize);
+    default:
+      return p->pReal->pMethods->xFileSize(p->pReal, pSize);
+  }
+}
+
+static int tdeLock(sqlite3_file *pFile, int eLock){
+  return REALFILE(pFile)->pMethods->xLock(REALFILE(pFile), eLock);
+}
+static int tdeUnlock(sqlite3_file *pFile, int eLock){
+  return REALFILE(pFile)->pMethods->xUnlock(REALFILE(pFile), eLock);
+}
+static int tdeCheckReservedLock(sqlite3_file *pFile, int *pResOut){
+  return REALFILE(pFile)->pMethods->xCheckReservedLock(REALFILE(pFile), pResOut);
+}
+
+static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
+  TdeFile *p = (TdeFile*)pFile;
+  sqlite3_file *pReal = p->pReal;
+  int rc;
+  switch( op ){
+    case SQLITE_FCNTL_PRAGMA: {
+      char **azArg = (char**)pArg;
+      if( p->eKind==TDE_KIND_MAIN && azArg[1] && sqlite3_stricmp(azArg[1], "tde_status")==0 ){
+        if( azArg[2] ){
+          azArg[0] = sqlite3_mprintf("tde_status takes no argument");
+          return SQLITE_ERROR;
+        }
+        azArg[0] = tdeStatusPragma(p);
+        return azArg[0] ? SQLITE_OK : SQLITE_NOMEM;
+      }
+      break;
+    }
+    case SQLITE_FCNTL_SIZE_HINT:
+      if( p->eKind==TDE_KIND_MAIN ){
+        sqlite3_int64 sz = *(sqlite3_int64*)pArg + TDE_HEADER_BYTES;
+        return pReal->pMethods->xFileControl(pReal, op, &sz);
+      }
+      if( p->eKind==TDE_KIND_JOURNAL || p->eKind==TDE_KIND_TEMP ) return SQLITE_OK;
+      break;
+    case SQLITE_FCNTL_MMAP_SIZE:
+      /* Never map encrypted files: SQLite would read ciphertext. */
+      if( *(sqlite3_int64*)pArg > 0 ) *(sqlite3_int64*)pArg = 0;
+      break;
+    case SQLITE_FCNTL_VFSNAME:
+      rc = pReal->pMethods->xFileControl(pReal, op, pArg);
+      if( rc==SQLITE_OK ){
+        *(char**)pArg = sqlite3_mprintf("tde/%z", *(char**)pArg);
+        if( *(char**)pArg==0 ) return SQLITE_NOMEM;
+      }
+      return rc;
+    default:
+      break;
+  }
+  return pReal->pMethods->xFileControl(pReal, op, pArg);
+}
+
+static int tdeSectorSize(sqlite3_file *pFile){
+  return REALFILE(pFile)->pMethods->xSectorSize(REALFILE(pFile));
+}
+
+static int tdeDeviceCharacteristics(sqlite3_file *pFile){
+  TdeFile *p = (TdeFile*)pFile;
+  int dc = p->pReal->pMethods->xDeviceCharacteristics(p->pReal) & ~TDE_IOCAP_CLEAR;
+  /* Block files are rewritten block by block and main-file pages must not
+  ** share a sector with a journal-protected neighbour: no powersafe
+  ** overwrite for them.  WAL frames are written whole, so the WAL keeps it. */
+  if( p->eKind!=TDE_KIND_WAL ) dc &= ~SQLITE_IOCAP_POWERSAFE_OVERWRITE;
+  return dc;
+}
+
+static int tdeShmMap(sqlite3_file *pFile, int iPg, int pgsz, int bExtend, void volatile **pp){
+  return REALFILE(pFile)->pMethods->xShmMap(REALFILE(pFile), iPg, pgsz, bExtend, pp);
+}
+static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
+  return REALFILE(pFile)->pMethods->xShmLock(REALFILE(pFile), offset, n, flags);
+}
+static void tdeShmBarrier(sqlite3_file *pFile){
+  REALFILE(pFile)->pMethods->xShmBarrier(REALFILE(pFile));
+}
+static int tdeShmUnmap(sqlite3_file *pFile, int deleteFlag){
+  return REALFILE(pFile)->pMethods->xShmUnmap(REALFILE(pFile), deleteFlag);
+}
+
+/* Memory-mapped reads would hand SQLite ciphertext: always decline. */
+static int tdeFetch(sqlite3_file *pFile, sqlite3_int64 iOfst, int iAmt, void **pp){
+  TDE_UNUSED(pFile); TDE_UNUSED(iOfst); TDE_UNUSED(iAmt);
+  *pp = 0;
+  return SQLITE_OK;
+}
+static int tdeUnfetch(sqlite3_file *pFile, sqlite3_int64 iOfst, void *pPage){
+  TDE_UNUSED(pFile); TDE_UNUSED(iOfst); TDE_UNUSED(pPage);
+  return SQLITE_OK;
+}
+
+/* ---- open -------------------------------------------------------------- */
+
+static int tdeKindOf(int flags){
+  if( flags & SQLITE_OPEN_MAIN_DB ) return TDE_KIND_MAIN;
+  if( flags & SQLITE_OPEN_WAL ) return TDE_KIND_WAL;
+  if( flags & SQLITE_OPEN_MAIN_JOURNAL ) return TDE_KIND_JOURNAL;
+  if( flags & SQLITE_OPEN_SUPER_JOURNAL ) return TDE_KIND_PLAIN;
+  return TDE_KIND_TEMP;   /* temp db, temp journal, transient db, subjournal */
+}
+
+/* WAL and rollback journal: key them from their main database. */
+static int tdeOpenDependent(TdeFile *p, const char *zName){
+  sqlite3_file *pMainFile = sqlite3_database_file_object(zName);
+  TdeFile *pMain = (TdeFile*)pMainFile;
+  int rc;
+  if( !pMainFile || pMainFile->pMethods!=&tdeIoMethods || pMain->eKind!=TDE_KIND_MAIN ){
+    tdeLog(TDE_LOG_ERROR, "%s: its database is not open through the tde VFS", zName);
+    return SQLITE_CANTOPEN;
+  }
+  rc = tdeMainEnsureKeys(pMain, (p->openFlags & SQLITE_OPEN_READWRITE)!=0);
+  if( rc ) return rc;
+  if( !pMain->pKeys ){
+    tdeLog(TDE_LOG_ERROR, "%s: database has no keys yet", zName);
+    return SQLITE_CANTOPEN;
+  }
+  rc = tdeInstallKeys(p, pMain->pKeys);
+  if( rc ) return rc;
+  if( p->eKind==TDE_KIND_WAL ){
+    p->wal.aCk = 0;
+    rc = tdeWalInitKeys(p, pMain->pKeys->aWalMac);
+  }
+  return rc;
+}
+
+/* Temp files: a random key that never touches disk. */
+static int tdeOpenTemp(TdeFile *p){
+  uint8_t *aKey = tdeSecureAlloc(32);
+  int trc;
+  if( !aKey ) return SQLITE_NOMEM;
+  trc = tdeRandom(aKey, 32);
+  if( trc==TDE_OK ) trc = tdeRandom(p->dbid, sizeof(p->dbid));
+  if( trc==TDE_OK ) trc = tdePageCipherNew(aKey, 1, &p->pCipher);
+  tdeSecureFree(aKey, 32);
+  return trc ? tdeSqliteRc(trc) : SQLITE_OK;
+}
+
+static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
+                      int flags, int *pOutFlags){
+  TdeFile *p = (TdeFile*)pFile;
+  sqlite3_vfs *pOrig = ORIGVFS(pVfs);
+  int rc;
+  int bExisted = 1;
+  int outFlags = 0;
+
+  memset(p, 0, sizeof(*p));
+  p->pReal = (sqlite3_file*)&p[1];
+  p->eKind = tdeKindOf(flags);
+  p->openFlags = flags;
+  p->zName = zName;
+  if( p->eKind==TDE_KIND_MAIN && zName ){
+    rc = pOrig->xAccess(pOrig, zName, SQLITE_ACCESS_EXISTS, &bExisted);
+    if( rc ) bExisted = 1;
+  }
+  rc = pOrig->xOpen(pOrig, zName, p->pReal, flags, &outFlags);
+  if( rc ) goto fail;
+  if( pOutFlags ) *pOutFlags = outFlags;
+  p->bReadOnly = (outFlags & SQLITE_OPEN_READONLY)!=0;
+  tdeErrClear();
+
+  switch( p->eKind ){
+    case TDE_KIND_MAIN: {
+      sqlite3_int64 sz = 0;
+      rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+      if( rc ) break;
+      if( sz>0 ){
+        rc = tdeMainLoad(p, sz);
+        if( rc==SQLITE_NOTADB && sz<=TDE_HEADER_BYTES && !bExisted ) rc = SQLITE_OK;
+      }else{
+        /* New or empty database: check now that its keystore opens, so a
+        ** wrong password fails the open rather than the first write. */
+        char zCfg[PATH_MAX];
+        TdeKeystore *pKs;
+        const char *zUriCfg = zName ? sqlite3_uri_parameter(zName, "tde_config") : 0;
+        int trc = tdeConfigLocate(zUriCfg, zCfg, sizeof(zCfg));
+        if( trc==TDE_OK ) trc = tdeRegistryAcquire(zCfg, NULL, &pKs, NULL);
+        if( trc ){
+          tdeLog(TDE_LOG_ERROR, "%s: cannot open encrypted database: %s", zName, tde_last_error());
+          rc = tdeSqliteRc(trc);
+        }
+      }
+      break;
+    }
+    case TDE_KIND_WAL:
+    case TDE_KIND_JOURNAL:
+      rc = tdeOpenDependent(p, zName);
+      break;
+    case TDE_KIND_TEMP:
+      rc = tdeOpenTemp(p);
+      break;
+    default:
+      break;
+  }
+  if( rc ){
+    p->pReal->pMethods->xClose(p->pReal);
+    tdeWalFree(p);
+    tdePageCipherFree(p->pCipher);
+    p->pCipher = 0;
+    tdeKeysFree(p->pKeys);
+    p->pKeys = 0;
+    /* Leave no trace of a database we could not key. */
+    if( p->eKind==TDE_KIND_MAIN && !bExisted && zName ){
+      pOrig->xDelete(pOrig, zName, 0);
+    }
+    goto fail;
+  }
+  pFile->pMethods = &tdeIoMethods;
+  return SQLITE_OK;
+
+fail:
+  pFile->pMethods = 0;
+  return rc;
+}
+
+/* ---- VFS methods that only forward ------------------------------------- */
+
+static int tdeVfsDelete(sqlite3_vfs *pVfs, const char *zPath, int dirSync){
+  return ORIGVFS(pVfs)->xDelete(ORIGVFS(pVfs), zPath, dirSync);
+}
+static int tdeVfsAccess(sqlite3_vfs *pVfs, const char *zPath, int flags, int *pResOut){
+  return ORIGVFS(pVfs)->xAccess(ORIGVFS(pVfs), zPath, flags, pResOut);
+}
+static int tdeVfsFullPathname(sqlite3_vfs *pVfs, const char *zPath, int nOut, char *zOut){
+  return ORIGVFS(pVfs)->xFullPathname(ORIGVFS(pVfs), zPath, nOut, zOut);
+}
+static void *tdeVfsDlOpen(sqlite3_vfs *pVfs, const char *zPath){
+  return ORIGVFS(pVfs)->xDlOpen(ORIGVFS(pVfs), zPath);
+}
+static void tdeVfsDlError(sqlite3_vfs *pVfs, int nByte, char *zErrMsg){
+  ORIGVFS(pVfs)->xDlError(ORIGVFS(pVfs), nByte, zErrMsg);
+}
+static void (*tdeVfsDlSym(sqlite3_vfs *pVfs, void *p, const char *zSym))(void){
+  return ORIGVFS(pVfs)->xDlSym(ORIGVFS(pVfs), p, zSym);
+}
+static void tdeVfsDlClose(sqlite3_vfs *pVfs, void *pHandle){
+  ORIGVFS(pVfs)->xDlClose(ORIGVFS(pVfs), pHandle);
+}
+static int tdeVfsRandomness(sqlite3_vfs *pVfs, int nByte, char *zBufOut){
+  return ORIGVFS(pVfs)->xRandomness(ORIGVFS(pVfs), nByte, zBufOut);
+}
+static int tdeVfsSleep(sqlite3_vfs *pVfs, int nMicro){
+  return ORIGVFS(pVfs)->xSleep(ORIGVFS(pVfs), nMicro);
+}
+static int tdeVfsCurrentTime(sqlite3_vfs *pVfs, double *pTimeOut){
+  return ORIGVFS(pVfs)->xCurrentTime(ORIGVFS(pVfs), pTimeOut);
+}
+static int tdeVfsGetLastError(sqlite3_vfs *pVfs, int a, char *b){
+  return ORIGVFS(pVfs)->xGetLastError(ORIGVFS(pVfs), a, b);
+}
+static int tdeVfsCurrentTimeInt64(sqlite3_vfs *pVfs, sqlite3_int64 *p){
+  return ORIGVFS(pVfs)->xCurrentTimeInt64(ORIGVFS(pVfs), p);
+}
+static int tdeVfsSetSystemCall(sqlite3_vfs *pVfs, const char *zName, sqlite3_syscall_ptr pCall){
+  return ORIGVFS(pVfs)->xSetSystemCall(ORIGVFS(pVfs), zName, pCall);
+}
+static sqlite3_syscall_ptr tdeVfsGetSystemCall(sqlite3_vfs *pVfs, const char *zName){
+  return ORIGVFS(pVfs)->xGetSystemCall(ORIGVFS(pVfs), zName);
+}
+static const char *tdeVfsNextSystemCall(sqlite3_vfs *pVfs, const char *zName){
+  return ORIGVFS(pVfs)->xNextSystemCall(ORIGVFS(pVfs), zName);
+}

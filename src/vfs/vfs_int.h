@@ -1,0 +1,127 @@
+/*
+** Private declarations of the tde VFS shim, shared by its files:
+**   vfs.c        the VFS object, open/close dispatch, the main database
+**                file (header region + encrypted pages), method table;
+**   wal.c        WAL files: encrypted frame pages, authenticated headers;
+**   blockfile.c  journals and temporary files: fixed-size encrypted blocks;
+**   status.c     PRAGMA tde_status, the tde_status table, SQL functions;
+**   api.c        registration, extension entry point, public C API.
+** File layouts are specified in docs/FORMAT.md.
+*/
+#ifndef TDE_VFS_INT_H
+#define TDE_VFS_INT_H
+
+#include "tde_int.h"
+#include "cipher/cipher.h"
+#include "keys/keys.h"
+
+#include <limits.h>
+
+/* What a file is to the shim. */
+#define TDE_KIND_MAIN    1   /* main database: header + encrypted pages */
+#define TDE_KIND_WAL     2   /* write-ahead log: encrypted frames */
+#define TDE_KIND_JOURNAL 3   /* rollback journal: blocks under the data key */
+#define TDE_KIND_TEMP    4   /* temp/transient/statement files: ephemeral key */
+#define TDE_KIND_PLAIN   5   /* super-journal: file names only, passed through */
+
+#define TDE_BLOCK_SIZE   4096                       /* block-file plaintext */
+#define TDE_BLOCK_STORED (TDE_BLOCK_SIZE + TDE_TRAILER_SIZE)
+#define TDE_MAX_PAGE     65536
+
+/* Keys and header state of one open main database file. */
+typedef struct TdeDbKeys {
+  TdeHeader hdr;              /* header in force */
+  int iSlot;                  /* slot it was read from (0/1) */
+  uint8_t *aDek;              /* 32 bytes, secure memory: current data key */
+  uint8_t *aWalMac;           /* 32 bytes, secure memory: WAL MAC key */
+  TdeKeystore *pKs;           /* registry-owned */
+  char zConfig[PATH_MAX];     /* configuration file in use */
+  char zMasterKey[TDE_KEYID_MAX + 1];   /* master key that unwrapped the DEK */
+} TdeDbKeys;
+
+typedef struct TdeWal {
+  uint32_t pgsz;              /* page size from the WAL header, 0 if unknown */
+  int bHdr;                   /* aHdr holds the current header */
+  uint8_t aHdr[32];           /* header as SQLite sees it (with its checksum) */
+  int bPending;               /* a frame header write awaits its page */
+  sqlite3_int64 iPendingOff;
+  uint8_t aPending[24];
+  uint32_t iRunFrame;         /* running checksum: frame index it ends at */
+  uint32_t aRunCk[2];
+  uint8_t aRunSalt[8];
+  struct TdeWalCk { uint8_t mac[8]; uint32_t ck[2]; uint8_t bValid; } *aCk;
+  uint32_t nCk;               /* entries allocated in aCk */
+  uint8_t *aMacKey;           /* 32 bytes, secure memory: frame/header MAC key */
+} TdeWal;
+
+typedef struct TdeFile TdeFile;
+struct TdeFile {
+  sqlite3_file base;          /* must be first */
+  sqlite3_file *pReal;        /* the file below us; follows this struct */
+  int eKind;                  /* TDE_KIND_* */
+  int openFlags;
+  const char *zName;          /* as SQLite passed it (may be NULL for temp) */
+  TdeDbKeys *pKeys;           /* main only: owned; NULL until loaded */
+  int bReadOnly;
+  TdePageCipher *pCipher;     /* this handle's own sealing session */
+  uint8_t dbid[TDE_DBID_BYTES];   /* binds pages/blocks to the database */
+  uint32_t pgsz;              /* main: page size last seen, 0 if unknown */
+  uint8_t *aBuf;              /* scratch: TDE_MAX_PAGE + 2 blocks */
+  TdeWal wal;                 /* WAL only */
+  sqlite3_int64 nAuthFail;    /* pages/frames that failed authentication */
+};
+
+extern const sqlite3_io_methods tdeIoMethods;
+extern sqlite3_vfs tdeVfs;
+
+/* Associated data for pages (main database and WAL frame pages alike, so
+** a frame's page ciphertext is valid in the database file). */
+#define TDE_PAGE_AAD_BYTES (1 + TDE_DBID_BYTES + 4 + 4)
+void tdePageAad(const uint8_t dbid[16], uint32_t pgno, uint32_t pgsz, uint8_t *aad);
+
+/* Decrypt one stored page in place (aPage holds pgsz bytes read from disk);
+** on success the trailer region is zeroed. On failure the page is wiped,
+** the failure logged naming file and page, and SQLITE_IOERR_AUTH returned. */
+int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, const char *zWhat);
+/* Same, reading the stored page from aIn and writing plaintext to aOut
+** (may be the same buffer). */
+int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, const char *zWhat);
+/* Seal a plaintext page into aOut (pgsz bytes). */
+int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno, uint8_t *aOut);
+
+/* Is this a page size SQLite can use? */
+static inline int tdeValidPgsz(sqlite3_int64 n){
+  return n>=512 && n<=TDE_MAX_PAGE && (n & (n-1))==0;
+}
+
+/* Map a tde_rc to an SQLite result code. */
+int tdeSqliteRc(int rc);
+
+/* Main database helpers used by status/verify. */
+int tdeMainEnsureKeys(TdeFile *p, int bCreate);
+int tdeScratch(TdeFile *p);
+int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort);
+int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn);
+
+/* WAL (wal.c) */
+int tdeWalInitKeys(TdeFile *p, const uint8_t *aMacKey);
+int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
+int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
+int tdeWalFlush(TdeFile *p);
+int tdeWalTruncate(TdeFile *p, sqlite3_int64 size);
+void tdeWalFree(TdeFile *p);
+/* Verify every frame of the current WAL generation; *pnFrames counted,
+** *piBad first bad frame (0 if none). */
+int tdeWalVerify(TdeFile *p, sqlite3_int64 *pnFrames, sqlite3_int64 *piBad);
+
+/* Block files (blockfile.c) */
+int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
+int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
+int tdeBlockTruncate(TdeFile *p, sqlite3_int64 size);
+int tdeBlockFileSize(TdeFile *p, sqlite3_int64 *pSize);
+
+/* status.c: per-connection SQL objects; PRAGMA text. */
+int tdeStatusRegister(sqlite3 *db);
+char *tdeStatusPragma(TdeFile *p);   /* sqlite3_malloc'd */
+
+#endif /* TDE_VFS_INT_H */
