@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* tde_int.h first: keystore.h uses TDE_KEYID_MAX from sqlite-tde.h. */
@@ -487,6 +488,46 @@ static void test_concurrent_rotation(void **state){
   tdeConfigFree(cfg);
 }
 
+/* Real processes rotating one wallet at once: the directory lock and the
+** re-read before each rewrite must keep every key (1 + N*K in the end). */
+static void test_multiprocess_rotation(void **state){
+  enum { N_PROC = 4, N_ROT = 5 };
+  TdeConfig *cfg = makeConfig("mp", "mp.wallet", 0);
+  TdeKeystore *ks = 0;
+  char zId[TDE_KEYID_MAX+1];
+  pid_t aPid[N_PROC];
+  int i, n = 0;
+  (void)state;
+  expectRc(pW->xCreate(cfg, "pw", zId, sizeof(zId)), TDE_OK);
+  for(i=0; i<N_PROC; i++){
+    aPid[i] = fork();
+    assert_true(aPid[i] >= 0);
+    if( aPid[i]==0 ){
+      TdeKeystore *k = 0;
+      char zNew[TDE_KEYID_MAX+1];
+      int j;
+      if( pW->xOpen(cfg, "pw", &k)!=TDE_OK ) _exit(2);
+      for(j=0; j<N_ROT; j++){
+        if( pW->xNewKey(k, zNew, sizeof(zNew))!=TDE_OK ) _exit(3);
+      }
+      pW->xClose(k);
+      _exit(0);
+    }
+  }
+  for(i=0; i<N_PROC; i++){
+    int status = -1;
+    assert_int_equal(waitpid(aPid[i], &status, 0), aPid[i]);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+  }
+  expectRc(pW->xOpen(cfg, "pw", &ks), TDE_OK);
+  expectRc(pW->xList(ks, countKey, &n), TDE_OK);
+  assert_int_equal(n, 1 + N_PROC*N_ROT);
+  assert_int_equal(pW->xHasKey(ks, zId), 1);
+  pW->xClose(ks);
+  tdeConfigFree(cfg);
+}
+
 static void test_wrong_aad(void **state){
   TdeConfig *cfg = makeConfig("aad", "aad.wallet", 0);
   TdeKeystore *ks = 0;
@@ -631,6 +672,7 @@ int main(void){
     cmocka_unit_test(test_not_a_wallet),
     cmocka_unit_test(test_new_key),
     cmocka_unit_test(test_concurrent_rotation),
+    cmocka_unit_test(test_multiprocess_rotation),
     cmocka_unit_test(test_wrong_aad),
     cmocka_unit_test(test_threads),
     cmocka_unit_test(test_registry),
