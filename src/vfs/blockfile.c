@@ -7,21 +7,26 @@
 **
 ** SQLite writes these files at arbitrary offsets and lengths (journal
 ** records are 4+page+4 bytes; sorter runs are unaligned), so they are
-** stored as a sequence of fixed TDE_BLOCK_SIZE plaintext blocks, each
+** stored as a sequence of fixed-size plaintext blocks (512 bytes for
+** journals, 4096 for temp files), each
 ** sealed with its own 48-byte trailer (docs/FORMAT.md "Block files"):
 **
-**   block i at file offset i*TDE_BLOCK_STORED: ciphertext (len) || trailer
+**   block i at file offset i*BSTORED(p): ciphertext (len) || trailer
 **
-** Every block but the last holds TDE_BLOCK_SIZE bytes; the last holds
-** len = (file size - i*TDE_BLOCK_STORED - 48) bytes, so the logical size
-** follows from the physical one.  Writes that cover part of a block read,
-** decrypt, merge and re-seal it.  Journal segments begin on sector
-** (4096-byte) boundaries, so a block holding synced journal records is
-** never rewritten by later appends.
+** Every block but the last holds a full block; the last holds
+** len = (file size - i*stored - 48) bytes, so the logical size follows
+** from the physical one.  Writes that cover part of a block read, decrypt,
+** merge and re-seal it.  SQLite starts every journal segment on a sector
+** boundary (512 bytes when the device is powersafe-overwrite, otherwise the
+** sector size, a multiple of 512), so with 512-byte journal blocks a block
+** holding synced journal records is never rewritten by later appends.
 **
 ** Must never: return a block that failed authentication; write plaintext.
 */
 #include "vfs/vfs_int.h"
+
+#define BSIZE(p)   ((sqlite3_int64)(p)->nBlock)
+#define BSTORED(p) ((sqlite3_int64)(p)->nBlock + TDE_TRAILER_SIZE)
 
 static void blockAad(TdeFile *p, sqlite3_int64 iBlock, uint8_t *aad){
   aad[0] = 'B';
@@ -31,10 +36,10 @@ static void blockAad(TdeFile *p, sqlite3_int64 iBlock, uint8_t *aad){
 }
 #define BLOCK_AAD_BYTES (2 + TDE_DBID_BYTES + 8)
 
-static sqlite3_int64 blockLogicalSize(sqlite3_int64 phys){
-  sqlite3_int64 nFull = phys / TDE_BLOCK_STORED;
-  sqlite3_int64 rem = phys % TDE_BLOCK_STORED;
-  return nFull*TDE_BLOCK_SIZE + (rem>TDE_TRAILER_SIZE ? rem - TDE_TRAILER_SIZE : 0);
+static sqlite3_int64 blockLogicalSize(TdeFile *p, sqlite3_int64 phys){
+  sqlite3_int64 nFull = phys / BSTORED(p);
+  sqlite3_int64 rem = phys % BSTORED(p);
+  return nFull*BSIZE(p) + (rem>TDE_TRAILER_SIZE ? rem - TDE_TRAILER_SIZE : 0);
 }
 
 static int blockPhysSize(TdeFile *p, sqlite3_int64 *pPhys){
@@ -42,23 +47,23 @@ static int blockPhysSize(TdeFile *p, sqlite3_int64 *pPhys){
 }
 
 /*
-** Load block iBlock's plaintext into aOut (TDE_BLOCK_SIZE bytes, zero
+** Load block iBlock's plaintext into aOut (BSIZE(p) bytes, zero
 ** beyond its length).  *pnLen gets its length (0 if absent).  A block of
 ** all zero bytes in a temp file is a hole SQLite skipped over.
 */
 static int blockLoad(TdeFile *p, sqlite3_int64 iBlock, sqlite3_int64 phys,
                      uint8_t *aOut, uint32_t *pnLen){
-  sqlite3_int64 start = iBlock * TDE_BLOCK_STORED;
-  uint8_t *aStored = p->aBuf + TDE_BLOCK_STORED;   /* second half of scratch */
+  sqlite3_int64 start = iBlock * BSTORED(p);
+  uint8_t *aStored = p->aBuf + BSTORED(p);   /* second half of scratch */
   uint8_t aad[BLOCK_AAD_BYTES];
   sqlite3_int64 avail = phys - start;
   uint32_t nStored, nLen;
   int bShort, rc;
 
-  memset(aOut, 0, TDE_BLOCK_SIZE);
+  memset(aOut, 0, BSIZE(p));
   *pnLen = 0;
   if( avail<=TDE_TRAILER_SIZE ) return SQLITE_OK;
-  nStored = avail>TDE_BLOCK_STORED ? TDE_BLOCK_STORED : (uint32_t)avail;
+  nStored = avail>BSTORED(p) ? BSTORED(p) : (uint32_t)avail;
   nLen = nStored - TDE_TRAILER_SIZE;
   rc = tdeRealRead(p, aStored, (int)nStored, start, &bShort);
   if( rc ) return rc;
@@ -71,7 +76,7 @@ static int blockLoad(TdeFile *p, sqlite3_int64 iBlock, sqlite3_int64 phys,
   blockAad(p, iBlock, aad);
   rc = tdePageOpen(p->pCipher, aad, sizeof(aad), aStored, nLen, aStored+nLen, aOut);
   if( rc ){
-    memset(aOut, 0, TDE_BLOCK_SIZE);
+    memset(aOut, 0, BSIZE(p));
     p->nAuthFail++;
     tdeLog(TDE_LOG_ERROR, "%s: %s block %lld failed authentication",
            p->zName ? p->zName : "(temp file)",
@@ -84,21 +89,21 @@ static int blockLoad(TdeFile *p, sqlite3_int64 iBlock, sqlite3_int64 phys,
 
 /* Seal nLen bytes of aPlain as block iBlock and write it. */
 static int blockStore(TdeFile *p, sqlite3_int64 iBlock, const uint8_t *aPlain, uint32_t nLen){
-  uint8_t *aStored = p->aBuf + TDE_BLOCK_STORED;
+  uint8_t *aStored = p->aBuf + BSTORED(p);
   uint8_t aad[BLOCK_AAD_BYTES];
   int rc;
   blockAad(p, iBlock, aad);
   rc = tdePageSeal(p->pCipher, aad, sizeof(aad), aPlain, nLen, aStored, aStored+nLen);
   if( rc ) return SQLITE_IOERR_WRITE;
   return p->pReal->pMethods->xWrite(p->pReal, aStored, (int)(nLen + TDE_TRAILER_SIZE),
-                                    iBlock * TDE_BLOCK_STORED);
+                                    iBlock * BSTORED(p));
 }
 
 int tdeBlockFileSize(TdeFile *p, sqlite3_int64 *pSize){
   sqlite3_int64 phys = 0;
   int rc = blockPhysSize(p, &phys);
   if( rc ) return rc;
-  *pSize = blockLogicalSize(phys);
+  *pSize = blockLogicalSize(p, phys);
   return SQLITE_OK;
 }
 
@@ -112,12 +117,12 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   aPlain = p->aBuf;
   rc = blockPhysSize(p, &phys);
   if( rc ) return rc;
-  size = blockLogicalSize(phys);
+  size = blockLogicalSize(p, phys);
   while( nDone<iAmt ){
     sqlite3_int64 off = iOfst + nDone;
-    sqlite3_int64 iBlock = off / TDE_BLOCK_SIZE;
-    uint32_t iIn = (uint32_t)(off % TDE_BLOCK_SIZE);
-    uint32_t n = TDE_BLOCK_SIZE - iIn, nLen;
+    sqlite3_int64 iBlock = off / BSIZE(p);
+    uint32_t iIn = (uint32_t)(off % BSIZE(p));
+    uint32_t n = BSIZE(p) - iIn, nLen;
     if( n > (uint32_t)(iAmt-nDone) ) n = (uint32_t)(iAmt-nDone);
     if( off>=size ) break;
     rc = blockLoad(p, iBlock, phys, aPlain, &nLen);
@@ -125,7 +130,7 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
     memcpy(z+nDone, aPlain+iIn, n);
     nDone += (int)n;
   }
-  tdeWipe(aPlain, TDE_BLOCK_SIZE);
+  tdeWipe(aPlain, BSIZE(p));
   if( nDone<iAmt ){
     /* Past the end: zero-fill, as the unix VFS does. */
     if( iOfst + nDone < size ) nDone = (int)(size - iOfst);
@@ -146,29 +151,29 @@ int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   aPlain = p->aBuf;
   rc = blockPhysSize(p, &phys);
   if( rc ) return rc;
-  size = blockLogicalSize(phys);
-  iLast = size ? (size-1) / TDE_BLOCK_SIZE : -1;
-  nLastLen = size ? (uint32_t)(size - iLast*TDE_BLOCK_SIZE) : 0;
+  size = blockLogicalSize(p, phys);
+  iLast = size ? (size-1) / BSIZE(p) : -1;
+  nLastLen = size ? (uint32_t)(size - iLast*BSIZE(p)) : 0;
 
   /* Writing past a partial last block: pad that block to full size first,
   ** since only the last block may be short. */
-  if( iLast>=0 && nLastLen<TDE_BLOCK_SIZE && iOfst/TDE_BLOCK_SIZE > iLast ){
+  if( iLast>=0 && nLastLen<BSIZE(p) && iOfst/BSIZE(p) > iLast ){
     uint32_t nLen;
     rc = blockLoad(p, iLast, phys, aPlain, &nLen);
-    if( rc==SQLITE_OK ) rc = blockStore(p, iLast, aPlain, TDE_BLOCK_SIZE);
+    if( rc==SQLITE_OK ) rc = blockStore(p, iLast, aPlain, BSIZE(p));
     if( rc ) goto done;
-    nLastLen = TDE_BLOCK_SIZE;
-    phys = (iLast+1) * TDE_BLOCK_STORED;
+    nLastLen = BSIZE(p);
+    phys = (iLast+1) * BSTORED(p);
   }
 
   while( nDone<iAmt ){
     sqlite3_int64 off = iOfst + nDone;
-    sqlite3_int64 iBlock = off / TDE_BLOCK_SIZE;
-    uint32_t iIn = (uint32_t)(off % TDE_BLOCK_SIZE);
-    uint32_t n = TDE_BLOCK_SIZE - iIn;
+    sqlite3_int64 iBlock = off / BSIZE(p);
+    uint32_t iIn = (uint32_t)(off % BSIZE(p));
+    uint32_t n = BSIZE(p) - iIn;
     uint32_t nExist, nNew;
     if( n > (uint32_t)(iAmt-nDone) ) n = (uint32_t)(iAmt-nDone);
-    nExist = iBlock<iLast ? TDE_BLOCK_SIZE : iBlock==iLast ? nLastLen : 0;
+    nExist = iBlock<iLast ? BSIZE(p) : iBlock==iLast ? nLastLen : 0;
     nNew = iIn + n > nExist ? iIn + n : nExist;
     if( iIn==0 && n>=nExist ){
       memcpy(aPlain, z+nDone, n);
@@ -181,17 +186,16 @@ int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     rc = blockStore(p, iBlock, aPlain, nNew);
     if( rc ) goto done;
     if( iBlock>=iLast ){
-      /* Blocks between the old last block and this one are holes. */
-      if( iBlock>iLast+1 ) nLastLen = TDE_BLOCK_SIZE;
+      /* Blocks between the old last block and this one stay holes. */
       iLast = iBlock;
       nLastLen = nNew;
-      phys = iBlock*TDE_BLOCK_STORED + nNew + TDE_TRAILER_SIZE;
+      phys = iBlock*BSTORED(p) + nNew + TDE_TRAILER_SIZE;
     }
     nDone += (int)n;
   }
 
 done:
-  tdeWipe(aPlain, TDE_BLOCK_SIZE);
+  tdeWipe(aPlain, BSIZE(p));
   return rc;
 }
 
@@ -202,14 +206,14 @@ int tdeBlockTruncate(TdeFile *p, sqlite3_int64 size){
   if( rc ) return rc;
   rc = blockPhysSize(p, &phys);
   if( rc ) return rc;
-  cur = blockLogicalSize(phys);
+  cur = blockLogicalSize(p, phys);
   if( size>=cur ){
     if( size==cur ) return SQLITE_OK;
     /* Growing: write zeros (rare; SQLite grows these files by writing). */
     {
-      static const uint8_t aZero[TDE_BLOCK_SIZE];
+      static const uint8_t aZero[TDE_BLOCK_MAX];
       while( cur<size ){
-        int n = (int)(size-cur > TDE_BLOCK_SIZE ? TDE_BLOCK_SIZE : size-cur);
+        int n = (int)(size-cur > TDE_BLOCK_MAX ? TDE_BLOCK_MAX : size-cur);
         rc = tdeBlockWrite(p, aZero, n, cur);
         if( rc ) return rc;
         cur += n;
@@ -218,13 +222,13 @@ int tdeBlockTruncate(TdeFile *p, sqlite3_int64 size){
     }
   }
   if( size==0 ) return p->pReal->pMethods->xTruncate(p->pReal, 0);
-  iBlock = (size-1) / TDE_BLOCK_SIZE;
-  nKeep = (uint32_t)(size - iBlock*TDE_BLOCK_SIZE);
-  if( nKeep<TDE_BLOCK_SIZE ){
+  iBlock = (size-1) / BSIZE(p);
+  nKeep = (uint32_t)(size - iBlock*BSIZE(p));
+  if( nKeep<BSIZE(p) ){
     rc = blockLoad(p, iBlock, phys, p->aBuf, &nLen);
     if( rc==SQLITE_OK ) rc = blockStore(p, iBlock, p->aBuf, nKeep);
-    tdeWipe(p->aBuf, TDE_BLOCK_SIZE);
+    tdeWipe(p->aBuf, BSIZE(p));
     if( rc ) return rc;
   }
-  return p->pReal->pMethods->xTruncate(p->pReal, iBlock*TDE_BLOCK_STORED + nKeep + TDE_TRAILER_SIZE);
+  return p->pReal->pMethods->xTruncate(p->pReal, iBlock*BSTORED(p) + nKeep + TDE_TRAILER_SIZE);
 }

@@ -184,7 +184,7 @@ int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, 
 ** or two stored blocks. */
 int tdeScratch(TdeFile *p){
   if( !p->aBuf ){
-    p->aBuf = sqlite3_malloc(TDE_MAX_PAGE + 2*TDE_BLOCK_STORED + 64);
+    p->aBuf = sqlite3_malloc(TDE_MAX_PAGE + 2*(TDE_BLOCK_MAX + TDE_TRAILER_SIZE) + 64);
     if( !p->aBuf ) return SQLITE_NOMEM;
   }
   return SQLITE_OK;
@@ -517,7 +517,7 @@ static int tdeClose(sqlite3_file *pFile){
   tdeKeysFree(p->pKeys);
   p->pKeys = 0;
   if( p->aBuf ){
-    tdeWipe(p->aBuf, TDE_MAX_PAGE + 2*TDE_BLOCK_STORED + 64);
+    tdeWipe(p->aBuf, TDE_MAX_PAGE + 2*(TDE_BLOCK_MAX + TDE_TRAILER_SIZE) + 64);
     sqlite3_free(p->aBuf);
     p->aBuf = 0;
   }
@@ -654,10 +654,12 @@ static int tdeSectorSize(sqlite3_file *pFile){
 static int tdeDeviceCharacteristics(sqlite3_file *pFile){
   TdeFile *p = (TdeFile*)pFile;
   int dc = p->pReal->pMethods->xDeviceCharacteristics(p->pReal) & ~TDE_IOCAP_CLEAR;
-  /* Block files are rewritten block by block and main-file pages must not
-  ** share a sector with a journal-protected neighbour: no powersafe
-  ** overwrite for them.  WAL frames are written whole, so the WAL keeps it. */
-  if( p->eKind!=TDE_KIND_WAL ) dc &= ~SQLITE_IOCAP_POWERSAFE_OVERWRITE;
+  /* Block files are rewritten block by block: no powersafe overwrite for
+  ** them.  The main file and the WAL keep what the VFS below says: pages
+  ** and frames are written whole (and SQLite reads PSOW from the main file
+  ** to decide on WAL padding and on the journal's 512-byte sectors, which
+  ** our journal blocks match). */
+  if( p->eKind==TDE_KIND_JOURNAL || p->eKind==TDE_KIND_TEMP ) dc &= ~SQLITE_IOCAP_POWERSAFE_OVERWRITE;
   return dc;
 }
 
@@ -754,6 +756,7 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   p->bReadOnly = (outFlags & SQLITE_OPEN_READONLY)!=0;
   tdeErrClear();
 
+  p->nBlock = p->eKind==TDE_KIND_JOURNAL ? TDE_BLOCK_JOURNAL : TDE_BLOCK_TEMP;
   switch( p->eKind ){
     case TDE_KIND_MAIN: {
       sqlite3_int64 sz = 0;

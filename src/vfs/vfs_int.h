@@ -24,8 +24,9 @@
 #define TDE_KIND_TEMP    4   /* temp/transient/statement files: ephemeral key */
 #define TDE_KIND_PLAIN   5   /* super-journal: file names only, passed through */
 
-#define TDE_BLOCK_SIZE   4096                       /* block-file plaintext */
-#define TDE_BLOCK_STORED (TDE_BLOCK_SIZE + TDE_TRAILER_SIZE)
+#define TDE_BLOCK_JOURNAL 512    /* journal block plaintext (sector-aligned) */
+#define TDE_BLOCK_TEMP    4096   /* temp-file block plaintext */
+#define TDE_BLOCK_MAX     4096
 #define TDE_MAX_PAGE     65536
 
 /* Keys and header state of one open main database file. */
@@ -66,6 +67,7 @@ struct TdeFile {
   TdePageCipher *pCipher;     /* this handle's own sealing session */
   uint8_t dbid[TDE_DBID_BYTES];   /* binds pages/blocks to the database */
   uint32_t pgsz;              /* main: page size last seen, 0 if unknown */
+  uint32_t nBlock;            /* block files: plaintext bytes per block */
   uint8_t *aBuf;              /* scratch: TDE_MAX_PAGE + 2 blocks */
   TdeWal wal;                 /* WAL only */
   sqlite3_int64 nAuthFail;    /* pages/frames that failed authentication */
