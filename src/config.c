@@ -471,18 +471,22 @@ static int configPasswordFile(const TdeConfig *p, char **pz, size_t *pn){
 
 pwfile_out:
   if( fd>=0 ) close(fd);
+  tdeSecureFree(zPw, zPw ? n+1 : 0);
   tdeSecureFree(zBuf, TDE_PASSWORD_MAX + 1);
   return rc;
 }
 
 /* Copy the variable password_env names into secure memory.  The
-** environment itself is not ours to wipe. */
+** environment itself is not ours to wipe.  An unset variable is not a
+** broken configuration but a password not supplied to this process:
+** TDE_BADPASSWORD, the code a keystore gives when it gets no password
+** (so status reports CLOSED, and create never falls back to auto-login). */
 static int configPasswordEnv(const TdeConfig *p, const char *zVar, char **pz, size_t *pn){
   const char *zEnv = getenv(zVar);
   char *zPw;
   size_t n;
   if( zEnv==0 || zEnv[0]==0 ){
-    return tdeErr(TDE_CONFIG, "%s: password_env names %s, which is %s in the environment",
+    return tdeErr(TDE_BADPASSWORD, "%s: password_env names %s, which is %s in the environment",
                   p->zPath, zVar, zEnv ? "empty" : "not set");
   }
   n = strlen(zEnv);

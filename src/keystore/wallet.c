@@ -354,6 +354,10 @@ static int walletCheckMatches(const uint8_t *a, const uint8_t *aW, int *pbMatch)
   return TDE_OK;
 }
 
+static int walletCorrupt(const char *zPath){
+  return tdeErr(TDE_FORMAT, "wallet %s: corrupted key list", zPath);
+}
+
 /*
 ** Decrypt and parse the payload of a validated image with wallet key aW.
 ** On success *paKey / *pnKey is a new secure array.  Every failure is
@@ -399,37 +403,37 @@ static int walletDecrypt(const char *zPath, const uint8_t *a, const WalletHdr *p
     WalletKey *pK = &aKey[i];
     size_t nId, j;
     uint64_t created;
-    if( iOfs+1>nPt ) goto dec_corrupt;
+    if( iOfs+1>nPt ){ rc = walletCorrupt(zPath); goto dec_out; }
     nId = aPt[iOfs++];
-    if( nId==0 || nId>TDE_KEYID_MAX || iOfs+nId+8+1+WALLET_KEY>nPt ) goto dec_corrupt;
+    if( nId==0 || nId>TDE_KEYID_MAX || iOfs+nId+8+1+WALLET_KEY>nPt ){
+      rc = walletCorrupt(zPath);
+      goto dec_out;
+    }
     for(j=0; j<nId; j++){
-      if( aPt[iOfs+j]<0x21 || aPt[iOfs+j]>0x7e ) goto dec_corrupt;
+      if( aPt[iOfs+j]<0x21 || aPt[iOfs+j]>0x7e ){ rc = walletCorrupt(zPath); goto dec_out; }
     }
     memcpy(pK->zId, aPt+iOfs, nId);
     pK->zId[nId] = 0;
     iOfs += nId;
     created = tdeGet64(aPt+iOfs);
-    if( created>(uint64_t)INT64_MAX ) goto dec_corrupt;
+    if( created>(uint64_t)INT64_MAX ){ rc = walletCorrupt(zPath); goto dec_out; }
     pK->created = (int64_t)created;
     iOfs += 8;
-    if( aPt[iOfs]>1 ) goto dec_corrupt;
+    if( aPt[iOfs]>1 ){ rc = walletCorrupt(zPath); goto dec_out; }
     pK->bRetired = aPt[iOfs];
     iOfs += 1;
     memcpy(pK->aKey, aPt+iOfs, WALLET_KEY);
     iOfs += WALLET_KEY;
     for(j=0; j<i; j++){
-      if( strcmp(aKey[j].zId, pK->zId)==0 ) goto dec_corrupt;
+      if( strcmp(aKey[j].zId, pK->zId)==0 ){ rc = walletCorrupt(zPath); goto dec_out; }
     }
   }
-  if( iOfs!=nPt ) goto dec_corrupt;
+  if( iOfs!=nPt ){ rc = walletCorrupt(zPath); goto dec_out; }
   *paKey = aKey;
   *pnKey = (int)nKey;
   aKey = 0;
   rc = TDE_OK;
-  goto dec_out;
 
-dec_corrupt:
-  rc = tdeErr(TDE_FORMAT, "wallet %s: corrupted key list", zPath);
 dec_out:
   walletKeysFree(aKey, (int)nKey);
   tdeSecureFree(aPt, nPt);

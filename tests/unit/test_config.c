@@ -320,9 +320,14 @@ static void test_password_env(void **state){
   assert_int_equal(nPw, 8);
   assert_string_equal(zPw, "from env");
   tdeSecureFree(zPw, nPw+1);
+  /* Unset or empty: no password for this process, named in the message. */
   unsetenv("TDE_TEST_PW");
-  assert_int_equal(tdeConfigPassword(p, &zPw, &nPw), TDE_CONFIG);
+  assert_int_equal(tdeConfigPassword(p, &zPw, &nPw), TDE_BADPASSWORD);
   assert_non_null(strstr(tde_last_error(), "TDE_TEST_PW"));
+  assert_null(zPw);
+  setenv("TDE_TEST_PW", "", 1);
+  assert_int_equal(tdeConfigPassword(p, &zPw, &nPw), TDE_BADPASSWORD);
+  unsetenv("TDE_TEST_PW");
   tdeConfigFree(p);
 
   /* No source: TDE_NOTFOUND. */

@@ -618,7 +618,8 @@ static void test_registry(void **state){
 
   /* No password anywhere: the wallet's message, and nothing cached. */
   unsetenv("TDE_TEST_WALLET_PW");
-  expectRc(tdeRegistryAcquire(zConf, 0, &ks1, 0), TDE_CONFIG);
+  expectRc(tdeRegistryAcquire(zConf, 0, &ks1, 0), TDE_BADPASSWORD);
+  assert_non_null(strstr(tde_last_error(), "TDE_TEST_WALLET_PW"));
   assert_null(ks1);
   expectRc(tdeRegistryAcquire(zConf, "wrong", &ks1, 0), TDE_BADPASSWORD);
   assert_null(tdeRegistryPeek(zConf));
