@@ -238,10 +238,13 @@ static int walletNewId(char *zId, size_t nId){
 /*
 ** Read the whole wallet file into secure memory (*paFile, *pnFile; free
 ** with tdeSecureFree(*paFile, *pnFile)).  Missing file: TDE_NOKEYSTORE.
+** A file whose length changes while it is read is refused (writers always
+** rename a complete file into place, so this means someone wrote in place).
 */
 static int walletReadFile(const char *zPath, uint8_t **paFile, size_t *pnFile,
                           struct stat *pSt){
   uint8_t *a = 0;
+  uint8_t probe = 0;          /* one byte past the end: may be key material */
   size_t n = 0, nAlloc = 0;
   int fd;
   int rc = TDE_OK;
@@ -268,30 +271,34 @@ static int walletReadFile(const char *zPath, uint8_t **paFile, size_t *pnFile,
                 zPath, (long long)pSt->st_size);
     goto read_out;
   }
-  /* One byte of slack shows a file that grew while we read it. */
-  nAlloc = (size_t)pSt->st_size + 1;
+  nAlloc = (size_t)pSt->st_size;
   a = tdeSecureAlloc(nAlloc);
   if( a==0 ){ rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", zPath); goto read_out; }
   for(;;){
-    ssize_t k = read(fd, a+n, nAlloc-n);
+    ssize_t k = n<nAlloc ? read(fd, a+n, nAlloc-n) : read(fd, &probe, 1);
     if( k<0 ){
       if( errno==EINTR ) continue;
       rc = tdeErr(TDE_IO, "wallet %s: read failed: %s", zPath, strerror(errno));
       goto read_out;
     }
     if( k==0 ) break;
-    n += (size_t)k;
     if( n==nAlloc ){
-      rc = tdeErr(TDE_FORMAT, "wallet %s: file changed while being read", zPath);
+      rc = tdeErr(TDE_IO, "wallet %s: file grew while being read", zPath);
       goto read_out;
     }
+    n += (size_t)k;
+  }
+  if( n!=nAlloc ){
+    rc = tdeErr(TDE_IO, "wallet %s: file shrank while being read", zPath);
+    goto read_out;
   }
   *paFile = a;
-  *pnFile = n;
+  *pnFile = nAlloc;
   a = 0;
 
 read_out:
   close(fd);
+  tdeWipe(&probe, sizeof(probe));
   tdeSecureFree(a, nAlloc);
   return rc;
 }

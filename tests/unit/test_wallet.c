@@ -38,9 +38,20 @@ static int rmOne(const char *zPath, const struct stat *pSt, int flag, struct FTW
   return remove(zPath);
 }
 
+/* ERROR-level log lines (secure-memory misuse, for one) fail the suite. */
+static int nErrorLog;
+static char zFirstErrorLog[512];
+static void countErrorLog(void *pArg, int level, const char *zMsg){
+  (void)pArg;
+  if( level==TDE_LOG_ERROR && nErrorLog++==0 ){
+    snprintf(zFirstErrorLog, sizeof(zFirstErrorLog), "%s", zMsg);
+  }
+}
+
 static int setupScratch(void **state){
   const char *zTmp = getenv("TDE_TEST_TMP");
   (void)state;
+  tde_set_log(countErrorLog, 0);
   if( zTmp==0 || zTmp[0]==0 ) zTmp = "/tmp";
   mkdir(zTmp, 0700);
   snprintf(zScratch, sizeof(zScratch), "%s/tdewal-XXXXXX", zTmp);
@@ -661,6 +672,11 @@ static void test_registry(void **state){
   assert_null(tdeKeystoreByType(0));
 }
 
+static void test_no_error_logs(void **state){
+  (void)state;
+  if( nErrorLog ) fail_msg("%d error log lines, first: %s", nErrorLog, zFirstErrorLog);
+}
+
 int main(void){
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_password_wallet),
@@ -677,6 +693,7 @@ int main(void){
     cmocka_unit_test(test_wrong_aad),
     cmocka_unit_test(test_threads),
     cmocka_unit_test(test_registry),
+    cmocka_unit_test(test_no_error_logs),       /* keep last */
   };
   return cmocka_run_group_tests(tests, setupScratch, teardownScratch);
 }
