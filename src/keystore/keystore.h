@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "sqlite-tde.h"
 
 /* Keystore type ids as stored in the database header (never renumber). */
 #define TDE_KS_WALLET 1
@@ -110,6 +111,10 @@ const tde_keystore_methods *tdeKeystoreByType(uint8_t typeId);
 */
 int tdeRegistryAcquire(const char *zConfigPath, const char *zPassword,
                        TdeKeystore **ppKs, const TdeConfig **ppCfg);
+/* A database that keeps using a keystore handle retains it and releases it
+** when it closes; tdeRegistryClose refuses (TDE_LOCKED) while any does. */
+void tdeRegistryRetain(TdeKeystore *pKs);
+void tdeRegistryRelease(TdeKeystore *pKs);
 /* Close and forget the keystore of a configuration (TDE_NOTFOUND if not open). */
 int tdeRegistryClose(const char *zConfigPath);
 /* Already open?  Returns the keystore or NULL, without opening. */

@@ -45,6 +45,7 @@ struct RegEntry {
   char *zPath;           /* absolute configuration path: the lookup key */
   TdeConfig *pCfg;       /* parsed configuration, owned here */
   TdeKeystore *pKs;      /* open keystore, owned here */
+  int nRef;              /* open databases using pKs (tdeRegistryRetain) */
 };
 
 /* The list and every entry in it are guarded by regMutex.  The mutex is
@@ -144,9 +145,29 @@ acquire_out:
   return rc;
 }
 
+/* Count a database that keeps using pKs after its open; paired with
+** tdeRegistryRelease when that database closes. */
+void tdeRegistryRetain(TdeKeystore *pKs){
+  RegEntry *p;
+  pthread_mutex_lock(&regMutex);
+  for(p=pRegList; p; p=p->pNext){
+    if( p->pKs==pKs ){ p->nRef++; break; }
+  }
+  pthread_mutex_unlock(&regMutex);
+}
+
+void tdeRegistryRelease(TdeKeystore *pKs){
+  RegEntry *p;
+  pthread_mutex_lock(&regMutex);
+  for(p=pRegList; p; p=p->pNext){
+    if( p->pKs==pKs && p->nRef>0 ){ p->nRef--; break; }
+  }
+  pthread_mutex_unlock(&regMutex);
+}
+
 /*
-** Close the keystore of a configuration and forget it.  The caller makes
-** sure no database still uses the handle: it is freed here.
+** Close the keystore of a configuration and forget it.  Refused with
+** TDE_LOCKED while open databases still use it.
 */
 int tdeRegistryClose(const char *zConfigPath){
   char zAbs[PATH_MAX];
@@ -159,6 +180,11 @@ int tdeRegistryClose(const char *zConfigPath){
   pthread_mutex_lock(&regMutex);
   for(pp=&pRegList; *pp; pp=&(*pp)->pNext){
     if( strcmp((*pp)->zPath, zAbs)==0 ){
+      if( (*pp)->nRef>0 ){
+        int n = (*pp)->nRef;
+        pthread_mutex_unlock(&regMutex);
+        return tdeErr(TDE_LOCKED, "%s: keystore in use by %d open database(s)", zAbs, n);
+      }
       pEntry = *pp;
       *pp = pEntry->pNext;
       break;

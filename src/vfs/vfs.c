@@ -203,6 +203,7 @@ int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort){
 
 static void tdeKeysFree(TdeDbKeys *k){
   if( !k ) return;
+  if( k->bRetained ) tdeRegistryRelease(k->pKs);
   tdeSecureFree(k->aDek, 32);
   tdeSecureFree(k->aWalMac, 32);
   tdeWipe(&k->hdr, sizeof(k->hdr));
@@ -289,6 +290,8 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
   tdeKeysNoteMasterKey(k);
   rc = tdeInstallKeys(p, k);
   if( rc ) goto done;
+  tdeRegistryRetain(k->pKs);
+  k->bRetained = 1;
   p->pKeys = k;
   k = 0;
 
@@ -333,6 +336,8 @@ static int tdeMainCreate(TdeFile *p){
   tdeKeysNoteMasterKey(k);
   rc = tdeInstallKeys(p, k);
   if( rc ) goto done;
+  tdeRegistryRetain(k->pKs);
+  k->bRetained = 1;
   p->pKeys = k;
   k = 0;
 

@@ -35,7 +35,8 @@ typedef struct TdeDbKeys {
   int iSlot;                  /* slot it was read from (0/1) */
   uint8_t *aDek;              /* 32 bytes, secure memory: current data key */
   uint8_t *aWalMac;           /* 32 bytes, secure memory: WAL MAC key */
-  TdeKeystore *pKs;           /* registry-owned */
+  TdeKeystore *pKs;           /* registry-owned; retained while we hold it */
+  int bRetained;
   char zConfig[PATH_MAX];     /* configuration file in use */
   char zMasterKey[TDE_KEYID_MAX + 1];   /* master key that unwrapped the DEK */
 } TdeDbKeys;
