@@ -426,7 +426,19 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
       memset(zBuf, 0, (size_t)iAmt);
       return SQLITE_IOERR_SHORT_READ;
     }
-    rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, "database");
+    rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, 0);
+    if( rc==SQLITE_IOERR_AUTH ){
+      /* Read once more before reporting: a read racing another process's
+      ** write of the same page (a checkpoint) can see a mix of both. */
+      p->nAuthFail--;
+      rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);
+      if( rc ) return rc;
+      if( bShort ){
+        memset(zBuf, 0, (size_t)iAmt);
+        return SQLITE_IOERR_SHORT_READ;
+      }
+      rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, "database");
+    }
     if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
     return rc;
   }
