@@ -1,0 +1,150 @@
+/*
+** sqlite-tde command-line tool: declarations shared by its source files.
+**
+**   sqlite-tde.c    main(), global options, command table, help, logging
+**   cli_util.c      messages, URIs, opening databases, passwords, files
+**   cmd_keystore.c  keystore create / status / list
+**   cmd_copy.c      encrypt / decrypt (VACUUM INTO a temp file, rename)
+**   cmd_db.c        status / verify / shell
+**
+** The tool is a client of the library like any other program: it uses only
+** the public header <sqlite-tde.h> and <sqlite3.h>, never anything from
+** src/.  It never takes a password on argv, never prints one, and wipes
+** every buffer that held one (explicit_bzero).
+*/
+#ifndef SQLITE_TDE_CLI_H
+#define SQLITE_TDE_CLI_H
+
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sqlite3.h>
+#include "sqlite-tde.h"
+
+/* Exit codes. */
+#define CLI_OK    0      /* success */
+#define CLI_FAIL  1      /* the operation failed */
+#define CLI_USAGE 2      /* bad command line */
+
+typedef struct Cli Cli;
+typedef struct CliCommand CliCommand;
+typedef struct CliArgs CliArgs;
+
+/* State shared by every command. */
+struct Cli {
+  const char *zConfig;       /* absolute configuration path, or NULL for
+                             ** the library's default search */
+  char zConfigBuf[PATH_MAX]; /* storage for zConfig */
+  int bProgress;             /* stderr is a terminal: draw progress bars */
+};
+
+/* Command-line arguments of one command, after option parsing. */
+struct CliArgs {
+  int bAutoLogin;            /* keystore create --auto-login */
+  int nPos;                  /* positional arguments */
+  char **azPos;
+  int nRest;                 /* shell: arguments after DB, passed through */
+  char **azRest;
+};
+
+/* One command.  zName is "encrypt" or "keystore create". */
+struct CliCommand {
+  const char *zName;
+  const char *zArgs;         /* usage after the name, e.g. "SRC DST" */
+  const char *zSummary;      /* one line for the command list */
+  const char *zHelp;         /* paragraph(s) for CMD --help */
+  int nPos;                  /* positional arguments required */
+  unsigned flags;            /* CLI_OPT_* */
+  int (*xRun)(Cli*, const CliArgs*);
+};
+#define CLI_OPT_AUTOLOGIN 0x01   /* accepts --auto-login */
+#define CLI_OPT_PASSTHRU  0x02   /* arguments after the last positional go
+                                 ** to azRest untouched */
+
+/* Commands (cmd_*.c). */
+int cliCmdKeystoreCreate(Cli*, const CliArgs*);
+int cliCmdKeystoreStatus(Cli*, const CliArgs*);
+int cliCmdKeystoreList(Cli*, const CliArgs*);
+int cliCmdEncrypt(Cli*, const CliArgs*);
+int cliCmdDecrypt(Cli*, const CliArgs*);
+int cliCmdStatus(Cli*, const CliArgs*);
+int cliCmdVerify(Cli*, const CliArgs*);
+int cliCmdShell(Cli*, const CliArgs*);
+
+/* ---- messages (cli_util.c) --------------------------------------------- */
+
+/* "sqlite-tde: <message>\n" on stderr.  Clears a progress line first. */
+void cliErr(const char *zFmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* "sqlite-tde: zWhat: <tde_last_error()>", leaving the detail out when the
+** library has just logged it.  rc names the failure if there is no detail. */
+void cliErrDetail(const char *zWhat, int rc);
+
+/* Library log callback for tde_set_log(): every line to stderr. */
+void cliLogCallback(void *pArg, int level, const char *zMsg);
+
+/* Progress bar on stderr: "\r<label> [#####     ]  42%".  Only redraws when
+** the percentage changes; cliProgressEnd() finishes the line. */
+void cliProgress(Cli *pCli, const char *zLabel, int64_t nDone, int64_t nTotal);
+void cliProgressEnd(Cli *pCli);
+
+/* Set by SIGINT/SIGTERM while a long operation runs; polled by progress
+** callbacks, which then stop the operation so temp files get removed. */
+extern volatile sig_atomic_t cliInterrupted;
+void cliCatchSignals(void);
+
+/* ---- URIs and databases (cli_util.c) ----------------------------------- */
+
+/* A new "file:" URI for zPath (%-escaped), with "?vfs=zVfs" when zVfs is
+** not NULL and "&tde_config=<config>" when zVfs is "tde" and a config was
+** given.  sqlite3_free() the result.  NULL when out of memory. */
+char *cliUri(const Cli *pCli, const char *zPath, const char *zVfs, const char *zExtra);
+
+/* Open zPath (through tde when bTde, else the plain default VFS) with
+** flags (SQLITE_OPEN_URI is added), then read the schema so that keys are
+** loaded and a bad keystore, key or file shows now.  On failure prints why
+** (library detail included), closes and returns CLI_FAIL. */
+int cliOpenDb(Cli *pCli, const char *zPath, int bTde, int flags, sqlite3 **pDb);
+
+/* Run PRAGMA integrity_check on db; prints the problems. */
+int cliIntegrityCheck(sqlite3 *db, const char *zWhat);
+
+/* ---- keystore and passwords (cli_util.c) ------------------------------- */
+
+/* The configuration file the library uses: --config, $SQLITE_TDE_CONFIG,
+** or /etc/sqlite-tde/tde.conf. */
+const char *cliConfigPath(const Cli *pCli);
+
+/* Whether the configuration names a password source (password_file or
+** password_env).  -1 if it cannot be read. */
+int cliConfigHasPasswordSource(const Cli *pCli);
+
+/* Read a password from the terminal without echo into zBuf (NUL-
+** terminated, newline stripped).  Fails unless stdin is a terminal.  The
+** caller wipes zBuf with explicit_bzero. */
+int cliReadPassword(const char *zPrompt, char *zBuf, size_t nBuf);
+
+/* Open the configured keystore for this process.  If it needs a password
+** and the configuration names no source, prompt on the terminal (when
+** stdin is one) and pass the password to tde_keystore_open().  Prints why
+** on failure and returns CLI_FAIL. */
+int cliKeystoreEnsure(Cli *pCli);
+
+/* Size of the largest password the tool reads, including the NUL. */
+#define CLI_PASSWORD_MAX 1024
+
+/* ---- files (cli_util.c) ------------------------------------------------ */
+
+/* fsync a file by name, and the directory holding a path. */
+int cliFsyncPath(const char *zPath);
+int cliFsyncDirOf(const char *zPath);
+
+/* Rename zFrom to zTo unless zTo exists (renameat2 RENAME_NOREPLACE). */
+int cliRenameNoReplace(const char *zFrom, const char *zTo);
+
+/* Remove zPath and the -journal, -wal and -shm files SQLite may leave. */
+void cliRemoveDbFiles(const char *zPath);
+
+#endif /* SQLITE_TDE_CLI_H */

@@ -1,0 +1,317 @@
+/*
+** sqlite-tde: the command-line tool.  main(), global options, the command
+** table, help texts and argument parsing; the commands live in cmd_*.c.
+**
+** Exit codes: 0 success, 1 the operation failed, 2 bad command line.
+** Everything the user should read about a failure goes to stderr prefixed
+** "sqlite-tde: ", including the library's own log lines.  Passwords are
+** never accepted on the command line.
+*/
+#include "cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+static const CliCommand aCommand[] = {
+  { "keystore create", "[--auto-login]",
+    "create the keystore the configuration describes",
+    "Create the keystore (wallet) the configuration describes, with one master\n"
+    "key, and print the new master key id.  The wallet password comes from the\n"
+    "configuration's password_file or password_env if it names one.  Otherwise\n"
+    "--auto-login creates an auto-login wallet (opens without a password; the\n"
+    "file itself protects the keys, keep it mode 0600), or else the password is\n"
+    "read twice from the terminal without echo.  Refuses to overwrite a wallet.\n",
+    0, CLI_OPT_AUTOLOGIN, cliCmdKeystoreCreate },
+  { "keystore status", "",
+    "show the keystore's type, state and current master key",
+    "Show the keystore the configuration names: type, status (OPEN, CLOSED,\n"
+    "OPEN_NO_MASTER_KEY or NOT_AVAILABLE), location, whether it is auto-login,\n"
+    "the current master key id and the number of keys.  Never prompts: a\n"
+    "password wallet whose password the configuration does not supply shows\n"
+    "as CLOSED.\n",
+    0, 0, cliCmdKeystoreStatus },
+  { "keystore list", "",
+    "list the master keys of the keystore",
+    "List the master keys of the keystore: id, creation time (ISO-8601, UTC)\n"
+    "and status (ACTIVE or RETIRED), one key per line.\n",
+    0, 0, cliCmdKeystoreList },
+  { "status", "DB",
+    "show the encryption status of a database",
+    "Open DB through the tde VFS and print every row of the tde_status table\n"
+    "(cipher, keystore, master key id, data key version, page size, ...) as\n"
+    "\"column: value\" lines, one block per schema.\n",
+    1, 0, cliCmdStatus },
+  { "encrypt", "SRC DST",
+    "write an encrypted copy of a plaintext database",
+    "Write an encrypted copy of the plaintext SQLite database SRC to DST.  SRC\n"
+    "is opened read-only and never modified (a WAL-mode SRC is fine: the copy\n"
+    "is a consistent snapshot).  The copy is made with VACUUM INTO a temporary\n"
+    "file next to DST, checked (PRAGMA integrity_check and tde_verify), synced\n"
+    "and renamed to DST, so DST appears only when complete.  DST must not exist.\n"
+    "DST gets SRC's permission bits.\n",
+    2, 0, cliCmdEncrypt },
+  { "decrypt", "SRC DST",
+    "write a plaintext copy of an encrypted database",
+    "Write a plaintext copy of the encrypted database SRC to DST, the inverse of\n"
+    "encrypt: VACUUM INTO a temporary file, PRAGMA integrity_check, sync, rename.\n"
+    "DST must not exist; it is created with mode 0600 because it holds the data\n"
+    "in the clear.  Note: the plaintext copy keeps 48 reserved bytes at the end of\n"
+    "every page (SQLite cannot drop reserved bytes); it is an ordinary SQLite\n"
+    "database that any SQLite reads, and it can be encrypted again as is.\n",
+    2, 0, cliCmdDecrypt },
+  { "verify", "DB",
+    "authenticate every page and WAL frame of a database",
+    "Authenticate every page of DB and every frame of its WAL with the data key\n"
+    "(tde_verify) and print how many were checked.  If one fails, name the page\n"
+    "or WAL frame and exit 1.\n",
+    1, 0, cliCmdVerify },
+  { "shell", "DB [sqlite3 args...]",
+    "run the sqlite3 shell on an encrypted database",
+    "Run the system sqlite3 shell with the tde extension loaded and DB opened\n"
+    "through the tde VFS; further arguments go to sqlite3 unchanged (options,\n"
+    "or SQL to run instead of reading stdin).  The extension is tde.so next to\n"
+    "this program, or $SQLITE_TDE_EXTENSION.  DB is opened once first so a\n"
+    "keystore or key problem is reported clearly.  The shell opens the keystore\n"
+    "itself, so a password wallet needs password_file or password_env in the\n"
+    "configuration (a password cannot be handed to it safely).\n",
+    1, CLI_OPT_PASSTHRU, cliCmdShell },
+};
+
+static void printCommandUsage(FILE *out, const CliCommand *pCmd){
+  fprintf(out, "usage: sqlite-tde [--config CFG] %s%s%s\n", pCmd->zName,
+          pCmd->zArgs[0] ? " " : "", pCmd->zArgs);
+}
+
+static void printUsage(FILE *out){
+  size_t i;
+  fprintf(out,
+    "usage: sqlite-tde [--config CFG] COMMAND [ARGS]\n"
+    "       sqlite-tde --help | --version\n"
+    "       sqlite-tde COMMAND --help\n"
+    "\n"
+    "Transparent Data Encryption for SQLite: keystores and encrypted databases.\n"
+    "\n"
+    "Commands:\n");
+  for(i=0; i<sizeof(aCommand)/sizeof(aCommand[0]); i++){
+    char zLeft[64];
+    snprintf(zLeft, sizeof(zLeft), "%s %s", aCommand[i].zName, aCommand[i].zArgs);
+    fprintf(out, "  %-32s %s\n", zLeft, aCommand[i].zSummary);
+  }
+  fprintf(out,
+    "\n"
+    "Options:\n"
+    "  --config CFG   configuration file naming the keystore (default:\n"
+    "                 $SQLITE_TDE_CONFIG, then /etc/sqlite-tde/tde.conf)\n"
+    "  --help, -h     show this help\n"
+    "  --version      show versions\n"
+    "\n"
+    "Passwords are never taken on the command line: the configuration's\n"
+    "password_file or password_env supplies them, or they are read from the\n"
+    "terminal without echo.\n"
+    "\n"
+    "Exit status: 0 success, 1 the operation failed, 2 bad command line.\n");
+}
+
+static void printCommandHelp(const CliCommand *pCmd){
+  printCommandUsage(stdout, pCmd);
+  printf("\n%s", pCmd->zHelp);
+  if( pCmd->flags & CLI_OPT_AUTOLOGIN ){
+    printf("\nOptions:\n  --auto-login   create an auto-login wallet (no password)\n");
+  }
+  printf("\nThe configuration is --config CFG, else $SQLITE_TDE_CONFIG, else\n"
+         "/etc/sqlite-tde/tde.conf.\n");
+}
+
+static int usageError(const CliCommand *pCmd, const char *zFmt, ...)
+  __attribute__((format(printf, 2, 3)));
+static int usageError(const CliCommand *pCmd, const char *zFmt, ...){
+  va_list ap;
+  fprintf(stderr, "sqlite-tde: ");
+  va_start(ap, zFmt);
+  vfprintf(stderr, zFmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n");
+  if( pCmd ){
+    printCommandUsage(stderr, pCmd);
+    fprintf(stderr, "Try 'sqlite-tde %s --help'.\n", pCmd->zName);
+  }else{
+    printUsage(stderr);
+  }
+  return CLI_USAGE;
+}
+
+static void printVersion(void){
+  printf("sqlite-tde %s (library %s, SQLite %s)\n", TDE_VERSION, tde_version(),
+         sqlite3_libversion());
+}
+
+/* --config CFG: keep the absolute path so the URIs handed to SQLite and
+** the child shell name the same file whatever their working directory. */
+static int setConfig(Cli *pCli, const char *zArg){
+  char *zReal;
+  if( zArg==0 || zArg[0]==0 ) return usageError(0, "--config needs a file name");
+  zReal = realpath(zArg, 0);
+  snprintf(pCli->zConfigBuf, sizeof(pCli->zConfigBuf), "%s", zReal ? zReal : zArg);
+  free(zReal);
+  pCli->zConfig = pCli->zConfigBuf;
+  return CLI_OK;
+}
+
+/*
+** Parse the arguments of one command (argv[0] is its first argument).
+** Returns CLI_OK, CLI_USAGE (message printed), or -1 after printing the
+** command's help (exit 0).
+*/
+static int parseArgs(Cli *pCli, const CliCommand *pCmd, int argc, char **argv, CliArgs *pArgs){
+  int i, bOptsDone = 0;
+  memset(pArgs, 0, sizeof(*pArgs));
+  pArgs->azPos = argv;
+  for(i=0; i<argc; i++){
+    const char *z = argv[i];
+    if( (pCmd->flags & CLI_OPT_PASSTHRU) && pArgs->nPos==pCmd->nPos ){
+      pArgs->azRest = &argv[i];
+      pArgs->nRest = argc - i;
+      break;
+    }
+    if( !bOptsDone && z[0]=='-' && z[1] ){
+      if( strcmp(z, "--")==0 ){ bOptsDone = 1; continue; }
+      if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){ printCommandHelp(pCmd); return -1; }
+      if( strcmp(z, "--config")==0 ){
+        if( i+1>=argc ) return usageError(pCmd, "--config needs a file name");
+        if( setConfig(pCli, argv[++i]) ) return CLI_USAGE;
+        continue;
+      }
+      if( strncmp(z, "--config=", 9)==0 ){
+        if( setConfig(pCli, z+9) ) return CLI_USAGE;
+        continue;
+      }
+      if( (pCmd->flags & CLI_OPT_AUTOLOGIN) && strcmp(z, "--auto-login")==0 ){
+        pArgs->bAutoLogin = 1;
+        continue;
+      }
+      if( strncmp(z, "--password", 10)==0 ){
+        return usageError(pCmd, "%s: passwords are never taken on the command line; use "
+                          "password_file or password_env in the configuration, or the prompt", z);
+      }
+      return usageError(pCmd, "unknown option '%s'", z);
+    }
+    /* Positionals are gathered at the front of argv (options were skipped). */
+    if( pArgs->nPos>=pCmd->nPos ) return usageError(pCmd, "unexpected argument '%s'", z);
+    argv[pArgs->nPos++] = (char*)z;
+  }
+  if( pArgs->nPos<pCmd->nPos ) return usageError(pCmd, "missing argument");
+  return CLI_OK;
+}
+
+static const CliCommand *findCommand(const char *zName){
+  size_t i;
+  for(i=0; i<sizeof(aCommand)/sizeof(aCommand[0]); i++){
+    if( strcmp(aCommand[i].zName, zName)==0 ) return &aCommand[i];
+  }
+  return 0;
+}
+
+static void printKeystoreHelp(FILE *out){
+  fprintf(out,
+    "usage: sqlite-tde [--config CFG] keystore create [--auto-login]\n"
+    "       sqlite-tde [--config CFG] keystore status\n"
+    "       sqlite-tde [--config CFG] keystore list\n"
+    "\n"
+    "Manage the keystore (wallet) that holds the master keys.  See\n"
+    "'sqlite-tde keystore SUBCOMMAND --help'.\n");
+}
+
+/* Find the command argv[0] (and argv[1] for "keystore X"); *pnUsed gets
+** how many words named it.  Returns CLI_OK, CLI_USAGE or -1 (help shown). */
+static int resolveCommand(int argc, char **argv, const CliCommand **ppCmd, int *pnUsed){
+  char zName[64];
+  *ppCmd = 0;
+  if( strcmp(argv[0], "keystore")==0 ){
+    if( argc<2 ){
+      fprintf(stderr, "sqlite-tde: keystore needs a subcommand\n");
+      printKeystoreHelp(stderr);
+      return CLI_USAGE;
+    }
+    if( strcmp(argv[1], "--help")==0 || strcmp(argv[1], "-h")==0 ){
+      printKeystoreHelp(stdout);
+      return -1;
+    }
+    snprintf(zName, sizeof(zName), "keystore %.40s", argv[1]);
+    *pnUsed = 2;
+  }else{
+    snprintf(zName, sizeof(zName), "%.60s", argv[0]);
+    *pnUsed = 1;
+  }
+  *ppCmd = findCommand(zName);
+  if( *ppCmd==0 ){
+    if( *pnUsed==2 ){
+      fprintf(stderr, "sqlite-tde: unknown keystore subcommand '%s'\n", argv[1]);
+      printKeystoreHelp(stderr);
+      return CLI_USAGE;
+    }
+    return usageError(0, "unknown command '%s'", argv[0]);
+  }
+  return CLI_OK;
+}
+
+/* Core dumps would hold keys and passwords: none, from this process or a
+** debugger attaching to it. */
+static void disableCoreDumps(void){
+  struct rlimit rl = { 0, 0 };
+  if( setrlimit(RLIMIT_CORE, &rl)!=0 ) cliErr("warning: cannot disable core dumps");
+  if( prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)!=0 ) cliErr("warning: cannot mark the process non-dumpable");
+}
+
+/* Global options up to the command name.  *piCmd gets its index.
+** Returns CLI_OK, CLI_USAGE, or -1 when --help/--version was handled. */
+static int parseGlobal(Cli *pCli, int argc, char **argv, int *piCmd){
+  int i;
+  for(i=1; i<argc; i++){
+    const char *z = argv[i];
+    if( z[0]!='-' ) break;
+    if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){ printUsage(stdout); return -1; }
+    if( strcmp(z, "--version")==0 || strcmp(z, "-V")==0 ){ printVersion(); return -1; }
+    if( strcmp(z, "--config")==0 ){
+      if( i+1>=argc ) return usageError(0, "--config needs a file name");
+      if( setConfig(pCli, argv[++i]) ) return CLI_USAGE;
+      continue;
+    }
+    if( strncmp(z, "--config=", 9)==0 ){
+      if( setConfig(pCli, z+9) ) return CLI_USAGE;
+      continue;
+    }
+    return usageError(0, "unknown option '%s'", z);
+  }
+  if( i>=argc ) return usageError(0, "no command given");
+  *piCmd = i;
+  return CLI_OK;
+}
+
+int main(int argc, char **argv){
+  Cli cli;
+  CliArgs args;
+  const CliCommand *pCmd = 0;
+  int iCmd = 0, nUsed = 0, rc;
+
+  disableCoreDumps();
+  memset(&cli, 0, sizeof(cli));
+  cli.bProgress = isatty(STDERR_FILENO);
+  rc = parseGlobal(&cli, argc, argv, &iCmd);
+  if( rc ) return rc<0 ? CLI_OK : rc;
+  rc = resolveCommand(argc-iCmd, argv+iCmd, &pCmd, &nUsed);
+  if( rc ) return rc<0 ? CLI_OK : rc;
+  rc = parseArgs(&cli, pCmd, argc-iCmd-nUsed, argv+iCmd+nUsed, &args);
+  if( rc ) return rc<0 ? CLI_OK : rc;
+
+  tde_set_log(cliLogCallback, &cli);
+  if( tde_register(0)!=TDE_OK ){
+    cliErr("cannot register the tde VFS: %s", tde_last_error());
+    return CLI_FAIL;
+  }
+  return pCmd->xRun(&cli, &args);
+}
