@@ -104,17 +104,19 @@ static int vacuumInto(CopyJob *pJob, sqlite3 *db){
   src = sqlite3_prepare_v2(db, "VACUUM INTO ?1", -1, &pStmt, 0);
   if( src==SQLITE_OK ) src = sqlite3_bind_text(pStmt, 1, zUri, -1, SQLITE_STATIC);
   if( src==SQLITE_OK ) src = sqlite3_step(pStmt);
+  if( src==SQLITE_DONE ) cliProgress(pJob->pCli, pJob->zLabel, 1, 1);
   cliProgressEnd(pJob->pCli);
   if( src!=SQLITE_DONE ){
     if( cliInterrupted ){
       cliErr("interrupted");
+    }else if( sqlite3_system_errno(db) ){
+      cliErr("copying %s failed: %s (%s)", pJob->zSrc, sqlite3_errmsg(db),
+             strerror(sqlite3_system_errno(db)));
     }else{
       cliErr("copying %s failed: %s", pJob->zSrc, sqlite3_errmsg(db));
     }
     goto done;
   }
-  cliProgress(pJob->pCli, pJob->zLabel, 1, 1);
-  cliProgressEnd(pJob->pCli);
   rc = CLI_OK;
 done:
   sqlite3_progress_handler(db, 0, 0, 0);
