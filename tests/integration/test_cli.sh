@@ -15,6 +15,16 @@ WORK=$(mktemp -d "$TDE_TEST_TMP/test_cli.XXXXXX")
 cd "$WORK"
 echo "test_cli: working in $WORK"
 
+# Under an ASan build (make test-asan), tde.so can only be loaded into the
+# stock sqlite3 that `sqlite-tde shell` execs with the ASan runtime
+# preloaded; sqlite3's own allocations are not ours to leak-check.
+SHELL_ENV=()
+ASAN_LIB=$(ldd "$TDE_BUILD/tde.so" 2>/dev/null | awk '/libasan/ {print $3}')
+if [ -n "$ASAN_LIB" ]; then
+  SHELL_ENV=(env LD_PRELOAD="$ASAN_LIB" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0")
+  echo "test_cli: ASan build: preloading $ASAN_LIB for the sqlite3 shell"
+fi
+
 NFAIL=0
 NPASS=0
 ok()   { NPASS=$((NPASS+1)); echo "  ok    $*"; }
@@ -143,7 +153,7 @@ if LC_ALL=C grep -a -q 'belongs to Alice' enc.db || strings enc.db | grep -q 'Al
 else ok "no plaintext canary in enc.db (grep, strings)"; fi
 if head -c 16 enc.db | grep -aq 'SQLite format 3'; then bad "enc.db starts with the SQLite header"
 else ok "enc.db does not start with the plaintext SQLite header"; fi
-run "$CLI" --config auto.conf shell enc.db "SELECT count(*), max(id) FROM t;"
+run "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell enc.db "SELECT count(*), max(id) FROM t;"
 expect_in out.txt '^500\|500$' "rows present in the encrypted copy"
 no_temp_files "after a successful encrypt"
 ENC_SHA=$(sha enc.db)
@@ -177,7 +187,7 @@ step "encrypt a WAL-mode database"
 sqlite3 wal.db "PRAGMA journal_mode=WAL; CREATE TABLE w(x); INSERT INTO w VALUES('$CANARY');" >/dev/null
 run "$CLI" --config auto.conf encrypt wal.db walenc.db
 expect_rc 0 "encrypt a WAL-mode SRC"
-run "$CLI" --config auto.conf shell walenc.db "SELECT x FROM w;"
+run "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell walenc.db "SELECT x FROM w;"
 expect_in out.txt 'belongs to Alice' "WAL-mode SRC rows present in the copy"
 
 # ---------------------------------------------------------------------------
@@ -237,26 +247,26 @@ expect_in err.txt '[Pp]assword' "the message mentions the password"
 run "$CLI" --config pw.conf keystore list
 expect_rc 1 "keystore list with a wrong password fails"
 expect_in err.txt '[Pp]assword' "the message mentions the password"
-run "$CLI" --config pw.conf shell pwenc.db "SELECT 1;"
+run "${SHELL_ENV[@]}" "$CLI" --config pw.conf shell pwenc.db "SELECT 1;"
 expect_rc 1 "shell with a wrong password fails"
 [ "$(sha pw.tdew)" = "$WALLET_SHA" ] && ok "wallet file unchanged" || bad "wallet file changed"
 printf 'correct horse battery staple' > pw.txt
 run "$CLI" --config pw.conf verify pwenc.db
 expect_rc 0 "verify with the right password again"
-run "$CLI" --config nosrc.conf shell pwenc.db "SELECT 1;"
+run "${SHELL_ENV[@]}" "$CLI" --config nosrc.conf shell pwenc.db "SELECT 1;"
 expect_rc 1 "shell refuses when the password cannot be given to it"
 expect_in err.txt 'password_file' "and explains password_file/password_env"
 
 # ---------------------------------------------------------------------------
 step "shell"
-OUT=$(echo "SELECT count(*) FROM t;" | "$CLI" --config auto.conf shell enc.db 2>err.txt)
+OUT=$(echo "SELECT count(*) FROM t;" | "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell enc.db 2>err.txt)
 [ "$OUT" = 500 ] && ok "SQL on stdin: count is 500" || { bad "SQL on stdin gave '$OUT'"; cat err.txt; }
-run "$CLI" --config auto.conf shell enc.db -cmd "SELECT 'via-cmd';" "SELECT count(*) FROM t;"
+run "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell enc.db -cmd "SELECT 'via-cmd';" "SELECT count(*) FROM t;"
 expect_in out.txt '^via-cmd$' "extra -cmd passed to sqlite3"
 expect_in out.txt '^500$' "positional SQL passed to sqlite3"
 ls | grep -q 'SELECT' && bad "a file named after the SQL was created" \
   || ok "no file named after the SQL argument"
-run "$CLI" --config auto.conf shell plain.db "SELECT 1;"
+run "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell plain.db "SELECT 1;"
 expect_rc 1 "shell refuses a plaintext database"
 expect_in err.txt 'plaintext' "with a message about plaintext"
 
