@@ -148,6 +148,11 @@ char *cliUri(const Cli *pCli, const char *zPath, const char *zVfs, const char *z
 static void reportOpenError(const char *zPath, int bTde, sqlite3 *db, int rc){
   char zWhat[PATH_MAX + 128];
   const char *zMsg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  if( rc==SQLITE_IOERR_AUTH ){
+    cliErr("cannot read %s: a page failed authentication (tampered with, damaged, "
+           "or a wrong key)", zPath);
+    return;
+  }
   switch( rc & 0xff ){
     case SQLITE_AUTH:
       snprintf(zWhat, sizeof(zWhat), "cannot open %s: keystore or master key not available", zPath);
@@ -188,6 +193,7 @@ int cliOpenDb(Cli *pCli, const char *zPath, int bTde, int flags, sqlite3 **pDb){
   /* Reading the schema loads the keys: problems show here, not later. */
   if( src==SQLITE_OK ) src = sqlite3_exec(db, "SELECT count(*) FROM sqlite_schema", 0, 0, 0);
   if( src!=SQLITE_OK ){
+    if( db ) src = sqlite3_extended_errcode(db);   /* open returns the primary code */
     reportOpenError(zPath, bTde, db, src);
     goto done;
   }

@@ -213,7 +213,8 @@ int cliCmdShell(Cli *pCli, const CliArgs *pArgs){
   fflush(stdout);
   fflush(stderr);
   execvp(azArgv[0], azArgv);
-  cliErr("cannot run sqlite3: %s", strerror(errno));
+  cliErr("cannot run sqlite3: %s (is the sqlite3 shell installed and on PATH?)",
+         strerror(errno));
   sqlite3_free(azArgv[2]);
   sqlite3_free(azArgv[4]);
   free(azArgv);
