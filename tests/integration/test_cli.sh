@@ -234,6 +234,37 @@ EOF
 run "$CLI" --config auto.conf verify tampered.db
 expect_rc 1 "verify of a tampered file fails"
 expect_in err.txt 'page 2' "verify names page 2"
+flip() {  # flip one bit of file $1 at offset $2
+  python3 -c "
+import sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 1]))
+" "$1" "$2"
+}
+cp enc.db tampered1.db
+flip tampered1.db $((8192 + 200))
+run "$CLI" --config auto.conf verify tampered1.db
+expect_rc 1 "verify with page 1 tampered fails"
+expect_in err.txt 'page 1' "and names page 1"
+
+step "verify with a WAL"
+# Snapshot the database and its WAL while a shell still has it open (the
+# WAL is checkpointed away when the last connection closes).
+printf '%s\n' "PRAGMA journal_mode=WAL;" "CREATE TABLE t(x);" \
+  "INSERT INTO t VALUES(1),(2);" "INSERT INTO t VALUES(3);" \
+  ".system cp wal1.db walsnap.db; cp wal1.db-wal walsnap.db-wal" \
+  | "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell wal1.db >/dev/null 2>err.txt
+[ -s walsnap.db-wal ] && ok "WAL snapshot taken" || { bad "no WAL snapshot"; cat err.txt; }
+cp walsnap.db waltamper.db
+cp walsnap.db-wal waltamper.db-wal
+run "$CLI" --config auto.conf verify walsnap.db
+expect_rc 0 "verify a database with a WAL"
+expect_in out.txt 'OK, ([4-9]|[1-9][0-9]+) pages/frames' "pages and WAL frames are counted"
+# Frame 2's page data: 32-byte WAL header, 24 + 4096 bytes per frame.
+flip waltamper.db-wal $((32 + 4120 + 24 + 100))
+run "$CLI" --config auto.conf verify waltamper.db
+expect_rc 1 "verify with a tampered WAL frame fails"
+expect_in err.txt 'frame 2' "and names WAL frame 2"
 
 # ---------------------------------------------------------------------------
 step "wrong password"
