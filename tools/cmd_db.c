@@ -165,30 +165,39 @@ static char *quoteDotArg(const char *z){
 ** positional argument in ARGS is run as SQL instead of being opened (and
 ** created) as a database file; the -cmd .open then replaces it with DB.
 */
+static void freeShellArgv(char **azArgv){
+  if( azArgv ){
+    sqlite3_free(azArgv[2]);
+    sqlite3_free(azArgv[4]);
+    free(azArgv);
+  }
+}
+
 static char **buildShellArgv(Cli *pCli, const char *zExt, const char *zDb, const CliArgs *pArgs){
+  static char zArg0[] = "sqlite3", zCmdOpt[] = "-cmd", zMemory[] = ":memory:";
   char **azArgv = calloc((size_t)pArgs->nRest + 8, sizeof(char*));
+  char **azOut = 0;
   char *zQuoted = quoteDotArg(zExt);
   char *zUri = cliUri(pCli, zDb, TDE_VFS_NAME, 0);
   int i, n = 0;
-  if( azArgv==0 || zQuoted==0 || zUri==0 ) goto fail;
-  azArgv[n++] = "sqlite3";
-  azArgv[n++] = "-cmd";
+
+  if( azArgv==0 || zQuoted==0 || zUri==0 ) goto done;
+  azArgv[n++] = zArg0;
+  azArgv[n++] = zCmdOpt;
   azArgv[n++] = sqlite3_mprintf(".load %s", zQuoted);
-  azArgv[n++] = "-cmd";
+  azArgv[n++] = zCmdOpt;
   azArgv[n++] = sqlite3_mprintf(".open '%s'", zUri);   /* zUri is %-escaped: no quotes */
-  azArgv[n++] = ":memory:";
-  if( azArgv[2]==0 || azArgv[4]==0 ) goto fail;
+  azArgv[n++] = zMemory;
+  if( azArgv[2]==0 || azArgv[4]==0 ) goto done;
   for(i=0; i<pArgs->nRest; i++) azArgv[n++] = pArgs->azRest[i];
   azArgv[n] = 0;
+  azOut = azArgv;
+  azArgv = 0;
+done:
+  freeShellArgv(azArgv);
   sqlite3_free(zQuoted);
   sqlite3_free(zUri);
-  return azArgv;
-fail:
-  if( azArgv ){ sqlite3_free(azArgv[2]); sqlite3_free(azArgv[4]); }
-  free(azArgv);
-  sqlite3_free(zQuoted);
-  sqlite3_free(zUri);
-  return 0;
+  return azOut;
 }
 
 int cliCmdShell(Cli *pCli, const CliArgs *pArgs){
@@ -215,8 +224,6 @@ int cliCmdShell(Cli *pCli, const CliArgs *pArgs){
   execvp(azArgv[0], azArgv);
   cliErr("cannot run sqlite3: %s (is the sqlite3 shell installed and on PATH?)",
          strerror(errno));
-  sqlite3_free(azArgv[2]);
-  sqlite3_free(azArgv[4]);
-  free(azArgv);
+  freeShellArgv(azArgv);
   return CLI_FAIL;
 }
