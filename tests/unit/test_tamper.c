@@ -1,0 +1,447 @@
+/*
+** Tamper detection, exhaustively: flip one bit (xor 0x01) at every byte of
+** every stored page and of every WAL frame of small encrypted databases,
+** open the damaged copy through tde, read everything (with a checksum),
+** run PRAGMA integrity_check and tde_verify().  The only acceptable
+** outcomes are an error (any of them), or -- for a byte in the WAL's final
+** frame only -- the exact state before the last transaction (SQLite takes
+** a bad final frame for a torn write when it rebuilds the wal-index).
+** Data returned without error that differs from the undamaged state, or
+** equals it although a bit was flipped, is a failure.  Bits flipped in the
+** active header slot must make the open fail.
+**
+** Page size: 1024, the smallest tde allows (SQLite raises 512 to 1024
+** when more than 32 bytes per page are reserved).  Counts of every outcome
+** are printed; the first offsets of each failing kind are listed.
+*/
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+#include "sqlite-tde.h"
+
+#define PGSZ 1024
+#define WAL_HDR 32
+#define FRAME_HDR 24
+#define FRAME_SZ (FRAME_HDR + PGSZ)
+
+static char zScratch[1024];
+static char zCfg[PATH_MAX];
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static int rmOne(const char *zPath, const struct stat *pSt, int flag, struct FTW *pFtw){
+  (void)pSt; (void)flag; (void)pFtw;
+  return remove(zPath);
+}
+
+static void pathOf(char *zOut, const char *zName){
+  if( snprintf(zOut, PATH_MAX, "%s/%s", zScratch, zName) >= PATH_MAX ) fail_msg("path too long");
+}
+
+static unsigned char *readAll(const char *zPath, size_t *pn){
+  FILE *f = fopen(zPath, "rb");
+  unsigned char *a;
+  long n;
+  *pn = 0;
+  if( !f ) return 0;
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  a = malloc((size_t)n + 1);
+  if( a && fread(a, 1, (size_t)n, f)!=(size_t)n ){ free(a); a = 0; }
+  fclose(f);
+  if( a ) *pn = (size_t)n;
+  return a;
+}
+
+static void writeAll(const char *zPath, const void *a, size_t n){
+  FILE *f = fopen(zPath, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(a, 1, n, f), n);
+  assert_int_equal(fclose(f), 0);
+}
+
+static void removeDb(const char *zPath){
+  char z[PATH_MAX+16];
+  unlink(zPath);
+  snprintf(z, sizeof(z), "%s-journal", zPath); unlink(z);
+  snprintf(z, sizeof(z), "%s-wal", zPath); unlink(z);
+  snprintf(z, sizeof(z), "%s-shm", zPath); unlink(z);
+}
+
+static void quietLog(void *pArg, int level, const char *zMsg){
+  (void)pArg; (void)level; (void)zMsg;
+}
+
+static int groupSetup(void **state){
+  const char *zTmp = getenv("TDE_TEST_TMP");
+  static const char zText[] =
+    "keystore = wallet\nwallet = w.tdew\nwallet_kdf_t = 1\nwallet_kdf_m_kib = 8192\n";
+  char zId[TDE_KEYID_MAX+1];
+  FILE *f;
+  (void)state;
+  umask(077);
+  if( zTmp==0 || zTmp[0]==0 ) zTmp = "/tmp";
+  mkdir(zTmp, 0700);
+  snprintf(zScratch, sizeof(zScratch), "%s/tdetamper-XXXXXX", zTmp);
+  if( mkdtemp(zScratch)==0 ) return -1;
+  if( strpbrk(zScratch, "?#%&=")!=0 ) return -1;
+  if( tde_register(0)!=TDE_OK ) return -1;
+  tde_set_log(quietLog, 0);
+  snprintf(zCfg, sizeof(zCfg), "%s/tde.conf", zScratch);
+  f = fopen(zCfg, "w");
+  if( !f ) return -1;
+  fputs(zText, f);
+  fclose(f);
+  if( tde_keystore_create(zCfg, NULL, zId, sizeof(zId))!=TDE_OK ){
+    fprintf(stderr, "tde_keystore_create: %s\n", tde_last_error());
+    return -1;
+  }
+  printf("# scratch %s\n", zScratch);
+  return 0;
+}
+
+static int groupTeardown(void **state){
+  (void)state;
+  if( getenv("TDE_KEEP_SCRATCH")==0 ) nftw(zScratch, rmOne, 16, FTW_DEPTH | FTW_PHYS);
+  return 0;
+}
+
+static int openTde(const char *zPath, sqlite3 **pDb){
+  char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfg);
+  int rc = sqlite3_open_v2(zUri, pDb, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_URI, 0);
+  sqlite3_free(zUri);
+  return rc;
+}
+
+static void exec(sqlite3 *db, const char *zSql){
+  char *zErr = 0;
+  if( sqlite3_exec(db, zSql, 0, 0, &zErr) ) fail_msg("%s: %s", zSql, zErr);
+}
+
+/* FNV-1a over all rows of t and of sqlite_schema.  SQLite result code. */
+static int contentSum(sqlite3 *db, uint64_t *pH){
+  static const char *azSql[] = {
+    "SELECT id, k, v FROM t ORDER BY id",
+    "SELECT type, name, tbl_name, rootpage, sql FROM sqlite_schema ORDER BY name",
+  };
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for(size_t q=0; q<sizeof(azSql)/sizeof(azSql[0]); q++){
+    sqlite3_stmt *p = 0;
+    int rc = sqlite3_prepare_v2(db, azSql[q], -1, &p, 0);
+    if( rc ) return rc;
+    while( (rc = sqlite3_step(p))==SQLITE_ROW ){
+      for(int i=0; i<sqlite3_column_count(p); i++){
+        const unsigned char *z = sqlite3_column_text(p, i);
+        int n = sqlite3_column_bytes(p, i);
+        h ^= (uint64_t)sqlite3_column_type(p, i); h *= 0x100000001b3ULL;
+        h ^= (uint64_t)n; h *= 0x100000001b3ULL;
+        for(int j=0; j<n; j++){ h ^= z[j]; h *= 0x100000001b3ULL; }
+      }
+      h ^= 0xff; h *= 0x100000001b3ULL;
+    }
+    rc = sqlite3_finalize(p) ? sqlite3_errcode(db) : (rc==SQLITE_DONE ? SQLITE_OK : rc);
+    if( rc ) return rc;
+  }
+  *pH = h;
+  return SQLITE_OK;
+}
+
+/* Outcomes of one probe. */
+#define P_ERR_OPEN    0   /* sqlite3_open_v2 failed */
+#define P_ERR_READ    1   /* reading the rows failed */
+#define P_ERR_INTEG   2   /* integrity_check not ok (or failed) */
+#define P_ERR_VERIFY  3   /* only tde_verify noticed */
+#define P_OK          4   /* no error at all: *pH holds the content sum */
+#define P_N           5
+static const char *azOutcome[P_N] = { "open failed", "read failed", "integrity_check failed",
+                                      "only tde_verify failed", "no error" };
+
+static int probe(const char *zPath, uint64_t *pH){
+  sqlite3 *db = 0;
+  int rc, out;
+  int64_t nChecked, iBad;
+  rc = openTde(zPath, &db);
+  if( rc ){ sqlite3_close(db); return P_ERR_OPEN; }
+  /* Never checkpoint the damaged copy on close. */
+  sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
+  rc = contentSum(db, pH);
+  if( rc ){ out = P_ERR_READ; goto done; }
+  {
+    sqlite3_stmt *p = 0;
+    int bOk = 0;
+    if( sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &p, 0)==SQLITE_OK
+     && sqlite3_step(p)==SQLITE_ROW ){
+      bOk = strcmp((const char*)sqlite3_column_text(p, 0), "ok")==0;
+    }
+    if( sqlite3_finalize(p) ) bOk = 0;
+    if( !bOk ){ out = P_ERR_INTEG; goto done; }
+  }
+  rc = tde_verify(db, "main", &nChecked, &iBad, 0, 0);
+  out = rc==TDE_OK ? P_OK : P_ERR_VERIFY;
+done:
+  sqlite3_close(db);
+  return out;
+}
+
+/* Tally of one region. */
+typedef struct Tally {
+  const char *zName;
+  long n;                      /* positions checked */
+  long aOut[P_N];              /* by outcome */
+  long nSame;                  /* P_OK with the undamaged content: undetected */
+  long nPrev;                  /* P_OK with the pre-last-transaction content */
+  long nOther;                 /* P_OK with any other content */
+  long aFirstBad[8];           /* first failing offsets */
+  int nFirstBad;
+} Tally;
+
+static void tallyBad(Tally *t, long iOff){
+  if( t->nFirstBad < 8 ) t->aFirstBad[t->nFirstBad++] = iOff;
+}
+
+static void tallyPrint(const Tally *t){
+  printf("# %-34s %6ld positions:", t->zName, t->n);
+  for(int i=0; i<P_N-1; i++) if( t->aOut[i] ) printf(" %s %ld;", azOutcome[i], t->aOut[i]);
+  printf(" no error: %ld (undamaged content %ld, pre-last-transaction %ld, other content %ld)\n",
+         t->aOut[P_OK], t->nSame, t->nPrev, t->nOther);
+  if( t->nFirstBad ){
+    printf("#   first offsets not detected:");
+    for(int i=0; i<t->nFirstBad; i++) printf(" %ld", t->aFirstBad[i]);
+    printf("\n");
+  }
+}
+
+/* Classify a P_OK probe. */
+static void tallyOk(Tally *t, uint64_t h, uint64_t hNow, uint64_t hPrev){
+  if( h==hNow ) t->nSame++;
+  else if( h==hPrev ) t->nPrev++;
+  else t->nOther++;
+}
+
+/* ---- rollback mode -------------------------------------------------------- */
+
+static void fillTable(sqlite3 *db, int iFirst, int n, const char *zTag){
+  char zSql[256];
+  for(int i=iFirst; i<iFirst+n; i++){
+    snprintf(zSql, sizeof(zSql),
+             "INSERT INTO t(id, k, v) VALUES(%d, %d, printf('%s-%%04d-%%.40c', %d, char(97 + %d %% 26)))",
+             i, i*7919 % 1000, zTag, i, i);
+    exec(db, zSql);
+  }
+}
+
+static void test_tamper_rollback(void **state){
+  char zSrc[PATH_MAX], zDst[PATH_MAX];
+  sqlite3 *db = 0;
+  unsigned char *a, *b;
+  size_t n;
+  uint64_t hGood = 0, h;
+  Tally pages = { "rollback db: page bytes", 0, {0}, 0, 0, 0, {0}, 0 };
+  Tally hdr = { "rollback db: header slot 0", 0, {0}, 0, 0, 0, {0}, 0 };
+  (void)state;
+  pathOf(zSrc, "rb-src.db");
+  pathOf(zDst, "rb-damaged.db");
+  removeDb(zSrc);
+  assert_int_equal(openTde(zSrc, &db), SQLITE_OK);
+  exec(db, "PRAGMA page_size=1024");
+  exec(db, "PRAGMA journal_mode=DELETE");
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, k INT, v TEXT)");
+  exec(db, "CREATE INDEX t_k ON t(k)");
+  exec(db, "BEGIN");
+  fillTable(db, 1, 40, "row");
+  exec(db, "COMMIT");
+  assert_int_equal(contentSum(db, &hGood), SQLITE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+  a = readAll(zSrc, &n);
+  assert_non_null(a);
+  assert_int_equal((n - TDE_HEADER_BYTES) % PGSZ, 0);
+  printf("# rollback-mode database: %zu pages of %d bytes\n", (n - TDE_HEADER_BYTES)/PGSZ, PGSZ);
+  assert_true((n - TDE_HEADER_BYTES)/PGSZ >= 4);
+  b = malloc(n);
+  assert_non_null(b);
+
+  /* The undamaged copy reads back (else every flip would "pass"). */
+  removeDb(zDst);
+  writeAll(zDst, a, n);
+  assert_int_equal(probe(zDst, &h), P_OK);
+  assert_true(h==hGood);
+
+  for(size_t i=TDE_HEADER_BYTES; i<n; i++){
+    int out;
+    memcpy(b, a, n);
+    b[i] ^= 0x01;
+    removeDb(zDst);
+    writeAll(zDst, b, n);
+    out = probe(zDst, &h);
+    pages.n++;
+    pages.aOut[out]++;
+    if( out==P_OK ){ tallyOk(&pages, h, hGood, 0); tallyBad(&pages, (long)i); }
+  }
+  for(size_t i=0; i<4096; i++){
+    int out;
+    memcpy(b, a, n);
+    b[i] ^= 0x01;
+    removeDb(zDst);
+    writeAll(zDst, b, n);
+    out = probe(zDst, &h);
+    hdr.n++;
+    hdr.aOut[out]++;
+    if( out!=P_ERR_OPEN ){
+      if( out==P_OK ) tallyOk(&hdr, h, hGood, 0);
+      tallyBad(&hdr, (long)i);
+    }
+  }
+  tallyPrint(&pages);
+  tallyPrint(&hdr);
+  free(a);
+  free(b);
+  removeDb(zDst);
+  if( pages.aOut[P_OK] ) fail_msg("%ld flipped page bytes went undetected", pages.aOut[P_OK]);
+  if( hdr.aOut[P_ERR_OPEN]!=hdr.n ) fail_msg("%ld flipped header bytes did not fail the open", hdr.n - hdr.aOut[P_ERR_OPEN]);
+}
+
+/* ---- WAL mode ------------------------------------------------------------- */
+
+static void test_tamper_wal(void **state){
+  char zSrc[PATH_MAX], zDst[PATH_MAX], zSrcWal[PATH_MAX+8], zDstWal[PATH_MAX+8];
+  sqlite3 *db = 0;
+  unsigned char *aDb, *aWal, *b;
+  size_t nDb, nWal;
+  uint64_t hState[4], h;
+  uint32_t nFrame, iLastTxFirst = 0;
+  Tally frames = { "WAL: frames before the last", 0, {0}, 0, 0, 0, {0}, 0 };
+  Tally lastTx = { "WAL: last transaction, not final", 0, {0}, 0, 0, 0, {0}, 0 };
+  Tally last = { "WAL: final frame", 0, {0}, 0, 0, 0, {0}, 0 };
+  Tally walHdr = { "WAL: header", 0, {0}, 0, 0, 0, {0}, 0 };
+  Tally dbPages = { "WAL db: database file page bytes", 0, {0}, 0, 0, 0, {0}, 0 };
+  long nSaltBad = 0;
+  (void)state;
+  pathOf(zSrc, "wal-src.db");
+  pathOf(zDst, "wal-damaged.db");
+  snprintf(zSrcWal, sizeof(zSrcWal), "%s-wal", zSrc);
+  snprintf(zDstWal, sizeof(zDstWal), "%s-wal", zDst);
+  removeDb(zSrc);
+
+  /* Base state checkpointed into the database file, then three
+  ** transactions left in the WAL (several frames each). */
+  assert_int_equal(openTde(zSrc, &db), SQLITE_OK);
+  exec(db, "PRAGMA page_size=1024");
+  exec(db, "PRAGMA journal_mode=WAL");
+  exec(db, "PRAGMA wal_autocheckpoint=0");
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, k INT, v TEXT)");
+  exec(db, "CREATE INDEX t_k ON t(k)");
+  exec(db, "BEGIN");
+  fillTable(db, 1, 30, "base");
+  exec(db, "COMMIT");
+  exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  assert_int_equal(contentSum(db, &hState[0]), SQLITE_OK);
+  exec(db, "BEGIN");
+  fillTable(db, 100, 12, "tx1");
+  exec(db, "COMMIT");
+  assert_int_equal(contentSum(db, &hState[1]), SQLITE_OK);
+  exec(db, "UPDATE t SET v = v || '-tx2', k = k + 1 WHERE id % 3 = 0");
+  assert_int_equal(contentSum(db, &hState[2]), SQLITE_OK);
+  {
+    /* The last transaction: remember where its frames start. */
+    sqlite3_int64 szBefore;
+    struct stat st;
+    assert_int_equal(stat(zSrcWal, &st), 0);
+    szBefore = st.st_size;
+    iLastTxFirst = (uint32_t)((szBefore - WAL_HDR) / FRAME_SZ) + 1;
+  }
+  exec(db, "BEGIN; DELETE FROM t WHERE id IN (2, 101); UPDATE t SET v = 'tx3 ' || v WHERE id % 7 = 0; COMMIT");
+  assert_int_equal(contentSum(db, &hState[3]), SQLITE_OK);
+
+  aDb = readAll(zSrc, &nDb);
+  aWal = readAll(zSrcWal, &nWal);
+  assert_non_null(aDb);
+  assert_non_null(aWal);
+  sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_int_equal((nWal - WAL_HDR) % FRAME_SZ, 0);
+  nFrame = (uint32_t)((nWal - WAL_HDR) / FRAME_SZ);
+  printf("# WAL database: %zu database pages, %u frames (last transaction: frames %u..%u)\n",
+         (nDb - TDE_HEADER_BYTES)/PGSZ, nFrame, iLastTxFirst, nFrame);
+  assert_true(nFrame >= 6);
+  assert_true(nFrame - iLastTxFirst >= 1);       /* the last transaction has 2+ frames */
+
+  /* The undamaged copy gives the final state. */
+  removeDb(zDst);
+  writeAll(zDst, aDb, nDb);
+  writeAll(zDstWal, aWal, nWal);
+  assert_int_equal(probe(zDst, &h), P_OK);
+  assert_true(h==hState[3]);
+
+  b = malloc(nWal > nDb ? nWal : nDb);
+  assert_non_null(b);
+  for(size_t i=0; i<nWal; i++){
+    int out;
+    uint32_t iFrame = i<WAL_HDR ? 0 : (uint32_t)((i - WAL_HDR) / FRAME_SZ) + 1;
+    size_t iIn = i<WAL_HDR ? i : (i - WAL_HDR) % FRAME_SZ;
+    Tally *t = iFrame==0 ? &walHdr : iFrame==nFrame ? &last : iFrame>=iLastTxFirst ? &lastTx : &frames;
+    memcpy(b, aWal, nWal);
+    b[i] ^= 0x01;
+    removeDb(zDst);
+    writeAll(zDst, aDb, nDb);
+    writeAll(zDstWal, b, nWal);
+    out = probe(zDst, &h);
+    t->n++;
+    t->aOut[out]++;
+    if( out==P_OK ){
+      tallyOk(t, h, hState[3], hState[2]);
+      if( !(t==&last && h==hState[2]) ){
+        tallyBad(t, (long)i);
+        if( iFrame>0 && iIn>=8 && iIn<16 ) nSaltBad++;
+      }
+    }
+  }
+  for(size_t i=TDE_HEADER_BYTES; i<nDb; i++){
+    int out;
+    memcpy(b, aDb, nDb);
+    b[i] ^= 0x01;
+    removeDb(zDst);
+    writeAll(zDst, b, nDb);
+    writeAll(zDstWal, aWal, nWal);
+    out = probe(zDst, &h);
+    dbPages.n++;
+    dbPages.aOut[out]++;
+    if( out==P_OK ){ tallyOk(&dbPages, h, hState[3], hState[2]); tallyBad(&dbPages, (long)i); }
+  }
+  tallyPrint(&walHdr);
+  tallyPrint(&frames);
+  tallyPrint(&lastTx);
+  tallyPrint(&last);
+  tallyPrint(&dbPages);
+  if( nSaltBad ) printf("#   of the undetected WAL flips, %ld are in a frame header's salt field (bytes 8..15)\n", nSaltBad);
+  free(aDb);
+  free(aWal);
+  free(b);
+  removeDb(zDst);
+  {
+    long nBad = walHdr.aOut[P_OK] + frames.aOut[P_OK] + lastTx.aOut[P_OK] + dbPages.aOut[P_OK]
+              + (last.aOut[P_OK] - last.nPrev);
+    if( nBad ) fail_msg("%ld flipped WAL/database bytes were not detected (see counts above)", nBad);
+  }
+}
+
+int main(void){
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_tamper_rollback),
+    cmocka_unit_test(test_tamper_wal),
+  };
+  return cmocka_run_group_tests_name("tamper", tests, groupSetup, groupTeardown);
+}
