@@ -75,8 +75,9 @@ static const CliCommand aCommand[] = {
     "Run the system sqlite3 shell with the tde extension loaded and DB opened\n"
     "through the tde VFS; further arguments go to sqlite3 unchanged (options,\n"
     "or SQL to run instead of reading stdin).  The extension is tde.so next to\n"
-    "this program, or $SQLITE_TDE_EXTENSION.  DB is opened once first so a\n"
-    "keystore or key problem is reported clearly.  The shell opens the keystore\n"
+    "this program, or $SQLITE_TDE_EXTENSION.  An existing DB is opened once first\n"
+    "so a keystore or key problem is reported clearly; a new DB is created by the\n"
+    "shell (encrypted on its first write).  The shell opens the keystore\n"
     "itself, so a password wallet needs password_file or password_env in the\n"
     "configuration (a password cannot be handed to it safely).\n",
     1, CLI_OPT_PASSTHRU, cliCmdShell },
