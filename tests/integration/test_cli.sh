@@ -284,6 +284,12 @@ expect_rc 1 "shell with a wrong password fails"
 printf 'correct horse battery staple' > pw.txt
 run "$CLI" --config pw.conf verify pwenc.db
 expect_rc 0 "verify with the right password again"
+printf 'keystore = wallet\nwallet = pw.tdew\npassword_env = TDE_TEST_PW\n' > env.conf
+run env TDE_TEST_PW='correct horse battery staple' "$CLI" --config env.conf verify pwenc.db
+expect_rc 0 "password_env supplies the password"
+run env -u TDE_TEST_PW "$CLI" --config env.conf verify pwenc.db
+expect_rc 1 "password_env unset fails"
+expect_in err.txt 'TDE_TEST_PW' "and names the variable"
 run "${SHELL_ENV[@]}" "$CLI" --config nosrc.conf shell pwenc.db "SELECT 1;"
 expect_rc 1 "shell refuses when the password cannot be given to it"
 expect_in err.txt 'password_file' "and explains password_file/password_env"
