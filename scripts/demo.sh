@@ -14,10 +14,12 @@ DEMO=demo
 SECRET='Card 4111-1111-1111-1111 belongs to Alice'
 URI="file:$DEMO/app.db?vfs=tde&tde_config=$DEMO/tde.conf"
 
+BOLD='' PLAIN=''
+if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; fi
 NSTEP=0
 step() {
   NSTEP=$((NSTEP+1))
-  printf '\n\033[1m== Step %d: %s\033[0m\n' "$NSTEP" "$1"
+  printf '\n%s== Step %d: %s%s\n' "$BOLD" "$NSTEP" "$1" "$PLAIN"
 }
 # Print a command, then run it.
 show() {
@@ -134,4 +136,4 @@ if [ "$RC" = 0 ] || ! grep -q 'file is not a database' <<<"$OUT"; then
   exit 1
 fi
 
-printf '\n\033[1mDemo complete:\033[0m the data is readable only through sqlite-tde with the key.\n'
+printf '\n%sDemo complete:%s the data is readable only through sqlite-tde with the key.\n' "$BOLD" "$PLAIN"
