@@ -306,8 +306,8 @@ done:
 
 /*
 ** Create the header of a new database: a random id and data key wrapped
-** by the keystore's current master key, written to slot 0 (slot 1 zero),
-** then synced.  The caller holds SQLite's write lock (we are called from
+** by the keystore's current master key, written to both slots, then
+** synced.  The caller holds SQLite's write lock (we are called from
 ** the first write to the file or from the journal's open).
 */
 static int tdeMainCreate(TdeFile *p){
@@ -327,6 +327,9 @@ static int tdeMainCreate(TdeFile *p){
   if( trc==TDE_OK ) trc = tdeKeyringCreate(k->pKs, &k->hdr, k->aDek);
   if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
   if( trc==TDE_OK ) trc = tdeHeaderEncode(&k->hdr, macKey, aRegion);
+  /* Both slots start with the same header, so one damaged slot (a bad
+  ** sector) does not make the database unopenable. */
+  if( trc==TDE_OK ) memcpy(aRegion + TDE_SLOT_SIZE, aRegion, TDE_SLOT_SIZE);
   if( trc==TDE_OK ) trc = tdeKeysDerive(k);
   tdeWipe(macKey, sizeof(macKey));
   if( trc ){ rc = tdeSqliteRc(trc); goto done; }
