@@ -75,11 +75,19 @@ TDE_API int sqlite3_tde_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_rou
   return SQLITE_OK_LOAD_PERMANENTLY;
 }
 
+/* All zero bytes: a page never written. */
+static int tdeAllZero(const uint8_t *a, uint32_t n){
+  uint32_t j;
+  for(j=0; j<n && a[j]==0; j++){}
+  return j==n;
+}
+
 int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pBadPage,
                tde_progress_fn xProgress, void *pArg){
   sqlite3_file *pFile = 0;
   TdeFile *p;
-  sqlite3_int64 nPage = 0, i, nFrames = 0, iBad = 0;
+  sqlite3_int64 nPage = 0, i, nFrames = 0, iBad = 0, iLockPage;
+  int bWal = 0;
   uint8_t *aPage = 0;
   int rc, trc = TDE_OK;
   char *zSql;
@@ -111,8 +119,23 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
   tdeMainPageCount(p, &nPage);
   aPage = sqlite3_malloc((int)p->pgsz);
   if( !aPage ){ trc = TDE_NOMEM; goto done; }
+  {
+    sqlite3_file *pJrnl = 0;
+    bWal = sqlite3_file_control(db, zSchema, SQLITE_FCNTL_JOURNAL_POINTER, &pJrnl)==SQLITE_OK
+        && pJrnl && pJrnl->pMethods==&tdeIoMethods && ((TdeFile*)pJrnl)->eKind==TDE_KIND_WAL;
+  }
+  iLockPage = (sqlite3_int64)(0x40000000 / p->pgsz) + 1;
   for(i=1; i<=nPage; i++){
-    rc = pFile->pMethods->xRead(pFile, aPage, (int)p->pgsz, (i-1)*p->pgsz);
+    if( i==iLockPage ) continue;          /* SQLite never writes the lock-byte page */
+    {
+      int bShort = 0;
+      rc = tdeRealRead(p, aPage, (int)p->pgsz, TDE_HEADER_BYTES + (i-1)*p->pgsz, &bShort);
+      if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
+    }
+    /* In WAL mode a checkpoint may write page N+1 before page N, whose
+    ** newest version is still in the WAL: the file has a hole there. */
+    if( rc==SQLITE_OK && bWal && tdeAllZero(aPage, p->pgsz) ) continue;
+    if( rc==SQLITE_OK ) rc = tdeOpenPage(p, aPage, p->pgsz, (uint32_t)i, "database");
     if( rc==SQLITE_IOERR_AUTH ){
       if( pBadPage ) *pBadPage = i;
       trc = tdeErr(TDE_AUTH, "page %lld failed authentication", (long long)i);

@@ -498,8 +498,18 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
   pgno = (uint32_t)(iOfst/iAmt) + 1;
   if( pgno==1 ){
     uint32_t hdrPgsz = ((uint32_t)zBuf[16]<<8) | ((uint32_t)zBuf[17]<<16);
-    if( memcmp(zBuf, "SQLite format 3", 16)!=0 || hdrPgsz!=(uint32_t)iAmt ){
+    if( memcmp(zBuf, "SQLite format 3", 16)!=0 ){
       tdeLog(TDE_LOG_ERROR, "%s: page 1 does not carry a valid SQLite header", tdeFileName(p));
+      return SQLITE_IOERR_WRITE;
+    }
+    if( hdrPgsz!=(uint32_t)iAmt ){
+      /* SQLite writes pages of the old size holding pages of the new one;
+      ** each stored page must be sealed whole, so this cannot be done in
+      ** place.  The transaction fails and is rolled back. */
+      tdeLog(TDE_LOG_ERROR, "%s: changing the page size of an encrypted database in place "
+             "(PRAGMA page_size + VACUUM, or a backup from a database with another page size) "
+             "is not supported; VACUUM INTO a new file instead, which may use any page size",
+             tdeFileName(p));
       return SQLITE_IOERR_WRITE;
     }
     if( zBuf[20]<TDE_RESERVE_BYTES ){
