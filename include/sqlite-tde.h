@@ -140,13 +140,19 @@ typedef int (*tde_key_cb)(void *pArg, const char *zKeyId, int64_t created,
 TDE_API int tde_keystore_list(const char *zConfig, tde_key_cb xCb, void *pArg);
 
 /*
-** Verify: authenticate every page of the database file zSchema ("main"
-** when NULL) of the open connection db, and every frame of its WAL if one
-** exists.  Reports the first bad page through pBadPage (0 if none) and the
-** number of pages checked.  Returns TDE_OK, TDE_AUTH, or another code.
+** Verify: authenticate both header slots, every page of the database file
+** zSchema ("main" when NULL) of the open connection db, and every frame of
+** its WAL if one exists.  Reports the number of pages and frames checked and
+** where the first damage is through *pBadPage: 0 none; n > 0 database page
+** n; TDE_VERIFY_WAL_HEADER; TDE_VERIFY_WAL_FRAME(k) for WAL frame k;
+** TDE_VERIFY_HEADER_SLOT(s) for header slot s (0 or 1).  Returns TDE_OK,
+** TDE_AUTH, or another code.
 ** xProgress, if not NULL, is called with (done, total) now and then; a
 ** non-zero return stops the scan with TDE_ERROR.
 */
+#define TDE_VERIFY_WAL_HEADER      (-1)
+#define TDE_VERIFY_WAL_FRAME(k)    (-1 - (int64_t)(k))
+#define TDE_VERIFY_HEADER_SLOT(s)  (-1000 - (int64_t)(s))
 struct sqlite3;
 typedef int (*tde_progress_fn)(void *pArg, int64_t nDone, int64_t nTotal);
 TDE_API int tde_verify(struct sqlite3 *db, const char *zSchema,

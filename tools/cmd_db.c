@@ -57,13 +57,15 @@ static int verifyProgress(void *pArg, int64_t nDone, int64_t nTotal){
   return cliInterrupted ? 1 : 0;
 }
 
-/* Name what tde_verify reported as bad: pages are > 0, WAL frames < 0
-** (-1 the WAL header, -1-N frame N), 0 unknown. */
+/* Name what tde_verify reported as bad (see tde_verify in sqlite-tde.h). */
 static void reportBad(const char *zDb, int64_t iBad, int64_t nChecked){
-  if( iBad>0 ){
+  if( iBad==TDE_VERIFY_HEADER_SLOT(0) || iBad==TDE_VERIFY_HEADER_SLOT(1) ){
+    cliErr("%s: header slot %lld is damaged or was tampered with (the database opens from "
+           "the other slot)", zDb, (long long)(TDE_VERIFY_HEADER_SLOT(0) - iBad));
+  }else if( iBad>0 ){
     cliErr("%s: page %lld failed authentication (%lld pages/frames authenticated before it)",
            zDb, (long long)iBad, (long long)nChecked);
-  }else if( iBad==-1 ){
+  }else if( iBad==TDE_VERIFY_WAL_HEADER ){
     cliErr("%s: the WAL header failed authentication", zDb);
   }else if( iBad<0 ){
     cliErr("%s: WAL frame %lld failed authentication", zDb, (long long)(-iBad-1));

@@ -116,6 +116,14 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
     sqlite3_exec(db, "COMMIT", 0, 0, 0);
     return TDE_OK;   /* empty database */
   }
+  {
+    int iBadSlot = -1;
+    trc = tdeMainCheckHeader(p, &iBadSlot);
+    if( trc ){
+      if( pBadPage && iBadSlot>=0 ) *pBadPage = TDE_VERIFY_HEADER_SLOT(iBadSlot);
+      goto done;
+    }
+  }
   tdeMainPageCount(p, &nPage);
   aPage = sqlite3_malloc((int)p->pgsz);
   if( !aPage ){ trc = TDE_NOMEM; goto done; }
@@ -157,7 +165,7 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
       if( rc==SQLITE_IOERR_AUTH ){
         trc = tdeErr(TDE_AUTH, "WAL %s %lld failed authentication",
                      iBad<0 ? "header" : "frame", (long long)(iBad<0 ? 0 : iBad));
-        if( pBadPage ) *pBadPage = -(iBad<0 ? 0 : iBad) - 1;
+        if( pBadPage ) *pBadPage = iBad<0 ? TDE_VERIFY_WAL_HEADER : TDE_VERIFY_WAL_FRAME(iBad);
       }else if( rc ){
         trc = tdeErr(TDE_IO, "reading the WAL failed (SQLite error %d)", rc);
       }

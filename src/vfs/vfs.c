@@ -288,6 +288,19 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
     goto done;
   }
   tdeKeysNoteMasterKey(k);
+  {
+    /* The other slot should hold the same or an older valid header; say so
+    ** when it does not (the database still opens from the good slot). */
+    TdeHeader *pOther = sqlite3_malloc(sizeof(TdeHeader));
+    int iOther = 1 - k->iSlot;
+    if( pOther && (nRead < (iOther+1)*TDE_SLOT_SIZE
+                   || tdeHeaderDecode(aRegion + iOther*TDE_SLOT_SIZE, pOther)!=TDE_OK) ){
+      tdeLog(TDE_LOG_WARNING, "%s: header slot %d is damaged; using slot %d",
+             tdeFileName(p), iOther, k->iSlot);
+    }
+    sqlite3_free(pOther);
+    tdeErrClear();
+  }
   rc = tdeInstallKeys(p, k);
   if( rc ) goto done;
   tdeRegistryRetain(k->pKs);
@@ -372,6 +385,46 @@ int tdeMainEnsureKeys(TdeFile *p, int bCreate){
   if( rc==SQLITE_NOTADB && sz<=TDE_HEADER_BYTES && !bCreate ){
     return SQLITE_OK;   /* header being created by another connection */
   }
+  return rc;
+}
+
+/*
+** Check both header slots on disk: each must parse and carry a MAC made
+** with this database's key.  *piBad gets the first damaged slot (-1 if
+** none).  Used by tde_verify; an open only needs one good slot.
+*/
+int tdeMainCheckHeader(TdeFile *p, int *piBad){
+  uint8_t *aRegion;
+  TdeHeader *pHdr;
+  uint8_t *aDek = 0;
+  uint8_t macKey[32];
+  int rc = TDE_OK, bShort;
+  *piBad = -1;
+  if( !p->pKeys ) return TDE_OK;
+  aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  pHdr = sqlite3_malloc(sizeof(TdeHeader));
+  aDek = tdeSecureAlloc(32);
+  if( !aRegion || !pHdr || !aDek ){ rc = TDE_NOMEM; goto done; }
+  if( tdeRealRead(p, aRegion, TDE_HEADER_BYTES, 0, &bShort) || bShort ){
+    rc = tdeErr(TDE_IO, "cannot read the header");
+    goto done;
+  }
+  for(int i=0; i<2 && *piBad<0; i++){
+    const uint8_t *aSlot = aRegion + i*TDE_SLOT_SIZE;
+    if( tdeHeaderDecode(aSlot, pHdr)!=TDE_OK
+     || memcmp(pHdr->dbid, p->pKeys->hdr.dbid, TDE_DBID_BYTES)!=0
+     || tdeKeyringUnlock(p->pKeys->pKs, pHdr, pHdr->curVersion, aDek)!=TDE_OK
+     || tdeHeaderMacKey(aDek, pHdr->dbid, macKey)!=TDE_OK
+     || tdeHeaderCheckMac(aSlot, macKey)!=TDE_OK ){
+      *piBad = i;
+    }
+  }
+  tdeWipe(macKey, sizeof(macKey));
+  if( *piBad>=0 ) rc = tdeErr(TDE_AUTH, "header slot %d is damaged or was tampered with", *piBad);
+done:
+  tdeSecureFree(aDek, 32);
+  sqlite3_free(pHdr);
+  sqlite3_free(aRegion);
   return rc;
 }
 

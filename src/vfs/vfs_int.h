@@ -105,6 +105,7 @@ int tdeMainEnsureKeys(TdeFile *p, int bCreate);
 int tdeScratch(TdeFile *p);
 int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort);
 int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn);
+int tdeMainCheckHeader(TdeFile *p, int *piBad);
 
 /* WAL (wal.c) */
 int tdeWalInitKeys(TdeFile *p, const uint8_t *aMacKey);

@@ -275,11 +275,14 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
     memset(aOut, 0, FRAME_HDR + p->wal.pgsz);
     return SQLITE_IOERR_SHORT_READ;
   }
-  if( memcmp(aOut+8, p->wal.aHdr+16, 8)!=0 ){
+  if( state==FRAME_OK && memcmp(aOut+8, p->wal.aHdr+16, 8)!=0 ){
+    /* An authentic frame of an older generation: the end of the log. */
     memset(aOut+16, 0, FRAME_HDR-16 + p->wal.pgsz);
     return SQLITE_OK;
   }
   if( state==FRAME_BAD ){
+    /* The salts are under the MAC: a frame whose salts were altered lands
+    ** here too, so that damage in mid-log cannot pass for its end. */
     if( walFrameValid(p, idx+1) ){
       tdeLog(TDE_LOG_ERROR, "%s: frame %u failed authentication and later frames are valid: "
              "the WAL was tampered with", walName(p), idx);
