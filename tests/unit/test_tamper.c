@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include <sqlite3.h>
+#include <openssl/sha.h>
 #include "sqlite-tde.h"
 
 #define PGSZ 1024
@@ -169,16 +170,19 @@ static int contentSum(sqlite3 *db, uint64_t *pH){
 static const char *azOutcome[P_N] = { "open failed", "read failed", "integrity_check failed",
                                       "only tde_verify failed", "no error" };
 
+static int probeRead;            /* the last probe read the rows: *pH valid */
 static int probe(const char *zPath, uint64_t *pH){
   sqlite3 *db = 0;
   int rc, out;
   int64_t nChecked, iBad;
+  probeRead = 0;
   rc = openTde(zPath, &db);
   if( rc ){ sqlite3_close(db); return P_ERR_OPEN; }
   /* Never checkpoint the damaged copy on close. */
   sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
   rc = contentSum(db, pH);
   if( rc ){ out = P_ERR_READ; goto done; }
+  probeRead = 1;
   {
     sqlite3_stmt *p = 0;
     int bOk = 0;
@@ -206,9 +210,12 @@ typedef struct Tally {
   long nOther;                 /* P_OK with any other content */
   long aFirstBad[8];           /* first failing offsets */
   int nFirstBad;
+  long nBad;                   /* failing positions */
+  long nReadWrong;             /* rows read without error but wrong, caught later */
 } Tally;
 
 static void tallyBad(Tally *t, long iOff){
+  t->nBad++;
   if( t->nFirstBad < 8 ) t->aFirstBad[t->nFirstBad++] = iOff;
 }
 
@@ -217,8 +224,9 @@ static void tallyPrint(const Tally *t){
   for(int i=0; i<P_N-1; i++) if( t->aOut[i] ) printf(" %s %ld;", azOutcome[i], t->aOut[i]);
   printf(" no error: %ld (undamaged content %ld, pre-last-transaction %ld, other content %ld)\n",
          t->aOut[P_OK], t->nSame, t->nPrev, t->nOther);
+  if( t->nReadWrong ) printf("#   rows read back WRONG before a later check failed: %ld\n", t->nReadWrong);
   if( t->nFirstBad ){
-    printf("#   first offsets not detected:");
+    printf("#   %ld positions not handled safely; first offsets:", t->nBad);
     for(int i=0; i<t->nFirstBad; i++) printf(" %ld", t->aFirstBad[i]);
     printf("\n");
   }
@@ -249,8 +257,11 @@ static void test_tamper_rollback(void **state){
   unsigned char *a, *b;
   size_t n;
   uint64_t hGood = 0, h;
-  Tally pages = { "rollback db: page bytes", 0, {0}, 0, 0, 0, {0}, 0 };
-  Tally hdr = { "rollback db: header slot 0", 0, {0}, 0, 0, 0, {0}, 0 };
+  Tally pages = { "rollback db: page bytes", 0, {0}, 0, 0, 0, {0}, 0, 0, 0 };
+  Tally hdr = { "header: slot 0 damaged", 0, {0}, 0, 0, 0, {0}, 0, 0, 0 };
+  Tally hdr1 = { "header: slot 1 damaged", 0, {0}, 0, 0, 0, {0}, 0, 0, 0 };
+  Tally hdrBoth = { "header: both slots damaged", 0, {0}, 0, 0, 0, {0}, 0, 0, 0 };
+  Tally hdrForged = { "header: slot 0 forged (checksum ok)", 0, {0}, 0, 0, 0, {0}, 0, 0, 0 };
   (void)state;
   pathOf(zSrc, "rb-src.db");
   pathOf(zDst, "rb-damaged.db");
@@ -290,28 +301,47 @@ static void test_tamper_rollback(void **state){
     pages.n++;
     pages.aOut[out]++;
     if( out==P_OK ){ tallyOk(&pages, h, hGood, 0); tallyBad(&pages, (long)i); }
+    else if( probeRead && h!=hGood ){ pages.nReadWrong++; tallyBad(&pages, (long)i); }
   }
-  for(size_t i=0; i<4096; i++){
-    int out;
-    memcpy(b, a, n);
-    b[i] ^= 0x01;
-    removeDb(zDst);
-    writeAll(zDst, b, n);
-    out = probe(zDst, &h);
-    hdr.n++;
-    hdr.aOut[out]++;
-    if( out!=P_ERR_OPEN ){
-      if( out==P_OK ) tallyOk(&hdr, h, hGood, 0);
-      tallyBad(&hdr, (long)i);
+  /* Header slots.  New databases carry the same header in both slots
+  ** (docs/FORMAT.md): a slot whose checksum fails is ignored and the other
+  ** one used, so damage to ONE slot may open normally -- but then the data
+  ** must be the undamaged data and tde_verify must report the damage.
+  ** The same byte damaged in both slots must fail the open.  A slot
+  ** forged with a recomputed checksum (an attacker's edit) must never be
+  ** used: open fails, or the other slot is used and verify reports it. */
+  for(int iCase=0; iCase<4; iCase++){
+    Tally *t = iCase==0 ? &hdr : iCase==1 ? &hdr1 : iCase==2 ? &hdrBoth : &hdrForged;
+    size_t iEnd = iCase==3 ? 4032 : 4096;          /* forged: fields under the MAC */
+    for(size_t i=0; i<iEnd; i++){
+      int out;
+      memcpy(b, a, n);
+      if( iCase!=1 ) b[i] ^= 0x01;
+      if( iCase==1 || iCase==2 ) b[4096+i] ^= 0x01;
+      if( iCase==3 ) SHA256(b, 4064, b+4064);
+      removeDb(zDst);
+      writeAll(zDst, b, n);
+      out = probe(zDst, &h);
+      t->n++;
+      t->aOut[out]++;
+      if( probeRead && h!=hGood ){ t->nOther++; tallyBad(t, (long)i); continue; }
+      if( out==P_OK ){ tallyOk(t, h, hGood, 0); tallyBad(t, (long)i); }
+      else if( iCase==2 && out!=P_ERR_OPEN ) tallyBad(t, (long)i);
     }
   }
   tallyPrint(&pages);
   tallyPrint(&hdr);
+  tallyPrint(&hdr1);
+  tallyPrint(&hdrBoth);
+  tallyPrint(&hdrForged);
   free(a);
   free(b);
   removeDb(zDst);
-  if( pages.aOut[P_OK] ) fail_msg("%ld flipped page bytes went undetected", pages.aOut[P_OK]);
-  if( hdr.aOut[P_ERR_OPEN]!=hdr.n ) fail_msg("%ld flipped header bytes did not fail the open", hdr.n - hdr.aOut[P_ERR_OPEN]);
+  if( pages.nBad ) fail_msg("%ld flipped page bytes went undetected or returned wrong rows", pages.nBad);
+  {
+    long nBad = hdr.nBad + hdr1.nBad + hdrBoth.nBad + hdrForged.nBad;
+    if( nBad ) fail_msg("damaged header slots were not handled safely (see counts above)");
+  }
 }
 
 /* ---- WAL mode ------------------------------------------------------------- */
@@ -323,11 +353,11 @@ static void test_tamper_wal(void **state){
   size_t nDb, nWal;
   uint64_t hState[4], h;
   uint32_t nFrame, iLastTxFirst = 0;
-  Tally frames = { "WAL: frames before the last", 0, {0}, 0, 0, 0, {0}, 0 };
-  Tally lastTx = { "WAL: last transaction, not final", 0, {0}, 0, 0, 0, {0}, 0 };
-  Tally last = { "WAL: final frame", 0, {0}, 0, 0, 0, {0}, 0 };
-  Tally walHdr = { "WAL: header", 0, {0}, 0, 0, 0, {0}, 0 };
-  Tally dbPages = { "WAL db: database file page bytes", 0, {0}, 0, 0, 0, {0}, 0 };
+  Tally frames = { "WAL: frames before the last", 0, {0}, 0, 0, 0, {0}, 0, 0, 0 };
+  Tally lastTx = { "WAL: last transaction, not final", 0, {0}, 0, 0, 0, {0}, 0, 0, 0 };
+  Tally last = { "WAL: final frame", 0, {0}, 0, 0, 0, {0}, 0, 0, 0 };
+  Tally walHdr = { "WAL: header", 0, {0}, 0, 0, 0, {0}, 0, 0, 0 };
+  Tally dbPages = { "WAL db: database file page bytes", 0, {0}, 0, 0, 0, {0}, 0, 0, 0 };
   long nSaltBad = 0;
   (void)state;
   pathOf(zSrc, "wal-src.db");
@@ -407,6 +437,11 @@ static void test_tamper_wal(void **state){
         tallyBad(t, (long)i);
         if( iFrame>0 && iIn>=8 && iIn<16 ) nSaltBad++;
       }
+    }else if( probeRead && h!=hState[3] && !(t==&last && h==hState[2]) ){
+      /* Rows came back wrong; a later check failed, but a reader that
+      ** stops at SELECT would have used them. */
+      t->nReadWrong++;
+      tallyBad(t, (long)i);
     }
   }
   for(size_t i=TDE_HEADER_BYTES; i<nDb; i++){
@@ -420,6 +455,7 @@ static void test_tamper_wal(void **state){
     dbPages.n++;
     dbPages.aOut[out]++;
     if( out==P_OK ){ tallyOk(&dbPages, h, hState[3], hState[2]); tallyBad(&dbPages, (long)i); }
+    else if( probeRead && h!=hState[3] ){ dbPages.nReadWrong++; tallyBad(&dbPages, (long)i); }
   }
   tallyPrint(&walHdr);
   tallyPrint(&frames);
@@ -432,8 +468,7 @@ static void test_tamper_wal(void **state){
   free(b);
   removeDb(zDst);
   {
-    long nBad = walHdr.aOut[P_OK] + frames.aOut[P_OK] + lastTx.aOut[P_OK] + dbPages.aOut[P_OK]
-              + (last.aOut[P_OK] - last.nPrev);
+    long nBad = walHdr.nBad + frames.nBad + lastTx.nBad + last.nBad + dbPages.nBad;
     if( nBad ) fail_msg("%ld flipped WAL/database bytes were not detected (see counts above)", nBad);
   }
 }

@@ -807,13 +807,65 @@ static void test_vacuum_change_page_size(void **state){
   insertRows(db, "t", TEST_SEED+43, 1, 1000, 4096);
   insertRows(ref, "t", TEST_SEED+43, 1, 1000, 4096);
   BOTH(db, ref, "COMMIT");
+  zAllLog[0] = 0;
+  tde_set_log(captureAllLog, 0);
   rc1 = tryVacuumPageSize(db, ref, zPath, 1024);
   db = openTde(zPath);
   rc2 = tryVacuumPageSize(db, ref, zPath, 8192);
+  tde_set_log(captureLog, 0);
   closeDb(ref);
+  /* The library refuses in-place page-size changes (each stored page is
+  ** sealed whole, SQLite writes old-size units holding new-size pages).
+  ** Accepted only as a clean refusal: data intact (checked above) and a
+  ** message pointing to VACUUM INTO, which test_vacuum_into_new_page_size
+  ** checks works. */
   if( rc1 || rc2 ){
-    fail_msg("VACUUM after PRAGMA page_size failed (4096->1024 rc=%d, ->8192 rc=%d); data intact", rc1, rc2);
+    printf("#   LIMITATION: in-place page-size change refused (rc %d / %d)\n", rc1, rc2);
+    if( strstr(zAllLog, "VACUUM INTO")==0 ){
+      fail_msg("VACUUM after PRAGMA page_size failed (rc %d / %d) without a message naming the "
+               "alternative; log: %s", rc1, rc2, zAllLog);
+    }
   }
+}
+
+/* The documented way to change the page size: VACUUM INTO a new file. */
+static void test_vacuum_into_new_page_size(void **state){
+  char zSrc[PATH_MAX], zOut[PATH_MAX];
+  sqlite3 *db, *ref, *out;
+  (void)state;
+  pathOf(zSrc, "vip-src.db");
+  removeDb(zSrc);
+  printf("# PRAGMA page_size=N + VACUUM INTO a new tde file, N = 1024, 8192, 65536 (source 4096, DELETE and WAL)\n");
+  db = openTde(zSrc);
+  ref = openRef();
+  EXEC(db, "PRAGMA page_size=4096");
+  BOTH(db, ref, "%s", zSchemaT);
+  insertRows(db, "t", TEST_SEED+44, 1, 800, 4096);
+  insertRows(ref, "t", TEST_SEED+44, 1, 800, 4096);
+  for(int iMode=0; iMode<2; iMode++){
+    static const int aPg[] = { 1024, 8192, 65536 };
+    EXEC(db, "PRAGMA journal_mode=%s", iMode ? "wal" : "delete");
+    for(int i=0; i<3; i++){
+      char zName[64];
+      snprintf(zName, sizeof(zName), "vip-out-%d-%d.db", iMode, aPg[i]);
+      pathOf(zOut, zName);
+      removeDb(zOut);
+      EXEC(db, "PRAGMA page_size=%d", aPg[i]);
+      EXEC(db, "VACUUM INTO 'file:%q?vfs=tde&tde_config=%q'", zOut, zCfg);
+      checkHeaderNotPlain(zOut);
+      out = openTde(zOut);
+      assert_int_equal(QINT(out, "PRAGMA page_size"), aPg[i]);
+      SAME(out, ref, zAllT);
+      INTEGRITY_OK(out);
+      VERIFY_OK(out, "main");
+      closeDb(out);
+    }
+  }
+  assert_int_equal(QINT(db, "PRAGMA page_size"), 4096);
+  SAME(db, ref, zAllT);
+  closeDb(db);
+  closeDb(ref);
+  assert_int_equal(nErrorLog, 0);
 }
 
 static void test_vacuum_wal(void **state){
@@ -979,7 +1031,10 @@ static void test_backup_into_other_page_size(void **state){
   EXEC(dst, "CREATE TABLE other(x); INSERT INTO other VALUES(1),(2),(3)");
   b = sqlite3_backup_init(dst, "main", src, "main");
   assert_non_null(b);
+  zAllLog[0] = 0;
+  tde_set_log(captureAllLog, 0);
   rc = sqlite3_backup_step(b, -1);
+  tde_set_log(captureLog, 0);
   sqlite3_backup_finish(b);
   if( rc!=SQLITE_DONE ){
     printf("#   backup_step failed: rc=%d; tde log: %s\n", rc, zLastLog);
@@ -994,7 +1049,13 @@ static void test_backup_into_other_page_size(void **state){
     closeDb(dst);
     closeDb(src);
     closeDb(ref);
-    fail_msg("backup into an existing database with another page size failed: rc=%d (destination intact)", rc);
+    /* A documented refusal (see test_vacuum_change_page_size) is accepted. */
+    if( strstr(zAllLog, "page size")==0 ){
+      fail_msg("backup into an existing database with another page size failed: rc=%d, "
+               "destination intact, but no message saying why; log: %s", rc, zAllLog);
+    }
+    printf("#   LIMITATION: backup into an existing database of another page size refused\n");
+    return;
   }
   SAME(dst, ref, zAllT);
   closeDb(dst);
@@ -1644,6 +1705,7 @@ int main(void){
     cmocka_unit_test_setup(test_wal_exclusive_locking, testSetup),
     cmocka_unit_test_setup(test_vacuum_rollback, testSetup),
     cmocka_unit_test_setup(test_vacuum_change_page_size, testSetup),
+    cmocka_unit_test_setup(test_vacuum_into_new_page_size, testSetup),
     cmocka_unit_test_setup(test_vacuum_wal, testSetup),
     cmocka_unit_test_setup(test_vacuum_into, testSetup),
     cmocka_unit_test_setup(test_backup, testSetup),
