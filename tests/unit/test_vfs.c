@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -1427,6 +1428,183 @@ static void test_readonly_and_mmap(void **state){
   assert_int_equal(nErrorLog, 0);
 }
 
+/* ---- more journal modes, auto-vacuum, chunk size, real crashes ----------- */
+
+/* TRUNCATE and PERSIST journals with journal_size_limit (journals cut in
+** the middle of a block), and a WAL kept after close (PERSIST_WAL). */
+static void test_journal_modes_and_limits(void **state){
+  char zPath[PATH_MAX], zName[64];
+  static const char *azMode[] = { "truncate", "persist" };
+  (void)state;
+  for(int m=0; m<3; m++){
+    sqlite3 *db, *ref;
+    snprintf(zName, sizeof(zName), "jm-%d.db", m);
+    pathOf(zPath, zName);
+    removeDb(zPath);
+    printf("# journal_mode=%s%s\n", m<2 ? azMode[m] : "wal", m<2 ? " with journal_size_limit=3000" : " with SQLITE_FCNTL_PERSIST_WAL");
+    db = openTde(zPath);
+    ref = openRef();
+    if( m<2 ){
+      EXEC(db, "PRAGMA journal_mode=%s; PRAGMA journal_size_limit=3000", azMode[m]);
+    }else{
+      int one = 1;
+      EXEC(db, "PRAGMA journal_mode=WAL");
+      assert_int_equal(sqlite3_file_control(db, "main", SQLITE_FCNTL_PERSIST_WAL, &one), SQLITE_OK);
+    }
+    EXEC(db, "PRAGMA cache_size=5");
+    BOTH(db, ref, "%s", zSchemaT);
+    insertRows(db, "t", TEST_SEED+120+(uint64_t)m, 1, 600, 4096);
+    insertRows(ref, "t", TEST_SEED+120+(uint64_t)m, 1, 600, 4096);
+    for(int k=0; k<3; k++){
+      BOTH(db, ref, "UPDATE t SET a = a || '%d', k = k + %d", k, k);
+      EXEC(db, "BEGIN; UPDATE t SET b = NULL WHERE id %% 2 = 0; ROLLBACK");
+    }
+    SAME(db, ref, zAllT);
+    closeDb(db);
+    db = openTde(zPath);
+    SAME(db, ref, zAllT);
+    BOTH(db, ref, "DELETE FROM t WHERE id %% 5 = 0");
+    INTEGRITY_OK(db);
+    VERIFY_OK(db, "main");
+    closeDb(db);
+    db = openTde(zPath);
+    SAME(db, ref, zAllT);
+    closeDb(db);
+    closeDb(ref);
+  }
+  assert_int_equal(nErrorLog, 0);
+}
+
+static void test_auto_vacuum(void **state){
+  char zPath[PATH_MAX], zName[64];
+  (void)state;
+  for(int m=0; m<4; m++){
+    sqlite3 *db, *ref;
+    const char *zAv = (m & 1) ? "INCREMENTAL" : "FULL";
+    const char *zMode = (m & 2) ? "wal" : "delete";
+    snprintf(zName, sizeof(zName), "av-%d.db", m);
+    pathOf(zPath, zName);
+    removeDb(zPath);
+    printf("# auto_vacuum=%s, journal_mode=%s: pages move and the file shrinks\n", zAv, zMode);
+    db = openTde(zPath);
+    ref = openRef();
+    EXEC(db, "PRAGMA auto_vacuum=%s", zAv);
+    EXEC(db, "PRAGMA journal_mode=%s", zMode);
+    BOTH(db, ref, "%s", zSchemaT);
+    insertRows(db, "t", TEST_SEED+130, 1, 1500, 4096);
+    insertRows(ref, "t", TEST_SEED+130, 1, 1500, 4096);
+    BOTH(db, ref, "DELETE FROM t WHERE id %% 3 <> 0");
+    if( m & 1 ) EXEC(db, "PRAGMA incremental_vacuum");
+    assert_int_equal(QINT(db, "PRAGMA freelist_count"), 0);
+    SAME(db, ref, zAllT);
+    INTEGRITY_OK(db);
+    VERIFY_OK(db, "main");
+    closeDb(db);
+    db = openTde(zPath);
+    SAME(db, ref, zAllT);
+    INTEGRITY_OK(db);
+    VERIFY_OK(db, "main");
+    assert_int_equal(fileSize(zPath), TDE_HEADER_BYTES + QINT(db, "PRAGMA page_count")*4096);
+    closeDb(db);
+    closeDb(ref);
+  }
+  assert_int_equal(nErrorLog, 0);
+}
+
+/*
+** SQLITE_FCNTL_CHUNK_SIZE makes the VFS below grow and truncate the file in
+** whole chunks, so the file ends in zero bytes SQLite never reads.  The
+** database is healthy: reads, integrity_check and tde_verify must agree.
+*/
+static void test_chunk_size(void **state){
+  char zPath[PATH_MAX];
+  sqlite3 *db, *ref;
+  int chunk = 1<<20;
+  int64_t nChecked = 0, iBad = 0;
+  int rc;
+  (void)state;
+  pathOf(zPath, "chunk.db");
+  removeDb(zPath);
+  printf("# SQLITE_FCNTL_CHUNK_SIZE 1 MiB: zero-filled tail after the last page\n");
+  db = openTde(zPath);
+  ref = openRef();
+  EXEC(db, "PRAGMA journal_mode=DELETE");
+  BOTH(db, ref, "%s", zSchemaT);
+  assert_int_equal(sqlite3_file_control(db, "main", SQLITE_FCNTL_CHUNK_SIZE, &chunk), SQLITE_OK);
+  insertRows(db, "t", TEST_SEED+140, 1, 600, 4096);
+  insertRows(ref, "t", TEST_SEED+140, 1, 600, 4096);
+  BOTH(db, ref, "DELETE FROM t WHERE id > 200");
+  SAME(db, ref, zAllT);
+  INTEGRITY_OK(db);
+  closeDb(db);
+  printf("#   file %lld bytes\n", (long long)fileSize(zPath));
+  db = openTde(zPath);
+  SAME(db, ref, zAllT);
+  INTEGRITY_OK(db);
+  rc = tde_verify(db, "main", &nChecked, &iBad, 0, 0);
+  printf("#   tde_verify: rc=%d checked=%lld bad=%lld %s (page_count %lld)\n", rc, (long long)nChecked,
+         (long long)iBad, tde_last_error(), (long long)QINT(db, "PRAGMA page_count"));
+  closeDb(db);
+  closeDb(ref);
+  assert_int_equal(rc, TDE_OK);
+}
+
+/*
+** A real crash: a forked child opens the database, spills an uncommitted
+** transaction (rollback mode: into the database file; WAL: into the log)
+** and exits without committing or closing.  The parent, a separate
+** process image, must recover the committed state.
+*/
+static void test_crash_in_child(void **state){
+  char zPath[PATH_MAX], zName[64];
+  (void)state;
+  for(int m=0; m<2; m++){
+    const char *zMode = m ? "wal" : "delete";
+    sqlite3 *db, *ref;
+    pid_t pid;
+    int st = 0;
+    snprintf(zName, sizeof(zName), "crash-%s.db", zMode);
+    pathOf(zPath, zName);
+    removeDb(zPath);
+    printf("# a child process dies mid-transaction (journal_mode=%s); the parent recovers\n", zMode);
+    db = openTde(zPath);
+    ref = openRef();
+    EXEC(db, "PRAGMA journal_mode=%s", zMode);
+    BOTH(db, ref, "%s", zSchemaT);
+    insertRows(db, "t", TEST_SEED+150, 1, 800, 4096);
+    insertRows(ref, "t", TEST_SEED+150, 1, 800, 4096);
+    closeDb(db);
+    fflush(stdout);
+    pid = fork();
+    assert_true(pid >= 0);
+    if( pid==0 ){
+      sqlite3 *c = 0;
+      char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfg);
+      if( sqlite3_open_v2(zUri, &c, SQLITE_OPEN_READWRITE|SQLITE_OPEN_URI, 0) ) _exit(2);
+      if( sqlite3_exec(c, "PRAGMA cache_size=5; BEGIN; UPDATE t SET a = 'uncommitted', b = zeroblob(5000);"
+                          "INSERT INTO t(id, a) VALUES(99999999, 'uncommitted')", 0, 0, 0) ) _exit(3);
+      _exit(0);      /* no COMMIT, no close */
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st)==0);
+    {
+      char zSide[PATH_MAX+16];
+      snprintf(zSide, sizeof(zSide), "%s-%s", zPath, m ? "wal" : "journal");
+      assert_true(fileSize(zSide) > 0);     /* the crash left work to undo */
+    }
+    db = openTde(zPath);
+    SAME(db, ref, zAllT);
+    INTEGRITY_OK(db);
+    VERIFY_OK(db, "main");
+    BOTH(db, ref, "UPDATE t SET k = 1 WHERE id < 10");
+    closeDb(db);
+    db = openTde(zPath);
+    SAME(db, ref, zAllT);
+    closeDb(db);
+    closeDb(ref);
+  }
+}
+
 /* ---- tde_verify ------------------------------------------------------------ */
 
 /*
@@ -1718,6 +1896,10 @@ int main(void){
     cmocka_unit_test_setup(test_two_connections_wal, testSetup),
     cmocka_unit_test_setup(test_two_connections_delete, testSetup),
     cmocka_unit_test_setup(test_readonly_and_mmap, testSetup),
+    cmocka_unit_test_setup(test_journal_modes_and_limits, testSetup),
+    cmocka_unit_test_setup(test_auto_vacuum, testSetup),
+    cmocka_unit_test_setup(test_chunk_size, testSetup),
+    cmocka_unit_test_setup(test_crash_in_child, testSetup),
     cmocka_unit_test_setup(test_verify_wal_unbackfilled_pages, testSetup),
     cmocka_unit_test_setup(test_verify_fresh_connection_finds_damage, testSetup),
     cmocka_unit_test_setup(test_open_plaintext_db, testSetup),
