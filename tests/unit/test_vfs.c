@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1605,6 +1606,96 @@ static void test_crash_in_child(void **state){
   }
 }
 
+/* ---- threads --------------------------------------------------------------- */
+
+typedef struct ThreadArg {
+  const char *zPath;
+  int iThread;
+  int nRows;
+  int rc;                 /* first failure, 0 if none */
+  char zErr[256];
+} ThreadArg;
+
+/* Each thread opens its own connection and commits rows of its own id
+** range in small transactions, reading and sorting in between; thread 0
+** also checkpoints. */
+static void *threadMain(void *pArg){
+  ThreadArg *a = pArg;
+  sqlite3 *db = 0;
+  char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", a->zPath, zCfg);
+  int rc = sqlite3_open_v2(zUri, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_URI, 0);
+  sqlite3_free(zUri);
+  if( rc ){ a->rc = rc; snprintf(a->zErr, sizeof(a->zErr), "open: %d", rc); sqlite3_close(db); return 0; }
+  sqlite3_busy_timeout(db, 20000);
+  sqlite3_exec(db, "PRAGMA temp_store=FILE; PRAGMA cache_size=20", 0, 0, 0);
+  for(int i=0; i<a->nRows && rc==SQLITE_OK; i+=10){
+    char *zSql = sqlite3_mprintf(
+      "BEGIN IMMEDIATE;"
+      "WITH RECURSIVE c(j) AS (SELECT 0 UNION ALL SELECT j+1 FROM c WHERE j<9) "
+      "INSERT INTO t(id, k, a, b) SELECT %d + j, %d, printf('thread %d row %%d', %d + j), "
+      "zeroblob(100 + ((%d + j) %% 7) * 1000) FROM c;"
+      "COMMIT;", a->iThread*1000000 + i, a->iThread, a->iThread, a->iThread*1000000 + i, i);
+    rc = sqlite3_exec(db, zSql, 0, 0, 0);
+    sqlite3_free(zSql);
+    if( rc==SQLITE_OK && i%50==0 ){
+      rc = sqlite3_exec(db, "SELECT a FROM t ORDER BY a DESC LIMIT 5", 0, 0, 0);
+    }
+    if( rc==SQLITE_OK && a->iThread==0 && i%100==0 ){
+      rc = sqlite3_exec(db, "PRAGMA wal_checkpoint(PASSIVE)", 0, 0, 0);
+    }
+    if( rc ){
+      if( snprintf(a->zErr, sizeof(a->zErr), "row %d: %s", i, sqlite3_errmsg(db)) >= (int)sizeof(a->zErr) ) a->zErr[0] = 0;
+      sqlite3_exec(db, "ROLLBACK", 0, 0, 0);
+    }
+  }
+  a->rc = rc;
+  sqlite3_close(db);
+  return 0;
+}
+
+static void test_threads(void **state){
+  char zPath[PATH_MAX], zName[64];
+  (void)state;
+  for(int m=0; m<2; m++){
+    const char *zMode = m ? "delete" : "wal";
+    pthread_t aTid[4];
+    ThreadArg aArg[4];
+    sqlite3 *db;
+    snprintf(zName, sizeof(zName), "threads-%s.db", zMode);
+    pathOf(zPath, zName);
+    removeDb(zPath);
+    printf("# 4 threads, 4 connections, concurrent writes, reads and sorts (journal_mode=%s)\n", zMode);
+    db = openTde(zPath);
+    EXEC(db, "PRAGMA journal_mode=%s", zMode);
+    EXEC(db, "%s", zSchemaT);
+    for(int i=0; i<4; i++){
+      memset(&aArg[i], 0, sizeof(aArg[i]));
+      aArg[i].zPath = zPath;
+      aArg[i].iThread = i;
+      aArg[i].nRows = 300;
+      assert_int_equal(pthread_create(&aTid[i], 0, threadMain, &aArg[i]), 0);
+    }
+    for(int i=0; i<4; i++){
+      pthread_join(aTid[i], 0);
+      if( aArg[i].rc ) fail_msg("thread %d: rc=%d %s", i, aArg[i].rc, aArg[i].zErr);
+    }
+    assert_int_equal(QINT(db, "SELECT count(*) FROM t"), 4*300);
+    for(int i=0; i<4; i++){
+      assert_int_equal(QINT(db, "SELECT count(*) FROM t WHERE k=%d AND a LIKE 'thread %d row %%'", i, i), 300);
+    }
+    assert_int_equal(QINT(db, "SELECT sum(length(b)) FROM t"),
+                     QINT(db, "SELECT sum(100 + (id %% 1000000 %% 7) * 1000) FROM t"));
+    INTEGRITY_OK(db);
+    VERIFY_OK(db, "main");
+    closeDb(db);
+    db = openTde(zPath);
+    assert_int_equal(QINT(db, "SELECT count(*) FROM t"), 4*300);
+    INTEGRITY_OK(db);
+    closeDb(db);
+  }
+  assert_int_equal(nErrorLog, 0);
+}
+
 /* ---- tde_verify ------------------------------------------------------------ */
 
 /*
@@ -1900,6 +1991,7 @@ int main(void){
     cmocka_unit_test_setup(test_auto_vacuum, testSetup),
     cmocka_unit_test_setup(test_chunk_size, testSetup),
     cmocka_unit_test_setup(test_crash_in_child, testSetup),
+    cmocka_unit_test_setup(test_threads, testSetup),
     cmocka_unit_test_setup(test_verify_wal_unbackfilled_pages, testSetup),
     cmocka_unit_test_setup(test_verify_fresh_connection_finds_damage, testSetup),
     cmocka_unit_test_setup(test_open_plaintext_db, testSetup),
