@@ -41,7 +41,7 @@ echo "test_shell: working in $WORK with $SQLITE3 ($("$SQLITE3" -version | cut -d
 # Under an ASan build tde.so needs the ASan runtime preloaded into the shell.
 SHELL_ENV=()
 ASAN_LIB=$(ldd "$EXT.so" 2>/dev/null | awk '/libasan/ {print $3}')
-if [ -n "$ASAN_LIB" ]; then
+if [ -n "$ASAN_LIB" ] && [ -z "${LD_PRELOAD:-}" ]; then   # ctest preloads it already
   SHELL_ENV=(env LD_PRELOAD="$ASAN_LIB" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0")
 fi
 

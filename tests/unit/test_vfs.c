@@ -1152,7 +1152,7 @@ static void test_attach_multidb_commit(void **state){
   a = readAll(zD, &n);
   if( a ){
     for(size_t i=0; i+10<=n; i++){
-      if( memcmp(a+i, "plaintext?", 10)==0 || memcmp(a+i, "SQLite format 3", 15)==0 ){
+      if( memcmp(a+i, "plaintext?", 10)==0 || (i+15<=n && memcmp(a+i, "SQLite format 3", 15)==0) ){
         fail_msg("att-d.db holds plaintext at %zu", i);
       }
     }
