@@ -196,6 +196,39 @@ def main():
     except sqlite3.DatabaseError as e:
         check(True, "another wallet is refused: %s" % e)
 
+    # A host that cannot pass vfs=: SQLITE_TDE_DEFAULT_VFS=1 makes tde the
+    # default VFS when the extension loads, SQLITE_TDE_CONFIG names the
+    # keystore; plain file names then create encrypted databases.
+    path = os.path.join(work, "py-default-vfs.db")
+    child = r"""
+import os, sqlite3, sys
+con0 = sqlite3.connect(":memory:")
+con0.enable_load_extension(True)
+con0.load_extension(os.path.join(os.environ["TDE_BUILD"], "tde"))
+path = sys.argv[1]
+con = sqlite3.connect(path)
+con.execute("PRAGMA journal_mode=WAL")
+con.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, txt TEXT, blb BLOB)")
+con.executemany("INSERT INTO t VALUES(?, ?, ?)", [(i, "row %d" % i, bytes([i % 256]) * (i * 37 % 9000)) for i in range(1, 801)])
+con.commit()
+con.close()
+con = sqlite3.connect(path)
+print(con.execute("SELECT encrypted FROM tde_status WHERE schema='main'").fetchone()[0])
+print(con.execute("SELECT count(*), sum(length(blb)) FROM t").fetchone())
+print(con.execute("PRAGMA integrity_check").fetchone()[0])
+"""
+    env = dict(os.environ, SQLITE_TDE_DEFAULT_VFS="1", SQLITE_TDE_CONFIG=cfg)
+    r = subprocess.run([sys.executable, "-c", child, path], capture_output=True, text=True, env=env)
+    want_sum = sum(i * 37 % 9000 for i in range(1, 801))
+    check(r.returncode == 0 and r.stdout.split("\n")[:3] == ["1", "(800, %d)" % want_sum, "ok"],
+          "SQLITE_TDE_DEFAULT_VFS=1 host: plain file name gives an encrypted database (%s%s)"
+          % (r.stdout.strip().replace("\n", " | "), r.stderr.strip()))
+    with open(path, "rb") as f:
+        head = f.read(16)
+    check(head != b"SQLite format 3\0", "the default-VFS database file is not plaintext")
+    r = subprocess.run([cli, "--config", cfg, "verify", path], capture_output=True, text=True)
+    check(r.returncode == 0, "sqlite-tde verify on it: %s%s" % (r.stdout.strip(), r.stderr.strip()))
+
     con0.close()
     if failures:
         print("%d check(s) failed" % len(failures))
