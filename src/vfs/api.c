@@ -82,15 +82,28 @@ static int tdeAllZero(const uint8_t *a, uint32_t n){
   return j==n;
 }
 
+/* PRAGMA schema.zName as an integer, -1 if it fails. */
+static sqlite3_int64 tdePragmaInt(sqlite3 *db, const char *zSchema, const char *zName){
+  sqlite3_stmt *pStmt = 0;
+  sqlite3_int64 v = -1;
+  char *zSql = sqlite3_mprintf("PRAGMA \"%w\".%s", zSchema, zName);
+  if( zSql && sqlite3_prepare_v2(db, zSql, -1, &pStmt, 0)==SQLITE_OK && sqlite3_step(pStmt)==SQLITE_ROW ){
+    v = sqlite3_column_int64(pStmt, 0);
+  }
+  sqlite3_finalize(pStmt);
+  sqlite3_free(zSql);
+  return v;
+}
+
 int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pBadPage,
                tde_progress_fn xProgress, void *pArg){
   sqlite3_file *pFile = 0;
   TdeFile *p;
   sqlite3_int64 nPage = 0, i, nFrames = 0, iBad = 0, iLockPage;
+  sqlite3_int64 nPageCount, nPageSize;
   int bWal = 0;
   uint8_t *aPage = 0;
   int rc, trc = TDE_OK;
-  char *zSql;
 
   if( pnChecked ) *pnChecked = 0;
   if( pBadPage ) *pBadPage = 0;
@@ -102,19 +115,31 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
     return tdeErr(TDE_PLAINTEXT, "database '%s' is not opened through the tde VFS", zSchema);
   }
   p = (TdeFile*)pFile;
-  /* Hold a read transaction so no writer changes pages under us. */
-  zSql = sqlite3_mprintf("BEGIN; SELECT count(*) FROM \"%w\".sqlite_schema;", zSchema);
-  if( !zSql ) return TDE_NOMEM;
-  rc = sqlite3_exec(db, zSql, 0, 0, 0);
-  sqlite3_free(zSql);
+  /* Hold a read transaction so no writer changes pages under us, and ask
+  ** SQLite for the page size and count (page 1 may live only in the WAL). */
+  rc = sqlite3_exec(db, "BEGIN", 0, 0, 0);
+  if( rc ) return tdeErr(TDE_ERROR, "cannot begin a read transaction: %s", sqlite3_errmsg(db));
+  nPageCount = tdePragmaInt(db, zSchema, "page_count");
+  nPageSize = tdePragmaInt(db, zSchema, "page_size");
+  rc = tdeMainEnsureKeys(p, 0);
   if( rc ){
-    sqlite3_exec(db, "ROLLBACK", 0, 0, 0);
-    return tdeErr(rc==SQLITE_IOERR_AUTH ? TDE_AUTH : TDE_ERROR,
-                  "cannot read database '%s': %s", zSchema, sqlite3_errmsg(db));
+    trc = tdeErr(TDE_ERROR, "cannot read the header of '%s' (SQLite error %d)", zSchema, rc);
+    goto done;
   }
-  if( !p->pKeys || !p->pgsz ){
-    sqlite3_exec(db, "COMMIT", 0, 0, 0);
-    return TDE_OK;   /* empty database */
+  if( !p->pKeys ) goto done;     /* empty database: nothing to check */
+  if( !p->pgsz ){
+    if( tdeValidPgsz(nPageSize) ){
+      p->pgsz = (uint32_t)nPageSize;
+    }else{
+      if( tdeScratch(p)!=SQLITE_OK ){ trc = TDE_NOMEM; goto done; }
+      rc = tdeMainDiscoverPgsz(p);
+      if( rc==SQLITE_IOERR_AUTH ){
+        if( pBadPage ) *pBadPage = 1;
+        trc = tdeErr(TDE_AUTH, "page 1 failed authentication");
+        goto done;
+      }
+      if( rc ) goto done;      /* no complete page 1 on disk yet */
+    }
   }
   {
     int iBadSlot = -1;
@@ -140,9 +165,12 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
       rc = tdeRealRead(p, aPage, (int)p->pgsz, TDE_HEADER_BYTES + (i-1)*p->pgsz, &bShort);
       if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
     }
-    /* In WAL mode a checkpoint may write page N+1 before page N, whose
-    ** newest version is still in the WAL: the file has a hole there. */
-    if( rc==SQLITE_OK && bWal && tdeAllZero(aPage, p->pgsz) ) continue;
+    /* Pages never written: in WAL mode a checkpoint may write page N+1
+    ** before page N, whose newest version is still in the WAL; with
+    ** SQLITE_FCNTL_CHUNK_SIZE the file is zero-padded past the last page. */
+    if( rc==SQLITE_OK && (bWal || (nPageCount>=0 && i>nPageCount)) && tdeAllZero(aPage, p->pgsz) ){
+      continue;
+    }
     if( rc==SQLITE_OK ) rc = tdeOpenPage(p, aPage, p->pgsz, (uint32_t)i, "database");
     if( rc==SQLITE_IOERR_AUTH ){
       if( pBadPage ) *pBadPage = i;

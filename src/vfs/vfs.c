@@ -442,7 +442,7 @@ int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn){
 ** full-page read: try each size until page 1 authenticates (the page size
 ** is in the associated data, so only the right one can).
 */
-static int tdeMainDiscoverPgsz(TdeFile *p){
+int tdeMainDiscoverPgsz(TdeFile *p){
   static const uint32_t aSize[] = { 4096, 1024, 512, 2048, 8192, 16384, 32768, 65536 };
   sqlite3_int64 sz = 0;
   int rc, bShort;

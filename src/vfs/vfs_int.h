@@ -106,6 +106,7 @@ int tdeScratch(TdeFile *p);
 int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort);
 int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn);
 int tdeMainCheckHeader(TdeFile *p, int *piBad);
+int tdeMainDiscoverPgsz(TdeFile *p);
 
 /* WAL (wal.c) */
 int tdeWalInitKeys(TdeFile *p, const uint8_t *aMacKey);

@@ -210,6 +210,26 @@ static int walFrameValid(TdeFile *p, uint32_t idx){
   return state==FRAME_OK;
 }
 
+/* Does frame 1 authenticate under some page size (whatever the header
+** says)?  Its MAC does not depend on the WAL header. */
+static int walFirstFrameAuthentic(TdeFile *p){
+  static const uint32_t aSize[] = { 4096, 1024, 512, 2048, 8192, 16384, 32768, 65536 };
+  uint32_t savePgsz = p->wal.pgsz;
+  int bFound = 0;
+  uint8_t *aTmp = sqlite3_malloc(FRAME_HDR + TDE_MAX_PAGE);
+  if( !aTmp ) return 0;
+  for(size_t i=0; i<TDE_ARRAY_SIZE(aSize) && !bFound; i++){
+    int state = FRAME_SHORT;
+    p->wal.pgsz = aSize[i];
+    if( walLoadFrame(p, 1, aTmp, &state, 0)==SQLITE_OK && state==FRAME_OK ) bFound = 1;
+    else if( state==FRAME_BAD ) p->nAuthFail--;   /* a wrong guess */
+  }
+  p->wal.pgsz = savePgsz;
+  tdeWipe(aTmp, FRAME_HDR + TDE_MAX_PAGE);
+  sqlite3_free(aTmp);
+  return bFound;
+}
+
 /* SQLite's cumulative checksum after frame k (k>=0; k==0: the header). */
 static int walCkAfter(TdeFile *p, uint32_t k, uint32_t *aCk){
   uint8_t *aTmp = 0;
@@ -375,22 +395,19 @@ int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
       return SQLITE_IOERR_SHORT_READ;
     }
     if( state==FRAME_BAD ){
-      /* Tampered, or torn by a crash while the log was being restarted. */
-      uint8_t aSave[WAL_HDR];
-      int bValidAfter;
-      memcpy(aSave, p->wal.aHdr, WAL_HDR);
-      memcpy(p->wal.aHdr, aHdr, WAL_HDR);
-      p->wal.pgsz = tdeValidPgsz(tdeGet32(aHdr+8)) ? tdeGet32(aHdr+8) : 0;
-      bValidAfter = p->wal.pgsz ? walFrameValid(p, 1) : 0;
-      memcpy(p->wal.aHdr, aSave, WAL_HDR);
-      p->wal.bHdr = 0;
-      if( bValidAfter ){
+      /* A header that fails authentication while the log holds an
+      ** authentic first frame was tampered with: refuse, or SQLite would
+      ** silently ignore committed transactions.  (SQLite writes the
+      ** 32-byte header in one sector-sized write, so a crash does not tear
+      ** it.)  Without an authentic frame the log is empty to SQLite. */
+      if( walFirstFrameAuthentic(p) ){
         tdeLog(TDE_LOG_ERROR, "%s: WAL header failed authentication: tampered with", walName(p));
         memset(z, 0, (size_t)iAmt);
         return SQLITE_IOERR_AUTH;
       }
-      tdeLog(TDE_LOG_WARNING, "%s: WAL header failed authentication and no frame follows; "
-             "treating the log as empty (torn write)", walName(p));
+      tdeLog(TDE_LOG_WARNING, "%s: WAL header failed authentication and no authentic frame "
+             "follows; treating the log as empty", walName(p));
+      p->wal.bHdr = 0;
       aHdr[24] ^= 0xff;    /* SQLite's header check fails: log ignored */
       memcpy(z, aHdr+iOfst, (size_t)iAmt);
       return SQLITE_OK;
