@@ -20,6 +20,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
@@ -172,12 +173,13 @@ static const char *azOutcome[P_N] = { "open failed", "read failed", "integrity_c
                                       "only tde_verify failed", "no error" };
 
 static int probeRead;            /* the last probe read the rows: *pH valid */
+static int probePlain;           /* control runs: open without tde */
 static int probe(const char *zPath, uint64_t *pH){
   sqlite3 *db = 0;
   int rc, out;
   int64_t nChecked, iBad;
   probeRead = 0;
-  rc = openTde(zPath, &db);
+  rc = probePlain ? sqlite3_open_v2(zPath, &db, SQLITE_OPEN_READWRITE, 0) : openTde(zPath, &db);
   if( rc ){ sqlite3_close(db); return P_ERR_OPEN; }
   /* Never checkpoint the damaged copy on close. */
   sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
@@ -194,7 +196,7 @@ static int probe(const char *zPath, uint64_t *pH){
     if( sqlite3_finalize(p) ) bOk = 0;
     if( !bOk ){ out = P_ERR_INTEG; goto done; }
   }
-  rc = tde_verify(db, "main", &nChecked, &iBad, 0, 0);
+  rc = probePlain ? TDE_OK : tde_verify(db, "main", &nChecked, &iBad, 0, 0);
   out = rc==TDE_OK ? P_OK : P_ERR_VERIFY;
 done:
   sqlite3_close(db);
@@ -239,6 +241,173 @@ static void tallyOk(Tally *t, uint64_t h, uint64_t hNow, uint64_t hPrev){
   else if( h==hPrev ) t->nPrev++;
   else t->nOther++;
 }
+
+
+/* ---- crash simulator below tde ------------------------------------------- */
+
+/*
+** A pass-through VFS registered as the default before tde_register, so tde
+** sits on it.  While armed, after every write, truncate or delete that
+** touches the database under test (main file, -journal, -wal) it copies
+** the files as they are: a crash image for "power lost right after this
+** operation", everything earlier on disk in order.  A write that rewrites
+** bytes already in the file and crosses a 512-byte boundary is also torn:
+** the image is taken with only its part up to that boundary written (a
+** sector write interrupted by power loss), then the write completes.
+** Copies use plain syscalls, never SQLite.
+*/
+typedef struct CrashFile CrashFile;
+struct CrashFile {
+  sqlite3_file base;
+  sqlite3_file *pReal;
+  int bTracked;              /* main db, journal or WAL of the db under test */
+};
+static sqlite3_vfs *pUnixVfs;
+static int crashArmed;
+static char zCrashDb[PATH_MAX];       /* database under test */
+static char zCrashDir[PATH_MAX];      /* where images go */
+static int nCrashImage;
+#define MAX_IMAGES 2000
+static char aImageTorn[MAX_IMAGES];   /* 1: torn in-place write */
+static char azImageWhat[MAX_IMAGES][64];
+
+static void copyRaw(const char *zFrom, const char *zTo){
+  int fi = open(zFrom, O_RDONLY), fo;
+  char buf[65536];
+  ssize_t n;
+  unlink(zTo);
+  if( fi<0 ) return;
+  fo = open(zTo, O_WRONLY|O_CREAT|O_TRUNC, 0600);
+  if( fo>=0 ){
+    while( (n = read(fi, buf, sizeof(buf)))>0 ){
+      if( write(fo, buf, (size_t)n)!=n ) break;
+    }
+    close(fo);
+  }
+  close(fi);
+}
+
+static void crashSnapshot(int bTorn, const char *zWhat){
+  static const char *azSuffix[] = { "", "-journal", "-wal" };
+  if( nCrashImage>=MAX_IMAGES ) return;
+  for(int i=0; i<3; i++){
+    char zFrom[PATH_MAX+16], zTo[PATH_MAX+64];
+    snprintf(zFrom, sizeof(zFrom), "%s%s", zCrashDb, azSuffix[i]);
+    if( snprintf(zTo, sizeof(zTo), "%s/img%d.db%s", zCrashDir, nCrashImage, azSuffix[i]) >= (int)sizeof(zTo) ) return;
+    copyRaw(zFrom, zTo);
+  }
+  aImageTorn[nCrashImage] = (char)bTorn;
+  snprintf(azImageWhat[nCrashImage], sizeof(azImageWhat[0]), "%s", zWhat);
+  nCrashImage++;
+}
+
+static int crClose(sqlite3_file *f){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xClose(p->pReal); }
+static int crRead(sqlite3_file *f, void *z, int n, sqlite3_int64 o){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xRead(p->pReal, z, n, o); }
+static int crWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 o){
+  CrashFile *p = (CrashFile*)f;
+  int rc;
+  char zWhat[64];
+  if( crashArmed && p->bTracked ){
+    sqlite3_int64 sz = 0;
+    p->pReal->pMethods->xFileSize(p->pReal, &sz);
+    if( o < sz ){
+      sqlite3_int64 cut = (o/512 + 1)*512;
+      if( cut < o + n ){
+        rc = p->pReal->pMethods->xWrite(p->pReal, z, (int)(cut - o), o);
+        if( rc ) return rc;
+        snprintf(zWhat, sizeof(zWhat), "torn rewrite of %d bytes at %lld", n, (long long)o);
+        crashSnapshot(1, zWhat);
+      }
+    }
+  }
+  rc = p->pReal->pMethods->xWrite(p->pReal, z, n, o);
+  if( crashArmed && p->bTracked && rc==SQLITE_OK ){
+    snprintf(zWhat, sizeof(zWhat), "after a write of %d bytes at %lld", n, (long long)o);
+    crashSnapshot(0, zWhat);
+  }
+  return rc;
+}
+static int crTruncate(sqlite3_file *f, sqlite3_int64 sz){
+  CrashFile *p = (CrashFile*)f;
+  int rc = p->pReal->pMethods->xTruncate(p->pReal, sz);
+  if( crashArmed && p->bTracked && rc==SQLITE_OK ) crashSnapshot(0, "after a truncate");
+  return rc;
+}
+static int crSync(sqlite3_file *f, int fl){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xSync(p->pReal, fl); }
+static int crFileSize(sqlite3_file *f, sqlite3_int64 *pS){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xFileSize(p->pReal, pS); }
+static int crLock(sqlite3_file *f, int e){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xLock(p->pReal, e); }
+static int crUnlock(sqlite3_file *f, int e){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xUnlock(p->pReal, e); }
+static int crCheckReservedLock(sqlite3_file *f, int *pR){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xCheckReservedLock(p->pReal, pR); }
+static int crFileControl(sqlite3_file *f, int op, void *pA){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xFileControl(p->pReal, op, pA); }
+static int crSectorSize(sqlite3_file *f){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xSectorSize(p->pReal); }
+static int crDeviceCharacteristics(sqlite3_file *f){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xDeviceCharacteristics(p->pReal); }
+static int crShmMap(sqlite3_file *f, int i, int sz, int b, void volatile **pp){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xShmMap(p->pReal, i, sz, b, pp); }
+static int crShmLock(sqlite3_file *f, int o, int n, int fl){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xShmLock(p->pReal, o, n, fl); }
+static void crShmBarrier(sqlite3_file *f){ CrashFile *p = (CrashFile*)f; p->pReal->pMethods->xShmBarrier(p->pReal); }
+static int crShmUnmap(sqlite3_file *f, int d){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xShmUnmap(p->pReal, d); }
+static int crFetch(sqlite3_file *f, sqlite3_int64 o, int n, void **pp){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xFetch(p->pReal, o, n, pp); }
+static int crUnfetch(sqlite3_file *f, sqlite3_int64 o, void *pv){ CrashFile *p = (CrashFile*)f; return p->pReal->pMethods->xUnfetch(p->pReal, o, pv); }
+
+static const sqlite3_io_methods crashIoMethods = {
+  3,                            /* iVersion */
+  crClose,                      /* xClose */
+  crRead,                       /* xRead */
+  crWrite,                      /* xWrite */
+  crTruncate,                   /* xTruncate */
+  crSync,                       /* xSync */
+  crFileSize,                   /* xFileSize */
+  crLock,                       /* xLock */
+  crUnlock,                     /* xUnlock */
+  crCheckReservedLock,          /* xCheckReservedLock */
+  crFileControl,                /* xFileControl */
+  crSectorSize,                 /* xSectorSize */
+  crDeviceCharacteristics,      /* xDeviceCharacteristics */
+  crShmMap,                     /* xShmMap */
+  crShmLock,                    /* xShmLock */
+  crShmBarrier,                 /* xShmBarrier */
+  crShmUnmap,                   /* xShmUnmap */
+  crFetch,                      /* xFetch */
+  crUnfetch                     /* xUnfetch */
+};
+
+static int crOpen(sqlite3_vfs *v, const char *zName, sqlite3_file *f, int flags, int *pOut){
+  CrashFile *p = (CrashFile*)f;
+  int rc;
+  (void)v;
+  memset(p, 0, sizeof(*p));
+  p->pReal = (sqlite3_file*)&p[1];
+  rc = pUnixVfs->xOpen(pUnixVfs, zName, p->pReal, flags, pOut);
+  if( rc ){ f->pMethods = 0; return rc; }
+  p->bTracked = zName && zCrashDb[0] && strncmp(zName, zCrashDb, strlen(zCrashDb))==0
+             && (flags & (SQLITE_OPEN_MAIN_DB|SQLITE_OPEN_MAIN_JOURNAL|SQLITE_OPEN_WAL))!=0;
+  f->pMethods = &crashIoMethods;
+  return SQLITE_OK;
+}
+static int crDelete(sqlite3_vfs *v, const char *z, int s){
+  int rc;
+  (void)v;
+  rc = pUnixVfs->xDelete(pUnixVfs, z, s);
+  if( crashArmed && zCrashDb[0] && strncmp(z, zCrashDb, strlen(zCrashDb))==0 ) crashSnapshot(0, "after a delete");
+  return rc;
+}
+static int crAccess(sqlite3_vfs *v, const char *z, int f, int *r){ (void)v; return pUnixVfs->xAccess(pUnixVfs, z, f, r); }
+static int crFullPathname(sqlite3_vfs *v, const char *z, int n, char *o){ (void)v; return pUnixVfs->xFullPathname(pUnixVfs, z, n, o); }
+static void *crDlOpen(sqlite3_vfs *v, const char *z){ (void)v; return pUnixVfs->xDlOpen(pUnixVfs, z); }
+static void crDlError(sqlite3_vfs *v, int n, char *z){ (void)v; pUnixVfs->xDlError(pUnixVfs, n, z); }
+static void (*crDlSym(sqlite3_vfs *v, void *p, const char *z))(void){ (void)v; return pUnixVfs->xDlSym(pUnixVfs, p, z); }
+static void crDlClose(sqlite3_vfs *v, void *p){ (void)v; pUnixVfs->xDlClose(pUnixVfs, p); }
+static int crRandomness(sqlite3_vfs *v, int n, char *z){ (void)v; return pUnixVfs->xRandomness(pUnixVfs, n, z); }
+static int crSleep(sqlite3_vfs *v, int n){ (void)v; return pUnixVfs->xSleep(pUnixVfs, n); }
+static int crCurrentTime(sqlite3_vfs *v, double *p){ (void)v; return pUnixVfs->xCurrentTime(pUnixVfs, p); }
+static int crGetLastError(sqlite3_vfs *v, int n, char *z){ (void)v; return pUnixVfs->xGetLastError(pUnixVfs, n, z); }
+static int crCurrentTimeInt64(sqlite3_vfs *v, sqlite3_int64 *p){ (void)v; return pUnixVfs->xCurrentTimeInt64(pUnixVfs, p); }
+
+static sqlite3_vfs crashVfs = {
+  2, 0, 0, 0, "crashsim", 0,
+  crOpen, crDelete, crAccess, crFullPathname, crDlOpen, crDlError, crDlSym, crDlClose,
+  crRandomness, crSleep, crCurrentTime, crGetLastError, crCurrentTimeInt64,
+  0, 0, 0
+};
 
 /* ---- rollback mode -------------------------------------------------------- */
 
@@ -619,11 +788,107 @@ static void test_tamper_hot_journal(void **state){
   }
 }
 
+/* ---- crash images ----------------------------------------------------------- */
+
+/*
+** Power loss at every step of a transaction: the crash simulator takes an
+** image after every write/truncate/delete of the database's files, and a
+** torn image of every write that rewrites bytes already on disk.  SQLite
+** guarantees that each image opens to the state before or after the
+** transaction; through tde it must too (an error is a database lost to a
+** crash).  Rollback mode (spilling transaction: several journal segments)
+** and WAL (spilling transaction that rewrites frames in place).
+*/
+static void crashImages(const char *zMode, int bTde){
+  char zName[64];
+  sqlite3 *db = 0;
+  uint64_t hPre = 0, hPost = 0, h;
+  long nTorn = 0, nAfter = 0, nPre = 0, nPost = 0, nErr = 0, nWrong = 0, nErrTorn = 0;
+  int aFirstBad[8], nFirstBad = 0;
+  snprintf(zName, sizeof(zName), "crash-%s-%d.db", zMode, bTde);
+  pathOf(zCrashDb, zName);
+  removeDb(zCrashDb);
+  snprintf(zName, sizeof(zName), "crash-%s-%d-img", zMode, bTde);
+  pathOf(zCrashDir, zName);
+  mkdir(zCrashDir, 0700);
+  nCrashImage = 0;
+  probePlain = !bTde;
+  if( bTde ) assert_int_equal(openTde(zCrashDb, &db), SQLITE_OK);
+  else assert_int_equal(sqlite3_open_v2(zCrashDb, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE, 0), SQLITE_OK);
+  exec(db, "PRAGMA page_size=1024");
+  if( strcmp(zMode, "wal")==0 ){
+    exec(db, "PRAGMA journal_mode=WAL");
+    exec(db, "PRAGMA wal_autocheckpoint=0");
+  }else{
+    exec(db, "PRAGMA journal_mode=DELETE");
+  }
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, k INT, v TEXT)");
+  exec(db, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<40) "
+           "INSERT INTO t SELECT i, i, printf('before %d %.700c', i, char(65 + i % 26)) FROM c");
+  if( strcmp(zMode, "wal")==0 ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  assert_int_equal(contentSum(db, &hPre), SQLITE_OK);
+  exec(db, "PRAGMA cache_size=1");
+  crashArmed = 1;
+  exec(db, "BEGIN;"
+           "UPDATE t SET v = printf('after %d %.700c', id, 'z');"
+           "UPDATE t SET k = k + 1;"
+           "INSERT INTO t VALUES(1000, 0, printf('%.3000c', 'n'));"
+           "COMMIT");
+  crashArmed = 0;
+  assert_int_equal(contentSum(db, &hPost), SQLITE_OK);
+  sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_true(hPre!=hPost);
+
+  for(int i=0; i<nCrashImage; i++){
+    char zImg[PATH_MAX+64], zShm[PATH_MAX+80];
+    int out;
+    snprintf(zImg, sizeof(zImg), "%s/img%d.db", zCrashDir, i);
+    snprintf(zShm, sizeof(zShm), "%s-shm", zImg);
+    unlink(zShm);
+    out = probe(zImg, &h);
+    if( aImageTorn[i] ) nTorn++; else nAfter++;
+    if( out==P_OK && h==hPre ) nPre++;
+    else if( out==P_OK && h==hPost ) nPost++;
+    else{
+      if( out==P_OK || (probeRead && h!=hPre && h!=hPost) ) nWrong++;
+      else{ nErr++; if( aImageTorn[i] ) nErrTorn++; }
+      if( nFirstBad<8 ) aFirstBad[nFirstBad++] = i;
+    }
+  }
+  probePlain = 0;
+  printf("# crash images, %s, journal_mode=%s: %d images (%ld after an operation, %ld torn in-place rewrites): "
+         "state before %ld, state after %ld, error %ld (%ld of them torn), wrong data %ld\n",
+         bTde ? "through tde" : "CONTROL: plain SQLite, no tde", zMode, nCrashImage, nAfter, nTorn, nPre, nPost, nErr, nErrTorn, nWrong);
+  for(int i=0; i<nFirstBad; i++){
+    printf("#   image %d (%s) does not open to a committed state\n", aFirstBad[i], azImageWhat[aFirstBad[i]]);
+  }
+  assert_true(nCrashImage > 20);
+  if( nErr || nWrong ){
+    fail_msg("%ld of %d crash images (%s, journal_mode=%s) are unopenable or wrong", nErr + nWrong, nCrashImage,
+             bTde ? "tde" : "plain SQLite", zMode);
+  }
+}
+/* Controls: the simulator is fair -- plain SQLite survives every image. */
+static void test_crash_images_control(void **s){ (void)s; crashImages("delete", 0); crashImages("wal", 0); }
+static void test_crash_images_delete(void **s){ (void)s; crashImages("delete", 1); }
+static void test_crash_images_wal(void **s){ (void)s; crashImages("wal", 1); }
+
 int main(void){
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_tamper_rollback),
     cmocka_unit_test(test_tamper_wal),
     cmocka_unit_test(test_tamper_hot_journal),
+    cmocka_unit_test(test_crash_images_control),
+    cmocka_unit_test(test_crash_images_delete),
+    cmocka_unit_test(test_crash_images_wal),
   };
+  /* The crash simulator goes below tde: default before tde_register. */
+  if( sqlite3_initialize() ) return 1;
+  pUnixVfs = sqlite3_vfs_find("unix");
+  if( !pUnixVfs ) return 1;
+  crashVfs.szOsFile = (int)sizeof(CrashFile) + pUnixVfs->szOsFile;
+  crashVfs.mxPathname = pUnixVfs->mxPathname;
+  if( sqlite3_vfs_register(&crashVfs, 1) ) return 1;
   return cmocka_run_group_tests_name("tamper", tests, groupSetup, groupTeardown);
 }
