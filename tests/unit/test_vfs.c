@@ -1696,6 +1696,88 @@ static void test_threads(void **state){
   assert_int_equal(nErrorLog, 0);
 }
 
+/* ---- processes ------------------------------------------------------------- */
+
+/* One writer process: 150 transactions, some spilling (cache_size=5), some
+** rolled back, reads in between; process 0 also restarts the WAL.  The
+** same PRNG in the parent predicts what must be committed. */
+typedef struct ProcPlan { int bSpill, bRollback, nBlob; } ProcPlan;
+static ProcPlan procStep(uint64_t *pS){
+  ProcPlan x;
+  x.bSpill = rngNext(pS)%4==0;
+  x.bRollback = rngNext(pS)%5==0;
+  x.nBlob = 100 + (int)(rngNext(pS)%5000);
+  return x;
+}
+
+static int procChild(const char *zPath, int id){
+  sqlite3 *db = 0;
+  uint64_t seed = TEST_SEED + 200 + (uint64_t)id;
+  char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfg);
+  int rc = sqlite3_open_v2(zUri, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_URI, 0);
+  sqlite3_free(zUri);
+  if( rc ) return 10;
+  sqlite3_busy_timeout(db, 30000);
+  for(int i=0; i<150; i++){
+    ProcPlan x = procStep(&seed);
+    char *zSql = sqlite3_mprintf(
+      "PRAGMA cache_size=%d; BEGIN IMMEDIATE;"
+      "INSERT INTO t(id, k, a, b) VALUES(%d, %d, 'process %d', zeroblob(%d));"
+      "UPDATE t SET b = zeroblob(length(b)), a = a || '.' WHERE k=%d AND id %% 7 = %d; %s",
+      x.bSpill ? 5 : 2000, id*100000 + i, id, id, x.nBlob, id, i%7, x.bRollback ? "ROLLBACK" : "COMMIT");
+    rc = sqlite3_exec(db, zSql, 0, 0, 0);
+    sqlite3_free(zSql);
+    if( rc ){ fprintf(stderr, "process %d step %d: rc=%d %s\n", id, i, rc, sqlite3_errmsg(db)); return 11; }
+    if( i%10==0 && sqlite3_exec(db, "SELECT count(*), sum(length(b)) FROM t", 0, 0, 0) ) return 12;
+    if( id==0 && i%25==0 ) sqlite3_exec(db, "PRAGMA wal_checkpoint(RESTART)", 0, 0, 0);
+  }
+  return sqlite3_close(db) ? 13 : 0;
+}
+
+static void test_processes(void **state){
+  char zPath[PATH_MAX], zName[64];
+  (void)state;
+  for(int m=0; m<2; m++){
+    const char *zMode = m ? "delete" : "wal";
+    sqlite3 *db;
+    pid_t aPid[4];
+    snprintf(zName, sizeof(zName), "procs-%s.db", zMode);
+    pathOf(zPath, zName);
+    removeDb(zPath);
+    printf("# 4 processes writing concurrently, spills and rollbacks (journal_mode=%s)\n", zMode);
+    db = openTde(zPath);
+    EXEC(db, "PRAGMA journal_mode=%s", zMode);
+    EXEC(db, "%s", zSchemaT);
+    closeDb(db);
+    fflush(stdout);
+    for(int i=0; i<4; i++){
+      aPid[i] = fork();
+      assert_true(aPid[i] >= 0);
+      if( aPid[i]==0 ) _exit(procChild(zPath, i));
+    }
+    for(int i=0; i<4; i++){
+      int st = 0;
+      assert_int_equal(waitpid(aPid[i], &st, 0), aPid[i]);
+      if( !WIFEXITED(st) || WEXITSTATUS(st)!=0 ) fail_msg("process %d: status 0x%x", i, st);
+    }
+    db = openTde(zPath);
+    for(int id=0; id<4; id++){
+      uint64_t seed = TEST_SEED + 200 + (uint64_t)id;
+      sqlite3_int64 nRow = 0, nBytes = 0;
+      for(int i=0; i<150; i++){
+        ProcPlan x = procStep(&seed);
+        if( !x.bRollback ){ nRow++; nBytes += x.nBlob; }
+      }
+      assert_int_equal(QINT(db, "SELECT count(*) FROM t WHERE k=%d", id), nRow);
+      assert_int_equal(QINT(db, "SELECT sum(length(b)) FROM t WHERE k=%d", id), nBytes);
+    }
+    INTEGRITY_OK(db);
+    VERIFY_OK(db, "main");
+    closeDb(db);
+  }
+  assert_int_equal(nErrorLog, 0);
+}
+
 /* ---- tde_verify ------------------------------------------------------------ */
 
 /*
@@ -1992,6 +2074,7 @@ int main(void){
     cmocka_unit_test_setup(test_chunk_size, testSetup),
     cmocka_unit_test_setup(test_crash_in_child, testSetup),
     cmocka_unit_test_setup(test_threads, testSetup),
+    cmocka_unit_test_setup(test_processes, testSetup),
     cmocka_unit_test_setup(test_verify_wal_unbackfilled_pages, testSetup),
     cmocka_unit_test_setup(test_verify_fresh_connection_finds_damage, testSetup),
     cmocka_unit_test_setup(test_open_plaintext_db, testSetup),
