@@ -193,21 +193,27 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
   return SQLITE_OK;
 }
 
-/* Does frame idx authenticate under the current header's salts?  Used to
-** tell a torn tail (nothing valid follows) from tampering (it does). */
-static int walFrameValid(TdeFile *p, uint32_t idx){
-  int state = FRAME_SHORT;
+/*
+** Tamper or torn?  Scan the frames from idx on while they authenticate
+** with this generation's salts: if one of them is a commit frame, the bad
+** frame before it held part of a committed transaction, and dropping it
+** would silently lose that commit.  Frames of a transaction that never
+** committed (SQLite rewrites such frames in place while the transaction
+** runs) can be damaged by a crash and do not count.
+*/
+static int walCommitFollows(TdeFile *p, uint32_t idx){
+  int state = FRAME_SHORT, bCommit = 0;
   uint8_t *aTmp = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
   if( !aTmp ) return 0;
-  if( walLoadFrame(p, idx, aTmp, &state, 0)==SQLITE_OK && state==FRAME_OK
-   && memcmp(aTmp+8, p->wal.aHdr+16, 8)==0 ){
-    state = FRAME_OK;
-  }else{
-    state = FRAME_BAD;
+  for(;; idx++){
+    if( walLoadFrame(p, idx, aTmp, &state, 0)!=SQLITE_OK || state!=FRAME_OK ) break;
+    if( memcmp(aTmp+8, p->wal.aHdr+16, 8)!=0 ) break;
+    if( tdeGet32(aTmp+4)!=0 ){ bCommit = 1; break; }
   }
+  if( state==FRAME_BAD ) p->nAuthFail--;
   tdeWipe(aTmp, FRAME_HDR + p->wal.pgsz);
   sqlite3_free(aTmp);
-  return state==FRAME_OK;
+  return bCommit;
 }
 
 /* Does frame 1 authenticate under some page size (whatever the header
@@ -303,9 +309,9 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
   if( state==FRAME_BAD ){
     /* The salts are under the MAC: a frame whose salts were altered lands
     ** here too, so that damage in mid-log cannot pass for its end. */
-    if( walFrameValid(p, idx+1) ){
-      tdeLog(TDE_LOG_ERROR, "%s: frame %u failed authentication and later frames are valid: "
-             "the WAL was tampered with", walName(p), idx);
+    if( walCommitFollows(p, idx+1) ){
+      tdeLog(TDE_LOG_ERROR, "%s: frame %u failed authentication and a later committed transaction "
+             "authenticates: the WAL was tampered with", walName(p), idx);
       memset(aOut, 0, FRAME_HDR + p->wal.pgsz);
       return SQLITE_IOERR_AUTH;
     }
@@ -550,12 +556,11 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
       if( rc==SQLITE_OK ) walCkRemember(p, idx, aFrame+16, p->wal.aPending+16);
       return rc;
     }
-    /* A page rewritten in place (SQLite will rewrite the headers at
-    ** commit): page first, then the header's MAC for the new trailer. */
+    /* A page rewritten in place (a frame of the open transaction, whose
+    ** headers SQLite rewrites at commit): the header's new MAC and the
+    ** page go out in one write, the header fields are left as they are. */
     if( idx<p->wal.nCk ) p->wal.aCk[idx].bValid = 0;
-    rc = p->pReal->pMethods->xWrite(p->pReal, aFrame+FRAME_HDR, iAmt, iOfst);
-    if( rc ) return rc;
-    return p->pReal->pMethods->xWrite(p->pReal, aFrame+16, MAC_BYTES, iOfst-FRAME_HDR+16);
+    return p->pReal->pMethods->xWrite(p->pReal, aFrame+16, MAC_BYTES + iAmt, iOfst-FRAME_HDR+16);
   }
   tdeLog(TDE_LOG_ERROR, "%s: unexpected WAL write of %d bytes at offset %lld",
          walName(p), iAmt, (long long)iOfst);
@@ -590,8 +595,8 @@ int tdeWalVerify(TdeFile *p, sqlite3_int64 *pnFrames, sqlite3_int64 *piBad){
     rc = walLoadFrame(p, idx, aFrame, &state, "WAL");
     if( rc ) break;
     if( state==FRAME_SHORT ) break;
-    if( memcmp(aFrame+8, p->wal.aHdr+16, 8)!=0 ) break;   /* older generation: end */
     if( state==FRAME_BAD ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; break; }
+    if( memcmp(aFrame+8, p->wal.aHdr+16, 8)!=0 ) break;   /* older generation: end */
     (*pnFrames)++;
   }
   tdeWipe(aFrame, FRAME_HDR + p->wal.pgsz);
