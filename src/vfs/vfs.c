@@ -171,9 +171,13 @@ int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, 
   if( rc ){
     tdeWipe(aOut, pgsz);
     p->nAuthFail++;
-    if( zWhat ){
-      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (%s)",
-             tdeFileName(p), zWhat, pgno, tde_errstr(rc));
+    if( zWhat && rc==TDE_NOKEY ){
+      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (its trailer names "
+             "data-key version %u, which this database does not have: damaged or not a page)",
+             tdeFileName(p), zWhat, pgno, tdeTrailerVersion(trailer));
+    }else if( zWhat ){
+      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (tampered with, damaged, "
+             "or moved from another position or database)", tdeFileName(p), zWhat, pgno);
     }
     return SQLITE_IOERR_AUTH;
   }
