@@ -82,6 +82,22 @@ static int tdeAllZero(const uint8_t *a, uint32_t n){
   return j==n;
 }
 
+/*
+** The number of valid WAL frames according to SQLite's WAL index (the
+** -shm file), read from the index header as the WAL format documents it:
+** mxFrame is the 32-bit native-order integer at offset 16.  The caller
+** holds a read transaction, so the index is mapped and current.  0 when
+** there is no shared index (locking_mode=EXCLUSIVE keeps it in the heap).
+*/
+static uint32_t tdeWalIndexMxFrame(TdeFile *pMain){
+  void volatile *pShm = 0;
+  uint32_t mx = 0;
+  if( pMain->pReal->pMethods->iVersion<2 ) return 0;
+  if( pMain->pReal->pMethods->xShmMap(pMain->pReal, 0, 32768, 0, &pShm)!=SQLITE_OK || !pShm ) return 0;
+  memcpy(&mx, (const void*)((const volatile uint8_t*)pShm + 16), sizeof(mx));
+  return mx;
+}
+
 /* PRAGMA schema.zName as an integer, -1 if it fails. */
 static sqlite3_int64 tdePragmaInt(sqlite3 *db, const char *zSchema, const char *zName){
   sqlite3_stmt *pStmt = 0;
@@ -188,7 +204,7 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
     sqlite3_file *pJrnl = 0;
     if( sqlite3_file_control(db, zSchema, SQLITE_FCNTL_JOURNAL_POINTER, &pJrnl)==SQLITE_OK
      && pJrnl && pJrnl->pMethods==&tdeIoMethods && ((TdeFile*)pJrnl)->eKind==TDE_KIND_WAL ){
-      rc = tdeWalVerify((TdeFile*)pJrnl, &nFrames, &iBad);
+      rc = tdeWalVerify((TdeFile*)pJrnl, tdeWalIndexMxFrame(p), &nFrames, &iBad);
       if( pnChecked ) *pnChecked += nFrames;
       if( rc==SQLITE_IOERR_AUTH ){
         trc = tdeErr(TDE_AUTH, "WAL %s %lld failed authentication",

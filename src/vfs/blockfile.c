@@ -1,25 +1,19 @@
 /*
-** Block files: rollback journals (keyed by the database's data key, since
-** another process may have to play a hot journal back) and every temporary
-** file -- temp databases, statement journals, sorter and transient index
-** files, VACUUM's scratch database -- keyed by a random key that exists
-** only in this handle's memory.
+** Temporary files -- temp databases, statement journals, sorter runs,
+** transient indices, VACUUM's scratch database -- keyed by a random key
+** that exists only in this handle's memory, and never read after a crash.
 **
-** SQLite writes these files at arbitrary offsets and lengths (journal
-** records are 4+page+4 bytes; sorter runs are unaligned), so they are
-** stored as a sequence of fixed-size plaintext blocks (512 bytes for
-** journals, 4096 for temp files), each
-** sealed with its own 48-byte trailer (docs/FORMAT.md "Block files"):
+** SQLite writes these files at arbitrary offsets and lengths (sorter runs
+** are unaligned), so they are stored as a sequence of 4096-byte plaintext
+** blocks, each sealed with its own 48-byte trailer (docs/FORMAT.md
+** "Temporary files"):
 **
-**   block i at file offset i*BSTORED(p): ciphertext (len) || trailer
+**   block i at file offset i*4144: ciphertext (len) || trailer
 **
-** Every block but the last holds a full block; the last holds
-** len = (file size - i*stored - 48) bytes, so the logical size follows
-** from the physical one.  Writes that cover part of a block read, decrypt,
-** merge and re-seal it.  SQLite starts every journal segment on a sector
-** boundary (512 bytes when the device is powersafe-overwrite, otherwise the
-** sector size, a multiple of 512), so with 512-byte journal blocks a block
-** holding synced journal records is never rewritten by later appends.
+** Every block but the last is full; the last holds len = (file size -
+** i*4144 - 48) bytes, so the logical size follows from the physical one.
+** Writes that cover part of a block read, decrypt, merge and re-seal it.
+** A block of all zero bytes is a hole SQLite skipped over.
 **
 ** Must never: return a block that failed authentication; write plaintext.
 */
@@ -68,7 +62,7 @@ static int blockLoad(TdeFile *p, sqlite3_int64 iBlock, sqlite3_int64 phys,
   rc = tdeRealRead(p, aStored, (int)nStored, start, &bShort);
   if( rc ) return rc;
   if( bShort ) return SQLITE_IOERR_SHORT_READ;
-  if( p->eKind==TDE_KIND_TEMP ){
+  {
     uint32_t i;
     for(i=0; i<nStored && aStored[i]==0; i++){}
     if( i==nStored ){ *pnLen = nLen; return SQLITE_OK; }
@@ -78,9 +72,8 @@ static int blockLoad(TdeFile *p, sqlite3_int64 iBlock, sqlite3_int64 phys,
   if( rc ){
     memset(aOut, 0, BSIZE(p));
     p->nAuthFail++;
-    tdeLog(TDE_LOG_ERROR, "%s: %s block %lld failed authentication",
-           p->zName ? p->zName : "(temp file)",
-           p->eKind==TDE_KIND_JOURNAL ? "journal" : "temp file", (long long)iBlock);
+    tdeLog(TDE_LOG_ERROR, "%s: temp file block %lld failed authentication",
+           p->zName ? p->zName : "(temp file)", (long long)iBlock);
     return SQLITE_IOERR_AUTH;
   }
   *pnLen = nLen;

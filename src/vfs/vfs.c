@@ -469,6 +469,38 @@ int tdeMainDiscoverPgsz(TdeFile *p){
   return SQLITE_IOERR_AUTH;
 }
 
+/* Does a rollback journal or a WAL exist next to this main database? */
+static int tdeHasJournalOrWal(TdeFile *p){
+  static const char *const azSuffix[] = { "-journal", "-wal" };
+  sqlite3_vfs *pOrig = ORIGVFS(&tdeVfs);
+  int bExists = 0;
+  if( !p->zName ) return 0;
+  for(size_t i=0; i<TDE_ARRAY_SIZE(azSuffix) && !bExists; i++){
+    char *z = sqlite3_mprintf("%s%s", p->zName, azSuffix[i]);
+    if( !z ) return 0;
+    if( pOrig->xAccess(pOrig, z, SQLITE_ACCESS_EXISTS, &bExists) ) bExists = 0;
+    sqlite3_free(z);
+  }
+  return bExists;
+}
+
+/*
+** Page 1 failed authentication on a partial read.  SQLite reads the
+** 100-byte file header before it looks for a hot journal or a WAL, and a
+** page 1 torn by a crash is restored by one of them: for that read, when
+** one exists, answer "no header" (the caller zeroed the buffer; never
+** unauthenticated bytes) and let SQLite recover.  If it cannot, its full
+** read of page 1 fails authentication later.
+*/
+static int tdeHeaderReadFailed(TdeFile *p, sqlite3_int64 iOfst, int iAmt){
+  if( iOfst==0 && iAmt<=100 && tdeHasJournalOrWal(p) ){
+    tdeLog(TDE_LOG_WARNING, "%s: page 1 failed authentication; a journal or WAL exists, "
+           "letting SQLite recover from it", tdeFileName(p));
+    return SQLITE_OK;
+  }
+  return SQLITE_IOERR_AUTH;
+}
+
 static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   int rc, bShort;
   rc = tdeMainEnsureKeys(p, 0);
@@ -477,8 +509,9 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
     memset(zBuf, 0, (size_t)iAmt);
     return SQLITE_IOERR_SHORT_READ;
   }
-  /* Whole page: decrypt in place in SQLite's buffer. */
-  if( tdeValidPgsz(iAmt) && iOfst%iAmt==0 ){
+  /* Whole page of the size we know (or the first one we see): decrypt in
+  ** place in SQLite's buffer. */
+  if( tdeValidPgsz(iAmt) && iOfst%iAmt==0 && (p->pgsz==0 || p->pgsz==(uint32_t)iAmt) ){
     uint32_t pgno = (uint32_t)(iOfst/iAmt) + 1;
     rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);
     if( rc ) return rc;
@@ -497,18 +530,36 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
         memset(zBuf, 0, (size_t)iAmt);
         return SQLITE_IOERR_SHORT_READ;
       }
-      rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, "database");
+      rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, p->pgsz ? "database" : 0);
+      if( rc==SQLITE_IOERR_AUTH && p->pgsz==0 ){
+        /* We did not know the page size: SQLite may be asking with the
+        ** wrong one (it reads page 1 with its default size after a hot
+        ** journal rollback).  Find the real one and read pages of it. */
+        p->nAuthFail--;
+        rc = tdeScratch(p);
+        if( rc ) return rc;
+        rc = tdeMainDiscoverPgsz(p);
+        if( rc==SQLITE_OK && p->pgsz!=(uint32_t)iAmt ) goto by_page;
+        if( rc==SQLITE_OK ) rc = SQLITE_IOERR_AUTH;
+        memset(zBuf, 0, (size_t)iAmt);
+        return rc;
+      }
     }
     if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
     return rc;
   }
-  /* Part of a page (SQLite reads bits of the page 1 header this way):
-  ** decrypt the containing page(s) into scratch and copy. */
+by_page:
+  /* Part of a page (SQLite reads bits of the page 1 header this way), or
+  ** a read whose size is not the page size: decrypt the pages it covers
+  ** into scratch and copy. */
   rc = tdeScratch(p);
   if( rc ) return rc;
   if( !p->pgsz ){
     rc = tdeMainDiscoverPgsz(p);
-    if( rc==SQLITE_IOERR_AUTH ){ memset(zBuf, 0, (size_t)iAmt); return rc; }
+    if( rc==SQLITE_IOERR_AUTH ){
+      memset(zBuf, 0, (size_t)iAmt);
+      return tdeHeaderReadFailed(p, iOfst, iAmt);
+    }
     if( rc ) return rc;
   }
   {
@@ -524,7 +575,8 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
       rc = tdeRealRead(p, p->aBuf, (int)pgsz, (sqlite3_int64)(pgno-1)*pgsz + TDE_HEADER_BYTES, &bShort);
       if( rc ) return rc;
       if( bShort ){
-        memset(zBuf, 0, (size_t)iAmt);
+        /* Past the last whole page: what was read stays, the rest is zero. */
+        memset(zBuf+nDone, 0, (size_t)(iAmt-nDone));
         return SQLITE_IOERR_SHORT_READ;
       }
       rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, bRetried || pgno!=1 ? "database" : 0);
@@ -534,6 +586,10 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
         bRetried = 1;
         rc = tdeMainDiscoverPgsz(p);
         if( rc==SQLITE_OK ) continue;
+      }
+      if( rc==SQLITE_IOERR_AUTH ){
+        memset(zBuf, 0, (size_t)iAmt);
+        return tdeHeaderReadFailed(p, iOfst, iAmt);
       }
       if( rc ){ memset(zBuf, 0, (size_t)iAmt); return rc; }
       memcpy(zBuf+nDone, p->aBuf+iIn, (size_t)n);
@@ -595,6 +651,7 @@ static int tdeClose(sqlite3_file *pFile){
     rc = tdeWalFlush(p);
     tdeWalFree(p);
   }
+  tdeJournalFree(p);
   if( p->pReal->pMethods ){
     int rc2 = p->pReal->pMethods->xClose(p->pReal);
     if( rc==SQLITE_OK ) rc = rc2;
@@ -616,7 +673,7 @@ static int tdeRead(sqlite3_file *pFile, void *zBuf, int iAmt, sqlite3_int64 iOfs
   switch( p->eKind ){
     case TDE_KIND_MAIN:    return tdeMainRead(p, zBuf, iAmt, iOfst);
     case TDE_KIND_WAL:     return tdeWalRead(p, zBuf, iAmt, iOfst);
-    case TDE_KIND_JOURNAL:
+    case TDE_KIND_JOURNAL: return tdeJournalRead(p, zBuf, iAmt, iOfst);
     case TDE_KIND_TEMP:    return tdeBlockRead(p, zBuf, iAmt, iOfst);
     default:               return p->pReal->pMethods->xRead(p->pReal, zBuf, iAmt, iOfst);
   }
@@ -627,7 +684,7 @@ static int tdeWrite(sqlite3_file *pFile, const void *zBuf, int iAmt, sqlite3_int
   switch( p->eKind ){
     case TDE_KIND_MAIN:    return tdeMainWrite(p, zBuf, iAmt, iOfst);
     case TDE_KIND_WAL:     return tdeWalWrite(p, zBuf, iAmt, iOfst);
-    case TDE_KIND_JOURNAL:
+    case TDE_KIND_JOURNAL: return tdeJournalWrite(p, zBuf, iAmt, iOfst);
     case TDE_KIND_TEMP:    return tdeBlockWrite(p, zBuf, iAmt, iOfst);
     default:               return p->pReal->pMethods->xWrite(p->pReal, zBuf, iAmt, iOfst);
   }
@@ -643,7 +700,7 @@ static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
       return p->pReal->pMethods->xTruncate(p->pReal, size + TDE_HEADER_BYTES);
     }
     case TDE_KIND_WAL:     return tdeWalTruncate(p, size);
-    case TDE_KIND_JOURNAL:
+    case TDE_KIND_JOURNAL: return tdeJournalTruncate(p, size);
     case TDE_KIND_TEMP:    return tdeBlockTruncate(p, size);
     default:               return p->pReal->pMethods->xTruncate(p->pReal, size);
   }
@@ -651,6 +708,7 @@ static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
 
 static int tdeSync(sqlite3_file *pFile, int flags){
   TdeFile *p = (TdeFile*)pFile;
+  if( p->eKind==TDE_KIND_JOURNAL ) return tdeJournalSync(p, flags);
   if( p->eKind==TDE_KIND_WAL ){
     int rc = tdeWalFlush(p);
     if( rc ) return rc;
@@ -676,6 +734,7 @@ static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
       if( rc ) return rc;
       return p->pReal->pMethods->xFileSize(p->pReal, pSize);
     case TDE_KIND_JOURNAL:
+      return tdeJournalFileSize(p, pSize);
     case TDE_KIND_TEMP:
       return tdeBlockFileSize(p, pSize);
     default:
@@ -741,11 +800,10 @@ static int tdeSectorSize(sqlite3_file *pFile){
 static int tdeDeviceCharacteristics(sqlite3_file *pFile){
   TdeFile *p = (TdeFile*)pFile;
   int dc = p->pReal->pMethods->xDeviceCharacteristics(p->pReal) & ~TDE_IOCAP_CLEAR;
-  /* Block files are rewritten block by block: no powersafe overwrite for
-  ** them.  The main file and the WAL keep what the VFS below says: pages
-  ** and frames are written whole (and SQLite reads PSOW from the main file
-  ** to decide on WAL padding and on the journal's 512-byte sectors, which
-  ** our journal blocks match). */
+  /* Journals and temp files re-seal whole blocks: no powersafe overwrite
+  ** for them (journals are crash-safe through their two slots per block).
+  ** The main file and the WAL keep what the VFS below says: pages and
+  ** frames are written whole. */
   if( p->eKind==TDE_KIND_JOURNAL || p->eKind==TDE_KIND_TEMP ) dc &= ~SQLITE_IOCAP_POWERSAFE_OVERWRITE;
   return dc;
 }
@@ -843,7 +901,7 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   p->bReadOnly = (outFlags & SQLITE_OPEN_READONLY)!=0;
   tdeErrClear();
 
-  p->nBlock = p->eKind==TDE_KIND_JOURNAL ? TDE_BLOCK_JOURNAL : TDE_BLOCK_TEMP;
+  p->nBlock = TDE_BLOCK_TEMP;
   switch( p->eKind ){
     case TDE_KIND_MAIN: {
       sqlite3_int64 sz = 0;

@@ -3,7 +3,8 @@
 **   vfs.c        the VFS object, open/close dispatch, the main database
 **                file (header region + encrypted pages), method table;
 **   wal.c        WAL files: encrypted frame pages, authenticated headers;
-**   blockfile.c  journals and temporary files: fixed-size encrypted blocks;
+**   journal.c    rollback journals: two-slot encrypted blocks;
+**   blockfile.c  temporary files: fixed-size encrypted blocks;
 **   status.c     PRAGMA tde_status, the tde_status table, SQL functions;
 **   api.c        registration, extension entry point, public C API.
 ** File layouts are specified in docs/FORMAT.md.
@@ -24,7 +25,6 @@
 #define TDE_KIND_TEMP    4   /* temp/transient/statement files: ephemeral key */
 #define TDE_KIND_PLAIN   5   /* super-journal: file names only, passed through */
 
-#define TDE_BLOCK_JOURNAL 512    /* journal block plaintext (sector-aligned) */
 #define TDE_BLOCK_TEMP    4096   /* temp-file block plaintext */
 #define TDE_BLOCK_MAX     4096
 #define TDE_MAX_PAGE     65536
@@ -69,6 +69,8 @@ struct TdeFile {
   uint8_t dbid[TDE_DBID_BYTES];   /* binds pages/blocks to the database */
   uint32_t pgsz;              /* main: page size last seen, 0 if unknown */
   uint32_t nBlock;            /* block files: plaintext bytes per block */
+  sqlite3_int64 *aJDirty;     /* journal: pairs rewritten since the last sync */
+  int nJDirty, nJDirtyAlloc;
   uint8_t *aBuf;              /* scratch: TDE_MAX_PAGE + 2 blocks */
   TdeWal wal;                 /* WAL only */
   sqlite3_int64 nAuthFail;    /* pages/frames that failed authentication */
@@ -115,11 +117,20 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeWalFlush(TdeFile *p);
 int tdeWalTruncate(TdeFile *p, sqlite3_int64 size);
 void tdeWalFree(TdeFile *p);
-/* Verify every frame of the current WAL generation; *pnFrames counted,
-** *piBad first bad frame (0 if none). */
-int tdeWalVerify(TdeFile *p, sqlite3_int64 *pnFrames, sqlite3_int64 *piBad);
+/* Verify the frames of the WAL that belong to the database (1..mxFrame
+** from SQLite's WAL index, or 0 if unknown); *pnFrames counted, *piBad
+** first bad frame (0 none, -1 the WAL header). */
+int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_int64 *piBad);
 
-/* Block files (blockfile.c) */
+/* Rollback journals (journal.c) */
+int tdeJournalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
+int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
+int tdeJournalTruncate(TdeFile *p, sqlite3_int64 size);
+int tdeJournalFileSize(TdeFile *p, sqlite3_int64 *pSize);
+int tdeJournalSync(TdeFile *p, int flags);
+void tdeJournalFree(TdeFile *p);
+
+/* Temporary files (blockfile.c) */
 int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeBlockTruncate(TdeFile *p, sqlite3_int64 size);

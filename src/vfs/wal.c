@@ -575,7 +575,16 @@ int tdeWalTruncate(TdeFile *p, sqlite3_int64 size){
   return p->pReal->pMethods->xTruncate(p->pReal, size);
 }
 
-int tdeWalVerify(TdeFile *p, sqlite3_int64 *pnFrames, sqlite3_int64 *piBad){
+/*
+** Verify the frames of the current generation.  mxFrame > 0: SQLite's
+** WAL index says frames 1..mxFrame are the log, and each must
+** authenticate; later ones are not part of the database (an unfinished
+** transaction, or older frames).  mxFrame == 0 (no index to ask): frames
+** are checked until the first that is not of this generation; a bad one
+** is damage only if a committed transaction follows it (the rule recovery
+** applies).
+*/
+int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_int64 *piBad){
   uint8_t aHdr[WAL_HDR];
   uint8_t *aFrame;
   int rc, state;
@@ -587,16 +596,29 @@ int tdeWalVerify(TdeFile *p, sqlite3_int64 *pnFrames, sqlite3_int64 *piBad){
   rc = walLoadHeader(p, aHdr, &state);
   if( rc ) return rc;
   if( state==FRAME_SHORT ) return SQLITE_OK;
-  if( state==FRAME_BAD ){ *piBad = -1; return SQLITE_IOERR_AUTH; }
+  if( state==FRAME_BAD ){
+    if( mxFrame>0 || walFirstFrameAuthentic(p) ){ *piBad = -1; return SQLITE_IOERR_AUTH; }
+    return SQLITE_OK;
+  }
   if( !p->wal.pgsz ) return SQLITE_OK;
   aFrame = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
   if( !aFrame ) return SQLITE_NOMEM;
-  for(idx=1; ; idx++){
-    rc = walLoadFrame(p, idx, aFrame, &state, "WAL");
+  for(idx=1; mxFrame==0 || idx<=mxFrame; idx++){
+    rc = walLoadFrame(p, idx, aFrame, &state, mxFrame ? "WAL" : 0);
     if( rc ) break;
-    if( state==FRAME_SHORT ) break;
-    if( state==FRAME_BAD ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; break; }
-    if( memcmp(aFrame+8, p->wal.aHdr+16, 8)!=0 ) break;   /* older generation: end */
+    if( state==FRAME_SHORT ){
+      if( mxFrame ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; }
+      break;
+    }
+    if( state==FRAME_BAD ){
+      if( mxFrame || walCommitFollows(p, idx+1) ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; }
+      else p->nAuthFail--;
+      break;
+    }
+    if( memcmp(aFrame+8, p->wal.aHdr+16, 8)!=0 ){
+      if( mxFrame ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; }
+      break;                       /* older generation: the end */
+    }
     (*pnFrames)++;
   }
   tdeWipe(aFrame, FRAME_HDR + p->wal.pgsz);

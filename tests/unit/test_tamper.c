@@ -85,7 +85,8 @@ static void removeDb(const char *zPath){
 }
 
 static void quietLog(void *pArg, int level, const char *zMsg){
-  (void)pArg; (void)level; (void)zMsg;
+  (void)pArg;
+  if( getenv("TDE_TEST_LOG") ) fprintf(stderr, "tde log %d: %s\n", level, zMsg);
 }
 
 static int groupSetup(void **state){
@@ -296,6 +297,7 @@ static void crashSnapshot(int bTorn, const char *zWhat){
     if( snprintf(zTo, sizeof(zTo), "%s/img%d.db%s", zCrashDir, nCrashImage, azSuffix[i]) >= (int)sizeof(zTo) ) return;
     copyRaw(zFrom, zTo);
   }
+  if( getenv("TDE_TEST_LOG") ) fprintf(stderr, "image %d: %s\n", nCrashImage, zWhat);
   aImageTorn[nCrashImage] = (char)bTorn;
   snprintf(azImageWhat[nCrashImage], sizeof(azImageWhat[0]), "%s", zWhat);
   nCrashImage++;
