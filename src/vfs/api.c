@@ -86,15 +86,14 @@ static int tdeAllZero(const uint8_t *a, uint32_t n){
 ** The number of valid WAL frames according to SQLite's WAL index (the
 ** -shm file), read from the index header as the WAL format documents it:
 ** mxFrame is the 32-bit native-order integer at offset 16.  The caller
-** holds a read transaction, so the index is mapped and current.  0 when
-** there is no shared index (locking_mode=EXCLUSIVE keeps it in the heap).
+** holds a read transaction, so the index is current; the shim remembers
+** where SQLite mapped it.  0 when there is no shared index
+** (locking_mode=EXCLUSIVE keeps it in the heap).
 */
 static uint32_t tdeWalIndexMxFrame(TdeFile *pMain){
-  void volatile *pShm = 0;
   uint32_t mx = 0;
-  if( pMain->pReal->pMethods->iVersion<2 ) return 0;
-  if( pMain->pReal->pMethods->xShmMap(pMain->pReal, 0, 32768, 0, &pShm)!=SQLITE_OK || !pShm ) return 0;
-  memcpy(&mx, (const void*)((const volatile uint8_t*)pShm + 16), sizeof(mx));
+  if( !pMain->pShm0 ) return 0;
+  memcpy(&mx, (const void*)((const volatile uint8_t*)pMain->pShm0 + 16), sizeof(mx));
   return mx;
 }
 

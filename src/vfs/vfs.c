@@ -809,7 +809,11 @@ static int tdeDeviceCharacteristics(sqlite3_file *pFile){
 }
 
 static int tdeShmMap(sqlite3_file *pFile, int iPg, int pgsz, int bExtend, void volatile **pp){
-  return REALFILE(pFile)->pMethods->xShmMap(REALFILE(pFile), iPg, pgsz, bExtend, pp);
+  TdeFile *p = (TdeFile*)pFile;
+  int rc = p->pReal->pMethods->xShmMap(p->pReal, iPg, pgsz, bExtend, pp);
+  /* Remember where SQLite's WAL index header is, for tde_verify. */
+  if( rc==SQLITE_OK && iPg==0 ) p->pShm0 = *pp;
+  return rc;
 }
 static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   return REALFILE(pFile)->pMethods->xShmLock(REALFILE(pFile), offset, n, flags);
@@ -818,6 +822,7 @@ static void tdeShmBarrier(sqlite3_file *pFile){
   REALFILE(pFile)->pMethods->xShmBarrier(REALFILE(pFile));
 }
 static int tdeShmUnmap(sqlite3_file *pFile, int deleteFlag){
+  ((TdeFile*)pFile)->pShm0 = 0;
   return REALFILE(pFile)->pMethods->xShmUnmap(REALFILE(pFile), deleteFlag);
 }
 

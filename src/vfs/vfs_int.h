@@ -74,6 +74,7 @@ struct TdeFile {
   uint8_t *aBuf;              /* scratch: TDE_MAX_PAGE + 2 blocks */
   TdeWal wal;                 /* WAL only */
   sqlite3_int64 nAuthFail;    /* pages/frames that failed authentication */
+  void volatile *pShm0;       /* main: SQLite's WAL index region 0, if mapped */
 };
 
 extern const sqlite3_io_methods tdeIoMethods;
