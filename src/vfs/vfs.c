@@ -257,6 +257,19 @@ static int tdeInstallKeys(TdeFile *p, TdeDbKeys *k){
   return rc ? tdeSqliteRc(rc) : SQLITE_OK;
 }
 
+/* Make k the keys of main file p: its own sealing session, a reference
+** on the keystore, ownership (*pk becomes NULL on success). */
+static int tdeAdoptKeys(TdeFile *p, TdeDbKeys **pk){
+  TdeDbKeys *k = *pk;
+  int rc = tdeInstallKeys(p, k);
+  if( rc ) return rc;
+  tdeRegistryRetain(k->pKs);
+  k->bRetained = 1;
+  p->pKeys = k;
+  *pk = 0;
+  return SQLITE_OK;
+}
+
 /*
 ** Read the header region of a non-empty main file, pick the newest valid
 ** slot, unwrap the data key, check the header MAC.  On success p->pKeys is
@@ -305,12 +318,7 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
     sqlite3_free(pOther);
     tdeErrClear();
   }
-  rc = tdeInstallKeys(p, k);
-  if( rc ) goto done;
-  tdeRegistryRetain(k->pKs);
-  k->bRetained = 1;
-  p->pKeys = k;
-  k = 0;
+  rc = tdeAdoptKeys(p, &k);
 
 done:
   if( rc && rc!=SQLITE_NOMEM ){
@@ -354,12 +362,7 @@ static int tdeMainCreate(TdeFile *p){
   if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
   if( rc ) goto done;
   tdeKeysNoteMasterKey(k);
-  rc = tdeInstallKeys(p, k);
-  if( rc ) goto done;
-  tdeRegistryRetain(k->pKs);
-  k->bRetained = 1;
-  p->pKeys = k;
-  k = 0;
+  rc = tdeAdoptKeys(p, &k);
 
 done:
   if( rc && rc!=SQLITE_NOMEM ){
