@@ -139,6 +139,18 @@ typedef int (*tde_key_cb)(void *pArg, const char *zKeyId, int64_t created,
                           const char *zStatus);
 TDE_API int tde_keystore_list(const char *zConfig, tde_key_cb xCb, void *pArg);
 
+/* Create a new master key and make it current: the first step of a
+** rotation (databases keep their old wrapping until rewrapped).  The new
+** id goes to zKeyIdOut if not NULL, which then needs TDE_KEYID_MAX+1
+** bytes.  Audited as master_key_create. */
+TDE_API int tde_keystore_new_key(const char *zConfig, char *zKeyIdOut, size_t nKeyIdOut);
+
+/* Retire master key zKeyId: it still unwraps data keys it wrapped, but
+** never wraps new ones.  The current key is refused (TDE_MISUSE): create
+** a new key first.  TDE_NOKEY if the keystore does not hold it.  Audited
+** as master_key_retire. */
+TDE_API int tde_keystore_retire(const char *zConfig, const char *zKeyId);
+
 /*
 ** Verify: authenticate both header slots, every page of the database file
 ** zSchema ("main" when NULL) of the open connection db, and every frame of

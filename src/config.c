@@ -29,7 +29,7 @@
 
 /* Keys every configuration may use, whatever the provider. */
 static const char *const azGenericKeys[] = {
-  "keystore", "password_file", "password_env", "audit_log", 0
+  "keystore", "password_file", "password_env", "audit_log", "audit_syslog", 0
 };
 
 /* Copy zSrc into zOut[nOut]; TDE_RANGE if it does not fit. */
@@ -170,6 +170,15 @@ static int configValidate(const TdeConfig *p, const char *zName){
                     zName, pE->iLine, pE->zKey);
     }
     return tdeErr(TDE_CONFIG, "%s:%d: unknown key '%s'", zName, pE->iLine, pE->zKey);
+  }
+  /* A misspelt switch must not silently turn auditing off. */
+  for(i=0; i<p->nEntry; i++){
+    const TdeConfigEntry *pE = &p->aEntry[i];
+    if( strcmp(pE->zKey, "audit_syslog")==0
+     && strcmp(pE->zValue, "yes")!=0 && strcmp(pE->zValue, "no")!=0 ){
+      return tdeErr(TDE_CONFIG, "%s:%d: audit_syslog must be 'yes' or 'no'",
+                    zName, pE->iLine);
+    }
   }
   /* Two password sources would make it unclear which one is used. */
   if( pFile && pEnv ){

@@ -1,6 +1,7 @@
 /*
-** Public keystore API (include/sqlite-tde.h): open, close, create, status
-** and list, over the provider interface and the process-wide registry.
+** Public keystore API (include/sqlite-tde.h): open, close, create, status,
+** list, new master key and retirement, over the provider interface and the
+** process-wide registry.
 ** Passwords passed in are never copied except by the provider into secure
 ** memory; nothing here logs or returns key bytes.
 */
@@ -10,6 +11,7 @@
 #include "cipher/cipher.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 
 int tde_keystore_open(const char *zConfig, const char *zPassword){
@@ -107,4 +109,52 @@ int tde_keystore_list(const char *zConfig, tde_key_cb xCb, void *pArg){
   c.xCb = xCb;
   c.pArg = pArg;
   return pKs->pMethods->xList(pKs, listKey, &c);
+}
+
+/* Does provider pM implement member xRetire?  (Checked by size, the way
+** sqlite3_vfs members are checked by iVersion: a provider built against an
+** older table has no such slot.) */
+static int apiHasRetire(const tde_keystore_methods *pM){
+  return pM->szStruct >= (int)(offsetof(tde_keystore_methods, xRetire) + sizeof(pM->xRetire))
+      && pM->xRetire!=0;
+}
+
+/* The provider audits master_key_create itself. */
+int tde_keystore_new_key(const char *zConfig, char *zKeyIdOut, size_t nKeyIdOut){
+  char zPath[PATH_MAX];
+  char zKeyId[TDE_KEYID_MAX+1];
+  TdeKeystore *pKs;
+  int rc;
+  if( zKeyIdOut && nKeyIdOut ) zKeyIdOut[0] = 0;
+  if( zKeyIdOut && nKeyIdOut<TDE_KEYID_MAX+1 ){
+    /* Checked first: a key created but not reported would be confusing. */
+    return tdeErr(TDE_RANGE, "tde_keystore_new_key: key id buffer needs %d bytes",
+                  TDE_KEYID_MAX+1);
+  }
+  rc = tdeConfigLocate(zConfig, zPath, sizeof(zPath));
+  if( rc ) return rc;
+  rc = tdeRegistryAcquire(zPath, NULL, &pKs, NULL);
+  if( rc ) return rc;
+  rc = pKs->pMethods->xNewKey(pKs, zKeyId, sizeof(zKeyId));
+  if( rc==TDE_OK && zKeyIdOut ) snprintf(zKeyIdOut, nKeyIdOut, "%s", zKeyId);
+  return rc;
+}
+
+/* The provider audits master_key_retire itself. */
+int tde_keystore_retire(const char *zConfig, const char *zKeyId){
+  char zPath[PATH_MAX];
+  TdeKeystore *pKs;
+  int rc;
+  if( zKeyId==0 || zKeyId[0]==0 ){
+    return tdeErr(TDE_MISUSE, "tde_keystore_retire: no master key id");
+  }
+  rc = tdeConfigLocate(zConfig, zPath, sizeof(zPath));
+  if( rc ) return rc;
+  rc = tdeRegistryAcquire(zPath, NULL, &pKs, NULL);
+  if( rc ) return rc;
+  if( !apiHasRetire(pKs->pMethods) ){
+    return tdeErr(TDE_UNSUPPORTED, "keystore %s cannot retire master keys",
+                  pKs->pMethods->zName);
+  }
+  return pKs->pMethods->xRetire(pKs, zKeyId);
 }

@@ -91,6 +91,10 @@ struct tde_keystore_methods {
                  const uint8_t *aIn, size_t nIn,
                  const uint8_t *aAad, size_t nAad,
                  uint8_t *aDek, size_t nDek);
+  /* Mark master key zKeyId retired: it still unwraps but never wraps.
+  ** Refused (TDE_MISUSE, clear message) for the current key: rotate first.
+  ** TDE_NOKEY if not held.  Added in iVersion 1 (not yet released). */
+  int (*xRetire)(TdeKeystore *p, const char *zKeyId);
 };
 
 /* The built-in providers. */

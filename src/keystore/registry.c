@@ -6,11 +6,15 @@
 ** derivation) and hands the same handle to every database that uses that
 ** configuration.  It must never cache a failed open (so a later call with
 ** the right password can succeed), never keep a password after the open
-** returns, and never print.
+** returns, and never print.  Each real open (success or failure, once the
+** configuration is read) and each close is recorded in the audit trail;
+** the failure detail is the tde_last_error() text, which by contract never
+** holds a password.
 */
 #include "tde_int.h"
 #include "config.h"
 #include "keystore/keystore.h"
+#include "keys/audit.h"
 #include "cipher/cipher.h"
 
 #include <limits.h>
@@ -62,6 +66,27 @@ static RegEntry *regFind(const char *zPath){
   return 0;
 }
 
+/* Audit a keystore open or close.  pKs, when not NULL, is the open keystore:
+** its current master key is named.  Called with regMutex held, so pCfg
+** cannot be freed meanwhile by another thread's close. */
+static void regAudit(const TdeConfig *pCfg, const char *zOp, const char *zKeystore,
+                     TdeKeystore *pKs, int rc){
+  char zKeyId[TDE_KEYID_MAX + 1];
+  TdeAuditRec r;
+  tdeAuditInit(&r, zOp);
+  r.zKeystore = zKeystore;
+  if( rc!=TDE_OK ){
+    r.bFailure = 1;
+    r.zDetail = tde_last_error()[0] ? tde_last_error() : tde_errstr(rc);
+  }else if( pKs && pKs->pMethods->xCurrentKey(pKs, zKeyId, sizeof(zKeyId))==TDE_OK ){
+    r.zKeyId = zKeyId;
+  }else if( pKs ){
+    tdeErrClear();             /* no current key is not this call's failure */
+    r.zDetail = "no active master key";
+  }
+  tdeAudit(pCfg, &r);
+}
+
 /*
 ** Open (first call) or find the keystore of a configuration.  zPassword,
 ** when not NULL, is used as is and not retained; otherwise the password
@@ -77,7 +102,7 @@ int tdeRegistryAcquire(const char *zConfigPath, const char *zPassword,
   const tde_keystore_methods *pM;
   char *zCfgPw = 0;
   size_t nCfgPw = 0;
-  int bLocked = 0;
+  int bLocked = 0, bAudit = 0;
   int rc;
 
   if( ppKs ) *ppKs = 0;
@@ -99,6 +124,7 @@ int tdeRegistryAcquire(const char *zConfigPath, const char *zPassword,
 
   rc = tdeConfigLoad(zAbs, &pCfg);
   if( rc!=TDE_OK ) goto acquire_out;
+  bAudit = 1;                     /* from here on the open is audited */
   pM = tdeKeystoreByName(tdeConfigGet(pCfg, "keystore"));
   if( pM==0 ){
     /* tdeConfigLoad validated the name; only a broken build gets here. */
@@ -129,11 +155,16 @@ int tdeRegistryAcquire(const char *zConfigPath, const char *zPassword,
   pRegList = pEntry;
   *ppKs = pKs;
   if( ppCfg ) *ppCfg = pCfg;
+  regAudit(pCfg, "keystore_open", pM->zName, pKs, TDE_OK);
+  bAudit = 0;
   pEntry = 0;
   pCfg = 0;
   pKs = 0;
 
 acquire_out:
+  if( bAudit ){
+    regAudit(pCfg, "keystore_open", tdeConfigGet(pCfg, "keystore"), 0, rc);
+  }
   if( bLocked ) pthread_mutex_unlock(&regMutex);
   tdeSecureFree(zCfgPw, zCfgPw ? nCfgPw+1 : 0);
   if( pEntry ){
@@ -182,8 +213,10 @@ int tdeRegistryClose(const char *zConfigPath){
     if( strcmp((*pp)->zPath, zAbs)==0 ){
       if( (*pp)->nRef>0 ){
         int n = (*pp)->nRef;
+        rc = tdeErr(TDE_LOCKED, "%s: keystore in use by %d open database(s)", zAbs, n);
+        regAudit((*pp)->pCfg, "keystore_close", (*pp)->pKs->pMethods->zName, 0, rc);
         pthread_mutex_unlock(&regMutex);
-        return tdeErr(TDE_LOCKED, "%s: keystore in use by %d open database(s)", zAbs, n);
+        return rc;
       }
       pEntry = *pp;
       *pp = pEntry->pNext;
@@ -194,7 +227,14 @@ int tdeRegistryClose(const char *zConfigPath){
   if( pEntry==0 ){
     return tdeErr(TDE_NOTFOUND, "%s: no keystore open for this configuration", zAbs);
   }
-  pEntry->pKs->pMethods->xClose(pEntry->pKs);
+  /* The entry is out of the list: only this thread sees its config now. */
+  {
+    TdeAuditRec r;
+    tdeAuditInit(&r, "keystore_close");
+    r.zKeystore = pEntry->pKs->pMethods->zName;
+    pEntry->pKs->pMethods->xClose(pEntry->pKs);
+    tdeAudit(pEntry->pCfg, &r);
+  }
   tdeConfigFree(pEntry->pCfg);
   free(pEntry->zPath);
   free(pEntry);

@@ -13,14 +13,21 @@
 ** print.  Master keys are never deleted by this code.
 **
 ** A handle serialises its methods with a mutex.  Across processes, key
-** rotation holds an exclusive flock() on the wallet's directory and
-** re-reads the file first, so two processes rotating at once cannot drop
-** each other's new keys; a lookup that misses re-reads the file if it
-** changed, so a key another process added is found.
+** rotation and retirement hold an exclusive flock() on the wallet's
+** directory and re-read the file first, so two processes changing it at
+** once cannot drop each other's changes; a lookup that misses, and every
+** wrap, current-key query and listing, re-reads the file if it changed, so
+** a key another process added is found and a key it retired is no longer
+** wrapped with.
+**
+** Key lifecycle events (keystore_create, master_key_create,
+** master_key_retire) go to the audit trail with key ids, never key bytes;
+** keystore_open/close are audited by the registry.
 */
 #include "tde_int.h"
 #include "config.h"
 #include "keystore/keystore.h"
+#include "keys/audit.h"
 #include "cipher/cipher.h"
 
 #include <argon2.h>
@@ -130,6 +137,9 @@ typedef struct Wallet {
   WalletKey *aKey;       /* nKey entries, secure, in creation order */
   int nKey;
   WalletStamp stamp;
+  TdeConfig *pAudit;     /* own copy of the config's audit_* keys, or NULL;
+                         ** a copy, not the caller's pointer, so a caller
+                         ** may free its config while the wallet is open */
 } Wallet;
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -231,6 +241,60 @@ static int walletNewId(char *zId, size_t nId){
   }
   zId[WALLET_ID_LEN] = 0;
   return TDE_OK;
+}
+
+/*
+** Copy of the audit settings of cfg (its audit_* entries, path and
+** directory, so relative audit_log paths resolve as they did) for a
+** wallet handle to use after xOpen returns.  *pp is NULL when cfg names
+** no audit settings.  TDE_NOMEM on failure.
+*/
+static int walletAuditConfig(const TdeConfig *cfg, TdeConfig **pp){
+  TdeConfig *p;
+  int i;
+  *pp = 0;
+  for(i=0; i<cfg->nEntry && strncmp(cfg->aEntry[i].zKey, "audit_", 6)!=0; i++){}
+  if( i==cfg->nEntry ) return TDE_OK;
+  p = calloc(1, sizeof(*p));
+  if( p==0 ) return tdeErr(TDE_NOMEM, "wallet: out of memory");
+  p->zPath = strdup(cfg->zPath);
+  p->zDir = strdup(cfg->zDir);
+  if( p->zPath==0 || p->zDir==0 ) goto copy_nomem;
+  for(i=0; i<cfg->nEntry; i++){
+    const TdeConfigEntry *pE = &cfg->aEntry[i];
+    TdeConfigEntry *pNew;
+    if( strncmp(pE->zKey, "audit_", 6)!=0 ) continue;
+    pNew = &p->aEntry[p->nEntry++];
+    pNew->zKey = strdup(pE->zKey);
+    pNew->zValue = strdup(pE->zValue);
+    pNew->iLine = pE->iLine;
+    if( pNew->zKey==0 || pNew->zValue==0 ) goto copy_nomem;
+  }
+  *pp = p;
+  return TDE_OK;
+
+copy_nomem:
+  tdeConfigFree(p);
+  return tdeErr(TDE_NOMEM, "wallet: out of memory");
+}
+
+/* One audit line for a wallet operation.  rc!=TDE_OK records a failure
+** with the tde_last_error() text as detail (never holds secrets), else
+** zDetail. */
+static void walletAudit(const TdeConfig *pCfg, const char *zOp, const char *zKeyId,
+                        int rc, const char *zDetail){
+  TdeAuditRec r;
+  if( pCfg==0 ) return;
+  tdeAuditInit(&r, zOp);
+  r.zKeystore = "wallet";
+  r.zKeyId = zKeyId && zKeyId[0] ? zKeyId : 0;
+  if( rc!=TDE_OK ){
+    r.bFailure = 1;
+    r.zDetail = tde_last_error()[0] ? tde_last_error() : tde_errstr(rc);
+  }else{
+    r.zDetail = zDetail;
+  }
+  tdeAudit(pCfg, &r);
 }
 
 /* ---- reading -------------------------------------------------------------- */
@@ -652,6 +716,7 @@ static int walletUnwrap(TdeKeystore *p, const char *zKeyId, uint8_t mech,
                         const uint8_t *aIn, size_t nIn,
                         const uint8_t *aAad, size_t nAad,
                         uint8_t *aDek, size_t nDek);
+static int walletRetire(TdeKeystore *p, const char *zKeyId);
 
 static const char *const azWalletKeys[] = {
   "wallet", "wallet_kdf_t", "wallet_kdf_m_kib", 0
@@ -673,12 +738,15 @@ const tde_keystore_methods tdeWalletMethods = {
   walletList,                     /* xList */
   walletWrap,                     /* xWrap */
   walletUnwrap,                   /* xUnwrap */
+  walletRetire,                   /* xRetire */
 };
 
 /*
 ** Create a wallet with one active master key.  zPassword NULL makes an
 ** auto-login wallet.  The password is only read; the derived wallet key
-** and the master key are wiped before returning.
+** and the master key are wiped before returning.  Audited as
+** keystore_create (its key_id is the first master key; no separate
+** master_key_create line), success or failure.
 */
 static int walletCreate(const TdeConfig *cfg, const char *zPassword,
                         char *zKeyId, size_t nKeyId){
@@ -693,17 +761,21 @@ static int walletCreate(const TdeConfig *cfg, const char *zPassword,
   int rc;
   struct stat st;
 
+  zPath[0] = 0;
   if( zKeyId==0 || nKeyId<WALLET_ID_LEN+1 ){
-    return tdeErr(TDE_RANGE, "wallet: key id buffer needs %d bytes", WALLET_ID_LEN+1);
+    rc = tdeErr(TDE_RANGE, "wallet: key id buffer needs %d bytes", WALLET_ID_LEN+1);
+    goto create_out;
   }
   zKeyId[0] = 0;
   rc = walletConfig(cfg, zPath, sizeof(zPath), &kdf);
-  if( rc!=TDE_OK ) return rc;
+  if( rc!=TDE_OK ) goto create_out;
   if( lstat(zPath, &st)==0 ){
-    return tdeErr(TDE_EXISTS, "wallet %s: already exists; refusing to overwrite", zPath);
+    rc = tdeErr(TDE_EXISTS, "wallet %s: already exists; refusing to overwrite", zPath);
+    goto create_out;
   }
   if( zPassword && zPassword[0]==0 ){
-    return tdeErr(TDE_BADPASSWORD, "wallet %s: the password must not be empty", zPath);
+    rc = tdeErr(TDE_BADPASSWORD, "wallet %s: the password must not be empty", zPath);
+    goto create_out;
   }
 
   aW = tdeSecureAlloc(WALLET_KEY);
@@ -736,6 +808,12 @@ static int walletCreate(const TdeConfig *cfg, const char *zPassword,
   }
 
 create_out:
+  if( cfg ){
+    char zDetail[PATH_MAX + 32];
+    snprintf(zDetail, sizeof(zDetail), "%s wallet %s",
+             kind==WALLET_KIND_PASSWORD ? "password" : "auto-login", zPath);
+    walletAudit(cfg, "keystore_create", rc==TDE_OK ? zKeyId : 0, rc, zDetail);
+  }
   tdeSecureFree(aFile, nFile);
   tdeSecureFree(pKey, sizeof(WalletKey));
   tdeSecureFree(aW, WALLET_KEY);
@@ -780,6 +858,8 @@ static int walletOpen(const TdeConfig *cfg, const char *zPassword, TdeKeystore *
   w->kind = hdr.kind;
   w->kdf = hdr.kdf;
   walletStamp(&st, &w->stamp);
+  rc = walletAuditConfig(cfg, &w->pAudit);
+  if( rc!=TDE_OK ) goto open_out;
 
   if( hdr.kind==WALLET_KIND_PASSWORD ){
     rc = walletArgon2(zPath, zPassword, &hdr.kdf, w->aW);
@@ -816,6 +896,7 @@ open_out:
     if( bMutex ) pthread_mutex_destroy(&w->mutex);
     walletKeysFree(w->aKey, w->nKey);
     tdeSecureFree(w->aW, WALLET_KEY);
+    tdeConfigFree(w->pAudit);
     free(w);
   }
   return rc;
@@ -827,6 +908,7 @@ static void walletClose(TdeKeystore *p){
   pthread_mutex_destroy(&w->mutex);
   walletKeysFree(w->aKey, w->nKey);
   tdeSecureFree(w->aW, WALLET_KEY);
+  tdeConfigFree(w->pAudit);
   tdeWipe(w, sizeof(*w));
   free(w);
 }
@@ -885,7 +967,12 @@ static int walletReload(Wallet *w){
   nNew = nDisk;
   for(i=0; i<w->nKey; i++){
     for(j=0; j<nDisk && strcmp(aDisk[j].zId, w->aKey[i].zId)!=0; j++){}
-    if( j==nDisk ) aNew[nNew++] = w->aKey[i];
+    if( j==nDisk ){
+      aNew[nNew++] = w->aKey[i];
+    }else if( w->aKey[i].bRetired ){
+      aNew[j].bRetired = 1;    /* retirement is one-way: a restored older
+                               ** file does not bring a retired key back */
+    }
   }
   walletKeysFree(w->aKey, w->nKey);
   w->aKey = aNew;
@@ -922,6 +1009,22 @@ static WalletKey *walletFind(Wallet *w, const char *zKeyId){
   return 0;
 }
 
+/* Re-read the wallet if another process rewrote it since (caller holds
+** w->mutex), so new keys and retirements made elsewhere are seen.  A file
+** that cannot be re-read leaves memory as it was, with a warning: the keys
+** held are still good. */
+static void walletRefresh(Wallet *w){
+  struct stat st;
+  WalletStamp now;
+  if( stat(w->zPath, &st)!=0 ) return;
+  walletStamp(&st, &now);
+  if( walletStampEqual(&now, &w->stamp) ) return;
+  if( walletReload(w)!=TDE_OK ){
+    tdeLog(TDE_LOG_WARNING, "%s", tde_last_error());
+    tdeErrClear();
+  }
+}
+
 static int walletDescribe(TdeKeystore *p, char *zLoc, size_t nLoc, int *pbAutoLogin){
   Wallet *w = (Wallet *)p;
   size_t n;
@@ -945,6 +1048,7 @@ static int walletCurrentKey(TdeKeystore *p, char *zKeyId, size_t nKeyId){
   if( w==0 || zKeyId==0 || nKeyId==0 ) return tdeErr(TDE_MISUSE, "wallet: bad arguments");
   zKeyId[0] = 0;
   pthread_mutex_lock(&w->mutex);
+  walletRefresh(w);
   for(i=w->nKey-1; i>=0 && w->aKey[i].bRetired; i--){}
   if( i<0 ){
     rc = tdeErr(TDE_NOKEY, "wallet %s holds no active master key", w->zPath);
@@ -982,8 +1086,10 @@ static int walletNewKey(TdeKeystore *p, char *zKeyId, size_t nKeyId){
   size_t nFile = 0;
   int dfd = -1, bSwitched = 0;
   int rc;
+  char zNewId[TDE_KEYID_MAX + 1];
   struct stat st;
 
+  zNewId[0] = 0;
   if( w==0 ) return tdeErr(TDE_MISUSE, "wallet: no handle");
   if( zKeyId==0 || nKeyId<WALLET_ID_LEN+1 ){
     return tdeErr(TDE_RANGE, "wallet: key id buffer needs %d bytes", WALLET_ID_LEN+1);
@@ -1032,6 +1138,7 @@ static int walletNewKey(TdeKeystore *p, char *zKeyId, size_t nKeyId){
     w->nKey = nNew;
     aNew = 0;
     if( stat(w->zPath, &st)==0 ) walletStamp(&st, &w->stamp);
+    memcpy(zNewId, w->aKey[nNew-1].zId, WALLET_ID_LEN+1);
     if( rc==TDE_OK ){
       memcpy(zKeyId, w->aKey[nNew-1].zId, WALLET_ID_LEN+1);
       tdeLog(TDE_LOG_INFO, "wallet %s: new master key %s", w->zPath, zKeyId);
@@ -1043,6 +1150,96 @@ newkey_out:
   pthread_mutex_unlock(&w->mutex);
   walletKeysFree(aNew, nNew);
   tdeSecureFree(aFile, nFile);
+  /* A key renamed into place whose directory sync then failed exists:
+  ** the failure line names it. */
+  walletAudit(w->pAudit, "master_key_create", zNewId, rc, 0);
+  return rc;
+}
+
+/*
+** Retire master key zKeyId: it keeps unwrapping what it wrapped, but xWrap
+** refuses it and it is never current again.  Retiring the current key is
+** refused (TDE_MISUSE): make a new key first, rewrap, then retire.  The
+** wallet is rewritten the way walletNewKey does it (directory flock,
+** reload-and-merge, temporary file, fsync, rename).  Retiring a retired
+** key changes nothing and succeeds.  Audited as master_key_retire.
+*/
+static int walletRetire(TdeKeystore *p, const char *zKeyId){
+  Wallet *w = (Wallet *)p;
+  char zDir[PATH_MAX];
+  WalletKey *aNew = 0;
+  int nNew = 0;
+  uint8_t *aFile = 0;
+  size_t nFile = 0;
+  int dfd = -1, bSwitched = 0;
+  int i, iCur;
+  int rc;
+  const char *zDetail = 0;
+  struct stat st;
+
+  if( w==0 ) return tdeErr(TDE_MISUSE, "wallet: no handle");
+  if( zKeyId==0 || zKeyId[0]==0 ){
+    rc = tdeErr(TDE_MISUSE, "wallet: no master key id to retire");
+    walletAudit(w->pAudit, "master_key_retire", 0, rc, 0);
+    return rc;
+  }
+  pthread_mutex_lock(&w->mutex);
+
+  walletDirOf(w->zPath, zDir, sizeof(zDir));
+  dfd = open(zDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if( dfd<0 ){
+    rc = tdeErr(TDE_IO, "wallet %s: cannot open directory %s: %s", w->zPath, zDir, strerror(errno));
+    goto retire_out;
+  }
+  while( flock(dfd, LOCK_EX)!=0 ){
+    if( errno==EINTR ) continue;
+    tdeLog(TDE_LOG_WARNING, "wallet %s: cannot lock directory %s (%s); "
+           "retiring without a cross-process lock", w->zPath, zDir, strerror(errno));
+    break;
+  }
+  /* Only after the reload is "current" known: another process may have
+  ** added a newer key, or retired this one, since we last looked. */
+  rc = walletReload(w);
+  if( rc!=TDE_OK ) goto retire_out;
+  for(i=0; i<w->nKey && strcmp(w->aKey[i].zId, zKeyId)!=0; i++){}
+  for(iCur=w->nKey-1; iCur>=0 && w->aKey[iCur].bRetired; iCur--){}
+  if( i==w->nKey ){
+    rc = tdeErr(TDE_NOKEY, "wallet %s: no master key '%s'", w->zPath, zKeyId);
+    goto retire_out;
+  }
+  if( w->aKey[i].bRetired ){
+    zDetail = "already retired";
+    goto retire_out;
+  }
+  if( i==iCur ){
+    rc = tdeErr(TDE_MISUSE, "wallet %s: master key '%s' is the current key and cannot "
+                "be retired; create a new master key (rotate) first", w->zPath, zKeyId);
+    goto retire_out;
+  }
+
+  nNew = w->nKey;
+  aNew = tdeSecureAlloc((size_t)nNew * sizeof(WalletKey));
+  if( aNew==0 ){ rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", w->zPath); goto retire_out; }
+  memcpy(aNew, w->aKey, (size_t)nNew * sizeof(WalletKey));
+  aNew[i].bRetired = 1;
+  rc = walletEncode(w->kind, &w->kdf, w->aW, aNew, nNew, &aFile, &nFile);
+  if( rc!=TDE_OK ) goto retire_out;
+  rc = walletWriteFile(w->zPath, aFile, nFile, 0, &bSwitched);
+  if( bSwitched ){
+    walletKeysFree(w->aKey, w->nKey);
+    w->aKey = aNew;
+    w->nKey = nNew;
+    aNew = 0;
+    if( stat(w->zPath, &st)==0 ) walletStamp(&st, &w->stamp);
+    if( rc==TDE_OK ) tdeLog(TDE_LOG_INFO, "wallet %s: master key %s retired", w->zPath, zKeyId);
+  }
+
+retire_out:
+  if( dfd>=0 ) close(dfd);     /* releases the flock */
+  pthread_mutex_unlock(&w->mutex);
+  walletKeysFree(aNew, nNew);
+  tdeSecureFree(aFile, nFile);
+  walletAudit(w->pAudit, "master_key_retire", zKeyId, rc, zDetail);
   return rc;
 }
 
@@ -1054,6 +1251,7 @@ static int walletList(TdeKeystore *p, int (*xCb)(void *, const TdeKeyInfo *), vo
   int nInfo, i;
   if( w==0 || xCb==0 ) return tdeErr(TDE_MISUSE, "wallet: bad arguments");
   pthread_mutex_lock(&w->mutex);
+  walletRefresh(w);
   nInfo = w->nKey;
   if( nInfo>0 ){
     aInfo = calloc((size_t)nInfo, sizeof(TdeKeyInfo));
@@ -1095,6 +1293,7 @@ static int walletWrap(TdeKeystore *p, const char *zKeyId,
     return tdeErr(TDE_RANGE, "wallet: wrap buffer too small (%zu bytes needed)", nBlob);
   }
   pthread_mutex_lock(&w->mutex);
+  walletRefresh(w);
   pKey = walletFind(w, zKeyId);
   if( pKey==0 ){
     rc = tdeErr(TDE_NOKEY, "wallet %s: no master key '%s'", w->zPath, zKeyId);

@@ -3,7 +3,8 @@
 ** the keystore registry (src/keystore/registry.c): create/open for both
 ** wallet kinds, wrap/unwrap, wrong and missing passwords, damaged files
 ** (every truncation, a bit flip in every byte), rotation including two
-** handles rotating the same file, and registry sharing.  Argon2id runs
+** handles rotating the same file, retirement (also seen by and merged
+** with a second handle), and registry sharing.  Argon2id runs
 ** with t=1, m=8192 KiB so the suite stays fast.
 */
 #include <stdarg.h>
@@ -539,6 +540,126 @@ static void test_multiprocess_rotation(void **state){
   tdeConfigFree(cfg);
 }
 
+/* Status of key zKeyId in a listing: 0 active, 1 retired, -1 absent. */
+typedef struct RetiredCtx { const char *zKeyId; int bRetired; int n; } RetiredCtx;
+static int findRetired(void *pArg, const TdeKeyInfo *pInfo){
+  RetiredCtx *p = pArg;
+  p->n++;
+  if( strcmp(pInfo->zId, p->zKeyId)==0 ) p->bRetired = pInfo->bRetired;
+  return 0;
+}
+static int keyStatus(TdeKeystore *ks, const char *zKeyId, int *pnKey){
+  RetiredCtx c;
+  c.zKeyId = zKeyId;
+  c.bRetired = -1;
+  c.n = 0;
+  expectRc(pW->xList(ks, findRetired, &c), TDE_OK);
+  if( pnKey ) *pnKey = c.n;
+  return c.bRetired;
+}
+
+/* Retirement: the current key is refused, an old key is retired on disk
+** (still unwraps, never wraps, never current again), retiring twice is a
+** no-op, unknown ids are TDE_NOKEY, and a second handle (another process)
+** sees the retirement at its next wrap, listing or current-key query. */
+static void test_retire(void **state){
+  TdeConfig *cfg = makeConfig("rt", "rt.wallet", 0);
+  TdeKeystore *a = 0, *b = 0, *c = 0;
+  char zOld[TDE_KEYID_MAX+1], zNew[TDE_KEYID_MAX+1], zCur[TDE_KEYID_MAX+1];
+  char zPath[PATH_MAX];
+  uint8_t dek[32] = {7}, blob[TDE_WRAP_MAX], blob2[TDE_WRAP_MAX], out[32];
+  size_t nBlob = 0, nBlob2 = 0;
+  uint8_t mech = 0;
+  int nKey = 0;
+  struct stat st;
+  (void)state;
+
+  assert_non_null(pW->xRetire);
+  expectRc(pW->xCreate(cfg, 0, zOld, sizeof(zOld)), TDE_OK);
+  expectRc(pW->xOpen(cfg, 0, &a), TDE_OK);
+  expectRc(pW->xOpen(cfg, 0, &b), TDE_OK);
+  roundTrip(b, zOld, blob, &nBlob);
+
+  /* The only key is current: refused, clearly, and nothing changes. */
+  expectRc(pW->xRetire(a, zOld), TDE_MISUSE);
+  assert_non_null(strstr(tde_last_error(), "current key"));
+  assert_int_equal(keyStatus(a, zOld, 0), 0);
+  expectRc(pW->xRetire(a, "wallet-00000000000000000000000000000000"), TDE_NOKEY);
+  expectRc(pW->xRetire(a, ""), TDE_MISUSE);
+  expectRc(pW->xRetire(a, 0), TDE_MISUSE);
+
+  expectRc(pW->xNewKey(a, zNew, sizeof(zNew)), TDE_OK);
+  expectRc(pW->xRetire(a, zNew), TDE_MISUSE);
+  expectRc(pW->xRetire(a, zOld), TDE_OK);
+  assert_int_equal(keyStatus(a, zOld, &nKey), 1);
+  assert_int_equal(nKey, 2);
+  assert_int_equal(keyStatus(a, zNew, 0), 0);
+  expectRc(pW->xCurrentKey(a, zCur, sizeof(zCur)), TDE_OK);
+  assert_string_equal(zCur, zNew);
+  expectRc(pW->xWrap(a, zOld, dek, 32, 0, 0, blob2, sizeof(blob2), &nBlob2, &mech), TDE_NOKEY);
+  assert_non_null(strstr(tde_last_error(), "retired"));
+  expectRc(pW->xUnwrap(a, zOld, TDE_MECH_AES256_GCM, blob, nBlob,
+                       (const uint8_t *)"db-header", 9, out, 32), TDE_OK);
+  assert_int_equal(pW->xHasKey(a, zOld), 1);
+  expectRc(pW->xRetire(a, zOld), TDE_OK);                 /* again: no-op */
+  roundTrip(a, zNew, 0, 0);
+
+  /* b opened before any of this: it must not wrap with the retired key,
+  ** and it reports the new current key. */
+  expectRc(pW->xWrap(b, zOld, dek, 32, 0, 0, blob2, sizeof(blob2), &nBlob2, &mech), TDE_NOKEY);
+  expectRc(pW->xCurrentKey(b, zCur, sizeof(zCur)), TDE_OK);
+  assert_string_equal(zCur, zNew);
+  assert_int_equal(keyStatus(b, zOld, 0), 1);
+  expectRc(pW->xUnwrap(b, zOld, TDE_MECH_AES256_GCM, blob, nBlob,
+                       (const uint8_t *)"db-header", 9, out, 32), TDE_OK);
+  pW->xClose(a);
+  pW->xClose(b);
+
+  /* On disk, 0600, and a fresh open agrees. */
+  scratchPath("rt.wallet", zPath);
+  assert_int_equal(stat(zPath, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  expectRc(pW->xOpen(cfg, 0, &c), TDE_OK);
+  assert_int_equal(keyStatus(c, zOld, 0), 1);
+  expectRc(pW->xCurrentKey(c, zCur, sizeof(zCur)), TDE_OK);
+  assert_string_equal(zCur, zNew);
+  expectRc(pW->xUnwrap(c, zOld, TDE_MECH_AES256_GCM, blob, nBlob,
+                       (const uint8_t *)"db-header", 9, out, 32), TDE_OK);
+  pW->xClose(c);
+  tdeConfigFree(cfg);
+}
+
+/* Two handles: one adds a key while the other retires an old one; both
+** changes survive whichever rewrite comes last. */
+static void test_retire_merge(void **state){
+  TdeConfig *cfg = makeConfig("rm", "rm.wallet", 0);
+  TdeKeystore *a = 0, *b = 0, *c = 0;
+  char zK1[TDE_KEYID_MAX+1], zK2[TDE_KEYID_MAX+1], zK3[TDE_KEYID_MAX+1];
+  char zCur[TDE_KEYID_MAX+1];
+  int nKey = 0;
+  (void)state;
+
+  expectRc(pW->xCreate(cfg, "pw", zK1, sizeof(zK1)), TDE_OK);
+  expectRc(pW->xOpen(cfg, "pw", &a), TDE_OK);
+  expectRc(pW->xOpen(cfg, "pw", &b), TDE_OK);
+  expectRc(pW->xNewKey(a, zK2, sizeof(zK2)), TDE_OK);
+  /* b has not seen zK2, yet retiring zK1 is allowed: the reload under the
+  ** lock shows zK1 is no longer current. */
+  expectRc(pW->xRetire(b, zK1), TDE_OK);
+  expectRc(pW->xNewKey(a, zK3, sizeof(zK3)), TDE_OK);   /* a merges b's retirement */
+  pW->xClose(a);
+  pW->xClose(b);
+  expectRc(pW->xOpen(cfg, "pw", &c), TDE_OK);
+  assert_int_equal(keyStatus(c, zK1, &nKey), 1);
+  assert_int_equal(nKey, 3);
+  assert_int_equal(keyStatus(c, zK2, 0), 0);
+  assert_int_equal(keyStatus(c, zK3, 0), 0);
+  expectRc(pW->xCurrentKey(c, zCur, sizeof(zCur)), TDE_OK);
+  assert_string_equal(zCur, zK3);
+  pW->xClose(c);
+  tdeConfigFree(cfg);
+}
+
 static void test_wrong_aad(void **state){
   TdeConfig *cfg = makeConfig("aad", "aad.wallet", 0);
   TdeKeystore *ks = 0;
@@ -690,6 +811,8 @@ int main(void){
     cmocka_unit_test(test_new_key),
     cmocka_unit_test(test_concurrent_rotation),
     cmocka_unit_test(test_multiprocess_rotation),
+    cmocka_unit_test(test_retire),
+    cmocka_unit_test(test_retire_merge),
     cmocka_unit_test(test_wrong_aad),
     cmocka_unit_test(test_threads),
     cmocka_unit_test(test_registry),
