@@ -171,6 +171,39 @@ TDE_API int tde_verify(struct sqlite3 *db, const char *zSchema,
                        int64_t *pnChecked, int64_t *pBadPage,
                        tde_progress_fn xProgress, void *pArg);
 
+/*
+** Key lifecycle on an open database (each runs in its own write
+** transaction, BEGIN IMMEDIATE: it fails with TDE_LOCKED, changing nothing,
+** when another connection is writing; and with TDE_MISUSE inside an open
+** transaction).  Both rewrite only the database header.
+**
+** tde_db_rewrap: wrap the data key under the current master key of the
+** database's keystore (after tde_keystore_new_key) and drop wrappings by
+** that keystore's older master keys.  Databases not rewrapped explicitly
+** are rewrapped at their next write transaction.
+**
+** tde_db_migrate: add a wrapping under the current master key of the
+** keystore zNewConfig names (both then open the database); with bDropOld,
+** also remove every wrapping not made by that keystore.  Afterwards open
+** the database with zNewConfig.
+*/
+TDE_API int tde_db_rewrap(struct sqlite3 *db, const char *zSchema);
+TDE_API int tde_db_migrate(struct sqlite3 *db, const char *zSchema, const char *zNewConfig,
+                           int bDropOld);
+
+/*
+** tde_db_rekey: re-encrypt every page under a new data key.  Starts (or
+** resumes) a rekey, then rewrites up to nPagesPerStep pages (default 1024
+** when < 1) per short write transaction until none is left under the old
+** key, then removes the old key from the header.  Crash-safe and
+** resumable: run it again after any interruption.  In WAL mode readers
+** keep working throughout and writers wait at most one step; in rollback
+** mode each step holds an EXCLUSIVE lock.  xProgress(done, total) after
+** each step; returning non-zero pauses the rekey (TDE_ERROR).
+*/
+TDE_API int tde_db_rekey(struct sqlite3 *db, const char *zSchema, int nPagesPerStep,
+                         tde_progress_fn xProgress, void *pArg);
+
 /* Loadable-extension entry point (".load tde"). */
 struct sqlite3_api_routines;
 TDE_API int sqlite3_tde_init(struct sqlite3 *db, char **pzErrMsg,

@@ -3,7 +3,7 @@
 # Idempotent: does nothing when everything is present. Needs root or sudo.
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libsqlite3-dev sqlite3 libssl-dev openssl
-      libargon2-dev libcmocka-dev python3 valgrind)
+      libargon2-dev libcmocka-dev python3 valgrind strace)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

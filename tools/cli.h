@@ -6,6 +6,7 @@
 **   cmd_keystore.c  keystore create / status / list
 **   cmd_copy.c      encrypt / decrypt (VACUUM INTO a temp file, rename)
 **   cmd_db.c        status / verify / shell
+**   cmd_lifecycle.c rotate-master-key / migrate-keystore / keystore retire
 **
 ** The tool is a client of the library like any other program: it uses only
 ** the public header <sqlite-tde.h> and <sqlite3.h>, never anything from
@@ -47,6 +48,9 @@ struct CliArgs {
   char **azPos;
   int nRest;                 /* shell: arguments after DB, passed through */
   char **azRest;
+  const char *zTo;           /* migrate-keystore --to CFG (absolute path) */
+  char zToBuf[PATH_MAX];
+  int bDropOld;              /* migrate-keystore --drop-old */
 };
 
 /* One command.  zName is "encrypt" or "keystore create". */
@@ -62,6 +66,8 @@ struct CliCommand {
 #define CLI_OPT_AUTOLOGIN 0x01   /* accepts --auto-login */
 #define CLI_OPT_PASSTHRU  0x02   /* arguments after the last positional go
                                  ** to azRest untouched */
+#define CLI_OPT_MANY      0x04   /* nPos is a minimum: more positionals welcome */
+#define CLI_OPT_MIGRATE   0x08   /* accepts --to CFG and --drop-old */
 
 /* Commands (cmd_*.c). */
 int cliCmdKeystoreCreate(Cli*, const CliArgs*);
@@ -72,6 +78,10 @@ int cliCmdDecrypt(Cli*, const CliArgs*);
 int cliCmdStatus(Cli*, const CliArgs*);
 int cliCmdVerify(Cli*, const CliArgs*);
 int cliCmdShell(Cli*, const CliArgs*);
+int cliCmdRotate(Cli*, const CliArgs*);
+int cliCmdMigrate(Cli*, const CliArgs*);
+int cliCmdKeystoreRetire(Cli*, const CliArgs*);
+int cliCmdRekey(Cli*, const CliArgs*);
 
 /* ---- messages (cli_util.c) --------------------------------------------- */
 

@@ -81,6 +81,43 @@ static const CliCommand aCommand[] = {
     "itself, so a password wallet needs password_file or password_env in the\n"
     "configuration (a password cannot be handed to it safely).\n",
     1, CLI_OPT_PASSTHRU, cliCmdShell },
+  { "keystore retire", "KEYID",
+    "retire a master key (it still unwraps, never wraps)",
+    "Mark master key KEYID retired: databases still wrapped by it keep opening,\n"
+    "but it is never used to wrap again.  The current master key cannot be\n"
+    "retired: run rotate-master-key first.  Keys are never deleted by this\n"
+    "tool.\n",
+    1, 0, cliCmdKeystoreRetire },
+  { "rotate-master-key", "[DB...]",
+    "create a new master key and re-wrap databases under it",
+    "Create a new master key in the configured keystore and make it current,\n"
+    "then re-wrap the data key of each DB under it.  Only each database's\n"
+    "4 KiB header is rewritten (crash-safe: a kill at any instant leaves a\n"
+    "database that opens with the old or the new master key); pages are not\n"
+    "touched, so the time does not depend on the database size.  Databases\n"
+    "not named are re-wrapped at their next write transaction.  Other\n"
+    "connections may keep the databases open; a database that another\n"
+    "connection is writing is skipped with a message (run again).  Old master\n"
+    "keys are kept; retire them with 'keystore retire'.\n",
+    0, CLI_OPT_MANY, cliCmdRotate },
+  { "rekey", "DB",
+    "re-encrypt every page under a new data key",
+    "Make a new data key current and re-encrypt every page of DB under it, in\n"
+    "steps of 1024 pages, each in its own short write transaction; then remove\n"
+    "the old data key from the header.  Crash-safe and resumable: pages carry\n"
+    "their key version, the old ciphertext of each step is journalled first,\n"
+    "and running rekey again continues.  The database stays readable\n"
+    "throughout.  WAL mode: readers never wait, writers wait at most one step;\n"
+    "rollback-journal mode: each step holds an exclusive lock (a few ms).\n",
+    1, 0, cliCmdRekey },
+  { "migrate-keystore", "--to CFG [--drop-old] DB...",
+    "move databases to the keystore another configuration names",
+    "Add a wrapping of each DB's data key under the current master key of the\n"
+    "keystore CFG names, so that both the old and the new keystore open it (like\n"
+    "Oracle's FILE|HSM configuration).  Then open the databases with CFG.  With\n"
+    "--drop-old, also remove every wrapping not made by the new keystore (run\n"
+    "it once the new keystore is in use).  Header-only, crash-safe.\n",
+    1, CLI_OPT_MANY | CLI_OPT_MIGRATE, cliCmdMigrate },
 };
 
 static void printCommandUsage(FILE *out, const CliCommand *pCmd){
@@ -191,6 +228,20 @@ static int parseArgs(Cli *pCli, const CliCommand *pCmd, int argc, char **argv, C
         if( setConfig(pCli, z+9) ) return CLI_USAGE;
         continue;
       }
+      if( (pCmd->flags & CLI_OPT_MIGRATE) && strcmp(z, "--to")==0 ){
+        char *zReal;
+        if( i+1>=argc ) return usageError(pCmd, "--to needs a configuration file");
+        zReal = realpath(argv[++i], 0);
+        if( !zReal ) return usageError(pCmd, "--to %s: no such file", argv[i]);
+        snprintf(pArgs->zToBuf, sizeof(pArgs->zToBuf), "%s", zReal);
+        free(zReal);
+        pArgs->zTo = pArgs->zToBuf;
+        continue;
+      }
+      if( (pCmd->flags & CLI_OPT_MIGRATE) && strcmp(z, "--drop-old")==0 ){
+        pArgs->bDropOld = 1;
+        continue;
+      }
       if( (pCmd->flags & CLI_OPT_AUTOLOGIN) && strcmp(z, "--auto-login")==0 ){
         pArgs->bAutoLogin = 1;
         continue;
@@ -202,10 +253,13 @@ static int parseArgs(Cli *pCli, const CliCommand *pCmd, int argc, char **argv, C
       return usageError(pCmd, "unknown option '%s'", z);
     }
     /* Positionals are gathered at the front of argv (options were skipped). */
-    if( pArgs->nPos>=pCmd->nPos ) return usageError(pCmd, "unexpected argument '%s'", z);
+    if( pArgs->nPos>=pCmd->nPos && !(pCmd->flags & CLI_OPT_MANY) ){
+      return usageError(pCmd, "unexpected argument '%s'", z);
+    }
     argv[pArgs->nPos++] = (char*)z;
   }
   if( pArgs->nPos<pCmd->nPos ) return usageError(pCmd, "missing argument");
+  if( (pCmd->flags & CLI_OPT_MIGRATE) && !pArgs->zTo ) return usageError(pCmd, "--to CFG is required");
   return CLI_OK;
 }
 
@@ -222,6 +276,7 @@ static void printKeystoreHelp(FILE *out){
     "usage: sqlite-tde [--config CFG] keystore create [--auto-login]\n"
     "       sqlite-tde [--config CFG] keystore status\n"
     "       sqlite-tde [--config CFG] keystore list\n"
+    "       sqlite-tde [--config CFG] keystore retire KEYID\n"
     "\n"
     "Manage the keystore (wallet) that holds the master keys.  See\n"
     "'sqlite-tde keystore SUBCOMMAND --help'.\n");

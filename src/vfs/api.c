@@ -12,7 +12,11 @@
 ** ever written in plaintext.
 */
 #include "vfs/vfs_int.h"
+#include "keystore/keystore.h"
+#include "keys/audit.h"
+#include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 SQLITE_EXTENSION_INIT1
@@ -218,4 +222,202 @@ done:
   if( aPage ){ tdeWipe(aPage, p->pgsz); sqlite3_free(aPage); }
   sqlite3_exec(db, "COMMIT", 0, 0, 0);
   return trc;
+}
+
+/*
+** Run xOp on the main file of schema zSchema inside a write transaction
+** (BEGIN IMMEDIATE), which serialises it with every writer -- and so with
+** every other header update -- in all processes.  Refused with TDE_LOCKED
+** when another connection is writing and the busy timeout runs out.
+*/
+static int tdeUnderWriteLock(sqlite3 *db, const char *zSchema,
+                             int (*xOp)(TdeFile*, void*), void *pArg){
+  sqlite3_file *pFile = 0;
+  TdeFile *p;
+  int rc, trc = TDE_OK;
+  if( !zSchema ) zSchema = "main";
+  if( sqlite3_file_control(db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile)!=SQLITE_OK || !pFile ){
+    return tdeErr(TDE_NOTFOUND, "no database '%s'", zSchema);
+  }
+  if( pFile->pMethods!=&tdeIoMethods || ((TdeFile*)pFile)->eKind!=TDE_KIND_MAIN ){
+    return tdeErr(TDE_PLAINTEXT, "database '%s' is not opened through the tde VFS", zSchema);
+  }
+  p = (TdeFile*)pFile;
+  if( !sqlite3_get_autocommit(db) ){
+    return tdeErr(TDE_MISUSE, "a transaction is open on this connection; commit it first");
+  }
+  rc = sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0);
+  if( rc==SQLITE_BUSY || rc==SQLITE_LOCKED ){
+    return tdeErr(TDE_LOCKED, "another connection is writing '%s'; nothing was changed, try again",
+                  sqlite3_db_filename(db, zSchema));
+  }
+  if( rc ) return tdeErr(TDE_ERROR, "cannot begin a write transaction: %s", sqlite3_errmsg(db));
+  rc = tdeMainEnsureKeys(p, 0);
+  if( rc==SQLITE_OK && !p->pKeys ) rc = tdeMainEnsureKeys(p, 1);
+  if( rc ){
+    trc = tdeErr(TDE_ERROR, "cannot load the keys of '%s' (SQLite error %d)", zSchema, rc);
+  }else{
+    tdeErrClear();
+    rc = xOp(p, pArg);
+    if( rc ){
+      trc = tde_last_error()[0] ? TDE_ERROR : tdeErr(TDE_ERROR, "header update failed (SQLite error %d)", rc);
+      if( rc==SQLITE_BUSY ) trc = tdeErr(TDE_LOCKED, "another connection holds the database; try again");
+      if( rc==SQLITE_AUTH ) trc = TDE_NOKEY;
+    }
+  }
+  sqlite3_exec(db, trc ? "ROLLBACK" : "COMMIT", 0, 0, 0);
+  return trc;
+}
+
+static int opRewrap(TdeFile *p, void *pArg){
+  int rc;
+  char zOld[TDE_KEYID_MAX+1];
+  TDE_UNUSED(pArg);
+  memcpy(zOld, p->pKeys->zMasterKey, sizeof(zOld));
+  rc = tdeMainHeaderUpdate(p, tdeEditRewrap, 0);
+  {
+    TdeAuditRec r;
+    tdeAuditInit(&r, "master_key_rotate");
+    r.bFailure = rc!=SQLITE_OK;
+    r.zDbPath = p->zName;
+    r.aDbid = p->pKeys->hdr.dbid;
+    r.zKeystore = p->pKeys->pKs->pMethods->zName;
+    r.zKeyId = zOld[0] ? zOld : 0;
+    r.zNewKeyId = rc==SQLITE_OK ? p->pKeys->zMasterKey : 0;
+    r.keyVersion = p->pKeys->hdr.curVersion;
+    r.zDetail = rc ? tde_last_error() : "data key re-wrapped; header only";
+    tdeAudit(p->pKeys->pCfg, &r);
+  }
+  return rc;
+}
+
+int tde_db_rewrap(sqlite3 *db, const char *zSchema){
+  return tdeUnderWriteLock(db, zSchema, opRewrap, 0);
+}
+
+typedef struct MigrateArg { TdeKeystore *pKs; const TdeConfig *pCfg; int bDrop; } MigrateArg;
+static int opMigrate(TdeFile *p, void *pArg){
+  MigrateArg *a = pArg;
+  return tdeMainMigrate(p, a->pKs, a->pCfg, a->bDrop);
+}
+
+int tde_db_migrate(sqlite3 *db, const char *zSchema, const char *zNewConfig, int bDropOld){
+  char zPath[PATH_MAX];
+  MigrateArg a;
+  int trc = tdeConfigLocate(zNewConfig, zPath, sizeof(zPath));
+  if( trc ) return trc;
+  trc = tdeRegistryAcquire(zPath, NULL, &a.pKs, &a.pCfg);
+  if( trc ) return trc;
+  a.bDrop = bDropOld;
+  return tdeUnderWriteLock(db, zSchema, opMigrate, &a);
+}
+
+static int opRekeyBegin(TdeFile *p, void *pArg){
+  TDE_UNUSED(pArg);
+  return tdeMainRekeyBegin(p);
+}
+
+static int opRekeyFinish(TdeFile *p, void *pArg){
+  int *pbDone = pArg;
+  sqlite3_int64 n = 0, nPages = 0;
+  int bClean = 0, rc = SQLITE_OK;
+  /* Confirm under the lock that no page still uses an old version. */
+  p->pKeys->iRekeyCursor = 1;
+  while( rc==SQLITE_OK && !bClean ){
+    rc = tdeMainRekeyStep(p, 256, &n, &nPages, &bClean);
+    if( rc==SQLITE_OK && n>0 ) p->pKeys->iRekeyCursor = 1;
+    if( n>0 ) bClean = 0;
+  }
+  if( rc==SQLITE_OK ) rc = tdeMainRekeyFinish(p);
+  if( rc==SQLITE_OK ) *pbDone = 1;
+  return rc;
+}
+
+int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
+                 tde_progress_fn xProgress, void *pArg){
+  sqlite3_file *pFile = 0, *pJrnl = 0;
+  TdeFile *p;
+  sqlite3_int64 nDone = 0, nPages = 0;
+  int trc, rc, bClean = 0, bDone = 0, nBusy = 0;
+  if( !zSchema ) zSchema = "main";
+  if( nPagesPerStep<1 ) nPagesPerStep = 1024;
+  trc = tdeUnderWriteLock(db, zSchema, opRekeyBegin, 0);
+  if( trc ) return trc;
+  sqlite3_file_control(db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile);
+  p = (TdeFile*)pFile;
+
+  /* Steps: each a short write transaction (EXCLUSIVE in rollback mode, so
+  ** no reader sees a page mid-rewrite; in WAL mode readers go on, and the
+  ** checkpoint lock keeps checkpoints from writing pages meanwhile). */
+  while( !bClean ){
+    sqlite3_int64 n = 0;
+    int bWal;
+    rc = sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0);
+    if( rc==SQLITE_BUSY ){ if( ++nBusy>100 ) break; sqlite3_sleep(50); continue; }
+    if( rc ) return tdeErr(TDE_ERROR, "rekey: cannot begin a transaction: %s", sqlite3_errmsg(db));
+    pJrnl = 0;
+    sqlite3_file_control(db, zSchema, SQLITE_FCNTL_JOURNAL_POINTER, &pJrnl);
+    bWal = pJrnl && pJrnl->pMethods==&tdeIoMethods && ((TdeFile*)pJrnl)->eKind==TDE_KIND_WAL;
+    if( !bWal ){
+      /* Rollback mode: upgrade to EXCLUSIVE (readers drain first). */
+      sqlite3_exec(db, "COMMIT", 0, 0, 0);
+      rc = sqlite3_exec(db, "BEGIN EXCLUSIVE", 0, 0, 0);
+      if( rc==SQLITE_BUSY ){ if( ++nBusy>100 ) break; sqlite3_sleep(50); continue; }
+      if( rc ) return tdeErr(TDE_ERROR, "rekey: cannot begin a transaction: %s", sqlite3_errmsg(db));
+      rc = SQLITE_OK;
+    }else{
+      rc = p->pReal->pMethods->xShmLock(p->pReal, 1, 1, SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE);
+      if( rc==SQLITE_BUSY ){
+        sqlite3_exec(db, "COMMIT", 0, 0, 0);
+        if( ++nBusy>100 ) break;
+        sqlite3_sleep(50);
+        continue;
+      }
+    }
+    if( rc==SQLITE_OK ) rc = tdeMainRefreshIfChanged(p);
+    if( rc==SQLITE_OK ) rc = tdeMainRekeyStep(p, nPagesPerStep, &n, &nPages, &bClean);
+    if( bWal ) p->pReal->pMethods->xShmLock(p->pReal, 1, 1, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
+    sqlite3_exec(db, "COMMIT", 0, 0, 0);
+    if( rc ){
+      char zDetail[256];
+      snprintf(zDetail, sizeof(zDetail), "%s", tde_last_error());
+      return tdeErr(rc==SQLITE_IOERR_AUTH ? TDE_AUTH : TDE_IO,
+                    "rekey step failed (SQLite error %d)%s%s", rc, zDetail[0] ? ": " : "", zDetail);
+    }
+    nBusy = 0;
+    nDone += n;
+    if( n>0 && nDone%(sqlite3_int64)(16*nPagesPerStep) < n ){
+      TdeAuditRec r;
+      tdeAuditInit(&r, "rekey_progress");
+      r.zDbPath = p->zName;
+      r.aDbid = p->pKeys->hdr.dbid;
+      r.keyVersion = p->pKeys->hdr.curVersion;
+      r.nPages = nDone;
+      tdeAudit(p->pKeys->pCfg, &r);
+    }
+    if( xProgress && xProgress(pArg, nDone < nPages ? nDone : nPages, nPages) ){
+      return tdeErr(TDE_ERROR, "rekey interrupted after %lld pages; run it again to continue",
+                    (long long)nDone);
+    }
+    if( bWal && bClean ){
+      /* WAL frames may still hold pages under the old version: copy them
+      ** into the database (re-sealed) and empty the WAL, then look again. */
+      int nLog = -1, nCkpt = -1;
+      rc = sqlite3_wal_checkpoint_v2(db, zSchema, SQLITE_CHECKPOINT_TRUNCATE, &nLog, &nCkpt);
+      if( rc!=SQLITE_OK || nLog!=0 ){
+        if( ++nBusy>100 ) break;
+        sqlite3_sleep(50);
+        bClean = 0;
+        continue;
+      }
+    }
+  }
+  if( !bClean ){
+    return tdeErr(TDE_LOCKED, "rekey paused after %lld pages: the database stayed busy "
+                  "(readers holding the WAL, or writers); run it again to continue", (long long)nDone);
+  }
+  trc = tdeUnderWriteLock(db, zSchema, opRekeyFinish, &bDone);
+  if( trc ) return trc;
+  if( xProgress ) xProgress(pArg, nPages, nPages);
+  return TDE_OK;
 }

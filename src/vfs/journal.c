@@ -71,7 +71,7 @@ static int journalLoad(TdeFile *p, sqlite3_int64 j, sqlite3_int64 phys, JBlock *
     uint64_t seq;
     uint32_t len;
     if( (s+1)*JSLOT > avail ) break;
-    if( tdePageOpen(p->pCipher, aad, sizeof(aad), aSlot, JPLAIN, aSlot+JPLAIN, aPlain)!=TDE_OK ){
+    if( tdeOpen(p, aad, sizeof(aad), aSlot, JPLAIN, aSlot+JPLAIN, aPlain)!=TDE_OK ){
       continue;
     }
     seq = tdeGet64(aPlain);
@@ -156,7 +156,7 @@ static int journalStore(TdeFile *p, sqlite3_int64 j, const JBlock *pOld,
   memcpy(aPlain+16, aData, len);
   memset(aPlain+16+len, 0, JBLOCK - len);
   journalAad(p, j, aad);
-  rc = tdePageSeal(p->pCipher, aad, sizeof(aad), aPlain, JPLAIN, aSlot, aSlot+JPLAIN);
+  rc = tdeSeal(p, aad, sizeof(aad), aPlain, JPLAIN, aSlot, aSlot+JPLAIN);
   tdeWipe(aPlain, JPLAIN);
   if( rc ) return SQLITE_IOERR_WRITE;
   rc = p->pReal->pMethods->xWrite(p->pReal, aSlot, JSLOT, j*JPAIR + iSlot*JSLOT);

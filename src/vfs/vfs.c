@@ -14,6 +14,7 @@
 */
 #include "vfs/vfs_int.h"
 #include "keystore/keystore.h"
+#include "keys/audit.h"
 #include "config.h"
 
 #include <stdio.h>
@@ -147,7 +148,7 @@ int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno,
   uint32_t n = pgsz - TDE_TRAILER_SIZE;
   int rc;
   tdePageAad(p->dbid, pgno, pgsz, aad);
-  rc = tdePageSeal(p->pCipher, aad, sizeof(aad), aPlain, n, aOut, aOut+n);
+  rc = tdeSeal(p, aad, sizeof(aad), aPlain, n, aOut, aOut+n);
   if( rc ){
     tdeLog(TDE_LOG_ERROR, "%s: sealing page %u failed: %s", tdeFileName(p), pgno, tde_last_error());
     return SQLITE_IOERR_WRITE;
@@ -166,7 +167,7 @@ int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, 
   int rc;
   tdePageAad(p->dbid, pgno, pgsz, aad);
   memcpy(trailer, aIn+n, TDE_TRAILER_SIZE);
-  rc = tdePageOpen(p->pCipher, aad, sizeof(aad), aIn, n, trailer, aOut);
+  rc = tdeOpen(p, aad, sizeof(aad), aIn, n, trailer, aOut);
   memset(aOut+n, 0, TDE_TRAILER_SIZE);
   if( rc ){
     tdeWipe(aOut, pgsz);
@@ -205,37 +206,38 @@ int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort){
 
 /* ---- keys of the main database ----------------------------------------- */
 
+/* Audit a key operation on this database (never key bytes). */
+void tdeAuditKeys(TdeDbKeys *k, const char *zDbPath, const char *zOp, int trc){
+  TdeAuditRec r;
+  tdeAuditInit(&r, zOp);
+  r.bFailure = trc!=TDE_OK;
+  r.zDbPath = zDbPath;
+  r.aDbid = k->hdr.dbid;
+  r.zKeystore = k->pKs ? k->pKs->pMethods->zName : 0;
+  r.zKeyId = k->zMasterKey[0] ? k->zMasterKey : 0;
+  r.keyVersion = k->hdr.curVersion;
+  r.zDetail = trc ? tde_last_error() : 0;
+  tdeAudit(k->pCfg, &r);
+}
+
 static void tdeKeysFree(TdeDbKeys *k){
   if( !k ) return;
   if( k->bRetained ) tdeRegistryRelease(k->pKs);
-  tdeSecureFree(k->aDek, 32);
-  tdeSecureFree(k->aWalMac, 32);
+  tdeKeysFreeVersions(k);
   tdeWipe(&k->hdr, sizeof(k->hdr));
   sqlite3_free(k);
-}
-
-/* Derive the keys every handle of this database needs from the DEK. */
-static int tdeKeysDerive(TdeDbKeys *k){
-  static const char zInfo[] = "sqlite-tde v1 wal mac";
-  uint8_t info[sizeof(zInfo)-1 + TDE_DBID_BYTES];
-  memcpy(info, zInfo, sizeof(zInfo)-1);
-  memcpy(info+sizeof(zInfo)-1, k->hdr.dbid, TDE_DBID_BYTES);
-  return tdeHkdf(k->aDek, 32, NULL, 0, info, sizeof(info), k->aWalMac, 32);
 }
 
 static TdeDbKeys *tdeKeysAlloc(void){
   TdeDbKeys *k = sqlite3_malloc(sizeof(*k));
   if( !k ) return 0;
   memset(k, 0, sizeof(*k));
-  k->aDek = tdeSecureAlloc(32);
-  k->aWalMac = tdeSecureAlloc(32);
-  if( !k->aDek || !k->aWalMac ){ tdeKeysFree(k); return 0; }
   return k;
 }
 
 /* Which master key (of the header entries for the current version) the
 ** keystore holds: recorded for status. */
-static void tdeKeysNoteMasterKey(TdeDbKeys *k){
+void tdeKeysNoteMasterKey(TdeDbKeys *k){
   k->zMasterKey[0] = 0;
   for(int i=0; i<k->hdr.nEntry; i++){
     TdeWrapEntry *e = &k->hdr.aEntry[i];
@@ -294,17 +296,21 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
   trc = tdeHeaderPick(aRegion, (size_t)nRead, &k->hdr, &k->iSlot);
   if( trc ){ rc = tdeSqliteRc(trc); goto done; }
   trc = tdeConfigLocate(zUriCfg, k->zConfig, sizeof(k->zConfig));
-  if( trc==TDE_OK ) trc = tdeRegistryAcquire(k->zConfig, NULL, &k->pKs, NULL);
-  if( trc==TDE_OK ) trc = tdeKeyringUnlock(k->pKs, &k->hdr, k->hdr.curVersion, k->aDek);
+  if( trc==TDE_OK ) trc = tdeRegistryAcquire(k->zConfig, NULL, &k->pKs, &k->pCfg);
+  if( trc==TDE_OK ){
+    trc = tdeKeysUnlockAll(k);
+    if( trc==TDE_OK ) tdeKeysNoteMasterKey(k);
+    tdeAuditKeys(k, p->zName, "dek_unwrap", trc);
+  }
   if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
   if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + k->iSlot*TDE_SLOT_SIZE, macKey);
-  if( trc==TDE_OK ) trc = tdeKeysDerive(k);
   tdeWipe(macKey, sizeof(macKey));
   if( trc ){
     rc = trc==TDE_AUTH ? SQLITE_NOTADB : tdeSqliteRc(trc);
     goto done;
   }
   tdeKeysNoteMasterKey(k);
+  tdeKeysCheckStale(k);
   {
     /* The other slot should hold the same or an older valid header; say so
     ** when it does not (the database still opens from the good slot). */
@@ -348,14 +354,20 @@ static int tdeMainCreate(TdeFile *p){
   if( !aRegion || !k ){ rc = SQLITE_NOMEM; goto done; }
   memset(aRegion, 0, TDE_HEADER_BYTES);
   trc = tdeConfigLocate(zUriCfg, k->zConfig, sizeof(k->zConfig));
-  if( trc==TDE_OK ) trc = tdeRegistryAcquire(k->zConfig, NULL, &k->pKs, NULL);
-  if( trc==TDE_OK ) trc = tdeKeyringCreate(k->pKs, &k->hdr, k->aDek);
+  if( trc==TDE_OK ) trc = tdeRegistryAcquire(k->zConfig, NULL, &k->pKs, &k->pCfg);
+  if( trc==TDE_OK ){
+    uint8_t *aDek = tdeSecureAlloc(32);
+    trc = aDek ? tdeKeyringCreate(k->pKs, &k->hdr, aDek) : TDE_NOMEM;
+    if( trc==TDE_OK ) trc = tdeKeysAddVersion(k, k->hdr.curVersion, aDek);
+    tdeSecureFree(aDek, 32);
+    if( trc==TDE_OK ) tdeKeysNoteMasterKey(k);
+    tdeAuditKeys(k, p->zName, "dek_create", trc);
+  }
   if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
   if( trc==TDE_OK ) trc = tdeHeaderEncode(&k->hdr, macKey, aRegion);
   /* Both slots start with the same header, so one damaged slot (a bad
   ** sector) does not make the database unopenable. */
   if( trc==TDE_OK ) memcpy(aRegion + TDE_SLOT_SIZE, aRegion, TDE_SLOT_SIZE);
-  if( trc==TDE_OK ) trc = tdeKeysDerive(k);
   tdeWipe(macKey, sizeof(macKey));
   if( trc ){ rc = tdeSqliteRc(trc); goto done; }
   rc = p->pReal->pMethods->xWrite(p->pReal, aRegion, TDE_HEADER_BYTES, 0);
@@ -534,6 +546,12 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
         return SQLITE_IOERR_SHORT_READ;
       }
       rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, p->pgsz ? "database" : 0);
+      if( rc==SQLITE_IOERR_AUTH && p->pgsz==(uint32_t)iAmt
+       && tdeRekeyLookup(p, pgno, (uint32_t)iAmt, zBuf)==SQLITE_OK ){
+        /* Torn by an interrupted rekey: its old copy is in the journal. */
+        p->nAuthFail--;
+        return SQLITE_OK;
+      }
       if( rc==SQLITE_IOERR_AUTH && p->pgsz==0 ){
         /* We did not know the page size: SQLite may be asking with the
         ** wrong one (it reads page 1 with its default size after a hot
@@ -659,8 +677,7 @@ static int tdeClose(sqlite3_file *pFile){
     int rc2 = p->pReal->pMethods->xClose(p->pReal);
     if( rc==SQLITE_OK ) rc = rc2;
   }
-  tdePageCipherFree(p->pCipher);
-  p->pCipher = 0;
+  tdeCiphersFree(p);
   tdeKeysFree(p->pKeys);
   p->pKeys = 0;
   if( p->aBuf ){
@@ -746,7 +763,14 @@ static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
 }
 
 static int tdeLock(sqlite3_file *pFile, int eLock){
-  return REALFILE(pFile)->pMethods->xLock(REALFILE(pFile), eLock);
+  TdeFile *p = (TdeFile*)pFile;
+  int rc = p->pReal->pMethods->xLock(p->pReal, eLock);
+  /* A write transaction starts: seal with the newest data key (another
+  ** process may have begun a rekey). */
+  if( rc==SQLITE_OK && eLock>=SQLITE_LOCK_RESERVED && p->eKind==TDE_KIND_MAIN ){
+    tdeMainRefreshIfChanged(p);
+  }
+  return rc;
 }
 static int tdeUnlock(sqlite3_file *pFile, int eLock){
   return REALFILE(pFile)->pMethods->xUnlock(REALFILE(pFile), eLock);
@@ -819,7 +843,14 @@ static int tdeShmMap(sqlite3_file *pFile, int iPg, int pgsz, int bExtend, void v
   return rc;
 }
 static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
-  return REALFILE(pFile)->pMethods->xShmLock(REALFILE(pFile), offset, n, flags);
+  TdeFile *p = (TdeFile*)pFile;
+  int rc = p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
+  /* WAL writer (slot 0) or checkpointer (slot 1) lock taken: as above. */
+  if( rc==SQLITE_OK && offset<=1 && (flags & SQLITE_SHM_LOCK) && (flags & SQLITE_SHM_EXCLUSIVE)
+   && p->eKind==TDE_KIND_MAIN ){
+    tdeMainRefreshIfChanged(p);
+  }
+  return rc;
 }
 static void tdeShmBarrier(sqlite3_file *pFile){
   REALFILE(pFile)->pMethods->xShmBarrier(REALFILE(pFile));
@@ -865,12 +896,15 @@ static int tdeOpenDependent(TdeFile *p, const char *zName){
     tdeLog(TDE_LOG_ERROR, "%s: database has no keys yet", zName);
     return SQLITE_CANTOPEN;
   }
+  p->pMain = pMain;
+  if( p->eKind==TDE_KIND_JOURNAL && (p->openFlags & SQLITE_OPEN_READWRITE) ){
+    /* A journal is opened for writing inside a write transaction: the
+    ** moment to re-wrap a header left behind by a master-key rotation. */
+    rc = tdeMainRewrapIfStale(pMain);
+    if( rc ) return rc;
+  }
   rc = tdeInstallKeys(p, pMain->pKeys);
   if( rc ) return rc;
-  if( p->eKind==TDE_KIND_WAL ){
-    p->wal.aCk = 0;
-    rc = tdeWalInitKeys(p, pMain->pKeys->aWalMac);
-  }
   return rc;
 }
 
@@ -946,8 +980,8 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   if( rc ){
     p->pReal->pMethods->xClose(p->pReal);
     tdeWalFree(p);
-    tdePageCipherFree(p->pCipher);
-    p->pCipher = 0;
+    tdeJournalFree(p);
+    tdeCiphersFree(p);
     tdeKeysFree(p->pKeys);
     p->pKeys = 0;
     /* Leave no trace of a database we could not key. */

@@ -29,16 +29,30 @@
 #define TDE_BLOCK_MAX     4096
 #define TDE_MAX_PAGE     65536
 
+/* One data-key version and the WAL MAC key derived from it. */
+#define TDE_MAX_VERSIONS 4
+typedef struct TdeDekVer {
+  uint32_t version;
+  uint8_t *aDek;              /* 32 bytes, secure memory */
+  uint8_t *aWalMac;           /* 32 bytes, secure memory */
+} TdeDekVer;
+
 /* Keys and header state of one open main database file. */
 typedef struct TdeDbKeys {
   TdeHeader hdr;              /* header in force */
   int iSlot;                  /* slot it was read from (0/1) */
-  uint8_t *aDek;              /* 32 bytes, secure memory: current data key */
-  uint8_t *aWalMac;           /* 32 bytes, secure memory: WAL MAC key */
+  TdeDekVer aVer[TDE_MAX_VERSIONS];   /* data keys this process holds */
+  int nVer;
+  uint8_t *aDek;              /* alias: data key of hdr.curVersion */
+  uint8_t *aWalMac;           /* alias: its WAL MAC key */
   TdeKeystore *pKs;           /* registry-owned; retained while we hold it */
   int bRetained;
+  const TdeConfig *pCfg;      /* registry-owned parsed configuration (audit) */
   char zConfig[PATH_MAX];     /* configuration file in use */
   char zMasterKey[TDE_KEYID_MAX + 1];   /* master key that unwrapped the DEK */
+  uint32_t iRekeyCursor;      /* next page the rekey looks at (1 = start) */
+  int bStaleWrap;             /* keystore's current master key wraps nothing here:
+                              ** re-wrap at the next write transaction */
 } TdeDbKeys;
 
 typedef struct TdeWal {
@@ -53,7 +67,6 @@ typedef struct TdeWal {
   uint8_t aRunSalt[8];
   struct TdeWalCk { uint8_t mac[8]; uint32_t ck[2]; uint8_t bValid; } *aCk;
   uint32_t nCk;               /* entries allocated in aCk */
-  uint8_t *aMacKey;           /* 32 bytes, secure memory: frame/header MAC key */
 } TdeWal;
 
 typedef struct TdeFile TdeFile;
@@ -66,6 +79,7 @@ struct TdeFile {
   TdeDbKeys *pKeys;           /* main only: owned; NULL until loaded */
   int bReadOnly;
   TdePageCipher *pCipher;     /* this handle's own sealing session */
+  TdePageCipher *apVer[TDE_MAX_VERSIONS];  /* opening pages of other versions */
   uint8_t dbid[TDE_DBID_BYTES];   /* binds pages/blocks to the database */
   uint32_t pgsz;              /* main: page size last seen, 0 if unknown */
   uint32_t nBlock;            /* block files: plaintext bytes per block */
@@ -73,6 +87,7 @@ struct TdeFile {
   int nJDirty, nJDirtyAlloc;
   uint8_t *aBuf;              /* scratch: TDE_MAX_PAGE + 2 blocks */
   TdeWal wal;                 /* WAL only */
+  TdeFile *pMain;             /* WAL, journal: their main file (closed after them) */
   sqlite3_int64 nAuthFail;    /* pages/frames that failed authentication */
   void volatile *pShm0;       /* main: SQLite's WAL index region 0, if mapped */
 };
@@ -111,8 +126,23 @@ int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn);
 int tdeMainCheckHeader(TdeFile *p, int *piBad);
 int tdeMainDiscoverPgsz(TdeFile *p);
 
+/* dek.c: data keys by version, cipher choice, header refresh. */
+const TdeDekVer *tdeKeysFind(const TdeDbKeys *k, uint32_t version);
+int tdeKeysAddVersion(TdeDbKeys *k, uint32_t version, const uint8_t *aDek);
+int tdeKeysUnlockAll(TdeDbKeys *k);
+void tdeKeysFreeVersions(TdeDbKeys *k);
+void tdeKeysAlias(TdeDbKeys *k);
+TdePageCipher *tdeCipherForSeal(TdeFile *p);
+TdePageCipher *tdeCipherForOpen(TdeFile *p, uint32_t version);
+void tdeCiphersFree(TdeFile *p);
+int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size_t n,
+            uint8_t *ct, uint8_t *trailer);
+int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size_t n,
+            const uint8_t *trailer, uint8_t *pt);
+int tdeMainRefresh(TdeFile *pMain);
+int tdeMainRefreshIfChanged(TdeFile *pMain);
+
 /* WAL (wal.c) */
-int tdeWalInitKeys(TdeFile *p, const uint8_t *aMacKey);
 int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeWalFlush(TdeFile *p);
@@ -136,6 +166,29 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeBlockTruncate(TdeFile *p, sqlite3_int64 size);
 int tdeBlockFileSize(TdeFile *p, sqlite3_int64 *pSize);
+
+/* keyops.c: header updates (caller holds SQLite's write lock). */
+typedef int (*TdeHeaderEdit)(TdeFile *pMain, TdeHeader *pNew, void *pArg);
+int tdeMainHeaderUpdate(TdeFile *pMain, TdeHeaderEdit xEdit, void *pArg);
+int tdeEditRewrap(TdeFile *pMain, TdeHeader *pNew, void *pArg);
+int tdeMainMigrate(TdeFile *pMain, TdeKeystore *pNew, const TdeConfig *pNewCfg, int bDropOthers);
+/* Re-wrap under the keystore's current master key if the header is stale
+** (called at the start of a write transaction). */
+int tdeMainRewrapIfStale(TdeFile *pMain);
+void tdeKeysCheckStale(TdeDbKeys *k);
+void tdeKeysNoteMasterKey(TdeDbKeys *k);
+void tdeAuditKeys(TdeDbKeys *k, const char *zDbPath, const char *zOp, int trc);
+
+/* rekey.c: re-encrypt every page under a new data-key version. */
+int tdeRekeyInProgress(const TdeDbKeys *k);
+int tdeMainRekeyBegin(TdeFile *pMain);
+int tdeMainRekeyStep(TdeFile *pMain, int nMax, sqlite3_int64 *pnRewritten,
+                     sqlite3_int64 *pnPages, int *pbClean);
+int tdeMainRekeyFinish(TdeFile *pMain);
+int tdeRekeyRecover(TdeFile *pMain);
+int tdeRekeyLookup(TdeFile *pMain, uint32_t pgno, uint32_t pgsz, uint8_t *aOut);
+int tdeMainCountVersions(TdeFile *pMain, uint32_t *aVersion, sqlite3_int64 *anPages, int nMax,
+                         int *pnFound);
 
 /* status.c: per-connection SQL objects; PRAGMA text. */
 int tdeStatusRegister(sqlite3 *db);

@@ -34,17 +34,18 @@
 
 static const char *walName(TdeFile *p){ return p->zName ? p->zName : "(wal)"; }
 
-int tdeWalInitKeys(TdeFile *p, const uint8_t *aMacKey){
-  p->wal.aMacKey = tdeSecureAlloc(32);
-  if( !p->wal.aMacKey ) return SQLITE_NOMEM;
-  memcpy(p->wal.aMacKey, aMacKey, 32);
-  return SQLITE_OK;
+/* WAL MAC key of data-key version v (read the header again if this
+** process does not know v yet).  NULL if unknown. */
+static const uint8_t *walKey(TdeFile *p, uint32_t v){
+  const TdeDekVer *d;
+  if( !p->pMain || !p->pMain->pKeys ) return 0;
+  d = tdeKeysFind(p->pMain->pKeys, v);
+  if( !d && tdeMainRefresh(p->pMain)==SQLITE_OK ) d = tdeKeysFind(p->pMain->pKeys, v);
+  return d ? d->aWalMac : 0;
 }
 
 void tdeWalFree(TdeFile *p){
   if( p->eKind!=TDE_KIND_WAL ) return;
-  tdeSecureFree(p->wal.aMacKey, 32);
-  p->wal.aMacKey = 0;
   sqlite3_free(p->wal.aCk);
   p->wal.aCk = 0;
   p->wal.nCk = 0;
@@ -72,13 +73,16 @@ static void walChecksum(int bBig, const uint8_t *a, int n, const uint32_t *aIn, 
 
 static int walBigEndian(TdeFile *p){ return p->wal.aHdr[3] & 1; }
 
-/* MAC of the WAL header's first 24 bytes. */
-static int walHdrMac(TdeFile *p, const uint8_t *aHdr, uint8_t mac[MAC_BYTES]){
+/* MAC of the WAL header's first 24 bytes under WAL MAC key aKey (the
+** current data-key version's when written; readers try each they hold). */
+static int walHdrMac(const uint8_t *aKey, const uint8_t *aHdr, uint8_t mac[MAC_BYTES]){
   static const uint8_t zTag[4] = { 'W', '1', 'H', 0 };
   uint8_t full[32];
   const uint8_t *ap[2] = { zTag, aHdr };
   const size_t an[2] = { sizeof(zTag), 24 };
-  int rc = tdeHmacSha256(p->wal.aMacKey, 32, ap, an, 2, full);
+  int rc;
+  if( !aKey ) return SQLITE_IOERR;
+  rc = tdeHmacSha256(aKey, 32, ap, an, 2, full);
   memcpy(mac, full, MAC_BYTES);
   tdeWipe(full, sizeof(full));
   return rc ? SQLITE_IOERR : SQLITE_OK;
@@ -92,9 +96,11 @@ static int walFrameMac(TdeFile *p, uint32_t idx, const uint8_t *aHdr16,
   uint8_t full[32];
   const uint8_t *ap[3] = { pre, aHdr16, aTrailer };
   const size_t an[3] = { sizeof(pre), 16, TDE_TRAILER_SIZE };
+  const uint8_t *aKey = walKey(p, tdeTrailerVersion(aTrailer));   /* the page's version */
   int rc;
+  if( !aKey ){ memset(mac, 0, MAC_BYTES); return SQLITE_OK; }   /* cannot verify: mismatch */
   tdePut32(pre+4, idx);
-  rc = tdeHmacSha256(p->wal.aMacKey, 32, ap, an, 3, full);
+  rc = tdeHmacSha256(aKey, 32, ap, an, 3, full);
   memcpy(mac, full, MAC_BYTES);
   tdeWipe(full, sizeof(full));
   return rc ? SQLITE_IOERR : SQLITE_OK;
@@ -137,9 +143,24 @@ static int walLoadHeader(TdeFile *p, uint8_t *aOut, int *pState){
   rc = tdeRealRead(p, aOut, WAL_HDR, 0, &bShort);
   if( rc ) return rc;
   if( bShort ){ *pState = FRAME_SHORT; return SQLITE_OK; }
-  rc = walHdrMac(p, aOut, mac);
-  if( rc ) return rc;
-  if( !tdeCtEqual(mac, aOut+24, MAC_BYTES) ){ *pState = FRAME_BAD; return SQLITE_OK; }
+  {
+    /* Written under the then-current data-key version: try each held. */
+    const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
+    int bOk = 0;
+    for(int i=0; k && i<k->nVer && !bOk; i++){
+      rc = walHdrMac(k->aVer[i].aWalMac, aOut, mac);
+      if( rc ) return rc;
+      bOk = tdeCtEqual(mac, aOut+24, MAC_BYTES);
+    }
+    if( !bOk && p->pMain && tdeMainRefresh(p->pMain)==SQLITE_OK ){
+      for(int i=0; k && i<k->nVer && !bOk; i++){
+        rc = walHdrMac(k->aVer[i].aWalMac, aOut, mac);
+        if( rc ) return rc;
+        bOk = tdeCtEqual(mac, aOut+24, MAC_BYTES);
+      }
+    }
+    if( !bOk ){ *pState = FRAME_BAD; return SQLITE_OK; }
+  }
   walChecksum(aOut[3] & 1, aOut, 24, 0, ck);
   tdePut32(aOut+24, ck[0]);
   tdePut32(aOut+28, ck[1]);
@@ -488,12 +509,18 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
 
   rc = tdeScratch(p);
   if( rc ) return rc;
+  /* WAL writes happen inside a write transaction: re-wrap a header left
+  ** behind by a master-key rotation (a flag test when nothing is due). */
+  if( p->pMain ){
+    rc = tdeMainRewrapIfStale(p->pMain);
+    if( rc ) return rc;
+  }
   if( iOfst==0 && iAmt==WAL_HDR ){
     uint8_t aHdr[WAL_HDR];
     rc = tdeWalFlush(p);
     if( rc ) return rc;
     memcpy(aHdr, z, 24);
-    rc = walHdrMac(p, aHdr, aHdr+24);
+    rc = walHdrMac(p->pMain && p->pMain->pKeys ? p->pMain->pKeys->aWalMac : 0, aHdr, aHdr+24);
     if( rc ) return rc;
     memset(aHdr+24+MAC_BYTES, 0, WAL_HDR-24-MAC_BYTES);
     rc = p->pReal->pMethods->xWrite(p->pReal, aHdr, WAL_HDR, 0);

@@ -1,0 +1,229 @@
+/*
+** Data keys of an open database, by version, and the choice of cipher for
+** a page, block or frame.  A database normally has one data-key version;
+** during a rekey it has two (pages carry the version that sealed them in
+** their trailer), so every handle opens pages with the version the trailer
+** names and seals with the header's current version.
+**
+** When a trailer names a version this process does not know, or at the
+** start of a write transaction (a lock taken), the header is read again:
+** another process may have started or finished a rekey.
+**
+** Key bytes live only in secure memory; nothing here writes a file.
+*/
+#include "vfs/vfs_int.h"
+#include "keystore/keystore.h"
+
+const TdeDekVer *tdeKeysFind(const TdeDbKeys *k, uint32_t version){
+  for(int i=0; i<k->nVer; i++){
+    if( k->aVer[i].version==version ) return &k->aVer[i];
+  }
+  return 0;
+}
+
+static void dekFree(TdeDekVer *d){
+  tdeSecureFree(d->aDek, 32);
+  tdeSecureFree(d->aWalMac, 32);
+  d->aDek = d->aWalMac = 0;
+  d->version = 0;
+}
+
+void tdeKeysFreeVersions(TdeDbKeys *k){
+  for(int i=0; i<k->nVer; i++) dekFree(&k->aVer[i]);
+  k->nVer = 0;
+  k->aDek = k->aWalMac = 0;
+}
+
+/* Point the current-version aliases at the header's current version. */
+void tdeKeysAlias(TdeDbKeys *k){
+  const TdeDekVer *d = tdeKeysFind(k, k->hdr.curVersion);
+  k->aDek = d ? d->aDek : 0;
+  k->aWalMac = d ? d->aWalMac : 0;
+}
+
+/* Add (a copy of) data key `version`, with the WAL MAC key derived from it. */
+int tdeKeysAddVersion(TdeDbKeys *k, uint32_t version, const uint8_t *aDek){
+  static const char zInfo[] = "sqlite-tde v1 wal mac";
+  uint8_t info[sizeof(zInfo)-1 + TDE_DBID_BYTES];
+  TdeDekVer *d;
+  int trc;
+  if( tdeKeysFind(k, version) ){ tdeKeysAlias(k); return TDE_OK; }
+  if( k->nVer>=TDE_MAX_VERSIONS ) return tdeErr(TDE_RANGE, "too many data-key versions");
+  d = &k->aVer[k->nVer];
+  d->aDek = tdeSecureAlloc(32);
+  d->aWalMac = tdeSecureAlloc(32);
+  if( !d->aDek || !d->aWalMac ){ dekFree(d); return TDE_NOMEM; }
+  memcpy(d->aDek, aDek, 32);
+  memcpy(info, zInfo, sizeof(zInfo)-1);
+  memcpy(info+sizeof(zInfo)-1, k->hdr.dbid, TDE_DBID_BYTES);
+  trc = tdeHkdf(d->aDek, 32, NULL, 0, info, sizeof(info), d->aWalMac, 32);
+  if( trc ){ dekFree(d); return trc; }
+  d->version = version;
+  k->nVer++;
+  tdeKeysAlias(k);
+  return TDE_OK;
+}
+
+/* Unwrap every data-key version the header lists and this process does
+** not hold yet.  The current version must unwrap; an older one that does
+** not is logged (its pages will fail to open). */
+int tdeKeysUnlockAll(TdeDbKeys *k){
+  uint8_t *aDek = tdeSecureAlloc(32);
+  int trc = TDE_OK;
+  if( !aDek ) return TDE_NOMEM;
+  for(int i=0; i<k->hdr.nEntry && trc==TDE_OK; i++){
+    uint32_t v = k->hdr.aEntry[i].version;
+    int rc;
+    if( tdeKeysFind(k, v) ) continue;
+    rc = tdeKeyringUnlock(k->pKs, &k->hdr, v, aDek);
+    if( rc==TDE_OK ){
+      trc = tdeKeysAddVersion(k, v, aDek);
+    }else if( v==k->hdr.curVersion ){
+      trc = rc;
+    }else{
+      tdeLog(TDE_LOG_WARNING, "data-key version %u cannot be unwrapped: %s", v, tde_last_error());
+    }
+  }
+  if( trc==TDE_OK && !tdeKeysFind(k, k->hdr.curVersion) ){
+    trc = tdeErr(TDE_NOKEY, "the header lists no wrapping of the current data-key version %u",
+                 k->hdr.curVersion);
+  }
+  tdeSecureFree(aDek, 32);
+  tdeKeysAlias(k);
+  return trc;
+}
+
+/* The keys a handle uses: its own (main) or its database's. */
+static TdeDbKeys *fileKeys(TdeFile *p){
+  if( p->eKind==TDE_KIND_MAIN ) return p->pKeys;
+  if( p->pMain ) return p->pMain->pKeys;
+  return 0;
+}
+
+TdePageCipher *tdeCipherForSeal(TdeFile *p){
+  TdeDbKeys *k = fileKeys(p);
+  if( k && k->aDek && p->pCipher && tdePageCipherVersion(p->pCipher)!=k->hdr.curVersion ){
+    TdePageCipher *pNew = 0;
+    if( tdePageCipherNew(k->aDek, k->hdr.curVersion, &pNew)==TDE_OK ){
+      tdePageCipherFree(p->pCipher);
+      p->pCipher = pNew;
+    }
+  }
+  return p->pCipher;
+}
+
+TdePageCipher *tdeCipherForOpen(TdeFile *p, uint32_t version){
+  TdeDbKeys *k;
+  const TdeDekVer *d;
+  int iSlot = -1;
+  if( p->pCipher && tdePageCipherVersion(p->pCipher)==version ) return p->pCipher;
+  for(int i=0; i<TDE_MAX_VERSIONS; i++){
+    if( p->apVer[i] && tdePageCipherVersion(p->apVer[i])==version ) return p->apVer[i];
+    if( !p->apVer[i] && iSlot<0 ) iSlot = i;
+  }
+  k = fileKeys(p);
+  if( !k ) return 0;
+  d = tdeKeysFind(k, version);
+  if( !d ){
+    /* Another process may have started a rekey: read the header again. */
+    TdeFile *pMain = p->eKind==TDE_KIND_MAIN ? p : p->pMain;
+    if( pMain && tdeMainRefresh(pMain)==SQLITE_OK ) d = tdeKeysFind(k, version);
+    if( !d ) return 0;
+  }
+  if( iSlot<0 ){
+    tdePageCipherFree(p->apVer[0]);
+    p->apVer[0] = 0;
+    iSlot = 0;
+  }
+  if( tdePageCipherNew(d->aDek, version, &p->apVer[iSlot])!=TDE_OK ) return 0;
+  return p->apVer[iSlot];
+}
+
+void tdeCiphersFree(TdeFile *p){
+  tdePageCipherFree(p->pCipher);
+  p->pCipher = 0;
+  for(int i=0; i<TDE_MAX_VERSIONS; i++){
+    tdePageCipherFree(p->apVer[i]);
+    p->apVer[i] = 0;
+  }
+}
+
+/* Seal / open with the version-appropriate cipher. */
+int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size_t n,
+            uint8_t *ct, uint8_t *trailer){
+  TdePageCipher *c = tdeCipherForSeal(p);
+  if( !c ) return TDE_NOKEY;
+  return tdePageSeal(c, aad, nAad, pt, n, ct, trailer);
+}
+
+int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size_t n,
+            const uint8_t *trailer, uint8_t *pt){
+  TdePageCipher *c = tdeCipherForOpen(p, tdeTrailerVersion(trailer));
+  if( !c ){
+    memset(pt, 0, n);
+    return TDE_NOKEY;
+  }
+  return tdePageOpen(c, aad, nAad, ct, n, trailer, pt);
+}
+
+/*
+** Read the header again if another process changed it (a rotation,
+** migration or rekey).  Cheap when nothing changed: two 8-byte reads of
+** the slots' sequence numbers.
+*/
+int tdeMainRefreshIfChanged(TdeFile *p){
+  uint8_t a[8], b[8];
+  int bShortA = 1, bShortB = 1;
+  if( !p->pKeys ) return SQLITE_OK;
+  if( tdeRealRead(p, a, 8, 12, &bShortA) || tdeRealRead(p, b, 8, TDE_SLOT_SIZE+12, &bShortB) ){
+    return SQLITE_OK;     /* the refresh is an optimisation of freshness, not required here */
+  }
+  if( (!bShortA && tdeGet64(a)>p->pKeys->hdr.seq) || (!bShortB && tdeGet64(b)>p->pKeys->hdr.seq) ){
+    return tdeMainRefresh(p);
+  }
+  return SQLITE_OK;
+}
+
+int tdeMainRefresh(TdeFile *p){
+  TdeDbKeys *k = p->pKeys;
+  uint8_t *aRegion;
+  TdeHeader *pHdr;
+  uint8_t macKey[32];
+  int iSlot = 0, bShort, rc = SQLITE_OK, trc;
+  if( !k ) return SQLITE_OK;
+  aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  pHdr = sqlite3_malloc(sizeof(*pHdr));
+  if( !aRegion || !pHdr ){ rc = SQLITE_NOMEM; goto done; }
+  rc = tdeRealRead(p, aRegion, TDE_HEADER_BYTES, 0, &bShort);
+  if( rc ) goto done;
+  trc = tdeHeaderPick(aRegion, TDE_HEADER_BYTES, pHdr, &iSlot);
+  if( trc==TDE_OK && memcmp(pHdr->dbid, k->hdr.dbid, TDE_DBID_BYTES)!=0 ){
+    trc = tdeErr(TDE_FORMAT, "the header names another database");
+  }
+  if( trc==TDE_OK && pHdr->seq==k->hdr.seq ) goto done;      /* unchanged */
+  if( trc==TDE_OK ){
+    TdeHeader save = k->hdr;
+    k->hdr = *pHdr;
+    trc = tdeKeysUnlockAll(k);
+    if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
+    if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + iSlot*TDE_SLOT_SIZE, macKey);
+    if( trc ){
+      k->hdr = save;
+      tdeKeysUnlockAll(k);
+    }else{
+      k->iSlot = iSlot;
+      tdeKeysNoteMasterKey(k);
+      tdeKeysCheckStale(k);
+    }
+    tdeWipe(&save, sizeof(save));
+  }
+  if( trc ){
+    tdeLog(TDE_LOG_ERROR, "%s: re-reading the header failed: %s", p->zName ? p->zName : "", tde_last_error());
+    rc = tdeSqliteRc(trc);
+  }
+done:
+  tdeWipe(macKey, sizeof(macKey));
+  if( pHdr ){ tdeWipe(pHdr, sizeof(*pHdr)); sqlite3_free(pHdr); }
+  sqlite3_free(aRegion);
+  return rc;
+}

@@ -1,0 +1,225 @@
+/*
+** Key operations on an open database that rewrite only its header:
+** master-key rotation (re-wrap the data key under the keystore's current
+** master key) and keystore migration (add, later keep only, wrappings by
+** another keystore).  The data key never changes here, so pages, WAL
+** frames and other connections are unaffected; the header is O(1) in the
+** size of the database.
+**
+** Every update runs under SQLite's write lock (the caller's BEGIN
+** IMMEDIATE, or the write transaction that opened a journal or wrote a
+** WAL frame), which serialises header writers across processes.  The
+** update re-reads the header from disk (another process may have changed
+** it), writes the new header into the slot not in force, syncs, then
+** copies it into the other slot and syncs again (docs/FORMAT.md).
+*/
+#include "vfs/vfs_int.h"
+#include "keystore/keystore.h"
+#include "keys/audit.h"
+#include "config.h"
+
+/* Drop entries i for which xDrop says so. */
+static void keyringFilter(TdeHeader *h, int (*xDrop)(const TdeWrapEntry*, void*), void *pArg){
+  int j = 0;
+  for(int i=0; i<h->nEntry; i++){
+    if( !xDrop(&h->aEntry[i], pArg) ){
+      if( j!=i ) h->aEntry[j] = h->aEntry[i];
+      j++;
+    }
+  }
+  for(int i=j; i<h->nEntry; i++) tdeWipe(&h->aEntry[i], sizeof(h->aEntry[i]));
+  h->nEntry = j;
+}
+
+int tdeMainHeaderUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg){
+  TdeDbKeys *k = p->pKeys;
+  uint8_t *aRegion = 0;
+  TdeHeader *pCur = 0;
+  uint8_t macKey[32];
+  int iSlot = 0, bShort, rc = SQLITE_OK, trc;
+
+  if( !k ) return SQLITE_MISUSE;
+  if( p->bReadOnly ) return SQLITE_READONLY;
+  aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  pCur = sqlite3_malloc(sizeof(*pCur));
+  if( !aRegion || !pCur ){ rc = SQLITE_NOMEM; goto done; }
+  rc = tdeRealRead(p, aRegion, TDE_HEADER_BYTES, 0, &bShort);
+  if( rc ) goto done;
+  trc = tdeHeaderPick(aRegion, TDE_HEADER_BYTES, pCur, &iSlot);
+  if( trc==TDE_OK && memcmp(pCur->dbid, k->hdr.dbid, TDE_DBID_BYTES)!=0 ){
+    trc = tdeErr(TDE_FORMAT, "the header names another database");
+  }
+  if( trc==TDE_OK && pCur->curVersion!=k->hdr.curVersion ){
+    trc = tdeErr(TDE_UNSUPPORTED, "the data key changed under this connection (a rekey); reopen it");
+  }
+  if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
+  if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + iSlot*TDE_SLOT_SIZE, macKey);
+  if( trc ){ rc = tdeSqliteRc(trc); goto done; }
+  pCur->seq++;
+  rc = xEdit(p, pCur, pArg);
+  if( rc ) goto done;
+  /* The MAC is keyed by the new header's current data key (a rekey's
+  ** edit adds that version to k before returning). */
+  {
+    const TdeDekVer *d = tdeKeysFind(k, pCur->curVersion);
+    if( !d ){ rc = SQLITE_ERROR; goto done; }
+    trc = tdeHeaderMacKey(d->aDek, pCur->dbid, macKey);
+  }
+  if( trc==TDE_OK ) trc = tdeHeaderEncode(pCur, macKey, aRegion);
+  if( trc ){ rc = tdeSqliteRc(trc); goto done; }
+  /* New header into the slot not in force, durable, then into the other. */
+  rc = p->pReal->pMethods->xWrite(p->pReal, aRegion, TDE_SLOT_SIZE, (1-iSlot)*TDE_SLOT_SIZE);
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aRegion, TDE_SLOT_SIZE, iSlot*TDE_SLOT_SIZE);
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+  if( rc ) goto done;
+  k->hdr = *pCur;
+  k->iSlot = 1 - iSlot;
+  tdeKeysAlias(k);
+  tdeKeysNoteMasterKey(k);
+  tdeKeysCheckStale(k);
+
+done:
+  tdeWipe(macKey, sizeof(macKey));
+  if( pCur ){ tdeWipe(pCur, sizeof(*pCur)); sqlite3_free(pCur); }
+  sqlite3_free(aRegion);
+  return rc;
+}
+
+/* ---- rotation ----------------------------------------------------------- */
+
+typedef struct RewrapCtx {
+  uint8_t ksType;
+  const char *zKeep;         /* master key id to keep */
+} RewrapCtx;
+
+static int dropOtherSameKeystore(const TdeWrapEntry *e, void *pArg){
+  RewrapCtx *c = pArg;
+  return e->ksType==c->ksType && strcmp(e->zKeyId, c->zKeep)!=0;
+}
+
+/*
+** Re-wrap the current data key under the keystore's current master key and
+** drop the wrappings by this keystore's other (older) master keys.
+** Wrappings by other keystores (a migration in progress) stay.
+*/
+int tdeEditRewrap(TdeFile *p, TdeHeader *h, void *pArg){
+  TdeDbKeys *k = p->pKeys;
+  char zCur[TDE_KEYID_MAX+1];
+  RewrapCtx c;
+  int trc;
+  TDE_UNUSED(pArg);
+  trc = k->pKs->pMethods->xCurrentKey(k->pKs, zCur, sizeof(zCur));
+  if( trc==TDE_OK ) trc = tdeKeyringAddWrap(k->pKs, h, h->curVersion, k->aDek, zCur);
+  if( trc ) return tdeSqliteRc(trc);
+  c.ksType = k->pKs->pMethods->typeId;
+  c.zKeep = zCur;
+  keyringFilter(h, dropOtherSameKeystore, &c);
+  return SQLITE_OK;
+}
+
+/* Does the keystore's current master key already wrap the current data
+** key?  If not, the next write transaction re-wraps it. */
+void tdeKeysCheckStale(TdeDbKeys *k){
+  char zCur[TDE_KEYID_MAX+1];
+  k->bStaleWrap = 0;
+  if( !k->pKs || k->pKs->pMethods->xCurrentKey(k->pKs, zCur, sizeof(zCur))!=TDE_OK ){
+    tdeErrClear();
+    return;
+  }
+  for(int i=0; i<k->hdr.nEntry; i++){
+    const TdeWrapEntry *e = &k->hdr.aEntry[i];
+    if( e->version==k->hdr.curVersion && e->ksType==k->pKs->pMethods->typeId
+     && strcmp(e->zKeyId, zCur)==0 ){
+      return;
+    }
+  }
+  k->bStaleWrap = 1;
+}
+
+int tdeMainRewrapIfStale(TdeFile *p){
+  char zOld[TDE_KEYID_MAX+1];
+  int rc;
+  if( !p->pKeys || !p->pKeys->bStaleWrap || p->bReadOnly ) return SQLITE_OK;
+  memcpy(zOld, p->pKeys->zMasterKey, sizeof(zOld));
+  rc = tdeMainHeaderUpdate(p, tdeEditRewrap, 0);
+  {
+    TdeAuditRec r;
+    tdeAuditInit(&r, "header_rewrap");
+    r.bFailure = rc!=SQLITE_OK;
+    r.zDbPath = p->zName;
+    r.aDbid = p->pKeys->hdr.dbid;
+    r.zKeystore = p->pKeys->pKs->pMethods->zName;
+    r.zKeyId = zOld[0] ? zOld : 0;
+    r.zNewKeyId = rc==SQLITE_OK ? p->pKeys->zMasterKey : 0;
+    r.keyVersion = p->pKeys->hdr.curVersion;
+    r.zDetail = rc==SQLITE_OK ? "re-wrapped at the first write after a master-key rotation" : tde_last_error();
+    tdeAudit(p->pKeys->pCfg, &r);
+  }
+  if( rc ){
+    /* Not fatal for the write: the old wrapping still works. */
+    tdeLog(TDE_LOG_WARNING, "%s: could not re-wrap the data key under the current master key "
+           "(SQLite error %d); will retry", p->zName ? p->zName : "", rc);
+    p->pKeys->bStaleWrap = 0;   /* do not retry on every write of this connection */
+    return SQLITE_OK;
+  }
+  return SQLITE_OK;
+}
+
+/* ---- keystore migration -------------------------------------------------- */
+
+typedef struct MigrateCtx {
+  TdeKeystore *pNew;
+  int bDropOthers;
+} MigrateCtx;
+
+static int dropNotInNew(const TdeWrapEntry *e, void *pArg){
+  MigrateCtx *c = pArg;
+  return !(e->ksType==c->pNew->pMethods->typeId && c->pNew->pMethods->xHasKey(c->pNew, e->zKeyId));
+}
+
+static int editMigrate(TdeFile *p, TdeHeader *h, void *pArg){
+  MigrateCtx *c = pArg;
+  char zCur[TDE_KEYID_MAX+1];
+  int trc = c->pNew->pMethods->xCurrentKey(c->pNew, zCur, sizeof(zCur));
+  if( trc==TDE_OK ) trc = tdeKeyringAddWrap(c->pNew, h, h->curVersion, p->pKeys->aDek, zCur);
+  if( trc ) return tdeSqliteRc(trc);
+  if( c->bDropOthers ) keyringFilter(h, dropNotInNew, c);
+  return SQLITE_OK;
+}
+
+/* Do two configurations write to the same audit log? */
+static int sameAuditLog(const TdeConfig *a, const TdeConfig *b){
+  char zA[PATH_MAX], zB[PATH_MAX];
+  if( !a || !b ) return 0;
+  if( tdeConfigPath(a, "audit_log", zA, sizeof(zA))!=TDE_OK ){ tdeErrClear(); return 0; }
+  if( tdeConfigPath(b, "audit_log", zB, sizeof(zB))!=TDE_OK ){ tdeErrClear(); return 0; }
+  return strcmp(zA, zB)==0;
+}
+
+int tdeMainMigrate(TdeFile *p, TdeKeystore *pNew, const TdeConfig *pNewCfg, int bDropOthers){
+  MigrateCtx c;
+  int rc;
+  c.pNew = pNew;
+  c.bDropOthers = bDropOthers;
+  rc = tdeMainHeaderUpdate(p, editMigrate, &c);
+  {
+    TdeAuditRec r;
+    char zCur[TDE_KEYID_MAX+1];
+    zCur[0] = 0;
+    if( pNew->pMethods->xCurrentKey(pNew, zCur, sizeof(zCur))!=TDE_OK ) zCur[0] = 0;
+    tdeAuditInit(&r, bDropOthers ? "keystore_drop" : "keystore_migrate");
+    r.bFailure = rc!=SQLITE_OK;
+    r.zDbPath = p->zName;
+    r.aDbid = p->pKeys->hdr.dbid;
+    r.zKeystore = pNew->pMethods->zName;
+    r.zKeyId = p->pKeys->zMasterKey[0] ? p->pKeys->zMasterKey : 0;
+    r.zNewKeyId = zCur[0] ? zCur : 0;
+    r.keyVersion = p->pKeys->hdr.curVersion;
+    r.zDetail = rc ? tde_last_error() : (bDropOthers ? "kept only the wrappings of the new keystore"
+                                                     : "added a wrapping under the new keystore");
+    tdeAudit(p->pKeys->pCfg, &r);
+    if( pNewCfg!=p->pKeys->pCfg && !sameAuditLog(pNewCfg, p->pKeys->pCfg) ) tdeAudit(pNewCfg, &r);
+  }
+  return rc;
+}

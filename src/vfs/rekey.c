@@ -1,0 +1,420 @@
+/*
+** Rekey: re-encrypt every page of a database under a new data-key version
+** (docs/FORMAT.md "Rekey").  Pages carry the version that sealed them, so
+** the database stays readable throughout and an interrupted rekey simply
+** continues where pages still carry the old version.
+**
+**   begin   (header update) a new random data key, version v+1, wrapped by
+**           the keystore's current master key, becomes current: every
+**           connection seals new pages with it from its next write
+**           transaction on;
+**   steps   under SQLite's write lock (and, in WAL mode, the checkpoint
+**           lock), up to N pages still under an old version are read,
+**           decrypted and sealed under v+1.  Crash safety: the old
+**           ciphertext of the batch goes to DB-tderekey first and is
+**           synced, then the pages are written and synced, then the
+**           journal is emptied.  A page torn by a crash in between fails
+**           authentication and is restored (or, until then, read) from the
+**           journal copy;
+**   finish  once no page of the file (and, in WAL mode, no frame: the
+**           caller checkpoints first) uses an old version, the old
+**           versions' wrappings are removed from the header.
+**
+** Must never: return a page that failed authentication; rewrite a page
+** without its old ciphertext being durable in the journal first.
+*/
+#include "vfs/vfs_int.h"
+#include "keystore/keystore.h"
+#include "keys/audit.h"
+
+#include <stdlib.h>
+
+#define RJ_MAGIC   "TDERKJ01"
+#define RJ_HDR     32      /* magic 8, dbid 16, page size 4, count 4 */
+#define RJ_SUM     32      /* SHA-256 over everything before it */
+
+int tdeRekeyInProgress(const TdeDbKeys *k){
+  for(int i=0; i<k->hdr.nEntry; i++){
+    if( k->hdr.aEntry[i].version!=k->hdr.curVersion ) return 1;
+  }
+  return 0;
+}
+
+/* ---- the rekey journal ------------------------------------------------- */
+
+typedef struct RekeyJournal {
+  sqlite3_file *pFd;
+  char *zPath;
+} RekeyJournal;
+
+static void rjClose(RekeyJournal *j){
+  if( j->pFd ){
+    if( j->pFd->pMethods ) j->pFd->pMethods->xClose(j->pFd);
+    sqlite3_free(j->pFd);
+  }
+  sqlite3_free(j->zPath);
+  j->pFd = 0;
+  j->zPath = 0;
+}
+
+/* Open DB-tderekey; bCreate 0: SQLITE_CANTOPEN if it does not exist. */
+static int rjOpen(TdeFile *p, int bCreate, RekeyJournal *j){
+  sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
+  int bExists = 0, rc, outFlags = 0;
+  memset(j, 0, sizeof(*j));
+  if( !p->zName ) return SQLITE_CANTOPEN;
+  j->zPath = sqlite3_mprintf("%s-tderekey", p->zName);
+  if( !j->zPath ) return SQLITE_NOMEM;
+  if( !bCreate ){
+    rc = pOrig->xAccess(pOrig, j->zPath, SQLITE_ACCESS_EXISTS, &bExists);
+    if( rc || !bExists ){ rjClose(j); return SQLITE_CANTOPEN; }
+  }
+  j->pFd = sqlite3_malloc(pOrig->szOsFile);
+  if( !j->pFd ){ rjClose(j); return SQLITE_NOMEM; }
+  memset(j->pFd, 0, (size_t)pOrig->szOsFile);
+  rc = pOrig->xOpen(pOrig, j->zPath, j->pFd,
+                    SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_MAIN_JOURNAL, &outFlags);
+  if( rc ){ rjClose(j); return rc; }
+  return SQLITE_OK;
+}
+
+/* Read and check the whole journal into *paBuf (sqlite3_malloc'd); 0
+** entries if empty or torn (a torn journal means the pages were not
+** written yet: nothing to restore). */
+static int rjLoad(TdeFile *p, RekeyJournal *j, uint8_t **paBuf, uint32_t *pnEntry, uint32_t *pPgsz){
+  sqlite3_int64 sz = 0;
+  uint8_t *a = 0, sum[32];
+  uint32_t n, pgsz;
+  int rc;
+  *paBuf = 0;
+  *pnEntry = 0;
+  rc = j->pFd->pMethods->xFileSize(j->pFd, &sz);
+  if( rc ) return rc;
+  if( sz < RJ_HDR + RJ_SUM || sz > (sqlite3_int64)1<<31 ) return SQLITE_OK;
+  a = sqlite3_malloc64((sqlite3_uint64)sz);
+  if( !a ) return SQLITE_NOMEM;
+  for(sqlite3_int64 off=0; rc==SQLITE_OK && off<sz; off+=65536){
+    int nPiece = (int)(sz-off < 65536 ? sz-off : 65536);
+    rc = j->pFd->pMethods->xRead(j->pFd, a+off, nPiece, off);
+  }
+  if( rc ){ sqlite3_free(a); return rc==SQLITE_IOERR_SHORT_READ ? SQLITE_OK : rc; }
+  n = tdeGet32(a+28);
+  pgsz = tdeGet32(a+24);
+  if( memcmp(a, RJ_MAGIC, 8)!=0 || memcmp(a+8, p->dbid, TDE_DBID_BYTES)!=0 || !tdeValidPgsz(pgsz)
+   || (sqlite3_int64)RJ_HDR + (sqlite3_int64)n*(4+pgsz) + RJ_SUM != sz
+   || tdeSha256(a, (size_t)sz - RJ_SUM, sum)!=TDE_OK || !tdeCtEqual(sum, a + sz - RJ_SUM, RJ_SUM) ){
+    sqlite3_free(a);
+    return SQLITE_OK;
+  }
+  *paBuf = a;
+  *pnEntry = n;
+  *pPgsz = pgsz;
+  return SQLITE_OK;
+}
+
+/*
+** Put back every page the journal holds whose copy in the database no
+** longer authenticates (torn by a crash in the middle of a batch), then
+** empty the journal.  Caller holds the write lock.
+*/
+int tdeRekeyRecover(TdeFile *p){
+  RekeyJournal j;
+  uint8_t *a = 0, *aPage = 0;
+  uint32_t n = 0, pgsz = 0, nRestored = 0;
+  int rc = rjOpen(p, 0, &j);
+  if( rc==SQLITE_CANTOPEN ) return SQLITE_OK;
+  if( rc ) return rc;
+  rc = rjLoad(p, &j, &a, &n, &pgsz);
+  if( rc==SQLITE_OK && n>0 ) aPage = sqlite3_malloc((int)pgsz);
+  if( rc==SQLITE_OK && n>0 && !aPage ) rc = SQLITE_NOMEM;
+  for(uint32_t i=0; rc==SQLITE_OK && i<n; i++){
+    const uint8_t *e = a + RJ_HDR + (size_t)i*(4+pgsz);
+    uint32_t pgno = tdeGet32(e);
+    int bShort = 0;
+    rc = tdeRealRead(p, aPage, (int)pgsz, TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz, &bShort);
+    if( rc ) break;
+    if( !bShort && tdeOpenPage(p, aPage, pgsz, pgno, 0)==SQLITE_OK ) continue;   /* intact */
+    if( bShort==0 ) p->nAuthFail--;
+    memcpy(aPage, e+4, pgsz);
+    if( tdeOpenPage(p, aPage, pgsz, pgno, 0)!=SQLITE_OK ){ p->nAuthFail--; continue; }
+    rc = p->pReal->pMethods->xWrite(p->pReal, e+4, (int)pgsz, TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz);
+    nRestored++;
+  }
+  if( rc==SQLITE_OK && nRestored ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+  if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
+  if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xSync(j.pFd, SQLITE_SYNC_NORMAL);
+  if( nRestored ){
+    tdeLog(TDE_LOG_WARNING, "%s: restored %u page(s) torn by an interrupted rekey", p->zName, nRestored);
+  }
+  if( aPage ){ tdeWipe(aPage, pgsz); sqlite3_free(aPage); }
+  sqlite3_free(a);
+  rjClose(&j);
+  return rc;
+}
+
+/* A page that fails authentication may be torn by an interrupted rekey:
+** if the rekey journal holds its old copy, decrypt that into aOut. */
+int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut){
+  RekeyJournal j;
+  uint8_t *a = 0;
+  uint32_t n = 0, jPgsz = 0;
+  int rc = rjOpen(p, 0, &j), found = SQLITE_IOERR_AUTH;
+  if( rc ) return SQLITE_IOERR_AUTH;
+  if( rjLoad(p, &j, &a, &n, &jPgsz)==SQLITE_OK && jPgsz==pgsz ){
+    for(uint32_t i=0; i<n; i++){
+      const uint8_t *e = a + RJ_HDR + (size_t)i*(4+pgsz);
+      if( tdeGet32(e)!=pgno ) continue;
+      memcpy(aOut, e+4, pgsz);
+      found = tdeOpenPage(p, aOut, pgsz, pgno, 0);
+      if( found ) p->nAuthFail--;
+      break;
+    }
+  }
+  sqlite3_free(a);
+  rjClose(&j);
+  return found;
+}
+
+/* ---- begin / step / finish ---------------------------------------------- */
+
+typedef struct BeginCtx { uint8_t *aDek; } BeginCtx;
+
+static int editBegin(TdeFile *p, TdeHeader *h, void *pArg){
+  BeginCtx *c = pArg;
+  TdeDbKeys *k = p->pKeys;
+  char zCur[TDE_KEYID_MAX+1];
+  uint32_t vNew = 0;
+  int trc;
+  for(int i=0; i<h->nEntry; i++){
+    const TdeWrapEntry *e = &h->aEntry[i];
+    if( e->version>vNew ) vNew = e->version;
+    if( e->ksType!=k->pKs->pMethods->typeId || !k->pKs->pMethods->xHasKey(k->pKs, e->zKeyId) ){
+      tdeErr(TDE_UNSUPPORTED, "the data key is also wrapped by master key %s of another keystore "
+             "(a keystore migration in progress): finish it (migrate-keystore --drop-old) before a rekey",
+             e->zKeyId);
+      return SQLITE_ERROR;
+    }
+  }
+  vNew++;
+  trc = tdeRandom(c->aDek, 32);
+  if( trc==TDE_OK ) trc = k->pKs->pMethods->xCurrentKey(k->pKs, zCur, sizeof(zCur));
+  if( trc==TDE_OK ) trc = tdeKeyringAddWrap(k->pKs, h, vNew, c->aDek, zCur);
+  if( trc==TDE_OK ) trc = tdeKeysAddVersion(k, vNew, c->aDek);
+  if( trc ) return tdeSqliteRc(trc);
+  h->curVersion = vNew;
+  return SQLITE_OK;
+}
+
+int tdeMainRekeyBegin(TdeFile *p){
+  BeginCtx c;
+  int rc;
+  uint32_t vOld = p->pKeys->hdr.curVersion;
+  if( tdeRekeyInProgress(p->pKeys) ) return SQLITE_OK;
+  c.aDek = tdeSecureAlloc(32);
+  if( !c.aDek ) return SQLITE_NOMEM;
+  rc = tdeMainHeaderUpdate(p, editBegin, &c);
+  tdeSecureFree(c.aDek, 32);
+  {
+    TdeAuditRec r;
+    tdeAuditInit(&r, "rekey_start");
+    r.bFailure = rc!=SQLITE_OK;
+    r.zDbPath = p->zName;
+    r.aDbid = p->pKeys->hdr.dbid;
+    r.zKeystore = p->pKeys->pKs->pMethods->zName;
+    r.zKeyId = p->pKeys->zMasterKey[0] ? p->pKeys->zMasterKey : 0;
+    r.keyVersion = vOld;
+    r.newKeyVersion = rc==SQLITE_OK ? p->pKeys->hdr.curVersion : 0;
+    r.zDetail = rc ? tde_last_error() : "new data key; pages are re-encrypted in steps";
+    tdeAudit(p->pKeys->pCfg, &r);
+  }
+  p->pKeys->iRekeyCursor = 1;
+  return rc;
+}
+
+/* Number of whole pages in the file. */
+static sqlite3_int64 filePages(TdeFile *p, uint32_t pgsz){
+  sqlite3_int64 sz = 0;
+  if( p->pReal->pMethods->xFileSize(p->pReal, &sz) || sz<=TDE_HEADER_BYTES ) return 0;
+  return (sz - TDE_HEADER_BYTES) / pgsz;
+}
+
+static int allZero(const uint8_t *a, uint32_t n){
+  uint32_t i;
+  for(i=0; i<n && a[i]==0; i++){}
+  return i==n;
+}
+
+/*
+** One step: rewrite up to nMax pages that still carry an old version,
+** scanning on from the cursor (wrapping around once).  *pbClean is set
+** when a whole pass over the file found no such page.  Caller holds the
+** write lock -- EXCLUSIVE in rollback mode, the WAL write and checkpoint
+** locks in WAL mode -- so nothing else writes the file.
+*/
+int tdeMainRekeyStep(TdeFile *p, int nMax, sqlite3_int64 *pnRewritten,
+                     sqlite3_int64 *pnPages, int *pbClean){
+  TdeDbKeys *k = p->pKeys;
+  uint32_t pgsz = p->pgsz, target = k->hdr.curVersion;
+  sqlite3_int64 nPages, iPg, nScanned = 0;
+  uint8_t *aOld = 0, *aNew = 0, *aTmp = 0;
+  uint32_t *aPgno = 0;
+  int nBatch = 0, rc;
+  RekeyJournal j;
+
+  memset(&j, 0, sizeof(j));
+  *pnRewritten = 0;
+  *pbClean = 0;
+  rc = tdeRekeyRecover(p);
+  if( rc ) return rc;
+  if( !pgsz ){
+    rc = tdeScratch(p);
+    if( rc==SQLITE_OK ) rc = tdeMainDiscoverPgsz(p);
+    if( rc ) return rc;
+    pgsz = p->pgsz;
+  }
+  nPages = filePages(p, pgsz);
+  *pnPages = nPages;
+  if( nMax<1 ) nMax = 1;
+  aOld = sqlite3_malloc64((sqlite3_uint64)nMax * pgsz);
+  aNew = sqlite3_malloc64((sqlite3_uint64)nMax * pgsz);
+  aTmp = sqlite3_malloc((int)pgsz);
+  aPgno = sqlite3_malloc64(sizeof(uint32_t) * (sqlite3_uint64)nMax);
+  if( !aOld || !aNew || !aTmp || !aPgno ){ rc = SQLITE_NOMEM; goto done; }
+  if( k->iRekeyCursor<1 || k->iRekeyCursor>nPages ) k->iRekeyCursor = 1;
+  iPg = k->iRekeyCursor;
+  while( nScanned<nPages && nBatch<nMax ){
+    uint8_t *aPage = aOld + (size_t)nBatch*pgsz;
+    int bShort;
+    uint32_t v;
+    rc = tdeRealRead(p, aPage, (int)pgsz, TDE_HEADER_BYTES + (iPg-1)*pgsz, &bShort);
+    if( rc ) goto done;
+    nScanned++;
+    v = tdeTrailerVersion(aPage + pgsz - TDE_TRAILER_SIZE);
+    if( !bShort && v!=target && !allZero(aPage, pgsz) ){
+      memcpy(aTmp, aPage, pgsz);
+      rc = tdeOpenPage(p, aTmp, pgsz, (uint32_t)iPg, "database");
+      if( rc ) goto done;          /* a damaged page: stop, change nothing */
+      rc = tdeSealPage(p, aTmp, pgsz, (uint32_t)iPg, aNew + (size_t)nBatch*pgsz);
+      if( rc ) goto done;
+      aPgno[nBatch++] = (uint32_t)iPg;
+    }
+    iPg = iPg>=nPages ? 1 : iPg+1;
+  }
+  k->iRekeyCursor = (uint32_t)iPg;
+  if( nBatch==0 ){
+    *pbClean = nScanned>=nPages;
+    goto done;
+  }
+
+  /* 1. Old ciphertext to the journal, durable. */
+  rc = rjOpen(p, 1, &j);
+  if( rc ) goto done;
+  {
+    sqlite3_int64 nJ = RJ_HDR + (sqlite3_int64)nBatch*(4+pgsz) + RJ_SUM;
+    uint8_t *aJ = sqlite3_malloc64((sqlite3_uint64)nJ);
+    if( !aJ ){ rc = SQLITE_NOMEM; goto done; }
+    memcpy(aJ, RJ_MAGIC, 8);
+    memcpy(aJ+8, p->dbid, TDE_DBID_BYTES);
+    tdePut32(aJ+24, pgsz);
+    tdePut32(aJ+28, (uint32_t)nBatch);
+    for(int i=0; i<nBatch; i++){
+      uint8_t *e = aJ + RJ_HDR + (size_t)i*(4+pgsz);
+      tdePut32(e, aPgno[i]);
+      memcpy(e+4, aOld + (size_t)i*pgsz, pgsz);
+    }
+    rc = tdeSha256(aJ, (size_t)nJ - RJ_SUM, aJ + nJ - RJ_SUM) ? SQLITE_IOERR : SQLITE_OK;
+    if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
+    /* In pieces of at most 64 KiB: VFSes (unix among them) take no more
+    ** in one write, as SQLite never asks them to. */
+    for(sqlite3_int64 off=0; rc==SQLITE_OK && off<nJ; off+=65536){
+      int n = (int)(nJ-off < 65536 ? nJ-off : 65536);
+      rc = j.pFd->pMethods->xWrite(j.pFd, aJ+off, n, off);
+    }
+    if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xSync(j.pFd, SQLITE_SYNC_NORMAL);
+    sqlite3_free(aJ);
+    if( rc ) goto done;
+  }
+  /* 2. New pages, durable.  3. Empty the journal. */
+  for(int i=0; rc==SQLITE_OK && i<nBatch; i++){
+    rc = p->pReal->pMethods->xWrite(p->pReal, aNew + (size_t)i*pgsz, (int)pgsz,
+                                    TDE_HEADER_BYTES + (sqlite3_int64)(aPgno[i]-1)*pgsz);
+  }
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+  if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
+  if( rc==SQLITE_OK ) *pnRewritten = nBatch;
+
+done:
+  rjClose(&j);
+  if( aOld ){ sqlite3_free(aOld); }
+  if( aNew ){ sqlite3_free(aNew); }
+  if( aTmp ){ tdeWipe(aTmp, pgsz); sqlite3_free(aTmp); }
+  sqlite3_free(aPgno);
+  return rc;
+}
+
+static int dropOldVersions(const TdeWrapEntry *e, void *pArg){
+  return e->version!=*(const uint32_t*)pArg;
+}
+
+static int editFinish(TdeFile *p, TdeHeader *h, void *pArg){
+  uint32_t cur = h->curVersion;
+  int j = 0;
+  TDE_UNUSED(p); TDE_UNUSED(pArg);
+  for(int i=0; i<h->nEntry; i++){
+    if( !dropOldVersions(&h->aEntry[i], &cur) ){
+      if( j!=i ) h->aEntry[j] = h->aEntry[i];
+      j++;
+    }
+  }
+  for(int i=j; i<h->nEntry; i++) tdeWipe(&h->aEntry[i], sizeof(h->aEntry[i]));
+  h->nEntry = j;
+  return SQLITE_OK;
+}
+
+int tdeMainRekeyFinish(TdeFile *p){
+  int rc = tdeMainHeaderUpdate(p, editFinish, 0);
+  if( rc==SQLITE_OK && p->zName ){
+    sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
+    char *zJ = sqlite3_mprintf("%s-tderekey", p->zName);
+    if( zJ ){ pOrig->xDelete(pOrig, zJ, 0); sqlite3_free(zJ); }
+  }
+  TdeAuditRec r;
+  tdeAuditInit(&r, "rekey_end");
+  r.bFailure = rc!=SQLITE_OK;
+  r.zDbPath = p->zName;
+  r.aDbid = p->pKeys->hdr.dbid;
+  r.zKeystore = p->pKeys->pKs->pMethods->zName;
+  r.zKeyId = p->pKeys->zMasterKey[0] ? p->pKeys->zMasterKey : 0;
+  r.keyVersion = p->pKeys->hdr.curVersion;
+  r.zDetail = rc ? tde_last_error() : "every page under the new data key; old versions removed";
+  tdeAudit(p->pKeys->pCfg, &r);
+  return rc;
+}
+
+/* Count pages by data-key version (reads every page's trailer). */
+int tdeMainCountVersions(TdeFile *p, uint32_t *aVersion, sqlite3_int64 *anPages, int nMax, int *pnFound){
+  uint8_t aTrailer[TDE_TRAILER_SIZE];
+  sqlite3_int64 nPages;
+  int nFound = 0, rc = SQLITE_OK;
+  *pnFound = 0;
+  if( !p->pKeys || !p->pgsz ) return SQLITE_OK;
+  nPages = filePages(p, p->pgsz);
+  for(sqlite3_int64 i=1; i<=nPages; i++){
+    int bShort, f;
+    uint32_t v;
+    rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + i*p->pgsz - TDE_TRAILER_SIZE, &bShort);
+    if( rc ) break;
+    if( bShort || allZero(aTrailer, TDE_TRAILER_SIZE) ) continue;
+    v = tdeTrailerVersion(aTrailer);
+    for(f=0; f<nFound && aVersion[f]!=v; f++){}
+    if( f==nFound ){
+      if( nFound==nMax ) continue;
+      aVersion[f] = v;
+      anPages[f] = 0;
+      nFound++;
+    }
+    anPages[f]++;
+  }
+  *pnFound = nFound;
+  return rc;
+}
