@@ -51,6 +51,7 @@ struct CliArgs {
   const char *zTo;           /* migrate-keystore --to CFG (absolute path) */
   char zToBuf[PATH_MAX];
   int bDropOld;              /* migrate-keystore --drop-old */
+  int nStep;                 /* rekey --step N (0: default) */
 };
 
 /* One command.  zName is "encrypt" or "keystore create". */
@@ -68,6 +69,7 @@ struct CliCommand {
                                  ** to azRest untouched */
 #define CLI_OPT_MANY      0x04   /* nPos is a minimum: more positionals welcome */
 #define CLI_OPT_MIGRATE   0x08   /* accepts --to CFG and --drop-old */
+#define CLI_OPT_STEP      0x10   /* accepts --step N */
 
 /* Commands (cmd_*.c). */
 int cliCmdKeystoreCreate(Cli*, const CliArgs*);

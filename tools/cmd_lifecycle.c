@@ -95,7 +95,7 @@ int cliCmdRekey(Cli *pCli, const CliArgs *pArgs){
   if( cliOpenDb(pCli, zDb, 1, SQLITE_OPEN_READWRITE, &db) ) return CLI_FAIL;
   sqlite3_busy_timeout(db, 5000);
   cliCatchSignals();
-  trc = tde_db_rekey(db, "main", 1024, rekeyProgress, pCli);
+  trc = tde_db_rekey(db, "main", pArgs->nStep ? pArgs->nStep : 1024, rekeyProgress, pCli);
   cliProgressEnd(pCli);
   if( trc ){
     cliErrDetail(zDb, trc);

@@ -100,7 +100,7 @@ static const CliCommand aCommand[] = {
     "connection is writing is skipped with a message (run again).  Old master\n"
     "keys are kept; retire them with 'keystore retire'.\n",
     0, CLI_OPT_MANY, cliCmdRotate },
-  { "rekey", "DB",
+  { "rekey", "[--step N] DB",
     "re-encrypt every page under a new data key",
     "Make a new data key current and re-encrypt every page of DB under it, in\n"
     "steps of 1024 pages, each in its own short write transaction; then remove\n"
@@ -108,8 +108,9 @@ static const CliCommand aCommand[] = {
     "their key version, the old ciphertext of each step is journalled first,\n"
     "and running rekey again continues.  The database stays readable\n"
     "throughout.  WAL mode: readers never wait, writers wait at most one step;\n"
-    "rollback-journal mode: each step holds an exclusive lock (a few ms).\n",
-    1, 0, cliCmdRekey },
+    "rollback-journal mode: each step holds an exclusive lock (a few ms).\n"
+    "\nOptions:\n  --step N   pages per step (default 1024)\n",
+    1, CLI_OPT_STEP, cliCmdRekey },
   { "migrate-keystore", "--to CFG [--drop-old] DB...",
     "move databases to the keystore another configuration names",
     "Add a wrapping of each DB's data key under the current master key of the\n"
@@ -236,6 +237,15 @@ static int parseArgs(Cli *pCli, const CliCommand *pCmd, int argc, char **argv, C
         snprintf(pArgs->zToBuf, sizeof(pArgs->zToBuf), "%s", zReal);
         free(zReal);
         pArgs->zTo = pArgs->zToBuf;
+        continue;
+      }
+      if( (pCmd->flags & CLI_OPT_STEP) && strcmp(z, "--step")==0 ){
+        char *zEnd = 0;
+        long n;
+        if( i+1>=argc ) return usageError(pCmd, "--step needs a number of pages");
+        n = strtol(argv[++i], &zEnd, 10);
+        if( !zEnd || *zEnd || n<1 || n>65536 ) return usageError(pCmd, "--step: a number from 1 to 65536");
+        pArgs->nStep = (int)n;
         continue;
       }
       if( (pCmd->flags & CLI_OPT_MIGRATE) && strcmp(z, "--drop-old")==0 ){

@@ -26,6 +26,8 @@ typedef struct TdeStatusRow {
   sqlite3_int64 seq;
   char zConfig[PATH_MAX];
   sqlite3_int64 nAuthFail;
+  int bRekey;                 /* a rekey is in progress */
+  char zMasterKeys[1024];     /* every master key wrapping the current data key */
 } TdeStatusRow;
 
 static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
@@ -57,6 +59,15 @@ static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
     r->iSlot = k->iSlot;
     r->seq = (sqlite3_int64)k->hdr.seq;
     snprintf(r->zConfig, sizeof(r->zConfig), "%s", k->zConfig);
+    r->bRekey = tdeRekeyInProgress(k);
+    for(int i=0, n=0; i<k->hdr.nEntry; i++){
+      const TdeWrapEntry *e = &k->hdr.aEntry[i];
+      const tde_keystore_methods *pM = tdeKeystoreByType(e->ksType);
+      if( e->version!=k->hdr.curVersion ) continue;
+      n += snprintf(r->zMasterKeys+n, sizeof(r->zMasterKeys)-(size_t)n, "%s%s:%s",
+                    n ? "," : "", pM ? pM->zName : "?", e->zKeyId);
+      if( n>=(int)sizeof(r->zMasterKeys) ) break;
+    }
   }
   r->pgsz = p->pgsz;
   tdeMainPageCount(p, &r->nPages);
@@ -69,10 +80,11 @@ char *tdeStatusPragma(TdeFile *p){
   tdeStatusFill(p, r);
   z = sqlite3_mprintf("encrypted=%d cipher=%s keystore=%s keystore_status=%s master_key=%s "
                       "data_key_version=%lld page_size=%lld database_id=%s header_slot=%d "
-                      "header_seq=%lld auth_failures=%lld",
+                      "header_seq=%lld auth_failures=%lld rekey_in_progress=%d master_keys=%s",
                       r->bEncrypted, r->zCipher, r->zKeystore, r->zKsStatus,
                       r->zMasterKey[0] ? r->zMasterKey : "-", r->keyVersion, r->pgsz,
-                      r->zDbid[0] ? r->zDbid : "-", r->iSlot, r->seq, r->nAuthFail);
+                      r->zDbid[0] ? r->zDbid : "-", r->iSlot, r->seq, r->nAuthFail,
+                      r->bRekey, r->zMasterKeys[0] ? r->zMasterKeys : "-");
   sqlite3_free(r);
   return z;
 }
@@ -83,6 +95,7 @@ typedef struct StatusCursor {
   sqlite3_vtab_cursor base;
   sqlite3 *db;
   int iDb;                /* index into sqlite3_db_name() */
+  TdeFile *pFile;         /* the schema's main file if it is ours */
   TdeStatusRow row;
 } StatusCursor;
 
@@ -93,7 +106,7 @@ typedef struct StatusVtab {
 
 enum { COL_SCHEMA, COL_FILE, COL_ENCRYPTED, COL_CIPHER, COL_KEYSTORE, COL_KEYSTORE_STATUS,
        COL_MASTER_KEY, COL_KEY_VERSION, COL_PAGE_SIZE, COL_PAGES, COL_DBID, COL_SLOT,
-       COL_SEQ, COL_CONFIG, COL_AUTH_FAILURES };
+       COL_SEQ, COL_CONFIG, COL_AUTH_FAILURES, COL_REKEY, COL_PAGES_BY_VERSION, COL_MASTER_KEYS };
 
 static int statusConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                          sqlite3_vtab **ppVtab, char **pzErr){
@@ -103,7 +116,8 @@ static int statusConnect(sqlite3 *db, void *pAux, int argc, const char *const *a
   rc = sqlite3_declare_vtab(db,
     "CREATE TABLE x(schema TEXT, file TEXT, encrypted INT, cipher TEXT, keystore TEXT, "
     "keystore_status TEXT, master_key TEXT, data_key_version INT, page_size INT, pages INT, "
-    "database_id TEXT, header_slot INT, header_seq INT, config TEXT, auth_failures INT)");
+    "database_id TEXT, header_slot INT, header_seq INT, config TEXT, auth_failures INT, "
+    "rekey_in_progress INT, pages_by_version TEXT, master_keys TEXT)");
   if( rc ) return rc;
   v = sqlite3_malloc(sizeof(*v));
   if( !v ) return SQLITE_NOMEM;
@@ -147,6 +161,7 @@ static void statusLoad(StatusCursor *c){
   if( sqlite3_file_control(c->db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile)!=SQLITE_OK ) pFile = 0;
   tdeStatusFill(pFile && pFile->pMethods ? (TdeFile*)pFile : 0, &c->row);
   if( pFile && pFile->pMethods!=&tdeIoMethods ) c->row.bEncrypted = 0;
+  c->pFile = c->row.bEncrypted ? (TdeFile*)pFile : 0;
 }
 
 static int statusFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
@@ -194,6 +209,25 @@ static int statusColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i){
     case COL_SEQ:      if( r->seq ) sqlite3_result_int64(ctx, r->seq); else sqlite3_result_null(ctx); break;
     case COL_CONFIG:   resultText(ctx, r->zConfig); break;
     case COL_AUTH_FAILURES: if( r->bEncrypted ) sqlite3_result_int64(ctx, r->nAuthFail); else sqlite3_result_null(ctx); break;
+    case COL_REKEY:    if( r->bEncrypted ) sqlite3_result_int(ctx, r->bRekey); else sqlite3_result_null(ctx); break;
+    case COL_MASTER_KEYS: resultText(ctx, r->zMasterKeys); break;
+    case COL_PAGES_BY_VERSION: {
+      /* Reads every page's trailer: computed only when asked for. */
+      uint32_t aV[TDE_MAX_VERSIONS*2];
+      sqlite3_int64 aN[TDE_MAX_VERSIONS*2];
+      int nV = 0;
+      if( c->pFile && tdeMainCountVersions(c->pFile, aV, aN, (int)TDE_ARRAY_SIZE(aV), &nV)==SQLITE_OK && nV>0 ){
+        char z[256];
+        int n = 0;
+        for(int v=0; v<nV && n<(int)sizeof(z); v++){
+          n += snprintf(z+n, sizeof(z)-(size_t)n, "%s%u:%lld", v ? " " : "", aV[v], (long long)aN[v]);
+        }
+        sqlite3_result_text(ctx, z, -1, SQLITE_TRANSIENT);
+      }else{
+        sqlite3_result_null(ctx);
+      }
+      break;
+    }
     default: break;
   }
   return SQLITE_OK;
