@@ -377,3 +377,54 @@ int tdeSha256(const uint8_t *p, size_t n, uint8_t out[32]){
   }
   return TDE_OK;
 }
+
+/* ---- keyed HMAC contexts ------------------------------------------------
+** For MACs computed many times under one key (WAL frames): the key is set
+** once; each computation re-initialises the context with the same key
+** (EVP_MAC_init with a NULL key keeps it), which saves the fetch, the
+** context allocation and the key schedule of tdeHmacSha256.
+*/
+struct TdeHmac {
+  EVP_MAC_CTX *pCtx;
+};
+
+int tdeHmacNew(const uint8_t *key, size_t nKey, TdeHmac **pp){
+  TdeHmac *h;
+  OSSL_PARAM aParam[2];
+  *pp = NULL;
+  pthread_once(&aeadFetchOnce, aeadFetch);
+  if( aeadHmacAlg==NULL ) return aeadSslErr("HMAC fetch");
+  h = OPENSSL_zalloc(sizeof(*h));
+  if( h==NULL ) return tdeErr(TDE_NOMEM, "out of memory");
+  h->pCtx = EVP_MAC_CTX_new(aeadHmacAlg);
+  aParam[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char*)"SHA256", 0);
+  aParam[1] = OSSL_PARAM_construct_end();
+  if( h->pCtx==NULL || EVP_MAC_init(h->pCtx, key, nKey, aParam)!=1 ){
+    tdeHmacFree(h);
+    return aeadSslErr("HMAC init");
+  }
+  *pp = h;
+  return TDE_OK;
+}
+
+void tdeHmacFree(TdeHmac *h){
+  if( h==NULL ) return;
+  EVP_MAC_CTX_free(h->pCtx);     /* cleanses the keyed state */
+  OPENSSL_free(h);
+}
+
+int tdeHmacCompute(TdeHmac *h, const uint8_t *const *apPart, const size_t *anPart, int nPart,
+                   uint8_t out[32]){
+  size_t nMac = 0;
+  if( EVP_MAC_init(h->pCtx, NULL, 0, NULL)!=1 ) return aeadSslErr("HMAC re-init");
+  for(int i=0; i<nPart; i++){
+    if( anPart[i]>0 && EVP_MAC_update(h->pCtx, apPart[i], anPart[i])!=1 ){
+      return aeadSslErr("HMAC update");
+    }
+  }
+  if( EVP_MAC_final(h->pCtx, out, &nMac, AEAD_HASH_BYTES)!=1 || nMac!=AEAD_HASH_BYTES ){
+    tdeWipe(out, AEAD_HASH_BYTES);
+    return aeadSslErr("HMAC final");
+  }
+  return TDE_OK;
+}

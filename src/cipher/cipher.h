@@ -66,6 +66,14 @@ int tdeHmacSha256(const uint8_t *key, size_t nKey,
                   const uint8_t *const *apPart, const size_t *anPart, int nPart,
                   uint8_t out[32]);
 
+/* A keyed HMAC-SHA256 context for many MACs under one key (no secret
+** copy is kept outside OpenSSL's context; Free cleanses it). */
+typedef struct TdeHmac TdeHmac;
+int  tdeHmacNew(const uint8_t *key, size_t nKey, TdeHmac **pp);
+int  tdeHmacCompute(TdeHmac *h, const uint8_t *const *apPart, const size_t *anPart, int nPart,
+                    uint8_t out[32]);
+void tdeHmacFree(TdeHmac *h);
+
 /* SHA-256 of one buffer. */
 int tdeSha256(const uint8_t *p, size_t n, uint8_t out[32]);
 

@@ -22,6 +22,8 @@ const TdeDekVer *tdeKeysFind(const TdeDbKeys *k, uint32_t version){
 }
 
 static void dekFree(TdeDekVer *d){
+  tdeHmacFree(d->pWalHmac);
+  d->pWalHmac = 0;
   tdeSecureFree(d->aDek, 32);
   tdeSecureFree(d->aWalMac, 32);
   d->aDek = d->aWalMac = 0;
@@ -57,6 +59,7 @@ int tdeKeysAddVersion(TdeDbKeys *k, uint32_t version, const uint8_t *aDek){
   memcpy(info, zInfo, sizeof(zInfo)-1);
   memcpy(info+sizeof(zInfo)-1, k->hdr.dbid, TDE_DBID_BYTES);
   trc = tdeHkdf(d->aDek, 32, NULL, 0, info, sizeof(info), d->aWalMac, 32);
+  if( trc==TDE_OK ) trc = tdeHmacNew(d->aWalMac, 32, &d->pWalHmac);
   if( trc ){ dekFree(d); return trc; }
   d->version = version;
   k->nVer++;

@@ -654,6 +654,15 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
       return SQLITE_IOERR_WRITE;
     }
   }
+  if( p->bCkptValid && pgno==p->ckptPgno && (uint32_t)iAmt==p->ckptPgsz
+   && memcmp(zBuf, p->aCkptPlain, (size_t)iAmt)==0 ){
+    /* A checkpoint copying the frame page it just read: that frame's
+    ** ciphertext is already this page sealed for this position. */
+    p->bCkptValid = 0;
+    rc = p->pReal->pMethods->xWrite(p->pReal, p->aCkptCipher, iAmt, iOfst + TDE_HEADER_BYTES);
+    if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
+    return rc;
+  }
   rc = tdeScratch(p);
   if( rc ) return rc;
   rc = tdeSealPage(p, zBuf, (uint32_t)iAmt, pgno, p->aBuf);
@@ -680,6 +689,9 @@ static int tdeClose(sqlite3_file *pFile){
   tdeCiphersFree(p);
   tdeKeysFree(p->pKeys);
   p->pKeys = 0;
+  if( p->aCkptPlain ){ tdeWipe(p->aCkptPlain, TDE_MAX_PAGE); sqlite3_free(p->aCkptPlain); p->aCkptPlain = 0; }
+  sqlite3_free(p->aCkptCipher);
+  p->aCkptCipher = 0;
   if( p->aBuf ){
     tdeWipe(p->aBuf, TDE_MAX_PAGE + 2*(TDE_BLOCK_MAX + TDE_TRAILER_SIZE) + 64);
     sqlite3_free(p->aBuf);
@@ -845,6 +857,10 @@ static int tdeShmMap(sqlite3_file *pFile, int iPg, int pgsz, int bExtend, void v
 static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   TdeFile *p = (TdeFile*)pFile;
   int rc = p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
+  if( rc==SQLITE_OK && offset<=1 && offset+n>1 && (flags & SQLITE_SHM_EXCLUSIVE) ){
+    p->bCkpt = (flags & SQLITE_SHM_LOCK)!=0;   /* WAL_CKPT_LOCK is slot 1 */
+    p->bCkptValid = 0;
+  }
   /* WAL writer (slot 0) or checkpointer (slot 1) lock taken: as above. */
   if( rc==SQLITE_OK && offset<=1 && (flags & SQLITE_SHM_LOCK) && (flags & SQLITE_SHM_EXCLUSIVE)
    && p->eKind==TDE_KIND_MAIN ){

@@ -35,6 +35,7 @@ typedef struct TdeDekVer {
   uint32_t version;
   uint8_t *aDek;              /* 32 bytes, secure memory */
   uint8_t *aWalMac;           /* 32 bytes, secure memory */
+  TdeHmac *pWalHmac;          /* keyed with aWalMac, for WAL frame MACs */
 } TdeDekVer;
 
 /* Keys and header state of one open main database file. */
@@ -90,6 +91,13 @@ struct TdeFile {
   TdeFile *pMain;             /* WAL, journal: their main file (closed after them) */
   sqlite3_int64 nAuthFail;    /* pages/frames that failed authentication */
   void volatile *pShm0;       /* main: SQLite's WAL index region 0, if mapped */
+  /* main, WAL mode: while this connection checkpoints, the last frame page
+  ** it read, so the checkpoint's write of that page can store the frame's
+  ** ciphertext (a valid page as it is) instead of sealing it again. */
+  int bCkpt;                  /* this connection holds the checkpoint lock */
+  int bCkptValid;
+  uint32_t ckptPgno, ckptPgsz;
+  uint8_t *aCkptPlain, *aCkptCipher;   /* TDE_MAX_PAGE each, heap */
 };
 
 extern const sqlite3_io_methods tdeIoMethods;

@@ -36,12 +36,12 @@ static const char *walName(TdeFile *p){ return p->zName ? p->zName : "(wal)"; }
 
 /* WAL MAC key of data-key version v (read the header again if this
 ** process does not know v yet).  NULL if unknown. */
-static const uint8_t *walKey(TdeFile *p, uint32_t v){
+static TdeHmac *walKey(TdeFile *p, uint32_t v){
   const TdeDekVer *d;
   if( !p->pMain || !p->pMain->pKeys ) return 0;
   d = tdeKeysFind(p->pMain->pKeys, v);
   if( !d && tdeMainRefresh(p->pMain)==SQLITE_OK ) d = tdeKeysFind(p->pMain->pKeys, v);
-  return d ? d->aWalMac : 0;
+  return d ? d->pWalHmac : 0;
 }
 
 void tdeWalFree(TdeFile *p){
@@ -75,14 +75,14 @@ static int walBigEndian(TdeFile *p){ return p->wal.aHdr[3] & 1; }
 
 /* MAC of the WAL header's first 24 bytes under WAL MAC key aKey (the
 ** current data-key version's when written; readers try each they hold). */
-static int walHdrMac(const uint8_t *aKey, const uint8_t *aHdr, uint8_t mac[MAC_BYTES]){
+static int walHdrMac(TdeHmac *aKey, const uint8_t *aHdr, uint8_t mac[MAC_BYTES]){
   static const uint8_t zTag[4] = { 'W', '1', 'H', 0 };
   uint8_t full[32];
   const uint8_t *ap[2] = { zTag, aHdr };
   const size_t an[2] = { sizeof(zTag), 24 };
   int rc;
   if( !aKey ) return SQLITE_IOERR;
-  rc = tdeHmacSha256(aKey, 32, ap, an, 2, full);
+  rc = tdeHmacCompute(aKey, ap, an, 2, full);
   memcpy(mac, full, MAC_BYTES);
   tdeWipe(full, sizeof(full));
   return rc ? SQLITE_IOERR : SQLITE_OK;
@@ -96,11 +96,11 @@ static int walFrameMac(TdeFile *p, uint32_t idx, const uint8_t *aHdr16,
   uint8_t full[32];
   const uint8_t *ap[3] = { pre, aHdr16, aTrailer };
   const size_t an[3] = { sizeof(pre), 16, TDE_TRAILER_SIZE };
-  const uint8_t *aKey = walKey(p, tdeTrailerVersion(aTrailer));   /* the page's version */
+  TdeHmac *aKey = walKey(p, tdeTrailerVersion(aTrailer));   /* the page's version */
   int rc;
   if( !aKey ){ memset(mac, 0, MAC_BYTES); return SQLITE_OK; }   /* cannot verify: mismatch */
   tdePut32(pre+4, idx);
-  rc = tdeHmacSha256(aKey, 32, ap, an, 3, full);
+  rc = tdeHmacCompute(aKey, ap, an, 3, full);
   memcpy(mac, full, MAC_BYTES);
   tdeWipe(full, sizeof(full));
   return rc ? SQLITE_IOERR : SQLITE_OK;
@@ -148,13 +148,13 @@ static int walLoadHeader(TdeFile *p, uint8_t *aOut, int *pState){
     const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
     int bOk = 0;
     for(int i=0; k && i<k->nVer && !bOk; i++){
-      rc = walHdrMac(k->aVer[i].aWalMac, aOut, mac);
+      rc = walHdrMac(k->aVer[i].pWalHmac, aOut, mac);
       if( rc ) return rc;
       bOk = tdeCtEqual(mac, aOut+24, MAC_BYTES);
     }
     if( !bOk && p->pMain && tdeMainRefresh(p->pMain)==SQLITE_OK ){
       for(int i=0; k && i<k->nVer && !bOk; i++){
-        rc = walHdrMac(k->aVer[i].aWalMac, aOut, mac);
+        rc = walHdrMac(k->aVer[i].pWalHmac, aOut, mac);
         if( rc ) return rc;
         bOk = tdeCtEqual(mac, aOut+24, MAC_BYTES);
       }
@@ -399,7 +399,22 @@ static int walReadPage(TdeFile *p, uint32_t idx, uint8_t *zBuf){
     memset(zBuf, 0, pgsz);
     return SQLITE_IOERR_AUTH;
   }
-  return tdeOpenPageTo(p, aFrame+FRAME_HDR, zBuf, pgsz, tdeGet32(aFrame), "WAL frame");
+  rc = tdeOpenPageTo(p, aFrame+FRAME_HDR, zBuf, pgsz, tdeGet32(aFrame), "WAL frame");
+  if( rc==SQLITE_OK && p->pMain && p->pMain->bCkpt && p->pMain->pKeys
+   && tdeTrailerVersion(aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE)==p->pMain->pKeys->hdr.curVersion ){
+    /* Checkpoint in progress: remember the page for its write (vfs.c). */
+    TdeFile *m = p->pMain;
+    if( !m->aCkptPlain ) m->aCkptPlain = sqlite3_malloc(TDE_MAX_PAGE);
+    if( !m->aCkptCipher ) m->aCkptCipher = sqlite3_malloc(TDE_MAX_PAGE);
+    if( m->aCkptPlain && m->aCkptCipher ){
+      memcpy(m->aCkptPlain, zBuf, pgsz);
+      memcpy(m->aCkptCipher, aFrame+FRAME_HDR, pgsz);
+      m->ckptPgno = tdeGet32(aFrame);
+      m->ckptPgsz = pgsz;
+      m->bCkptValid = 1;
+    }
+  }
+  return rc;
 }
 
 int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
@@ -520,7 +535,11 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     rc = tdeWalFlush(p);
     if( rc ) return rc;
     memcpy(aHdr, z, 24);
-    rc = walHdrMac(p->pMain && p->pMain->pKeys ? p->pMain->pKeys->aWalMac : 0, aHdr, aHdr+24);
+    {
+      const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
+      const TdeDekVer *d = k ? tdeKeysFind(k, k->hdr.curVersion) : 0;
+      rc = walHdrMac(d ? d->pWalHmac : 0, aHdr, aHdr+24);
+    }
     if( rc ) return rc;
     memset(aHdr+24+MAC_BYTES, 0, WAL_HDR-24-MAC_BYTES);
     rc = p->pReal->pMethods->xWrite(p->pReal, aHdr, WAL_HDR, 0);
