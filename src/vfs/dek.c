@@ -67,6 +67,25 @@ int tdeKeysAddVersion(TdeDbKeys *k, uint32_t version, const uint8_t *aDek){
   return TDE_OK;
 }
 
+/* Forget data-key versions the header no longer lists (a finished rekey),
+** so a long-running process never runs out of version slots. */
+static void keysPrune(TdeDbKeys *k){
+  int j = 0;
+  for(int i=0; i<k->nVer; i++){
+    int bListed = k->aVer[i].version==k->hdr.curVersion;
+    for(int e=0; e<k->hdr.nEntry && !bListed; e++){
+      bListed = k->hdr.aEntry[e].version==k->aVer[i].version;
+    }
+    if( bListed ){
+      if( j!=i ){ k->aVer[j] = k->aVer[i]; memset(&k->aVer[i], 0, sizeof(k->aVer[i])); }
+      j++;
+    }else{
+      dekFree(&k->aVer[i]);
+    }
+  }
+  k->nVer = j;
+}
+
 /* Unwrap every data-key version the header lists and this process does
 ** not hold yet.  The current version must unwrap; an older one that does
 ** not is logged (its pages will fail to open). */
@@ -74,6 +93,7 @@ int tdeKeysUnlockAll(TdeDbKeys *k){
   uint8_t *aDek = tdeSecureAlloc(32);
   int trc = TDE_OK;
   if( !aDek ) return TDE_NOMEM;
+  keysPrune(k);
   for(int i=0; i<k->hdr.nEntry && trc==TDE_OK; i++){
     uint32_t v = k->hdr.aEntry[i].version;
     int rc;

@@ -75,7 +75,8 @@ int tdeMainHeaderUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg){
   if( rc ) goto done;
   k->hdr = *pCur;
   k->iSlot = 1 - iSlot;
-  tdeKeysAlias(k);
+  tdeKeysUnlockAll(k);      /* forgets versions no longer listed; aliases the current one */
+  tdeErrClear();
   tdeKeysNoteMasterKey(k);
   tdeKeysCheckStale(k);
 

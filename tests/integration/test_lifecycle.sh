@@ -97,6 +97,18 @@ check "after rekey the old version is gone from the header" \
 check "rekey keeps every row" "[ \"\$(sq rk.db a.conf 'SELECT sum(length(v)), count(*) FROM t;')\" = '$sum_small' ]"
 check "no rekey journal left" "[ ! -e rk.db-tderekey ]"
 
+# --- a connection that stays open across rekeys made by other processes ------
+"$CLI" --config a.conf encrypt small.plain long.db >/dev/null
+args=()
+for i in 1 2 3 4 5 6; do
+  args+=(".shell '$CLI' --config a.conf rekey --step 64 long.db >/dev/null" "INSERT INTO t(v) VALUES(x'00'); SELECT count(*) FROM t;")
+done
+out=$(sqlite3 -cmd ".load $EXT" -cmd ".open 'file:long.db?vfs=tde&tde_config=a.conf'" ":memory:" "${args[@]}" 2>&1 | tr '\n' ' ')
+check "one open connection keeps reading and writing across 6 rekeys by another process" \
+  "[ \"\$out\" = '1001 1002 1003 1004 1005 1006 ' ]"
+check "and the database is on data-key version 7 afterwards" \
+  "'$CLI' --config a.conf status long.db | grep -q '^data_key_version: 7'"
+
 # --- kill -9 during rekey, rollback and WAL modes -----------------------------
 mkplain kill.plain 6000              # ~6 MB: a rekey in steps of 8 pages takes a while
 rekey_kill_loop(){  # $1 journal mode
