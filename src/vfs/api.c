@@ -317,28 +317,38 @@ static int opRekeyBegin(TdeFile *p, void *pArg){
   return tdeMainRekeyBegin(p);
 }
 
-static int opRekeyFinish(TdeFile *p, void *pArg){
-  int *pbDone = pArg;
-  sqlite3_int64 n = 0, nPages = 0;
-  int bClean = 0, rc = SQLITE_OK;
-  /* Confirm under the lock that no page still uses an old version. */
-  p->pKeys->iRekeyCursor = 1;
-  while( rc==SQLITE_OK && !bClean ){
-    rc = tdeMainRekeyStep(p, 256, &n, &nPages, &bClean);
-    if( rc==SQLITE_OK && n>0 ) p->pKeys->iRekeyCursor = 1;
-    if( n>0 ) bClean = 0;
+/*
+** Take what a rekey step needs: a write transaction, upgraded to EXCLUSIVE
+** in rollback mode (no reader sees a page mid-rewrite), plus the checkpoint
+** lock in WAL mode (no checkpoint writes pages meanwhile).  SQLITE_BUSY if
+** another connection holds them.
+*/
+static int rekeyLock(sqlite3 *db, const char *zSchema, TdeFile *p, int *pbWal){
+  sqlite3_file *pJrnl = 0;
+  int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0);
+  if( rc ) return rc;
+  sqlite3_file_control(db, zSchema, SQLITE_FCNTL_JOURNAL_POINTER, &pJrnl);
+  *pbWal = pJrnl && pJrnl->pMethods==&tdeIoMethods && ((TdeFile*)pJrnl)->eKind==TDE_KIND_WAL;
+  if( !*pbWal ){
+    sqlite3_exec(db, "COMMIT", 0, 0, 0);
+    return sqlite3_exec(db, "BEGIN EXCLUSIVE", 0, 0, 0);
   }
-  if( rc==SQLITE_OK ) rc = tdeMainRekeyFinish(p);
-  if( rc==SQLITE_OK ) *pbDone = 1;
+  rc = p->pReal->pMethods->xShmLock(p->pReal, 1, 1, SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE);
+  if( rc ) sqlite3_exec(db, "COMMIT", 0, 0, 0);
   return rc;
+}
+
+static void rekeyUnlock(sqlite3 *db, TdeFile *p, int bWal){
+  if( bWal ) p->pReal->pMethods->xShmLock(p->pReal, 1, 1, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
+  sqlite3_exec(db, "COMMIT", 0, 0, 0);
 }
 
 int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
                  tde_progress_fn xProgress, void *pArg){
-  sqlite3_file *pFile = 0, *pJrnl = 0;
+  sqlite3_file *pFile = 0;
   TdeFile *p;
   sqlite3_int64 nDone = 0, nPages = 0;
-  int trc, rc, bClean = 0, bDone = 0, nBusy = 0;
+  int trc, rc, bClean = 0, bFinished = 0, nBusy = 0;
   if( !zSchema ) zSchema = "main";
   if( nPagesPerStep<1 ) nPagesPerStep = 1024;
   trc = tdeUnderWriteLock(db, zSchema, opRekeyBegin, 0);
@@ -346,38 +356,30 @@ int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
   sqlite3_file_control(db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile);
   p = (TdeFile*)pFile;
 
-  /* Steps: each a short write transaction (EXCLUSIVE in rollback mode, so
-  ** no reader sees a page mid-rewrite; in WAL mode readers go on, and the
-  ** checkpoint lock keeps checkpoints from writing pages meanwhile). */
-  while( !bClean ){
+  /* Steps, each a short locked transaction (see rekeyLock); the last one,
+  ** after a pass found nothing left (and in WAL mode the WAL was emptied),
+  ** confirms that under the lock and removes the old key. */
+  while( !bFinished ){
     sqlite3_int64 n = 0;
-    int bWal;
-    rc = sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0);
+    int bWal = 0;
+    rc = rekeyLock(db, zSchema, p, &bWal);
     if( rc==SQLITE_BUSY ){ if( ++nBusy>100 ) break; sqlite3_sleep(50); continue; }
-    if( rc ) return tdeErr(TDE_ERROR, "rekey: cannot begin a transaction: %s", sqlite3_errmsg(db));
-    pJrnl = 0;
-    sqlite3_file_control(db, zSchema, SQLITE_FCNTL_JOURNAL_POINTER, &pJrnl);
-    bWal = pJrnl && pJrnl->pMethods==&tdeIoMethods && ((TdeFile*)pJrnl)->eKind==TDE_KIND_WAL;
-    if( !bWal ){
-      /* Rollback mode: upgrade to EXCLUSIVE (readers drain first). */
-      sqlite3_exec(db, "COMMIT", 0, 0, 0);
-      rc = sqlite3_exec(db, "BEGIN EXCLUSIVE", 0, 0, 0);
-      if( rc==SQLITE_BUSY ){ if( ++nBusy>100 ) break; sqlite3_sleep(50); continue; }
-      if( rc ) return tdeErr(TDE_ERROR, "rekey: cannot begin a transaction: %s", sqlite3_errmsg(db));
-      rc = SQLITE_OK;
-    }else{
-      rc = p->pReal->pMethods->xShmLock(p->pReal, 1, 1, SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE);
-      if( rc==SQLITE_BUSY ){
-        sqlite3_exec(db, "COMMIT", 0, 0, 0);
-        if( ++nBusy>100 ) break;
-        sqlite3_sleep(50);
-        continue;
+    if( rc ) return tdeErr(TDE_ERROR, "rekey: cannot lock the database: %s", sqlite3_errmsg(db));
+    rc = tdeMainRefreshIfChanged(p);
+    if( rc==SQLITE_OK && bClean ){
+      /* Confirm under the lock: a full pass must find nothing. */
+      p->pKeys->iRekeyCursor = 1;
+      for(int bPass=0; rc==SQLITE_OK && !bPass; ){
+        rc = tdeMainRekeyStep(p, nPagesPerStep, &n, &nPages, &bPass);
+        nDone += n;
+        if( n>0 ){ bPass = 0; p->pKeys->iRekeyCursor = 1; }
       }
+      if( rc==SQLITE_OK ) rc = tdeMainRekeyFinish(p);
+      if( rc==SQLITE_OK ) bFinished = 1;
+    }else if( rc==SQLITE_OK ){
+      rc = tdeMainRekeyStep(p, nPagesPerStep, &n, &nPages, &bClean);
     }
-    if( rc==SQLITE_OK ) rc = tdeMainRefreshIfChanged(p);
-    if( rc==SQLITE_OK ) rc = tdeMainRekeyStep(p, nPagesPerStep, &n, &nPages, &bClean);
-    if( bWal ) p->pReal->pMethods->xShmLock(p->pReal, 1, 1, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
-    sqlite3_exec(db, "COMMIT", 0, 0, 0);
+    rekeyUnlock(db, p, bWal);
     if( rc ){
       char zDetail[256];
       snprintf(zDetail, sizeof(zDetail), "%s", tde_last_error());
@@ -395,13 +397,13 @@ int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
       r.nPages = nDone;
       tdeAudit(p->pKeys->pCfg, &r);
     }
-    if( xProgress && xProgress(pArg, nDone < nPages ? nDone : nPages, nPages) ){
+    if( xProgress && !bFinished && xProgress(pArg, nDone < nPages ? nDone : nPages, nPages) ){
       return tdeErr(TDE_ERROR, "rekey interrupted after %lld pages; run it again to continue",
                     (long long)nDone);
     }
-    if( bWal && bClean ){
+    if( bClean && !bFinished && bWal ){
       /* WAL frames may still hold pages under the old version: copy them
-      ** into the database (re-sealed) and empty the WAL, then look again. */
+      ** into the database (re-sealed) and empty the WAL, then confirm. */
       int nLog = -1, nCkpt = -1;
       rc = sqlite3_wal_checkpoint_v2(db, zSchema, SQLITE_CHECKPOINT_TRUNCATE, &nLog, &nCkpt);
       if( rc!=SQLITE_OK || nLog!=0 ){
@@ -412,12 +414,10 @@ int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
       }
     }
   }
-  if( !bClean ){
+  if( !bFinished ){
     return tdeErr(TDE_LOCKED, "rekey paused after %lld pages: the database stayed busy "
                   "(readers holding the WAL, or writers); run it again to continue", (long long)nDone);
   }
-  trc = tdeUnderWriteLock(db, zSchema, opRekeyFinish, &bDone);
-  if( trc ) return trc;
   if( xProgress ) xProgress(pArg, nPages, nPages);
   return TDE_OK;
 }

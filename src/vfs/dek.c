@@ -49,7 +49,16 @@ int tdeKeysAddVersion(TdeDbKeys *k, uint32_t version, const uint8_t *aDek){
   uint8_t info[sizeof(zInfo)-1 + TDE_DBID_BYTES];
   TdeDekVer *d;
   int trc;
-  if( tdeKeysFind(k, version) ){ tdeKeysAlias(k); return TDE_OK; }
+  {
+    const TdeDekVer *dOld = tdeKeysFind(k, version);
+    if( dOld ){
+      if( !tdeCtEqual(dOld->aDek, aDek, 32) ){
+        return tdeErr(TDE_ERROR, "data-key version %u is already held with other key bytes", version);
+      }
+      tdeKeysAlias(k);
+      return TDE_OK;
+    }
+  }
   if( k->nVer>=TDE_MAX_VERSIONS ) return tdeErr(TDE_RANGE, "too many data-key versions");
   d = &k->aVer[k->nVer];
   d->aDek = tdeSecureAlloc(32);
@@ -223,7 +232,7 @@ int tdeMainRefresh(TdeFile *p){
   if( trc==TDE_OK && memcmp(pHdr->dbid, k->hdr.dbid, TDE_DBID_BYTES)!=0 ){
     trc = tdeErr(TDE_FORMAT, "the header names another database");
   }
-  if( trc==TDE_OK && pHdr->seq==k->hdr.seq ) goto done;      /* unchanged */
+  if( trc==TDE_OK && pHdr->seq<=k->hdr.seq ) goto done;      /* unchanged (never go back) */
   if( trc==TDE_OK ){
     TdeHeader save = k->hdr;
     k->hdr = *pHdr;

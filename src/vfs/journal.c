@@ -31,6 +31,7 @@
 typedef struct JBlock {
   int iSlot;            /* slot holding it, -1 if none is valid */
   int bPresent;         /* any byte of the pair exists */
+  int bZero;            /* every byte present is zero: never written */
   uint64_t seq;
   uint32_t len;
   uint8_t aData[JBLOCK];
@@ -58,6 +59,7 @@ static int journalLoad(TdeFile *p, sqlite3_int64 j, sqlite3_int64 phys, JBlock *
 
   b->iSlot = -1;
   b->bPresent = avail>0;
+  b->bZero = 0;
   b->seq = 0;
   b->len = 0;
   memset(b->aData, 0, JBLOCK);
@@ -65,6 +67,11 @@ static int journalLoad(TdeFile *p, sqlite3_int64 j, sqlite3_int64 phys, JBlock *
   if( avail>JPAIR ) avail = JPAIR;
   rc = tdeRealRead(p, aPair, (int)avail, start, &bShort);
   if( rc ) return rc;
+  {
+    sqlite3_int64 i;
+    for(i=0; i<avail && aPair[i]==0; i++){}
+    b->bZero = i==avail;
+  }
   journalAad(p, j, aad);
   for(int s=0; s<2; s++){
     const uint8_t *aSlot = aPair + s*JSLOT;
@@ -219,7 +226,10 @@ int tdeJournalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
     if( off>=size ) break;
     rc = journalLoad(p, j, phys, b);
     if( rc ) break;
-    if( b->iSlot<0 ){ rc = journalBad(p, j); break; }
+    /* A pair of zeros was never written (a power loss kept later writes
+    ** but not this one): it reads as zeros, as the file would without us.
+    ** Non-zero bytes that do not authenticate are damage. */
+    if( b->iSlot<0 && !b->bZero ){ rc = journalBad(p, j); break; }
     memcpy(z+nDone, b->aData+iIn, n);
     nDone += (int)n;
   }
@@ -270,7 +280,7 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
     if( n > (uint32_t)(iAmt-nDone) ) n = (uint32_t)(iAmt-nDone);
     rc = journalLoad(p, j, phys, b);
     if( rc ) goto done;
-    if( b->iSlot<0 && b->bPresent && j<nPair-1 ){
+    if( b->iSlot<0 && b->bPresent && !b->bZero && j<nPair-1 ){
       /* Only the last pair may be invalid (a torn append). */
       rc = journalBad(p, j);
       goto done;

@@ -81,6 +81,12 @@ int tdeMainHeaderUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg){
   tdeKeysCheckStale(k);
 
 done:
+  if( rc ){
+    /* Forget any data-key version the edit added for a header that did not
+    ** become durable (a retried rekey must not reuse it). */
+    tdeKeysUnlockAll(k);
+    tdeErrClear();
+  }
   tdeWipe(macKey, sizeof(macKey));
   if( pCur ){ tdeWipe(pCur, sizeof(*pCur)); sqlite3_free(pCur); }
   sqlite3_free(aRegion);

@@ -73,7 +73,8 @@ static int rjOpen(TdeFile *p, int bCreate, RekeyJournal *j){
   if( !j->pFd ){ rjClose(j); return SQLITE_NOMEM; }
   memset(j->pFd, 0, (size_t)pOrig->szOsFile);
   rc = pOrig->xOpen(pOrig, j->zPath, j->pFd,
-                    SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_MAIN_JOURNAL, &outFlags);
+                    SQLITE_OPEN_READWRITE|(bCreate ? SQLITE_OPEN_CREATE : 0)|SQLITE_OPEN_MAIN_JOURNAL,
+                    &outFlags);
   if( rc ){ rjClose(j); return rc; }
   return SQLITE_OK;
 }
@@ -133,8 +134,9 @@ int tdeRekeyRecover(TdeFile *p){
     int bShort = 0;
     rc = tdeRealRead(p, aPage, (int)pgsz, TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz, &bShort);
     if( rc ) break;
-    if( !bShort && tdeOpenPage(p, aPage, pgsz, pgno, 0)==SQLITE_OK ) continue;   /* intact */
-    if( bShort==0 ) p->nAuthFail--;
+    if( bShort ) continue;      /* the file no longer reaches it (truncated since) */
+    if( tdeOpenPage(p, aPage, pgsz, pgno, 0)==SQLITE_OK ) continue;   /* intact */
+    p->nAuthFail--;
     memcpy(aPage, e+4, pgsz);
     if( tdeOpenPage(p, aPage, pgsz, pgno, 0)!=SQLITE_OK ){ p->nAuthFail--; continue; }
     rc = p->pReal->pMethods->xWrite(p->pReal, e+4, (int)pgsz, TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz);
@@ -341,6 +343,7 @@ int tdeMainRekeyStep(TdeFile *p, int nMax, sqlite3_int64 *pnRewritten,
   }
   if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
   if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
+  if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xSync(j.pFd, SQLITE_SYNC_NORMAL);
   if( rc==SQLITE_OK ) *pnRewritten = nBatch;
 
 done:

@@ -391,6 +391,25 @@ done:
 ** partly written header (size <= header region, no valid slot) while
 ** another connection is creating it counts as empty.
 */
+/* A file of at most the header region holding no valid header but only
+** zeros and our magic: a header write torn by a crash at creation (no
+** page was ever written after it).  Anything else is a foreign file. */
+static int tdeTornCreation(TdeFile *p, sqlite3_int64 sz){
+  uint8_t *a = sqlite3_malloc(TDE_HEADER_BYTES);
+  int bShort = 0, bTorn = 0;
+  if( !a ) return 0;
+  memset(a, 0, TDE_HEADER_BYTES);
+  if( tdeRealRead(p, a, (int)sz, 0, &bShort)==SQLITE_OK ){
+    int i;
+    for(i=0; i<sz && a[i]==0; i++){}
+    bTorn = i==sz || memcmp(a, TDE_HDR_MAGIC, 8)==0 || memcmp(a+TDE_SLOT_SIZE, TDE_HDR_MAGIC, 8)==0;
+  }
+  sqlite3_free(a);
+  return bTorn;
+}
+
+static int tdeMainCreate(TdeFile *p);
+
 int tdeMainEnsureKeys(TdeFile *p, int bCreate){
   sqlite3_int64 sz = 0;
   int rc;
@@ -401,8 +420,9 @@ int tdeMainEnsureKeys(TdeFile *p, int bCreate){
     return bCreate ? tdeMainCreate(p) : SQLITE_OK;
   }
   rc = tdeMainLoad(p, sz);
-  if( rc==SQLITE_NOTADB && sz<=TDE_HEADER_BYTES && !bCreate ){
-    return SQLITE_OK;   /* header being created by another connection */
+  if( rc==SQLITE_NOTADB && sz<=TDE_HEADER_BYTES ){
+    if( !bCreate ) return SQLITE_OK;   /* header being created by another connection */
+    if( tdeTornCreation(p, sz) ) return tdeMainCreate(p);   /* torn at creation; we hold the write lock */
   }
   return rc;
 }
@@ -479,14 +499,24 @@ int tdeMainDiscoverPgsz(TdeFile *p){
     }
     p->nAuthFail--;   /* a wrong guess is not a failure */
   }
+  /* Page 1 torn by an interrupted rekey: its old copy is in the rekey
+  ** journal, at the database's page size. */
+  for(size_t i=0; i<TDE_ARRAY_SIZE(aSize); i++){
+    if( sz < aSize[i] ) continue;
+    if( tdeRekeyLookup(p, 1, aSize[i], p->aBuf)==SQLITE_OK ){
+      p->pgsz = aSize[i];
+      return SQLITE_OK;
+    }
+  }
   tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", tdeFileName(p));
   p->nAuthFail++;
   return SQLITE_IOERR_AUTH;
 }
 
-/* Does a rollback journal or a WAL exist next to this main database? */
+/* Does a rollback journal, a WAL or a rekey journal exist next to this
+** main database? */
 static int tdeHasJournalOrWal(TdeFile *p){
-  static const char *const azSuffix[] = { "-journal", "-wal" };
+  static const char *const azSuffix[] = { "-journal", "-wal", "-tderekey" };
   sqlite3_vfs *pOrig = ORIGVFS(&tdeVfs);
   int bExists = 0;
   if( !p->zName ) return 0;
@@ -601,6 +631,10 @@ by_page:
         return SQLITE_IOERR_SHORT_READ;
       }
       rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, bRetried || pgno!=1 ? "database" : 0);
+      if( rc==SQLITE_IOERR_AUTH && tdeRekeyLookup(p, pgno, pgsz, p->aBuf)==SQLITE_OK ){
+        p->nAuthFail--;
+        rc = SQLITE_OK;
+      }
       if( rc && pgno==1 && !bRetried ){
         /* The page size may have changed under us (VACUUM elsewhere). */
         p->nAuthFail--;
@@ -653,6 +687,16 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
              tdeFileName(p), zBuf[20], TDE_RESERVE_BYTES);
       return SQLITE_IOERR_WRITE;
     }
+  }
+  if( p->bCkpt && p->bCkptValid && pgno!=p->ckptPgno ){
+    /* The checkpoint copies the frame page it just read to the position
+    ** SQLite's (unauthenticated) WAL index names; that frame holds another
+    ** page: the index was altered.  Never seal one page's content as
+    ** another's. */
+    tdeLog(TDE_LOG_ERROR, "%s: checkpoint would write page %u from a frame holding page %u: "
+           "the WAL index (-shm) was tampered with", tdeFileName(p), pgno, p->ckptPgno);
+    p->bCkptValid = 0;
+    return SQLITE_IOERR_AUTH;
   }
   if( p->bCkptValid && pgno==p->ckptPgno && (uint32_t)iAmt==p->ckptPgsz
    && memcmp(zBuf, p->aCkptPlain, (size_t)iAmt)==0 ){
@@ -780,7 +824,12 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
   /* A write transaction starts: seal with the newest data key (another
   ** process may have begun a rekey). */
   if( rc==SQLITE_OK && eLock>=SQLITE_LOCK_RESERVED && p->eKind==TDE_KIND_MAIN ){
-    tdeMainRefreshIfChanged(p);
+    int rc2 = tdeMainRefreshIfChanged(p);
+    if( rc2 && eLock==SQLITE_LOCK_RESERVED ){
+      /* Could not learn the current data key: do not write with an old one. */
+      p->pReal->pMethods->xUnlock(p->pReal, SQLITE_LOCK_SHARED);
+      return rc2==SQLITE_NOMEM ? rc2 : SQLITE_AUTH;
+    }
   }
   return rc;
 }
@@ -864,7 +913,13 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   /* WAL writer (slot 0) or checkpointer (slot 1) lock taken: as above. */
   if( rc==SQLITE_OK && offset<=1 && (flags & SQLITE_SHM_LOCK) && (flags & SQLITE_SHM_EXCLUSIVE)
    && p->eKind==TDE_KIND_MAIN ){
-    tdeMainRefreshIfChanged(p);
+    int rc2 = tdeMainRefreshIfChanged(p);
+    if( rc2 ){
+      /* Could not learn the current data key: do not write with an old one. */
+      p->pReal->pMethods->xShmLock(p->pReal, offset, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
+      if( offset+n>1 ) p->bCkpt = 0;
+      return rc2==SQLITE_NOMEM ? rc2 : SQLITE_AUTH;
+    }
   }
   return rc;
 }
@@ -967,7 +1022,9 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
       if( rc ) break;
       if( sz>0 ){
         rc = tdeMainLoad(p, sz);
-        if( rc==SQLITE_NOTADB && sz<=TDE_HEADER_BYTES && !bExisted ) rc = SQLITE_OK;
+        if( rc==SQLITE_NOTADB && sz<=TDE_HEADER_BYTES && tdeTornCreation(p, sz) ){
+          rc = SQLITE_OK;   /* keys are created at the first write */
+        }
       }else{
         /* New or empty database: check now that its keystore opens, so a
         ** wrong password fails the open rather than the first write. */
@@ -1000,10 +1057,8 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
     tdeCiphersFree(p);
     tdeKeysFree(p->pKeys);
     p->pKeys = 0;
-    /* Leave no trace of a database we could not key. */
-    if( p->eKind==TDE_KIND_MAIN && !bExisted && zName ){
-      pOrig->xDelete(pOrig, zName, 0);
-    }
+    /* The file SQLite's open created (if any) stays, empty: deleting it
+    ** could unlink a database another process created meanwhile. */
     goto fail;
   }
   pFile->pMethods = &tdeIoMethods;

@@ -68,6 +68,8 @@ typedef struct TdeWal {
   uint8_t aRunSalt[8];
   struct TdeWalCk { uint8_t mac[8]; uint32_t ck[2]; uint8_t bValid; } *aCk;
   uint32_t nCk;               /* entries allocated in aCk */
+  uint32_t iMaxWritten;       /* highest frame this handle wrote ... */
+  uint8_t aMaxSalt[8];        /* ... in the generation with these salts */
 } TdeWal;
 
 typedef struct TdeFile TdeFile;

@@ -98,7 +98,7 @@ static int walFrameMac(TdeFile *p, uint32_t idx, const uint8_t *aHdr16,
   const size_t an[3] = { sizeof(pre), 16, TDE_TRAILER_SIZE };
   TdeHmac *aKey = walKey(p, tdeTrailerVersion(aTrailer));   /* the page's version */
   int rc;
-  if( !aKey ){ memset(mac, 0, MAC_BYTES); return SQLITE_OK; }   /* cannot verify: mismatch */
+  if( !aKey ) return SQLITE_NOTFOUND;   /* unknown data-key version: cannot authenticate */
   tdePut32(pre+4, idx);
   rc = tdeHmacCompute(aKey, ap, an, 3, full);
   memcpy(mac, full, MAC_BYTES);
@@ -201,8 +201,8 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
   if( rc ) return rc;
   if( bShort ){ *pState = FRAME_SHORT; return SQLITE_OK; }
   rc = walFrameMac(p, idx, aFrame, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, mac);
-  if( rc ) return rc;
-  if( !tdeCtEqual(mac, aFrame+16, MAC_BYTES) ){
+  if( rc && rc!=SQLITE_NOTFOUND ) return rc;
+  if( rc==SQLITE_NOTFOUND || !tdeCtEqual(mac, aFrame+16, MAC_BYTES) ){
     if( zWhat ) tdeLog(TDE_LOG_ERROR, "%s: frame %u header failed authentication", walName(p), idx);
     p->nAuthFail++;
     tdeWipe(aFrame+FRAME_HDR, pgsz);
@@ -235,6 +235,22 @@ static int walCommitFollows(TdeFile *p, uint32_t idx){
   tdeWipe(aTmp, FRAME_HDR + p->wal.pgsz);
   sqlite3_free(aTmp);
   return bCommit;
+}
+
+/* Does frame idx contain a 512-byte-aligned run of zeros on disk (a
+** sector that was never written)?  Ciphertext and MACs never do. */
+static int walHasZeroSector(TdeFile *p, uint32_t idx){
+  sqlite3_int64 start = walFrameOffset(p, idx);
+  sqlite3_int64 end = start + FRAME_HDR + p->wal.pgsz;
+  sqlite3_int64 s = (start + 511) / 512 * 512;
+  uint8_t aSec[512];
+  for(; s+512<=end; s+=512){
+    int bShort = 0, i;
+    if( tdeRealRead(p, aSec, 512, s, &bShort)!=SQLITE_OK || bShort ) return 1;
+    for(i=0; i<512 && aSec[i]==0; i++){}
+    if( i==512 ) return 1;
+  }
+  return 0;
 }
 
 /* Does frame 1 authenticate under some page size (whatever the header
@@ -329,8 +345,10 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
   }
   if( state==FRAME_BAD ){
     /* The salts are under the MAC: a frame whose salts were altered lands
-    ** here too, so that damage in mid-log cannot pass for its end. */
-    if( walCommitFollows(p, idx+1) ){
+    ** here too, so that damage in mid-log cannot pass for its end.  A frame
+    ** with a sector of zeros was never completely written (a power loss
+    ** that kept a later write): the torn end, as SQLite treats it. */
+    if( !walHasZeroSector(p, idx) && walCommitFollows(p, idx+1) ){
       tdeLog(TDE_LOG_ERROR, "%s: frame %u failed authentication and a later committed transaction "
              "authenticates: the WAL was tampered with", walName(p), idx);
       memset(aOut, 0, FRAME_HDR + p->wal.pgsz);
@@ -392,8 +410,8 @@ static int walReadPage(TdeFile *p, uint32_t idx, uint8_t *zBuf){
     }
   }
   rc = walFrameMac(p, idx, aFrame, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, mac);
-  if( rc ) return rc;
-  if( !tdeCtEqual(mac, aFrame+16, MAC_BYTES) ){
+  if( rc && rc!=SQLITE_NOTFOUND ) return rc;
+  if( rc==SQLITE_NOTFOUND || !tdeCtEqual(mac, aFrame+16, MAC_BYTES) ){
     tdeLog(TDE_LOG_ERROR, "%s: frame %u header failed authentication", walName(p), idx);
     p->nAuthFail++;
     memset(zBuf, 0, pgsz);
@@ -547,6 +565,7 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     memcpy(p->wal.aHdr, z, WAL_HDR);
     p->wal.bHdr = 1;
     p->wal.pgsz = tdeValidPgsz(tdeGet32(z+8)) ? tdeGet32(z+8) : 0;
+    p->wal.iMaxWritten = 0;     /* a new generation */
     walCkForget(p);
     return SQLITE_OK;
   }
@@ -566,6 +585,11 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     memcpy(p->wal.aPending, z, FRAME_HDR);
     p->wal.iPendingOff = iOfst;
     p->wal.bPending = 1;
+    /* A frame this handle already wrote (SQLite rewriting the checksums of
+    ** a transaction that spilled, up to its commit frame): its page is on
+    ** disk and no page write follows -- complete it now, or the commit
+    ** would wait in memory for the next I/O call. */
+    if( idx<=p->wal.iMaxWritten && memcmp(z+8, p->wal.aMaxSalt, 8)==0 ) return tdeWalFlush(p);
     return SQLITE_OK;
   }
   if( within==FRAME_HDR && (uint32_t)iAmt==p->wal.pgsz ){
@@ -596,6 +620,19 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aFrame+16);
     if( rc ) return rc;
     if( p->wal.iRunFrame>=idx ) p->wal.iRunFrame = 0;
+    {
+      static const uint8_t aZero[8];
+      const uint8_t *aSalt = aFrame+8;          /* the frame's own salts */
+      if( memcmp(aSalt, aZero, 8)!=0 ){
+        if( memcmp(aSalt, p->wal.aMaxSalt, 8)!=0 ){
+          memcpy(p->wal.aMaxSalt, aSalt, 8);     /* a new generation */
+          p->wal.iMaxWritten = 0;
+        }
+        if( idx>p->wal.iMaxWritten ) p->wal.iMaxWritten = idx;
+      }else if( idx>p->wal.iMaxWritten && p->wal.iMaxWritten>0 ){
+        p->wal.iMaxWritten = idx;                /* same transaction, checksums pending */
+      }
+    }
     if( bJoin ){
       p->wal.bPending = 0;
       rc = p->pReal->pMethods->xWrite(p->pReal, aFrame, (int)szFrame, iOfst-FRAME_HDR);
@@ -617,6 +654,7 @@ int tdeWalTruncate(TdeFile *p, sqlite3_int64 size){
   int rc = tdeWalFlush(p);
   if( rc ) return rc;
   walCkForget(p);
+  p->wal.iMaxWritten = 0;
   if( size<WAL_HDR ) p->wal.bHdr = 0;
   return p->pReal->pMethods->xTruncate(p->pReal, size);
 }
