@@ -36,5 +36,13 @@ test-asan: build-asan
 demo: build
 	@scripts/demo.sh $(BUILD)
 
+# Benchmark kit, full default run (about 15 minutes on 2 cores): reports in
+# $(BENCH_OUT)/.  More options: BENCH_ARGS="--seconds 10", or
+# $(BUILD)/sqlite-tde bench --help.
+BENCH_OUT  ?= bench-out
+BENCH_ARGS ?=
+bench: build
+	@$(BUILD)/sqlite-tde bench --out $(BENCH_OUT) $(BENCH_ARGS)
+
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN)

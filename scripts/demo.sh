@@ -136,4 +136,11 @@ if [ "$RC" = 0 ] || ! grep -q 'file is not a database' <<<"$OUT"; then
   exit 1
 fi
 
+step "What encryption costs: a very short benchmark (make bench runs the full one)"
+show "$CLI" bench --quick --repeats 1 --seconds 0.3 --conditions plain,wallet \
+  --workloads insert,warm-scan,bounce --out "$DEMO/bench"
+echo "Headline (median over runs; ratio = wallet / plain with a 95% bootstrap interval):"
+sed -n '/^## Headline/,/^### Per condition/p' "$DEMO/bench/report.md" | grep '^|'
+echo "(full report: $DEMO/bench/report.html; docs/PERFORMANCE.md explains the method)"
+
 printf '\n%sDemo complete:%s the data is readable only through sqlite-tde with the key.\n' "$BOLD" "$PLAIN"

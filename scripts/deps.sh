@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libsqlite3-dev sqlite3 libssl-dev openssl
       libargon2-dev libcmocka-dev python3 valgrind strace
-      softhsm2 opensc python3-pykmip)
+      softhsm2 opensc python3-pykmip libsqlcipher-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

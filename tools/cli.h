@@ -7,6 +7,7 @@
 **   cmd_copy.c      encrypt / decrypt (VACUUM INTO a temp file, rename)
 **   cmd_db.c        status / verify / shell
 **   cmd_lifecycle.c rotate-master-key / migrate-keystore / keystore retire
+**   cmd_bench.c     bench (runs sqlite-tde-bench from bench/)
 **
 ** The tool is a client of the library like any other program: it uses only
 ** the public header <sqlite-tde.h> and <sqlite3.h>, never anything from
@@ -84,6 +85,7 @@ int cliCmdRotate(Cli*, const CliArgs*);
 int cliCmdMigrate(Cli*, const CliArgs*);
 int cliCmdKeystoreRetire(Cli*, const CliArgs*);
 int cliCmdRekey(Cli*, const CliArgs*);
+int cliCmdBench(Cli*, const CliArgs*);
 
 /* ---- messages (cli_util.c) --------------------------------------------- */
 

@@ -119,6 +119,16 @@ static const CliCommand aCommand[] = {
     "--drop-old, also remove every wrapping not made by the new keystore (run\n"
     "it once the new keystore is in use).  Header-only, crash-safe.\n",
     1, CLI_OPT_MANY | CLI_OPT_MIGRATE, cliCmdMigrate },
+  { "bench", "[options]",
+    "measure encryption's cost: workloads, conditions, reports",
+    "Run the benchmark kit (sqlite-tde-bench next to this program): insert,\n"
+    "delete-replenish, cold and warm scans, bounce, row-at-a-time and TPC-B-like\n"
+    "workloads under plain SQLite, the wallet keystores and the sqlcipher peer,\n"
+    "interleaved with a printed seed; writes report.md, report.html and\n"
+    "results.json to bench-out/.  Every argument goes to the kit: see\n"
+    "'sqlite-tde bench --help' for its options (--quick, --seconds, --repeats,\n"
+    "--out, ...).  docs/PERFORMANCE.md explains the method.\n",
+    0, CLI_OPT_PASSTHRU, cliCmdBench },
 };
 
 static void printCommandUsage(FILE *out, const CliCommand *pCmd){
