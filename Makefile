@@ -6,7 +6,7 @@ BUILD_SAN  ?= build-asan
 JOBS       ?= 2
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDE_WERROR=ON
 
-.PHONY: all deps build build-asan test test-fast test-asan demo bench clean
+.PHONY: all deps build build-asan test test-fast test-asan demo bench stress clean
 
 all: build
 
@@ -46,3 +46,14 @@ bench: build
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN)
+
+# Long reliability runs (issue 7): the crash-consistency and concurrency
+# tests with TDE_STRESS=1 -- 5,000 kill -9 cycles per mode at page sizes
+# 1024, 4096 and 8192, 120 s per concurrency mode with 4 processes x 4
+# threads (about an hour and a half on 2 cores).  Known-bug modes, which
+# `make test` reports as XFAIL, fail here (TDE_CRASH_STRICT=1).
+stress: build
+	@mkdir -p $(BUILD)/testtmp
+	@rc=0; for t in tests/integration/test_crash.sh tests/integration/test_concurrency.sh; do \
+	  TDE_STRESS=1 TDE_CRASH_STRICT=1 TDE_BUILD=$(abspath $(BUILD)) TDE_SRC=$(CURDIR) \
+	  TDE_TEST_TMP=$(abspath $(BUILD))/testtmp bash $$t || rc=1; done; exit $$rc
