@@ -99,6 +99,7 @@ struct tde_keystore_methods {
 
 /* The built-in providers. */
 extern const tde_keystore_methods tdeWalletMethods;
+extern const tde_keystore_methods tdePkcs11Methods;
 
 /* Find a provider by config name or by header type id (NULL if none). */
 const tde_keystore_methods *tdeKeystoreByName(const char *zName);

@@ -24,6 +24,7 @@
 /* Built-in providers.  Add new ones here. */
 static const tde_keystore_methods *const apProvider[] = {
   &tdeWalletMethods,
+  &tdePkcs11Methods,
 };
 
 const tde_keystore_methods *tdeKeystoreByName(const char *zName){

@@ -207,8 +207,10 @@ int tdeMainRefreshIfChanged(TdeFile *p){
   uint8_t a[8], b[8];
   int bShortA = 1, bShortB = 1;
   if( !p->pKeys ) return SQLITE_OK;
-  if( tdeRealRead(p, a, 8, 12, &bShortA) || tdeRealRead(p, b, 8, TDE_SLOT_SIZE+12, &bShortB) ){
-    return SQLITE_OK;     /* the refresh is an optimisation of freshness, not required here */
+  {
+    int rc = tdeRealRead(p, a, 8, 12, &bShortA);
+    if( rc==SQLITE_OK ) rc = tdeRealRead(p, b, 8, TDE_SLOT_SIZE+12, &bShortB);
+    if( rc ) return rc;   /* the caller fails the lock: never write with a header we could not check */
   }
   if( (!bShortA && tdeGet64(a)>p->pKeys->hdr.seq) || (!bShortB && tdeGet64(b)>p->pKeys->hdr.seq) ){
     return tdeMainRefresh(p);

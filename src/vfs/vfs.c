@@ -488,6 +488,9 @@ int tdeMainDiscoverPgsz(TdeFile *p){
   rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   if( rc ) return rc;
   sz -= TDE_HEADER_BYTES;
+  /* No whole page yet (the header was written, page 1 not): nothing to
+  ** authenticate, the database is empty. */
+  if( sz < 512 ) return SQLITE_IOERR_SHORT_READ;
   for(size_t i=0; i<TDE_ARRAY_SIZE(aSize); i++){
     uint32_t n = aSize[i];
     if( sz < n ) continue;
@@ -610,6 +613,10 @@ by_page:
     if( rc==SQLITE_IOERR_AUTH ){
       memset(zBuf, 0, (size_t)iAmt);
       return tdeHeaderReadFailed(p, iOfst, iAmt);
+    }
+    if( rc==SQLITE_IOERR_SHORT_READ ){
+      memset(zBuf, 0, (size_t)iAmt);
+      return rc;
     }
     if( rc ) return rc;
   }
@@ -828,7 +835,7 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
     if( rc2 && eLock==SQLITE_LOCK_RESERVED ){
       /* Could not learn the current data key: do not write with an old one. */
       p->pReal->pMethods->xUnlock(p->pReal, SQLITE_LOCK_SHARED);
-      return rc2==SQLITE_NOMEM ? rc2 : SQLITE_AUTH;
+      return (rc2&0xff)==SQLITE_IOERR || rc2==SQLITE_NOMEM ? rc2 : SQLITE_AUTH;
     }
   }
   return rc;
@@ -918,7 +925,7 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
       /* Could not learn the current data key: do not write with an old one. */
       p->pReal->pMethods->xShmLock(p->pReal, offset, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
       if( offset+n>1 ) p->bCkpt = 0;
-      return rc2==SQLITE_NOMEM ? rc2 : SQLITE_AUTH;
+      return (rc2&0xff)==SQLITE_IOERR || rc2==SQLITE_NOMEM ? rc2 : SQLITE_AUTH;
     }
   }
   return rc;

@@ -162,6 +162,7 @@ void tdeWalFree(TdeFile *p);
 ** from SQLite's WAL index, or 0 if unknown); *pnFrames counted, *piBad
 ** first bad frame (0 none, -1 the WAL header). */
 int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_int64 *piBad);
+int tdeWalPageList(TdeFile *p, uint32_t mxFrame, uint32_t **paPgno, uint32_t *pn);
 
 /* Rollback journals (journal.c) */
 int tdeJournalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);

@@ -709,3 +709,27 @@ int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_
   sqlite3_free(aFrame);
   return rc;
 }
+
+/* Page numbers of frames 1..mxFrame of the current generation, for
+** tde_verify (a database page torn by a crash during a checkpoint is
+** harmless while the WAL holds a newer copy).  *paPgno is sqlite3_malloc'd. */
+int tdeWalPageList(TdeFile *p, uint32_t mxFrame, uint32_t **paPgno, uint32_t *pn){
+  uint32_t *a;
+  uint32_t n = 0;
+  int rc = SQLITE_OK;
+  *paPgno = 0;
+  *pn = 0;
+  if( mxFrame==0 || !p->wal.pgsz ) return SQLITE_OK;
+  a = sqlite3_malloc64(sizeof(uint32_t) * (sqlite3_uint64)mxFrame);
+  if( !a ) return SQLITE_NOMEM;
+  for(uint32_t idx=1; idx<=mxFrame; idx++){
+    uint8_t aHdr[FRAME_HDR];
+    int bShort = 0;
+    rc = tdeRealRead(p, aHdr, FRAME_HDR, walFrameOffset(p, idx), &bShort);
+    if( rc || bShort ) break;
+    a[n++] = tdeGet32(aHdr);
+  }
+  *paPgno = a;
+  *pn = n;
+  return rc;
+}
