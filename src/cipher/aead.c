@@ -47,10 +47,28 @@ static int aeadSslErr(const char *zWhat){
   return tdeErr(TDE_CRYPTO, "%s: %s", zWhat, zDetail);
 }
 
+/* Algorithms fetched once per process: an implicit fetch (EVP_sha256(),
+** EVP_aes_256_gcm() in an init call) costs about half a million
+** instructions, HMAC runs once per WAL frame, SHA-256 three times per
+** database open.  Fetched objects are immutable and safe to share between
+** threads; they live until the process exits. */
+static pthread_once_t aeadFetchOnce = PTHREAD_ONCE_INIT;
+static EVP_MAC *aeadHmacAlg;
+static EVP_KDF *aeadHkdfAlg;
+static EVP_CIPHER *aeadGcmAlg;
+static EVP_MD *aeadSha256Alg;
+static void aeadFetch(void){
+  aeadHmacAlg = EVP_MAC_fetch(NULL, "HMAC", NULL);
+  aeadHkdfAlg = EVP_KDF_fetch(NULL, "HKDF", NULL);
+  aeadGcmAlg = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
+  aeadSha256Alg = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 /* Key ctx for AES-256-GCM with an nIv-byte IV, encrypting if enc. */
 static int aeadGcmInit(EVP_CIPHER_CTX *ctx, int enc, const uint8_t key[32],
                        const uint8_t *iv, size_t nIv){
-  if( EVP_CipherInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL, enc)!=1 ){
+  pthread_once(&aeadFetchOnce, aeadFetch);
+  if( EVP_CipherInit_ex(ctx, aeadGcmAlg ? aeadGcmAlg : EVP_aes_256_gcm(), NULL, NULL, NULL, enc)!=1 ){
     return aeadSslErr("AES-256-GCM init");
   }
   if( nIv!=12
@@ -265,17 +283,6 @@ unwrap_out:
 ** HKDF-SHA256: nOut bytes (1..8160) from ikm, optional salt and info.
 ** out is wiped on failure.
 */
-/* HMAC and HKDF implementations fetched once per process: a fetch costs
-** about a microsecond and HMAC runs once per WAL frame.  Fetched objects
-** are immutable and safe to share between threads. */
-static pthread_once_t aeadFetchOnce = PTHREAD_ONCE_INIT;
-static EVP_MAC *aeadHmacAlg;
-static EVP_KDF *aeadHkdfAlg;
-static void aeadFetch(void){
-  aeadHmacAlg = EVP_MAC_fetch(NULL, "HMAC", NULL);
-  aeadHkdfAlg = EVP_KDF_fetch(NULL, "HKDF", NULL);
-}
-
 int tdeHkdf(const uint8_t *ikm, size_t nIkm, const uint8_t *salt, size_t nSalt,
             const uint8_t *info, size_t nInfo, uint8_t *out, size_t nOut){
   EVP_KDF *pKdf = NULL;
@@ -371,7 +378,8 @@ hmac_out:
 int tdeSha256(const uint8_t *p, size_t n, uint8_t out[32]){
   static const uint8_t aEmpty[1] = {0};
   unsigned int nMd = 0;
-  if( EVP_Digest(n>0 ? p : aEmpty, n, out, &nMd, EVP_sha256(), NULL)!=1
+  pthread_once(&aeadFetchOnce, aeadFetch);
+  if( EVP_Digest(n>0 ? p : aEmpty, n, out, &nMd, aeadSha256Alg ? aeadSha256Alg : EVP_sha256(), NULL)!=1
    || nMd!=AEAD_HASH_BYTES ){
     return aeadSslErr("SHA-256");
   }
