@@ -22,8 +22,10 @@
 #include <stdlib.h>
 
 /* Built-in providers.  Add new ones here. */
+extern const tde_keystore_methods tdeKmipMethods;   /* keystore/kmip/kmip.c */
 static const tde_keystore_methods *const apProvider[] = {
   &tdeWalletMethods,
+  &tdeKmipMethods,
   &tdePkcs11Methods,
 };
 

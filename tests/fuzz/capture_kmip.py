@@ -63,6 +63,41 @@ c.decrypt(ct, uid=uid, cryptographic_parameters=params, iv_counter_nonce=iv)
 save("decrypt")
 c.get(uid)
 save("get")
+
+# AES-GCM with associated data, as the kmip keystore wraps (KMIP 1.4
+# payload fields; PyKMIP's high-level client has no AAD argument).
+from kmip.core import attributes as kattrs
+from kmip.core.messages import contents, messages
+from kmip.core.messages.payloads import encrypt as penc, decrypt as pdec
+
+
+def call(op, payload):
+    item = messages.RequestBatchItem(operation=contents.Operation(op), request_payload=payload)
+    req = c.proxy._build_request_message(None, [item])
+    return c.proxy._send_and_receive_message(req).batch_items[0].response_payload
+
+
+gcm = kattrs.CryptographicParameters(block_cipher_mode=enums.BlockCipherMode.GCM,
+                                     cryptographic_algorithm=enums.CryptographicAlgorithm.AES,
+                                     tag_length=16)
+iv, aad = b"\x01" * 12, b"sqlite-tde v1 dek" + b"\x02" * 20
+r = call(enums.Operation.ENCRYPT, penc.EncryptRequestPayload(
+    unique_identifier=uid, cryptographic_parameters=gcm, data=b"\x11" * 32,
+    iv_counter_nonce=iv, auth_additional_data=aad))
+save("encrypt_gcm")
+call(enums.Operation.DECRYPT, pdec.DecryptRequestPayload(
+    unique_identifier=uid, cryptographic_parameters=gcm, data=r.data,
+    iv_counter_nonce=iv, auth_additional_data=aad, auth_tag=r.auth_tag))
+save("decrypt_gcm")
+try:
+    call(enums.Operation.DECRYPT, pdec.DecryptRequestPayload(
+        unique_identifier=uid, cryptographic_parameters=gcm, data=r.data,
+        iv_counter_nonce=iv, auth_additional_data=aad + b"x", auth_tag=r.auth_tag))
+except Exception:
+    pass
+save("decrypt_gcm_badtag")
+c.proxy.discover_versions(protocol_versions=[contents.ProtocolVersion(1, 4), contents.ProtocolVersion(1, 2)])
+save("discover_versions")
 try:
     c.get("no-such-object")
 except Exception:

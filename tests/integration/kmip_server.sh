@@ -4,7 +4,8 @@
 #                           127.0.0.1), client certificate (CN tde-client,
 #                           extendedKeyUsage clientAuth), and for negative
 #                           tests a second CA with a client certificate it
-#                           signed (rogue-*) and an expired server cert.
+#                           signed (rogue-*) and an expired server
+#                           certificate (expired-server.pem, key server.key).
 #   kmip_server_start DIR [PORT]
 #                           write DIR/server.conf (sqlite db in DIR, TLS 1.2,
 #                           client auth on, empty policy folder) and start
@@ -16,10 +17,13 @@
 #   kmip_server_stop        stop it and its children by its pid, which is
 #                           also its process group id (call it from a trap).
 #
-# Not a test by itself (ctest runs tests/integration/test_*.sh only).
+# Safe under set -e.  Not a test by itself (ctest runs
+# tests/integration/test_*.sh only).
 # Only the Debian python (/usr/bin/python3) has python3-pykmip.
 
-KMIP_PY=/usr/bin/python3
+# Under the sanitizer build ctest preloads the ASan runtime into every host;
+# the server and helpers are not ours to instrument.
+KMIP_PY="env -u LD_PRELOAD /usr/bin/python3"
 KMIP_PID=
 KMIP_PORT=
 
@@ -35,6 +39,9 @@ kmip_certs() {
     printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' > server.ext
     openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
       -extfile server.ext -out server.pem 2>/dev/null
+    # The same server identity, expired yesterday.
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days -1 \
+      -extfile server.ext -out expired-server.pem 2>/dev/null
     openssl req $ec -keyout client.key -out client.csr -subj "/CN=tde-client" 2>/dev/null
     printf 'extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n' > client.ext
     openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
@@ -48,7 +55,8 @@ kmip_certs() {
     chmod 600 ./*.key
     rm -f ./*.csr ./*.srl
   ) || return 1
-  [ -s "$d/server.pem" ] && [ -s "$d/client.pem" ] && [ -s "$d/rogue-client.pem" ]
+  [ -s "$d/server.pem" ] && [ -s "$d/client.pem" ] && [ -s "$d/rogue-client.pem" ] \
+    && [ -s "$d/expired-server.pem" ]
 }
 
 # A TCP port nothing listens on right now.
@@ -76,7 +84,7 @@ EOF
   # Own session and process group: PyKMIP forks a process per connection,
   # and stopping must reach those too (kill -- -PGID), or they would keep
   # the test's output pipe open.
-  setsid $KMIP_PY -m kmip.services.server.server -f "$d/server.conf" -l "$d/server.log" \
+  env -u LD_PRELOAD setsid /usr/bin/python3 -m kmip.services.server.server -f "$d/server.conf" -l "$d/server.log" \
     >"$d/server.out" 2>&1 </dev/null &
   KMIP_PID=$!
   for i in $(seq 1 100); do
@@ -86,7 +94,7 @@ EOF
       KMIP_PID=
       return 1
     fi
-    if openssl s_client -connect "127.0.0.1:$KMIP_PORT" -CAfile "$d/ca.pem" \
+    if env -u LD_PRELOAD openssl s_client -connect "127.0.0.1:$KMIP_PORT" -CAfile "$d/ca.pem" \
          -cert "$d/client.pem" -key "$d/client.key" -verify_return_error \
          </dev/null >/dev/null 2>&1; then
       return 0
@@ -102,10 +110,10 @@ EOF
 # is its pid (setsid above).
 kmip_server_stop() {
   if [ -n "$KMIP_PID" ]; then
-    kill -- "-$KMIP_PID" 2>/dev/null
+    kill -- "-$KMIP_PID" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 -- "-$KMIP_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -9 -- "-$KMIP_PID" 2>/dev/null
-    wait "$KMIP_PID" 2>/dev/null
+    kill -9 -- "-$KMIP_PID" 2>/dev/null || true
+    wait "$KMIP_PID" 2>/dev/null || true
     KMIP_PID=
   fi
   return 0
