@@ -517,3 +517,38 @@ int tdeConfigPassword(const TdeConfig *p, char **pz, size_t *pn){
   if( zEnv ) return configPasswordEnv(p, zEnv, pz, pn);
   return tdeErr(TDE_NOTFOUND, "%s: no password_file or password_env", p->zPath);
 }
+
+/*
+** A copy of cfg's audit_* settings (with its path and directory, so a
+** relative audit_log resolves as before), for a keystore handle that must
+** keep auditing after the caller frees cfg.  *pp is NULL when cfg names
+** no audit setting.  Free with tdeConfigFree.
+*/
+int tdeConfigCopyAudit(const TdeConfig *cfg, TdeConfig **pp){
+  TdeConfig *p;
+  int i;
+  *pp = 0;
+  for(i=0; i<cfg->nEntry && strncmp(cfg->aEntry[i].zKey, "audit_", 6)!=0; i++){}
+  if( i==cfg->nEntry ) return TDE_OK;
+  p = calloc(1, sizeof(*p));
+  if( p==0 ) return tdeErr(TDE_NOMEM, "out of memory");
+  p->zPath = strdup(cfg->zPath);
+  p->zDir = strdup(cfg->zDir);
+  if( p->zPath==0 || p->zDir==0 ) goto copy_nomem;
+  for(i=0; i<cfg->nEntry; i++){
+    const TdeConfigEntry *pE = &cfg->aEntry[i];
+    TdeConfigEntry *pNew;
+    if( strncmp(pE->zKey, "audit_", 6)!=0 ) continue;
+    pNew = &p->aEntry[p->nEntry++];
+    pNew->zKey = strdup(pE->zKey);
+    pNew->zValue = strdup(pE->zValue);
+    pNew->iLine = pE->iLine;
+    if( pNew->zKey==0 || pNew->zValue==0 ) goto copy_nomem;
+  }
+  *pp = p;
+  return TDE_OK;
+
+copy_nomem:
+  tdeConfigFree(p);
+  return tdeErr(TDE_NOMEM, "out of memory");
+}

@@ -62,4 +62,7 @@ int tdeConfigPath(const TdeConfig *p, const char *zKey, char *zOut, size_t nOut)
 ** A password_file readable by group or others is refused (TDE_CONFIG). */
 int tdeConfigPassword(const TdeConfig *p, char **pz, size_t *pn);
 
+/* Copy of cfg's audit_* settings for a keystore handle (NULL if none). */
+int tdeConfigCopyAudit(const TdeConfig *cfg, TdeConfig **pp);
+
 #endif /* TDE_CONFIG_H */

@@ -461,24 +461,6 @@ typedef struct Pkcs11 {
   TdeConfig *pAudit;            /* own copy of the audit_* settings, or NULL */
 } Pkcs11;
 
-/* Audit settings of cfg, copied so the handle does not depend on the
-** caller's config: a config holding only those lines, parsed again. */
-static int p11AuditConfig(const TdeConfig *cfg, TdeConfig **pp){
-  char zText[4 * PATH_MAX];
-  size_t n;
-  int i, k;
-  *pp = 0;
-  n = (size_t)snprintf(zText, sizeof(zText), "keystore = pkcs11\n");
-  for(i=0; i<cfg->nEntry; i++){
-    const TdeConfigEntry *pE = &cfg->aEntry[i];
-    if( strncmp(pE->zKey, "audit_", 6)!=0 ) continue;
-    k = snprintf(zText+n, sizeof(zText)-n, "%s = %s\n", pE->zKey, pE->zValue);
-    if( k<0 || (size_t)k>=sizeof(zText)-n ) return tdeErr(TDE_RANGE, "pkcs11: audit settings too long");
-    n += (size_t)k;
-  }
-  if( n==strlen("keystore = pkcs11\n") ) return TDE_OK;
-  return tdeConfigParse(zText, cfg->zPath, cfg->zDir, pp);
-}
 
 static void p11Audit(const TdeConfig *pCfg, const char *zOp, const char *zKeyId,
                      int rc, const char *zDetail){
@@ -992,7 +974,7 @@ static int p11Open(const TdeConfig *cfg, const char *zPassword, TdeKeystore **pp
     if( k->zPin==0 ){ rc = tdeErr(TDE_NOMEM, "pkcs11: out of memory"); goto open_out; }
     memcpy(k->zPin, zPassword, k->nPin+1);
   }
-  rc = p11AuditConfig(cfg, &k->pAudit);
+  rc = tdeConfigCopyAudit(cfg, &k->pAudit);
   if( rc!=TDE_OK ) goto open_out;
   if( pthread_mutex_init(&k->mutex, 0)!=0 ){
     rc = tdeErr(TDE_NOMEM, "pkcs11: cannot create mutex");

@@ -243,40 +243,6 @@ static int walletNewId(char *zId, size_t nId){
   return TDE_OK;
 }
 
-/*
-** Copy of the audit settings of cfg (its audit_* entries, path and
-** directory, so relative audit_log paths resolve as they did) for a
-** wallet handle to use after xOpen returns.  *pp is NULL when cfg names
-** no audit settings.  TDE_NOMEM on failure.
-*/
-static int walletAuditConfig(const TdeConfig *cfg, TdeConfig **pp){
-  TdeConfig *p;
-  int i;
-  *pp = 0;
-  for(i=0; i<cfg->nEntry && strncmp(cfg->aEntry[i].zKey, "audit_", 6)!=0; i++){}
-  if( i==cfg->nEntry ) return TDE_OK;
-  p = calloc(1, sizeof(*p));
-  if( p==0 ) return tdeErr(TDE_NOMEM, "wallet: out of memory");
-  p->zPath = strdup(cfg->zPath);
-  p->zDir = strdup(cfg->zDir);
-  if( p->zPath==0 || p->zDir==0 ) goto copy_nomem;
-  for(i=0; i<cfg->nEntry; i++){
-    const TdeConfigEntry *pE = &cfg->aEntry[i];
-    TdeConfigEntry *pNew;
-    if( strncmp(pE->zKey, "audit_", 6)!=0 ) continue;
-    pNew = &p->aEntry[p->nEntry++];
-    pNew->zKey = strdup(pE->zKey);
-    pNew->zValue = strdup(pE->zValue);
-    pNew->iLine = pE->iLine;
-    if( pNew->zKey==0 || pNew->zValue==0 ) goto copy_nomem;
-  }
-  *pp = p;
-  return TDE_OK;
-
-copy_nomem:
-  tdeConfigFree(p);
-  return tdeErr(TDE_NOMEM, "wallet: out of memory");
-}
 
 /* One audit line for a wallet operation.  rc!=TDE_OK records a failure
 ** with the tde_last_error() text as detail (never holds secrets), else
@@ -858,7 +824,7 @@ static int walletOpen(const TdeConfig *cfg, const char *zPassword, TdeKeystore *
   w->kind = hdr.kind;
   w->kdf = hdr.kdf;
   walletStamp(&st, &w->stamp);
-  rc = walletAuditConfig(cfg, &w->pAudit);
+  rc = tdeConfigCopyAudit(cfg, &w->pAudit);
   if( rc!=TDE_OK ) goto open_out;
 
   if( hdr.kind==WALLET_KIND_PASSWORD ){

@@ -310,36 +310,6 @@ static int kmipConfig(const TdeConfig *cfg, KmipClientConfig *pC, char *zPrefix,
   return TDE_OK;
 }
 
-/* Copy of the audit settings of cfg for use after xOpen returns (the
-** caller may free its config); NULL when it names none. */
-static int kmipAuditConfig(const TdeConfig *cfg, TdeConfig **pp){
-  TdeConfig *p;
-  int i;
-  *pp = 0;
-  for(i=0; i<cfg->nEntry && strncmp(cfg->aEntry[i].zKey, "audit_", 6)!=0; i++){}
-  if( i==cfg->nEntry ) return TDE_OK;
-  p = calloc(1, sizeof(*p));
-  if( p==0 ) return tdeErr(TDE_NOMEM, "kmip: out of memory");
-  p->zPath = strdup(cfg->zPath);
-  p->zDir = strdup(cfg->zDir);
-  if( p->zPath==0 || p->zDir==0 ) goto copy_nomem;
-  for(i=0; i<cfg->nEntry; i++){
-    const TdeConfigEntry *pE = &cfg->aEntry[i];
-    TdeConfigEntry *pNew;
-    if( strncmp(pE->zKey, "audit_", 6)!=0 ) continue;
-    pNew = &p->aEntry[p->nEntry++];
-    pNew->zKey = strdup(pE->zKey);
-    pNew->zValue = strdup(pE->zValue);
-    pNew->iLine = pE->iLine;
-    if( pNew->zKey==0 || pNew->zValue==0 ) goto copy_nomem;
-  }
-  *pp = p;
-  return TDE_OK;
-
-copy_nomem:
-  tdeConfigFree(p);
-  return tdeErr(TDE_NOMEM, "kmip: out of memory");
-}
 
 static void kmipAudit(const TdeConfig *pCfg, const char *zOp, const char *zKeyId,
                       int rc, const char *zDetail){
@@ -793,7 +763,7 @@ static int kmipConnect(const TdeConfig *cfg, Kmip **pp){
   pthread_mutex_init(&k->mutex, 0);
   k->base.pMethods = &tdeKmipMethods;
   rc = kmipConfig(cfg, &cc, k->zPrefix, &k->bAllowGet);
-  if( rc==TDE_OK ) rc = kmipAuditConfig(cfg, &k->pAudit);
+  if( rc==TDE_OK ) rc = tdeConfigCopyAudit(cfg, &k->pAudit);
   if( rc==TDE_OK ) rc = kmipClientNew(&cc, &k->pClient);
   if( rc==TDE_OK ) rc = kmipDiscover(k);
   if( rc!=TDE_OK ){
@@ -844,7 +814,7 @@ static int kmipCreate(const TdeConfig *cfg, const char *zPassword, char *zKeyId,
   TDE_UNUSED(zPassword);
   zName[0] = 0;
   if( zKeyId && nKeyId ) zKeyId[0] = 0;
-  if( cfg && kmipAuditConfig(cfg, &pAudit)!=TDE_OK ) pAudit = 0;
+  if( cfg && tdeConfigCopyAudit(cfg, &pAudit)!=TDE_OK ) pAudit = 0;
   rc = kmipConnect(cfg, &k);
   if( rc==TDE_OK ) rc = kmipRefresh(k);
   if( rc==TDE_OK && k->nKey>0 ){
