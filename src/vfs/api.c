@@ -106,6 +106,16 @@ static uint32_t tdeWalIndexMxFrame(TdeFile *pMain){
   return mx;
 }
 
+/* nBackfill from the WAL index's checkpoint information (native-order
+** 32-bit integer at offset 96, after the two 48-byte header copies):
+** frames above it have not been copied into the database yet. */
+static uint32_t tdeWalIndexBackfill(TdeFile *pMain){
+  uint32_t n = 0;
+  if( !pMain->pShm0 ) return 0;
+  memcpy(&n, (const void*)((const volatile uint8_t*)pMain->pShm0 + 96), sizeof(n));
+  return n;
+}
+
 /* PRAGMA schema.zName as an integer, -1 if it fails. */
 static sqlite3_int64 tdePragmaInt(sqlite3 *db, const char *zSchema, const char *zName){
   sqlite3_stmt *pStmt = 0;
@@ -185,7 +195,10 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
   if( bWal ){
     sqlite3_file *pJ = 0;
     sqlite3_file_control(db, zSchema, SQLITE_FCNTL_JOURNAL_POINTER, &pJ);
-    if( pJ ) tdeWalPageList((TdeFile*)pJ, tdeWalIndexMxFrame(p), &aWalPg, &nWalPg);
+    if( pJ ){
+      uint32_t mx = tdeWalIndexMxFrame(p), nBackfill = tdeWalIndexBackfill(p);
+      if( nBackfill<mx ) tdeWalPageList((TdeFile*)pJ, nBackfill+1, mx, &aWalPg, &nWalPg);
+    }
   }
   iLockPage = (sqlite3_int64)(0x40000000 / p->pgsz) + 1;
   for(i=1; i<=nPage; i++){
@@ -204,15 +217,17 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
     if( rc==SQLITE_OK ){
       rc = tdeOpenPage(p, aPage, p->pgsz, (uint32_t)i, 0);
       if( rc==SQLITE_IOERR_AUTH && bWal && tdeInList(aWalPg, nWalPg, (uint32_t)i) ){
-        /* Still a failure (damage must never pass unseen), but say what it
-        ** means: SQLite reads the newer copy in the WAL, and the next
-        ** checkpoint overwrites this one -- after a crash during a
-        ** checkpoint this is expected. */
+        /* Still a failure (damage must never pass unseen, and a bit flip
+        ** here looks like a torn write), but say what it means: a WAL
+        ** frame not yet checkpointed holds a newer copy, SQLite reads that
+        ** one, and the next checkpoint overwrites this one -- after a
+        ** crash during a checkpoint this is expected (recovery restarts
+        ** the checkpoint, so every frame counts again). */
         if( pBadPage ) *pBadPage = i;
-        trc = tdeErr(TDE_AUTH, "page %lld failed authentication in the database file, but the WAL "
-                     "holds a newer copy (harmless: SQLite reads that one; after a crash during a "
-                     "checkpoint this is expected -- run PRAGMA wal_checkpoint and verify again)",
-                     (long long)i);
+        trc = tdeErr(TDE_AUTH, "page %lld failed authentication in the database file, but a WAL "
+                     "frame not yet checkpointed holds a newer copy (harmless: SQLite reads that one; "
+                     "after a crash during a checkpoint this is expected -- run PRAGMA wal_checkpoint "
+                     "and verify again)", (long long)i);
         goto done;
       }
       if( rc==SQLITE_IOERR_AUTH ) tdeLog(TDE_LOG_ERROR, "%s: database page %lld failed authentication",

@@ -75,6 +75,7 @@ int tdeMainHeaderUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg){
   if( rc ) goto done;
   k->hdr = *pCur;
   k->iSlot = 1 - iSlot;
+  k->bSlotDamaged = 0;
   tdeKeysUnlockAll(k);      /* forgets versions no longer listed; aliases the current one */
   tdeErrClear();
   tdeKeysNoteMasterKey(k);
@@ -144,10 +145,11 @@ void tdeKeysCheckStale(TdeDbKeys *k){
   k->bStaleWrap = 1;
 }
 
-int tdeMainRewrapIfStale(TdeFile *p){
+/* A re-wrap left behind by a master-key rotation.  Not fatal for the
+** write when it fails: the old wrapping still works. */
+static void tdeMainRewrap(TdeFile *p){
   char zOld[TDE_KEYID_MAX+1];
   int rc;
-  if( !p->pKeys || !p->pKeys->bStaleWrap || p->bReadOnly ) return SQLITE_OK;
   memcpy(zOld, p->pKeys->zMasterKey, sizeof(zOld));
   rc = tdeMainHeaderUpdate(p, tdeEditRewrap, 0);
   {
@@ -164,12 +166,67 @@ int tdeMainRewrapIfStale(TdeFile *p){
     tdeAudit(p->pKeys->pCfg, &r);
   }
   if( rc ){
-    /* Not fatal for the write: the old wrapping still works. */
     tdeLog(TDE_LOG_WARNING, "%s: could not re-wrap the data key under the current master key "
            "(SQLite error %d); will retry", p->zName ? p->zName : "", rc);
     p->pKeys->bStaleWrap = 0;   /* do not retry on every write of this connection */
-    return SQLITE_OK;
   }
+}
+
+/* Leaves the header exactly as it is (a new sequence number, both slots
+** rewritten). */
+static int editNothing(TdeFile *p, TdeHeader *h, void *pArg){
+  TDE_UNUSED(p); TDE_UNUSED(h); TDE_UNUSED(pArg);
+  return SQLITE_OK;
+}
+
+/* Rewrite the header slot that failed its checksum when the file was
+** opened: a crash during a header update tears the slot being written,
+** and until it is rewritten `verify` reports it.  Any header update
+** rewrites both slots; skip it when another connection already did. */
+static void tdeMainRepairSlot(TdeFile *p){
+  TdeDbKeys *k = p->pKeys;
+  uint8_t *aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  TdeHeader *pTmp = sqlite3_malloc(sizeof(*pTmp));
+  int iBad = -1, bShort = 0, rc;
+  if( !aRegion || !pTmp ) goto done;       /* try again at the next write */
+  rc = tdeRealRead(p, aRegion, TDE_HEADER_BYTES, 0, &bShort);
+  if( rc || bShort ) goto done;
+  for(int i=0; i<2; i++){
+    if( tdeHeaderDecode(aRegion + i*TDE_SLOT_SIZE, pTmp)!=TDE_OK ) iBad = i;
+  }
+  tdeErrClear();
+  k->bSlotDamaged = 0;
+  if( iBad<0 ) goto done;
+  rc = tdeMainHeaderUpdate(p, editNothing, 0);
+  {
+    TdeAuditRec r;
+    tdeAuditInit(&r, "header_repair");
+    r.bFailure = rc!=SQLITE_OK;
+    r.zDbPath = p->zName;
+    r.aDbid = k->hdr.dbid;
+    r.keyVersion = k->hdr.curVersion;
+    r.zDetail = rc==SQLITE_OK ? "rewrote a header slot that failed its checksum "
+                                "(a header update interrupted by a crash, or damage)"
+                              : tde_last_error();
+    tdeAudit(k->pCfg, &r);
+  }
+  if( rc ){
+    tdeLog(TDE_LOG_WARNING, "%s: could not rewrite damaged header slot %d (SQLite error %d)",
+           p->zName ? p->zName : "", iBad, rc);
+  }else{
+    tdeLog(TDE_LOG_WARNING, "%s: rewrote damaged header slot %d", p->zName ? p->zName : "", iBad);
+  }
+done:
+  if( pTmp ){ tdeWipe(pTmp, sizeof(*pTmp)); sqlite3_free(pTmp); }
+  sqlite3_free(aRegion);
+}
+
+/* Header work due at a write transaction (the caller holds SQLite's write
+** lock): a flag test when nothing is due.  Never fails the write. */
+int tdeMainHeaderDue(TdeFile *p){
+  if( !p->pKeys || p->bReadOnly ) return SQLITE_OK;
+  if( p->pKeys->bStaleWrap ) tdeMainRewrap(p);        /* rewrites both slots too */
+  if( p->pKeys->bSlotDamaged ) tdeMainRepairSlot(p);
   return SQLITE_OK;
 }
 

@@ -318,8 +318,10 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
     int iOther = 1 - k->iSlot;
     if( pOther && (nRead < (iOther+1)*TDE_SLOT_SIZE
                    || tdeHeaderDecode(aRegion + iOther*TDE_SLOT_SIZE, pOther)!=TDE_OK) ){
-      tdeLog(TDE_LOG_WARNING, "%s: header slot %d is damaged; using slot %d",
-             tdeFileName(p), iOther, k->iSlot);
+      tdeLog(TDE_LOG_WARNING, "%s: header slot %d is damaged; using slot %d "
+             "(the next write transaction rewrites slot %d)",
+             tdeFileName(p), iOther, k->iSlot, iOther);
+      k->bSlotDamaged = 1;
     }
     sqlite3_free(pOther);
     tdeErrClear();
@@ -977,8 +979,9 @@ static int tdeOpenDependent(TdeFile *p, const char *zName){
   p->pMain = pMain;
   if( p->eKind==TDE_KIND_JOURNAL && (p->openFlags & SQLITE_OPEN_READWRITE) ){
     /* A journal is opened for writing inside a write transaction: the
-    ** moment to re-wrap a header left behind by a master-key rotation. */
-    rc = tdeMainRewrapIfStale(pMain);
+    ** moment to re-wrap a header left behind by a master-key rotation, or
+    ** to rewrite a header slot a crash tore. */
+    rc = tdeMainHeaderDue(pMain);
     if( rc ) return rc;
   }
   rc = tdeInstallKeys(p, pMain->pKeys);

@@ -54,6 +54,9 @@ typedef struct TdeDbKeys {
   uint32_t iRekeyCursor;      /* next page the rekey looks at (1 = start) */
   int bStaleWrap;             /* keystore's current master key wraps nothing here:
                               ** re-wrap at the next write transaction */
+  int bSlotDamaged;           /* the slot not in force failed its checksum at open
+                              ** (a torn header update, or damage): rewritten at
+                              ** the next write transaction */
 } TdeDbKeys;
 
 typedef struct TdeWal {
@@ -162,7 +165,7 @@ void tdeWalFree(TdeFile *p);
 ** from SQLite's WAL index, or 0 if unknown); *pnFrames counted, *piBad
 ** first bad frame (0 none, -1 the WAL header). */
 int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_int64 *piBad);
-int tdeWalPageList(TdeFile *p, uint32_t mxFrame, uint32_t **paPgno, uint32_t *pn);
+int tdeWalPageList(TdeFile *p, uint32_t iFirst, uint32_t mxFrame, uint32_t **paPgno, uint32_t *pn);
 
 /* Rollback journals (journal.c) */
 int tdeJournalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
@@ -185,7 +188,7 @@ int tdeEditRewrap(TdeFile *pMain, TdeHeader *pNew, void *pArg);
 int tdeMainMigrate(TdeFile *pMain, TdeKeystore *pNew, const TdeConfig *pNewCfg, int bDropOthers);
 /* Re-wrap under the keystore's current master key if the header is stale
 ** (called at the start of a write transaction). */
-int tdeMainRewrapIfStale(TdeFile *pMain);
+int tdeMainHeaderDue(TdeFile *pMain);
 void tdeKeysCheckStale(TdeDbKeys *k);
 void tdeKeysNoteMasterKey(TdeDbKeys *k);
 void tdeAuditKeys(TdeDbKeys *k, const char *zDbPath, const char *zOp, int trc);

@@ -543,9 +543,10 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   rc = tdeScratch(p);
   if( rc ) return rc;
   /* WAL writes happen inside a write transaction: re-wrap a header left
-  ** behind by a master-key rotation (a flag test when nothing is due). */
+  ** behind by a master-key rotation, rewrite a torn header slot (a flag
+  ** test when nothing is due). */
   if( p->pMain ){
-    rc = tdeMainRewrapIfStale(p->pMain);
+    rc = tdeMainHeaderDue(p->pMain);
     if( rc ) return rc;
   }
   if( iOfst==0 && iAmt==WAL_HDR ){
@@ -710,19 +711,21 @@ int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_
   return rc;
 }
 
-/* Page numbers of frames 1..mxFrame of the current generation, for
+/* Page numbers of frames iFirst..mxFrame of the current generation, for
 ** tde_verify (a database page torn by a crash during a checkpoint is
-** harmless while the WAL holds a newer copy).  *paPgno is sqlite3_malloc'd. */
-int tdeWalPageList(TdeFile *p, uint32_t mxFrame, uint32_t **paPgno, uint32_t *pn){
+** harmless while a frame not yet checkpointed holds a newer copy).
+** *paPgno is sqlite3_malloc'd. */
+int tdeWalPageList(TdeFile *p, uint32_t iFirst, uint32_t mxFrame, uint32_t **paPgno, uint32_t *pn){
   uint32_t *a;
   uint32_t n = 0;
   int rc = SQLITE_OK;
   *paPgno = 0;
   *pn = 0;
-  if( mxFrame==0 || !p->wal.pgsz ) return SQLITE_OK;
-  a = sqlite3_malloc64(sizeof(uint32_t) * (sqlite3_uint64)mxFrame);
+  if( iFirst<1 ) iFirst = 1;
+  if( mxFrame<iFirst || !p->wal.pgsz ) return SQLITE_OK;
+  a = sqlite3_malloc64(sizeof(uint32_t) * (sqlite3_uint64)(mxFrame - iFirst + 1));
   if( !a ) return SQLITE_NOMEM;
-  for(uint32_t idx=1; idx<=mxFrame; idx++){
+  for(uint32_t idx=iFirst; idx<=mxFrame; idx++){
     uint8_t aHdr[FRAME_HDR];
     int bShort = 0;
     rc = tdeRealRead(p, aHdr, FRAME_HDR, walFrameOffset(p, idx), &bShort);
