@@ -215,10 +215,10 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
 }
 
 /*
-** Tamper or torn?  Scan the frames from idx on while they authenticate
-** with this generation's salts: if one of them is a commit frame, the bad
-** frame before it held part of a committed transaction, and dropping it
-** would silently lose that commit.  Frames of a transaction that never
+** Tamper or torn?  Scan the frames from idx to the end of the file: if an
+** authentic commit frame of this generation is among them, the bad frame
+** before it held part of a committed transaction, and dropping it would
+** silently lose that commit.  Frames of a transaction that never
 ** committed (SQLite rewrites such frames in place while the transaction
 ** runs) can be damaged by a crash and do not count.
 */
@@ -226,12 +226,15 @@ static int walCommitFollows(TdeFile *p, uint32_t idx){
   int state = FRAME_SHORT, bCommit = 0;
   uint8_t *aTmp = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
   if( !aTmp ) return 0;
+  /* To the end of the file: frames that fail authentication too (two
+  ** damaged frames in a row must not hide the commits after them) and
+  ** frames of older generations (the tail a restarted log leaves). */
   for(;; idx++){
-    if( walLoadFrame(p, idx, aTmp, &state, 0)!=SQLITE_OK || state!=FRAME_OK ) break;
-    if( memcmp(aTmp+8, p->wal.aHdr+16, 8)!=0 ) break;
+    if( walLoadFrame(p, idx, aTmp, &state, 0)!=SQLITE_OK || state==FRAME_SHORT ) break;
+    if( state==FRAME_BAD ){ p->nAuthFail--; continue; }
+    if( memcmp(aTmp+8, p->wal.aHdr+16, 8)!=0 ) continue;
     if( tdeGet32(aTmp+4)!=0 ){ bCommit = 1; break; }
   }
-  if( state==FRAME_BAD ) p->nAuthFail--;
   tdeWipe(aTmp, FRAME_HDR + p->wal.pgsz);
   sqlite3_free(aTmp);
   return bCommit;

@@ -27,9 +27,9 @@
 ** spliced page or frame), the exact state before the last transaction (a
 ** bad final WAL frame taken for a torn write, docs/FORMAT.md "WAL file"),
 ** or, for the documented undetected cases, the exact content the spliced
-** page held.  Cases where the code departs from docs/FORMAT.md are counted
-** as known issues with the exact outcome they have today (expectKnown);
-** TDE_SPLICE_STRICT=1 makes them fail.  A summary line counts the cases.
+** page held.  An older-generation WAL frame written back ends the log
+** (documented; expectKnown); TDE_SPLICE_STRICT=1 makes it fail.  A summary
+** line counts the cases.
 */
 #include <stdarg.h>
 #include <stddef.h>
@@ -386,7 +386,7 @@ static void describe(const char *zWho, const Outcome *o, const uint64_t *aH, int
 #define KIND_DETECTED    1      /* an error */
 #define KIND_TORN        2      /* exact state before the last transaction */
 #define KIND_UNDETECTED  3      /* documented: exact older content, no error */
-#define KIND_KNOWN       4      /* known issue: differs from docs/FORMAT.md (see expectKnown) */
+#define KIND_KNOWN       4      /* documented: an older-generation frame ends the log (expectKnown) */
 
 static long nKnown;
 static int bStrict;             /* TDE_SPLICE_STRICT=1: known issues fail */
@@ -953,28 +953,23 @@ static void expectFreshError(const Outcome *o, uint32_t iBad){
 }
 
 /*
-** Known issues, counted and reported, failing only with TDE_SPLICE_STRICT=1
-** (the convention of test_faults' TDE_FAULTS_STRICT).  docs/FORMAT.md "WAL
-** file": a frame that fails authentication during recovery is the torn end
-** of the log only if no authentic commit frame of the same generation
-** follows it, else recovery fails with SQLITE_IOERR_AUTH.  The code
-** (walCommitFollows, src/vfs/wal.c) stops looking at the next frame that
-** fails authentication, so two bad frames with no commit frame between
-** them pass for a torn end even though authentic commits follow; and an
-** authentic frame of an older generation ends the log wherever it is (as
-** in SQLite without tde).  Either way recovery silently drops every
-** transaction from that frame on: the rows read are exactly an earlier
-** committed state (hEarlier) -- never other data -- and integrity_check and
-** tde_verify on that connection say ok.  The same effect as cutting the
-** WAL short there, which no format can detect; but against the documented
-** rule.
+** Documented limitation (docs/FORMAT.md, "WAL file"), counted and reported;
+** TDE_SPLICE_STRICT=1 makes it fail.  An authentic frame of an older WAL
+** generation ends the log wherever it stands, as in SQLite without tde:
+** a log reused after a restart legitimately holds such frames after its
+** end, and with synchronous=NORMAL a power loss can keep a later frame but
+** not the new frame over an old one, so treating it as tampering would
+** make such a database unopenable.  Recovery drops every transaction from
+** that frame on: the rows read are exactly an earlier committed state
+** (hEarlier) -- never other data -- the effect of cutting the WAL short
+** there, which no format can detect.
 */
 static void expectKnown(const Outcome *pFresh, uint64_t hEarlier, uint32_t iBad){
   if( bStrict ){
     expectFreshError(pFresh, iBad);
   }else{
     expectState(pFresh, hEarlier, 1);
-    if( nFailHere==0 ) printf("#     KNOWN ISSUE: committed transactions dropped without an error "
+    if( nFailHere==0 ) printf("#     documented: committed transactions dropped without an error "
                               "(TDE_SPLICE_STRICT=1 to fail)\n");
   }
 }
@@ -1128,18 +1123,18 @@ static void runFrames(uint32_t pgsz){
     imgFree(&w);
     caseEnd(KIND_TORN);
   }
-  /* Known issues (see expectKnown): frames that fail authentication
-  ** back to back, with authentic commit frames after them. */
+  /* Frames that fail authentication back to back, with authentic commit
+  ** frames after them: tampering, an error (docs/FORMAT.md, "WAL file"). */
   {
     uint32_t i = aFirst[NTX];
     caseBegin("swap WAL frames %u and %u (last transaction, its commit frame %u intact)", i, i+1, nF);
     imgCopy(&w, &img);
     swapBytes(w.aWal, frOff(i), frOff(i+1), FRAME_HDR + P);
     probeWal(zDst, &img, &w, &of, &ol, aH, NTX + 1);
-    expectKnown(&of, aH[NTX-1], i);
+    expectFreshError(&of, i);
     expectLiveError(&ol, i);
     imgFree(&w);
-    caseEnd(bStrict ? KIND_DETECTED : KIND_KNOWN);
+    caseEnd(KIND_DETECTED);
   }
   {
     uint32_t i = aFirst[2] - 1;
@@ -1148,10 +1143,10 @@ static void runFrames(uint32_t pgsz){
     imgCopy(&w, &img);
     swapBytes(w.aWal, frOff(i), frOff(i+1), FRAME_HDR + P);
     probeWal(zDst, &img, &w, &of, &ol, aH, NTX + 1);
-    expectKnown(&of, aH[0], i);
+    expectFreshError(&of, i);
     expectLiveError(&ol, i);
     imgFree(&w);
-    caseEnd(bStrict ? KIND_DETECTED : KIND_KNOWN);
+    caseEnd(KIND_DETECTED);
   }
   {
     /* Not a splice: the same rule met by plain damage, one bit in each of
@@ -1162,13 +1157,13 @@ static void runFrames(uint32_t pgsz){
     w.aWal[frOff(i) + FRAME_HDR + 100] ^= 0x01;
     w.aWal[frOff(i+1) + FRAME_HDR + 100] ^= 0x01;
     probeWal(zDst, &img, &w, &of, &ol, aH, NTX + 1);
-    expectKnown(&of, aH[0], i);
+    expectFreshError(&of, i);
     expectLiveError(&ol, i);
     imgFree(&w);
-    caseEnd(bStrict ? KIND_DETECTED : KIND_KNOWN);
+    caseEnd(KIND_DETECTED);
   }
-  /* Known issue: an authentic frame of the older generation at its own
-  ** index ends the log there, as it does for SQLite without tde. */
+  /* Documented (see expectKnown): an authentic frame of the older
+  ** generation at its own index ends the log there, as in SQLite. */
   {
     uint32_t m = pickFrame(aF, nF, 2, 0, 1);
     assert_true(frOff(m) + FRAME_HDR + P <= genA.nWal);
@@ -1282,7 +1277,7 @@ static int groupTeardown(void **state){
   (void)state;
   printf("# splice summary: %ld cases: %ld detected (error), %ld torn WAL tail (exact state before "
          "the transaction of the bad frame), %ld documented-undetected (exact content of the spliced page "
-         "version), %ld known issues (committed WAL transactions dropped, see expectKnown), "
+         "version), %ld older-generation frames ending the log (documented, see expectKnown), "
          "%ld failed\n", nCase, nDetected, nTorn, nUndetected, nKnown, nFailed);
   if( getenv("TDE_KEEP_SCRATCH")==0 ) nftw(zScratch, rmOne, 16, FTW_DEPTH | FTW_PHYS);
   return 0;
