@@ -23,6 +23,9 @@ import platform
 import random
 import secrets
 import shutil
+import signal
+import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -114,6 +117,91 @@ def run_cli(cli, config, args, env=None):
     return p.returncode, (p.stdout + p.stderr).strip()
 
 
+# Services the conditions started (stopped by main, whatever happens).
+SERVICES = []
+
+# Debian's python3-pykmip lives in the system Python, whatever python3 runs us.
+KMIP_PY = "/usr/bin/python3"
+
+
+def kmip_certs(d):
+    """Throwaway CA, server certificate (CN and SAN 127.0.0.1) and client
+    certificate (clientAuth) in d, with the openssl command line tool."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def ossl(args):
+        p = subprocess.run(["openssl"] + args, cwd=d, capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            raise RuntimeError("openssl %s: %s" % (args[0], (p.stdout + p.stderr).strip()[-300:]))
+
+    ossl(["req", "-x509"] + ec + ["-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+                                 "-subj", "/CN=tde-bench-ca",
+                                 "-addext", "basicConstraints=critical,CA:TRUE",
+                                 "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+    for who, ext in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+                     ("client", "extendedKeyUsage=clientAuth\n")):
+        with open(os.path.join(d, who + ".ext"), "w") as f:
+            f.write(ext + "basicConstraints=CA:FALSE\n")
+        cn = "127.0.0.1" if who == "server" else "tde-bench-client"
+        ossl(["req"] + ec + ["-keyout", who + ".key", "-out", who + ".csr", "-subj", "/CN=" + cn])
+        ossl(["x509", "-req", "-in", who + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+              "-CAcreateserial", "-days", "2", "-extfile", who + ".ext", "-out", who + ".pem"])
+    for f in ("ca.key", "server.key", "client.key"):
+        os.chmod(os.path.join(d, f), 0o600)
+
+
+def kmip_start(d):
+    """A PyKMIP server on a free loopback port, its database, certificates
+    and logs in d; returns the port once it accepts TLS connections.  It runs
+    in its own session (PyKMIP forks per connection): kmip_stop kills the
+    whole process group."""
+    kmip_certs(d)
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    os.makedirs(os.path.join(d, "policies"), exist_ok=True)
+    with open(os.path.join(d, "server.conf"), "w") as f:
+        f.write("[server]\nhostname=127.0.0.1\nport=%d\ncertificate_path=%s/server.pem\n"
+                "key_path=%s/server.key\nca_path=%s/ca.pem\nauth_suite=TLS1.2\n"
+                "policy_path=%s/policies\nenable_tls_client_auth=True\nlogging_level=WARNING\n"
+                "database_path=%s/pykmip.db\n" % (port, d, d, d, d, d))
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    out = open(os.path.join(d, "server.out"), "w")
+    proc = subprocess.Popen([KMIP_PY, "-m", "kmip.services.server.server", "-f",
+                             os.path.join(d, "server.conf"), "-l", os.path.join(d, "server.log")],
+                            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True)
+    out.close()
+    SERVICES.append(lambda: kmip_stop(proc))
+    ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.pem"))
+    ctx.load_cert_chain(os.path.join(d, "client.pem"), os.path.join(d, "client.key"))
+    for _ in range(150):
+        if proc.poll() is not None:
+            with open(os.path.join(d, "server.out")) as f:
+                raise RuntimeError("PyKMIP server exited: %s" % f.read().strip()[-300:])
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as so:
+                with ctx.wrap_socket(so, server_hostname="127.0.0.1"):
+                    return port
+        except (OSError, ssl.SSLError):
+            time.sleep(0.1)
+    raise RuntimeError("PyKMIP server did not accept TLS connections in 15 s")
+
+
+def kmip_stop(proc):
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
 def setup_condition(name, work, opt):
     c = Condition(name)
     d = os.path.join(work, name)
@@ -186,14 +274,26 @@ def setup_condition(name, work, opt):
         rc, out = run_cli(cli, c.config, ["keystore", "create"], c.env)
         c.label = "pkcs11 (SoftHSM %s)" % module
     elif name == "kmip":
-        write_private(c.config, "keystore = kmip\nkmip_host = 127.0.0.1\nkmip_port = 5696\n")
-        rc, out = run_cli(cli, c.config, ["keystore", "create"])
-        if rc != 0:
-            c.skip = ("`keystore = kmip` could not be set up with the tools present "
-                      "(starting PyKMIP is not automated yet; pass --kmip-config CFG for a "
-                      "running server): %s" % out.splitlines()[-1][:300] if out else "no output")
+        # PyKMIP on 127.0.0.1 in the scratch folder, mutual TLS with
+        # throwaway certificates; stopped by main.
+        p = subprocess.run([KMIP_PY, "-c", "import kmip.services.server"], capture_output=True,
+                           timeout=60)
+        if p.returncode != 0:
+            c.skip = "python3-pykmip is not installed (%s cannot import kmip)" % KMIP_PY
             return c
-        c.label = "kmip"
+        pki = os.path.join(d, "pki")
+        os.makedirs(pki, exist_ok=True)
+        try:
+            port = kmip_start(pki)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as ex:
+            c.skip = "could not start a PyKMIP server: %s" % ex
+            return c
+        write_private(c.config, "keystore = kmip\nkmip_servers = 127.0.0.1:%d\nkmip_ca = %s/ca.pem\n"
+                      "kmip_client_cert = %s/client.pem\nkmip_client_key = %s/client.key\n"
+                      % (port, pki, pki, pki))
+        # The client certificate is the credential: no password to ask for.
+        rc, out = run_cli(cli, c.config, ["keystore", "create", "--auto-login"])
+        c.label = "kmip (PyKMIP on 127.0.0.1:%d, TLS 1.2, client certificate)" % port
     else:
         c.skip = "unknown condition"
         return c
@@ -723,6 +823,14 @@ def no_nan(x):
 # ---- main ------------------------------------------------------------------------------------
 
 def main(argv):
+    try:
+        return bench_main(argv)
+    finally:
+        for stop in SERVICES:
+            stop()
+
+
+def bench_main(argv):
     ap = argparse.ArgumentParser(prog="sqlite-tde bench",
                                  description="Benchmark sqlite-tde against plain SQLite and peers; "
                                              "writes report.md, report.html and results.json.")
