@@ -221,6 +221,14 @@ int cliCmdShell(Cli *pCli, const CliArgs *pArgs){
     return CLI_FAIL;
   }
   tde_keystore_close(pCli->zConfig);   /* wipe our copy of the keys */
+  /* execve() makes the process dumpable again (the core-size limit of 0
+  ** survives it): tde.so marks the shell non-dumpable again when it loads,
+  ** before the keystore opens. */
+  if( setenv("SQLITE_TDE_NODUMP", "1", 1)!=0 ){
+    cliErr("cannot set SQLITE_TDE_NODUMP: %s", strerror(errno));
+    freeShellArgv(azArgv);
+    return CLI_FAIL;
+  }
   fflush(stdout);
   fflush(stderr);
   execvp(azArgv[0], azArgv);

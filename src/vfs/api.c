@@ -16,8 +16,10 @@
 #include "keys/audit.h"
 #include "config.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 
 SQLITE_EXTENSION_INIT1
 
@@ -67,8 +69,21 @@ int tde_register(int makeDefault){
 
 TDE_API int sqlite3_tde_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi){
   const char *zDefault = getenv("SQLITE_TDE_DEFAULT_VFS");
+  const char *zNoDump = getenv("SQLITE_TDE_NODUMP");
   int rc;
   SQLITE_EXTENSION_INIT2(pApi);
+  /* SQLITE_TDE_NODUMP=1: make the host process non-dumpable before any key
+  ** is loaded -- no core dump, no ptrace or /proc/PID/mem by processes of
+  ** the same user.  `sqlite-tde shell` sets it: execve() resets the CLI's
+  ** own PR_SET_DUMPABLE in the sqlite3 process it becomes.  Refused load
+  ** if it cannot be done: the caller asked for it. */
+  if( zNoDump && zNoDump[0]=='1' && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)!=0 ){
+    if( pzErrMsg ){
+      *pzErrMsg = sqlite3_mprintf("SQLITE_TDE_NODUMP: cannot make the process non-dumpable (errno %d)",
+                                  errno);
+    }
+    return SQLITE_ERROR;
+  }
   rc = tde_register(zDefault && zDefault[0]=='1');
   if( rc ){
     if( pzErrMsg ) *pzErrMsg = sqlite3_mprintf("%s", tde_last_error());
