@@ -43,7 +43,9 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 errs = []
 live = [c["name"] for c in r["conditions"] if not c["skipped"]]
-for need in ("plain", "wallet", "wallet-password"):
+# scripts/deps.sh installs SoftHSM, PyKMIP and libsqlcipher: every condition
+# must run (a missing package fails here, loudly).
+for need in ("plain", "wallet", "wallet-password", "pkcs11", "kmip", "sqlcipher"):
     if need not in live:
         errs.append("condition %s did not run" % need)
 if r["failures"]:
@@ -64,6 +66,11 @@ print("  ok    results.json content: %d observations, conditions %s" % (len(r["o
 sys.exit(1 if errs else 0)
 PY
 [ $? = 0 ] || NFAIL=$((NFAIL+1))
+
+# The PyKMIP server the kmip condition started is gone (stopped by pid group).
+if pgrep -f "$OUT/work/kmip/pki/server.conf" >/dev/null; then
+  bad "the bench left its PyKMIP server running"; pkill -f "$OUT/work/kmip/pki/server.conf"
+else ok "the bench stopped its PyKMIP server"; fi
 
 for s in '## Environment' '## Headline' '## Targets' '## Limitations' '## Raw measurements'; do
   grep -q "^$s" "$OUT/report.md" && ok "report.md has $s" || bad "report.md lacks $s"
