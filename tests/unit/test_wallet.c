@@ -49,6 +49,14 @@ static void countErrorLog(void *pArg, int level, const char *zMsg){
   }
 }
 
+/* WARNING-level lines, for the auto-login mode check. */
+static int nWarning;
+static char zWarning[PATH_MAX + 256];
+static void captureWarning(void *pArg, int level, const char *zMsg){
+  countErrorLog(pArg, level, zMsg);
+  if( level==TDE_LOG_WARNING && nWarning++==0 ) snprintf(zWarning, sizeof(zWarning), "%s", zMsg);
+}
+
 static int setupScratch(void **state){
   const char *zTmp = getenv("TDE_TEST_TMP");
   (void)state;
@@ -161,14 +169,14 @@ static void test_password_wallet(void **state){
   struct stat st;
   (void)state;
 
-  expectRc(pW->xCreate(cfg, "correct horse", zId, sizeof(zId)), TDE_OK);
+  expectRc(pW->xCreate(cfg, "tde-test-pw-horse-9Lm3", zId, sizeof(zId)), TDE_OK);
   assert_int_equal(strlen(zId), 39);
   assert_int_equal(strncmp(zId, "wallet-", 7), 0);
   scratchPath("pw.wallet", zPath);
   assert_int_equal(stat(zPath, &st), 0);
   assert_int_equal(st.st_mode & 0777, 0600);
 
-  expectRc(pW->xOpen(cfg, "correct horse", &ks), TDE_OK);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-horse-9Lm3", &ks), TDE_OK);
   expectRc(pW->xDescribe(ks, zLoc, sizeof(zLoc), &bAuto), TDE_OK);
   assert_string_equal(zLoc, zPath);
   assert_int_equal(bAuto, 0);
@@ -222,9 +230,32 @@ static void test_autologin_wallet(void **state){
   roundTrip(ks, zId, 0, 0);
   pW->xClose(ks);
   /* A password given to an auto-login wallet is not needed, and ignored. */
-  expectRc(pW->xOpen(cfg, "whatever", &ks), TDE_OK);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-whatever-3Jc5", &ks), TDE_OK);
   roundTrip(ks, zId, 0, 0);
   pW->xClose(ks);
+  /* Readable by group or others: it still opens (docs/WALLET.md), with one
+  ** warning naming the file, the mode and the fix; none at 0600. */
+  tde_set_log(captureWarning, 0);
+  for(int i=0; i<3; i++){
+    static const mode_t aMode[3] = { 0644, 0640, 0600 };
+    nWarning = 0;
+    zWarning[0] = 0;
+    assert_int_equal(chmod(zPath, aMode[i]), 0);
+    expectRc(pW->xOpen(cfg, 0, &ks), TDE_OK);
+    pW->xClose(ks);
+    if( aMode[i]==0600 ){
+      assert_int_equal(nWarning, 0);
+    }else{
+      char zMode[8];
+      snprintf(zMode, sizeof(zMode), "%04o", (unsigned)aMode[i]);
+      assert_int_equal(nWarning, 1);
+      assert_non_null(strstr(zWarning, "accessible by group or others"));
+      assert_non_null(strstr(zWarning, zMode));
+      assert_non_null(strstr(zWarning, zPath));
+      assert_non_null(strstr(zWarning, "chmod 600"));
+    }
+  }
+  tde_set_log(countErrorLog, 0);
   tdeConfigFree(cfg);
 }
 
@@ -237,12 +268,12 @@ static void test_wrong_password(void **state){
   struct stat st1, st2;
   (void)state;
 
-  expectRc(pW->xCreate(cfg, "right", zId, sizeof(zId)), TDE_OK);
+  expectRc(pW->xCreate(cfg, "tde-test-pw-right-2Vb8", zId, sizeof(zId)), TDE_OK);
   scratchPath("wp.wallet", zPath);
   aBefore = readAll(zPath, &nBefore);
   assert_int_equal(stat(zPath, &st1), 0);
 
-  expectRc(pW->xOpen(cfg, "wrong", &ks), TDE_BADPASSWORD);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-wrong-6Np1", &ks), TDE_BADPASSWORD);
   assert_null(ks);
   snprintf(zWant, sizeof(zWant), "wallet %s: password incorrect", zPath);
   assert_string_equal(tde_last_error(), zWant);
@@ -276,7 +307,7 @@ static void test_missing_wallet(void **state){
   char zPath[PATH_MAX], zWant[PATH_MAX+256], zId[TDE_KEYID_MAX+1];
   (void)state;
   scratchPath("nowhere/none.wallet", zPath);
-  expectRc(pW->xOpen(cfg, "pw", &ks), TDE_NOKEYSTORE);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-7Qx2", &ks), TDE_NOKEYSTORE);
   assert_null(ks);
   snprintf(zWant, sizeof(zWant), "wallet %s: not found", zPath);
   assert_string_equal(tde_last_error(), zWant);
@@ -297,12 +328,12 @@ static void test_missing_wallet(void **state){
     TdeConfig *p = 0;
     expectRc(tdeConfigParse("keystore = wallet\nwallet = w\nwallet_kdf_m_kib = 1024\n",
                             "x.conf", zScratch, &p), TDE_OK);
-    expectRc(pW->xCreate(p, "pw", zId, sizeof(zId)), TDE_CONFIG);
+    expectRc(pW->xCreate(p, "tde-test-pw-7Qx2", zId, sizeof(zId)), TDE_CONFIG);
     assert_non_null(strstr(tde_last_error(), "x.conf:3: wallet_kdf_m_kib"));
     tdeConfigFree(p);
     expectRc(tdeConfigParse("keystore = wallet\nwallet = w\nwallet_kdf_t = 0x1\n",
                             "x.conf", zScratch, &p), TDE_OK);
-    expectRc(pW->xCreate(p, "pw", zId, sizeof(zId)), TDE_CONFIG);
+    expectRc(pW->xCreate(p, "tde-test-pw-7Qx2", zId, sizeof(zId)), TDE_CONFIG);
     assert_non_null(strstr(tde_last_error(), "x.conf:3: wallet_kdf_t"));
     tdeConfigFree(p);
   }
@@ -314,10 +345,10 @@ static void test_create_refuses_overwrite(void **state){
   uint8_t *aBefore, *aAfter;
   size_t nBefore, nAfter;
   (void)state;
-  expectRc(pW->xCreate(cfg, "pw", zId, sizeof(zId)), TDE_OK);
+  expectRc(pW->xCreate(cfg, "tde-test-pw-7Qx2", zId, sizeof(zId)), TDE_OK);
   scratchPath("ow.wallet", zPath);
   aBefore = readAll(zPath, &nBefore);
-  expectRc(pW->xCreate(cfg, "pw", zId2, sizeof(zId2)), TDE_EXISTS);
+  expectRc(pW->xCreate(cfg, "tde-test-pw-7Qx2", zId2, sizeof(zId2)), TDE_EXISTS);
   expectRc(pW->xCreate(cfg, 0, zId2, sizeof(zId2)), TDE_EXISTS);
   aAfter = readAll(zPath, &nAfter);
   assert_int_equal(nAfter, nBefore);
@@ -328,8 +359,8 @@ static void test_create_refuses_overwrite(void **state){
   tdeConfigFree(cfg);
   writeText("junk", "x", 0600);
   cfg = makeConfig("ow2", "junk", 0);
-  expectRc(pW->xCreate(cfg, "pw", zId2, sizeof(zId2)), TDE_EXISTS);
-  expectRc(pW->xCreate(cfg, "pw", zId2, 10), TDE_RANGE);
+  expectRc(pW->xCreate(cfg, "tde-test-pw-7Qx2", zId2, sizeof(zId2)), TDE_EXISTS);
+  expectRc(pW->xCreate(cfg, "tde-test-pw-7Qx2", zId2, 10), TDE_RANGE);
   tdeConfigFree(cfg);
 }
 
@@ -400,7 +431,7 @@ static void damageAll(const char *zName, const char *zPw){
 
 static void test_damaged_password_wallet(void **state){
   (void)state;
-  damageAll("dp", "pw");
+  damageAll("dp", "tde-test-pw-7Qx2");
 }
 
 static void test_damaged_autologin_wallet(void **state){
@@ -414,10 +445,10 @@ static void test_not_a_wallet(void **state){
   (void)state;
   writeText("naw.wallet", "SQLite format 3\n this is not a wallet at all, not at all.....\n"
             "............................................................\n", 0600);
-  expectRc(pW->xOpen(cfg, "pw", &ks), TDE_FORMAT);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-7Qx2", &ks), TDE_FORMAT);
   assert_non_null(strstr(tde_last_error(), "naw.wallet"));
   writeText("naw.wallet", "", 0600);
-  expectRc(pW->xOpen(cfg, "pw", &ks), TDE_FORMAT);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-7Qx2", &ks), TDE_FORMAT);
   tdeConfigFree(cfg);
 }
 
@@ -432,8 +463,8 @@ static void test_new_key(void **state){
   struct stat st;
   (void)state;
 
-  expectRc(pW->xCreate(cfg, "pw", zOld, sizeof(zOld)), TDE_OK);
-  expectRc(pW->xOpen(cfg, "pw", &ks), TDE_OK);
+  expectRc(pW->xCreate(cfg, "tde-test-pw-7Qx2", zOld, sizeof(zOld)), TDE_OK);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-7Qx2", &ks), TDE_OK);
   roundTrip(ks, zOld, blob, &nBlob);
   expectRc(pW->xNewKey(ks, zNew, 8), TDE_RANGE);
   expectRc(pW->xNewKey(ks, zNew, sizeof(zNew)), TDE_OK);
@@ -450,7 +481,7 @@ static void test_new_key(void **state){
   scratchPath("nk.wallet", zPath);
   assert_int_equal(stat(zPath, &st), 0);
   assert_int_equal(st.st_mode & 0777, 0600);
-  expectRc(pW->xOpen(cfg, "pw", &ks), TDE_OK);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-7Qx2", &ks), TDE_OK);
   expectRc(pW->xCurrentKey(ks, zCur, sizeof(zCur)), TDE_OK);
   assert_string_equal(zCur, zNew);
   expectRc(pW->xList(ks, countKey, &n), TDE_OK);
@@ -510,7 +541,7 @@ static void test_multiprocess_rotation(void **state){
   pid_t aPid[N_PROC];
   int i, n = 0;
   (void)state;
-  expectRc(pW->xCreate(cfg, "pw", zId, sizeof(zId)), TDE_OK);
+  expectRc(pW->xCreate(cfg, "tde-test-pw-7Qx2", zId, sizeof(zId)), TDE_OK);
   for(i=0; i<N_PROC; i++){
     aPid[i] = fork();
     assert_true(aPid[i] >= 0);
@@ -518,7 +549,7 @@ static void test_multiprocess_rotation(void **state){
       TdeKeystore *k = 0;
       char zNew[TDE_KEYID_MAX+1];
       int j;
-      if( pW->xOpen(cfg, "pw", &k)!=TDE_OK ) _exit(2);
+      if( pW->xOpen(cfg, "tde-test-pw-7Qx2", &k)!=TDE_OK ) _exit(2);
       for(j=0; j<N_ROT; j++){
         if( pW->xNewKey(k, zNew, sizeof(zNew))!=TDE_OK ) _exit(3);
       }
@@ -532,7 +563,7 @@ static void test_multiprocess_rotation(void **state){
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
   }
-  expectRc(pW->xOpen(cfg, "pw", &ks), TDE_OK);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-7Qx2", &ks), TDE_OK);
   expectRc(pW->xList(ks, countKey, &n), TDE_OK);
   assert_int_equal(n, 1 + N_PROC*N_ROT);
   assert_int_equal(pW->xHasKey(ks, zId), 1);
@@ -639,9 +670,9 @@ static void test_retire_merge(void **state){
   int nKey = 0;
   (void)state;
 
-  expectRc(pW->xCreate(cfg, "pw", zK1, sizeof(zK1)), TDE_OK);
-  expectRc(pW->xOpen(cfg, "pw", &a), TDE_OK);
-  expectRc(pW->xOpen(cfg, "pw", &b), TDE_OK);
+  expectRc(pW->xCreate(cfg, "tde-test-pw-7Qx2", zK1, sizeof(zK1)), TDE_OK);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-7Qx2", &a), TDE_OK);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-7Qx2", &b), TDE_OK);
   expectRc(pW->xNewKey(a, zK2, sizeof(zK2)), TDE_OK);
   /* b has not seen zK2, yet retiring zK1 is allowed: the reload under the
   ** lock shows zK1 is no longer current. */
@@ -649,7 +680,7 @@ static void test_retire_merge(void **state){
   expectRc(pW->xNewKey(a, zK3, sizeof(zK3)), TDE_OK);   /* a merges b's retirement */
   pW->xClose(a);
   pW->xClose(b);
-  expectRc(pW->xOpen(cfg, "pw", &c), TDE_OK);
+  expectRc(pW->xOpen(cfg, "tde-test-pw-7Qx2", &c), TDE_OK);
   assert_int_equal(keyStatus(c, zK1, &nKey), 1);
   assert_int_equal(nKey, 3);
   assert_int_equal(keyStatus(c, zK2, 0), 0);
@@ -744,7 +775,7 @@ static void test_registry(void **state){
   const TdeConfig *pCfg = 0;
   char zConf[PATH_MAX], zId[TDE_KEYID_MAX+1], zOld[PATH_MAX];
   (void)state;
-  expectRc(pW->xCreate(cfg, "regpw", zId, sizeof(zId)), TDE_OK);
+  expectRc(pW->xCreate(cfg, "tde-test-pw-reg-8Hs4", zId, sizeof(zId)), TDE_OK);
   tdeConfigFree(cfg);
   scratchPath("reg.conf", zConf);
 
@@ -753,11 +784,11 @@ static void test_registry(void **state){
   expectRc(tdeRegistryAcquire(zConf, 0, &ks1, 0), TDE_BADPASSWORD);
   assert_non_null(strstr(tde_last_error(), "TDE_TEST_WALLET_PW"));
   assert_null(ks1);
-  expectRc(tdeRegistryAcquire(zConf, "wrong", &ks1, 0), TDE_BADPASSWORD);
+  expectRc(tdeRegistryAcquire(zConf, "tde-test-pw-wrong-6Np1", &ks1, 0), TDE_BADPASSWORD);
   assert_null(tdeRegistryPeek(zConf));
 
   /* Password from the environment the config names. */
-  setenv("TDE_TEST_WALLET_PW", "regpw", 1);
+  setenv("TDE_TEST_WALLET_PW", "tde-test-pw-reg-8Hs4", 1);
   expectRc(tdeRegistryAcquire(zConf, 0, &ks1, &pCfg), TDE_OK);
   assert_non_null(ks1);
   assert_non_null(pCfg);
@@ -768,7 +799,7 @@ static void test_registry(void **state){
   assert_ptr_equal(ks1, ks2);
   assert_non_null(getcwd(zOld, sizeof(zOld)));
   assert_int_equal(chdir(zScratch), 0);
-  expectRc(tdeRegistryAcquire("./reg.conf", "ignored", &ks3, 0), TDE_OK);
+  expectRc(tdeRegistryAcquire("./reg.conf", "tde-test-pw-ignored-1Ty7", &ks3, 0), TDE_OK);
   assert_ptr_equal(ks1, ks3);
   assert_ptr_equal(tdeRegistryPeek("reg.conf"), ks1);
   assert_int_equal(chdir(zOld), 0);
@@ -779,7 +810,7 @@ static void test_registry(void **state){
   expectRc(tdeRegistryClose(zConf), TDE_NOTFOUND);
 
   /* Explicit password works too, and a bad config is not cached. */
-  expectRc(tdeRegistryAcquire(zConf, "regpw", &ks1, 0), TDE_OK);
+  expectRc(tdeRegistryAcquire(zConf, "tde-test-pw-reg-8Hs4", &ks1, 0), TDE_OK);
   expectRc(tdeRegistryClose(zConf), TDE_OK);
   writeText("bad.conf", "keystore = wallet\nwalet = x\n", 0600);
   scratchPath("bad.conf", zConf);
