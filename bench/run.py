@@ -398,6 +398,9 @@ def analyse(obs, conds, workloads, opt):
                 vals.setdefault((o["workload"], m, o["condition"]), []).append(o["result"][m])
         vals.setdefault((o["workload"], "maxrss_kib", o["condition"]), []).append(
             o["result"].get("maxrss_kib", 0))
+        if o["result"].get("shared_clean_kib", -1) >= 0:
+            vals.setdefault((o["workload"], "shared_clean_kib", o["condition"]), []).append(
+                o["result"]["shared_clean_kib"])
     rows = []
     for w in workloads:
         for m, label, unit, better in METRICS[base_of(w)]:
@@ -461,16 +464,24 @@ def targets(rows, vals, conds, workloads, opt):
                 "bounce: no target (password KDF by design)", cn, "bounce",
                 "+%.3f ms" % d, None if lim is None else d <= lim)
         # peak resident memory
-        worst, worst_w = None, None
+        worst, worst_w, worst_sh = None, None, None
         for w in workloads:
             a, p = vals.get((w, "maxrss_kib", cn)), vals.get((w, "maxrss_kib", "plain"))
             if a and p:
                 d = median(a) - median(p)
                 if worst is None or d > worst:
                     worst, worst_w = d, w
+                    sa, sp = vals.get((w, "shared_clean_kib", cn)), vals.get((w, "shared_clean_kib", "plain"))
+                    worst_sh = median(sa) - median(sp) if sa and sp else None
         if worst is not None:
+            # Judged on the peak RSS as measured; the share of it that is
+            # library code mapped read-only (shared with every process using
+            # libcrypto) is shown, not subtracted.
             add("peak RSS within 2 MiB of plain", cn, worst_w,
-                "+%.0f KiB (worst workload)" % worst, worst <= 2048)
+                "+%.0f KiB (worst workload)%s" % (
+                    worst, "" if worst_sh is None else
+                    "; shared clean pages (library code) at the end of the run +%.0f KiB" % worst_sh),
+                worst <= 2048)
     # keystore location makes no difference: other keystores vs the auto-login wallet
     if "wallet" in names:
         for cn in [n for n in ("wallet-password", "pkcs11", "kmip") if n in names]:
