@@ -73,7 +73,7 @@ run "$CLI" encrypt --bogus a b
 expect_rc 2 "unknown command option"
 run "$CLI" encrypt onlyone.db
 expect_rc 2 "missing argument"
-run "$CLI" keystore create --password secret
+run "$CLI" keystore create --password tde-test-pw-argv-3Hk9
 expect_rc 2 "a password on argv is refused"
 
 # ---------------------------------------------------------------------------
@@ -271,7 +271,7 @@ step "wrong password"
 run "$CLI" --config pw.conf encrypt plain.db pwenc.db
 expect_rc 0 "encrypt with the password wallet"
 WALLET_SHA=$(sha pw.tdew)
-printf 'not the password' > pw.txt
+printf 'tde-test-pw-wrong-5Rv2' > pw.txt
 run "$CLI" --config pw.conf verify pwenc.db
 expect_rc 1 "verify with a wrong password_file fails"
 expect_in err.txt '[Pp]assword' "the message mentions the password"

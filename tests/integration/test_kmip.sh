@@ -233,8 +233,8 @@ if [ -e /usr/lib/softhsm/libsofthsm2.so ] && ! echo "$p11msg" | has "unknown key
   echo "directories.tokendir = $W/hsm/tokens" > hsm/softhsm2.conf
   export SOFTHSM2_CONF="$W/hsm/softhsm2.conf"
   # PINs of a throwaway token; softhsm2-util takes them only as arguments.
-  env -u LD_PRELOAD softhsm2-util --init-token --free --label tde --so-pin 12345678 --pin 87654321 >/dev/null
-  printf '87654321\n' > hsm.pin; chmod 600 hsm.pin
+  env -u LD_PRELOAD softhsm2-util --init-token --free --label tde --so-pin tde-test-pin-so-2Kx7 --pin tde-test-pin-user-9Dm4 >/dev/null
+  printf 'tde-test-pin-user-9Dm4\n' > hsm.pin; chmod 600 hsm.pin
   "$CLI" --config p.conf keystore create >/dev/null 2>&1 || true
   "$CLI" --config k.conf migrate-keystore --to "$W/p.conf" --drop-old t.db >/dev/null 2>&1 || true
   check "migrate-keystore KMIP -> PKCS#11: opens with the token" "[ \"\$(sq t.db p.conf 'SELECT count(*) FROM t;')\" = 2355 ]"

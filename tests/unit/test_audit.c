@@ -631,7 +631,7 @@ static void test_open_missing_audited(void **state){
   writeText("m.conf", zText, 0600);
   scratchPath("m.conf", zCfg);
   scratchPath("missing-audit.log", zLog);
-  expectRc(tde_keystore_open(zCfg, "pw"), TDE_NOKEYSTORE);
+  expectRc(tde_keystore_open(zCfg, "tde-test-pw-7Qx2"), TDE_NOKEYSTORE);
   expectRc(tde_keystore_close(zCfg), TDE_NOTFOUND);       /* nothing open: no line */
   z = readText(zLog, 0);
   assert_non_null(z);

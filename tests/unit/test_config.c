@@ -315,10 +315,10 @@ static void test_password_env(void **state){
   (void)state;
   assert_int_equal(loadText("keystore = wallet\nwallet = w\npassword_env = TDE_TEST_PW\n", &p),
                    TDE_OK);
-  setenv("TDE_TEST_PW", "from env", 1);
+  setenv("TDE_TEST_PW", "tde-test-pw-env-5Wq9", 1);
   assert_int_equal(tdeConfigPassword(p, &zPw, &nPw), TDE_OK);
-  assert_int_equal(nPw, 8);
-  assert_string_equal(zPw, "from env");
+  assert_int_equal(nPw, 20);
+  assert_string_equal(zPw, "tde-test-pw-env-5Wq9");
   tdeSecureFree(zPw, nPw+1);
   /* Unset or empty: no password for this process, named in the message. */
   unsetenv("TDE_TEST_PW");

@@ -35,8 +35,8 @@
 #include "cipher/cipher.h"
 
 #define SOFTHSM_MODULE "/usr/lib/softhsm/libsofthsm2.so"
-#define USER_PIN "31415926"
-#define SO_PIN   "27182818"
+#define USER_PIN "tde-test-pin-user-4Fz6"   /* distinctive: scripts/scan-secrets.sh */
+#define SO_PIN   "tde-test-pin-so-8Rw3"
 
 /* Defined in src/keystore/pkcs11.c, test-only. */
 uint64_t tdePkcs11CallCount(void);
@@ -157,7 +157,7 @@ static UL directSession(FnList **ppF, UL *pInitRv){
   assert_true(i<nSlot);
   assert_int_equal(((FnOpen)pF->f[F_OPENSESSION])(aSlot[i], 6, 0, 0, &hSess), 0);
   {
-    UL rv = ((FnLogin)pF->f[F_LOGIN])(hSess, 1, (unsigned char *)USER_PIN, 8);
+    UL rv = ((FnLogin)pF->f[F_LOGIN])(hSess, 1, (unsigned char *)USER_PIN, sizeof(USER_PIN)-1);
     assert_true(rv==0 || rv==0x100);
   }
   *ppF = pF;
