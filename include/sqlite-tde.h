@@ -204,6 +204,34 @@ TDE_API int tde_db_migrate(struct sqlite3 *db, const char *zSchema, const char *
 TDE_API int tde_db_rekey(struct sqlite3 *db, const char *zSchema, int nPagesPerStep,
                          tde_progress_fn xProgress, void *pArg);
 
+/*
+** Encrypted standby (README "Standby", docs/FORMAT.md "Standby").  The
+** primary's committed WAL transactions are shipped as the ciphertext they
+** are; the standby applies them to its copy without any key.
+**
+** tde_ship_run: capture committed transactions of the WAL-mode database zDb
+** (opened through the tde VFS with configuration zConfig, NULL for the
+** default search, only to take SQLite's locks) every nCycleMs milliseconds
+** (<= 0: 50) into the spool zDb-tdeship, and send them to each standby in
+** azTo[0..nTo) ("host:port").  Runs until *pbStop becomes non-zero (may be
+** NULL: forever); returns TDE_OK then, or the error that stopped it.
+**
+** tde_standby_run: listen on zListen ("host:port"), receive transactions
+** and apply them to the copy zDb (created from a base copy the first time)
+** until *pbStop becomes non-zero.  Never needs a key.  Only one primary
+** database is accepted per copy; another is refused with a message.
+**
+** tde_standby_promote: with no standby process running on zDb, apply the
+** last complete transaction it received and make zDb an ordinary database
+** (its state files removed); TDE_LOCKED while a standby runs.
+**
+** Progress and problems go to the log (tde_set_log); nothing is printed.
+*/
+TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const *azTo, int nTo,
+                         int nCycleMs, volatile int *pbStop);
+TDE_API int tde_standby_run(const char *zDb, const char *zListen, volatile int *pbStop);
+TDE_API int tde_standby_promote(const char *zDb);
+
 /* Loadable-extension entry point (".load tde"). */
 struct sqlite3_api_routines;
 TDE_API int sqlite3_tde_init(struct sqlite3 *db, char **pzErrMsg,

@@ -8,6 +8,7 @@
 **   cmd_db.c        status / verify / shell
 **   cmd_lifecycle.c rotate-master-key / migrate-keystore / keystore retire
 **   cmd_bench.c     bench (runs sqlite-tde-bench from bench/)
+**   cmd_standby.c   ship / standby (encrypted standby)
 **
 ** The tool is a client of the library like any other program: it uses only
 ** the public header <sqlite-tde.h> and <sqlite3.h>, never anything from
@@ -86,6 +87,9 @@ int cliCmdMigrate(Cli*, const CliArgs*);
 int cliCmdKeystoreRetire(Cli*, const CliArgs*);
 int cliCmdRekey(Cli*, const CliArgs*);
 int cliCmdBench(Cli*, const CliArgs*);
+int cliCmdShip(Cli*, const CliArgs*);       /* cmd_standby.c */
+int cliCmdStandby(Cli*, const CliArgs*);
+extern const char cliShipHelp[], cliStandbyHelp[];
 
 /* ---- messages (cli_util.c) --------------------------------------------- */
 

@@ -17,8 +17,10 @@
 #include "keys/audit.h"
 #include "config.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define ORIGVFS(p) ((sqlite3_vfs*)((p)->pAppData))
 #define REALFILE(p) (((TdeFile*)(p))->pReal)
@@ -919,6 +921,12 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
     p->bCkpt = (flags & SQLITE_SHM_LOCK)!=0;   /* WAL_CKPT_LOCK is slot 1 */
     p->bCkptValid = 0;
   }
+  /* WAL write lock taken: remember what is committed, for the standby
+  ** hook (the WAL index changes before a restart or truncation). */
+  if( rc==SQLITE_OK && offset==0 && (flags & SQLITE_SHM_EXCLUSIVE) && p->eKind==TDE_KIND_MAIN ){
+    if( flags & SQLITE_SHM_LOCK ) tdeShmHeaderEnd(p->pShm0, &p->shipEnd);
+    else p->shipEnd.bKnown = 0;
+  }
   /* WAL writer (slot 0) or checkpointer (slot 1) lock taken: as above. */
   if( rc==SQLITE_OK && offset<=1 && (flags & SQLITE_SHM_LOCK) && (flags & SQLITE_SHM_EXCLUSIVE)
    && p->eKind==TDE_KIND_MAIN ){
@@ -936,7 +944,22 @@ static void tdeShmBarrier(sqlite3_file *pFile){
   REALFILE(pFile)->pMethods->xShmBarrier(REALFILE(pFile));
 }
 static int tdeShmUnmap(sqlite3_file *pFile, int deleteFlag){
-  ((TdeFile*)pFile)->pShm0 = 0;
+  TdeFile *p = (TdeFile*)pFile;
+  if( deleteFlag && p->eKind==TDE_KIND_MAIN && p->pShm0 && p->zName ){
+    /* Last connection closing (it holds the exclusive lock): the WAL is
+    ** deleted next.  Save frames a shipper has not captured (standby). */
+    char *zWal = sqlite3_mprintf("%s-wal", p->zName);
+    int fd = zWal ? open(zWal, O_RDONLY | O_CLOEXEC) : -1;
+    if( fd>=0 ){
+      TdeRawSrc wal = { 0, fd }, hdr = { p->pReal, -1 };
+      TdeWalEnd end;
+      tdeShmHeaderEnd(p->pShm0, &end);
+      tdeShipHook(p->zName, &wal, &end, 1, &hdr, TDE_CAPTURE_CLOSE, 0);
+      close(fd);
+    }
+    sqlite3_free(zWal);
+  }
+  p->pShm0 = 0;
   return REALFILE(pFile)->pMethods->xShmUnmap(REALFILE(pFile), deleteFlag);
 }
 

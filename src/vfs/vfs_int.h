@@ -15,6 +15,7 @@
 #include "tde_int.h"
 #include "cipher/cipher.h"
 #include "keys/keys.h"
+#include "repl/repl.h"
 
 #include <limits.h>
 
@@ -96,6 +97,8 @@ struct TdeFile {
   TdeFile *pMain;             /* WAL, journal: their main file (closed after them) */
   sqlite3_int64 nAuthFail;    /* pages/frames that failed authentication */
   void volatile *pShm0;       /* main: SQLite's WAL index region 0, if mapped */
+  TdeWalEnd shipEnd;          /* main: WAL index end when this connection last took
+                              ** the WAL write lock (standby hook, repl/spool.c) */
   /* main, WAL mode: while this connection checkpoints, the last frame page
   ** it read, so the checkpoint's write of that page can store the frame's
   ** ciphertext (a valid page as it is) instead of sealing it again. */

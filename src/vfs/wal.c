@@ -44,6 +44,19 @@ static TdeHmac *walKey(TdeFile *p, uint32_t v){
   return d ? d->pWalHmac : 0;
 }
 
+/* Standby hook (repl/spool.c): before the WAL is restarted or truncated,
+** save the committed frames a shipper has not captured yet.  Raw bytes
+** only; a no-op (one access()) when the database is not shipped. */
+static int walShipHook(TdeFile *p, int eWhy, const uint8_t *aNewHdr){
+  TdeRawSrc wal = { p->pReal, -1 }, hdr = { 0, -1 };
+  TdeWalEnd aEnd[2];
+  if( !p->pMain || !p->pMain->zName ) return SQLITE_OK;
+  hdr.pFile = p->pMain->pReal;
+  tdeShmHeaderEnd(p->pMain->pShm0, &aEnd[0]);
+  aEnd[1] = p->pMain->shipEnd;
+  return tdeShipHook(p->pMain->zName, &wal, aEnd, 2, &hdr, eWhy, aNewHdr);
+}
+
 void tdeWalFree(TdeFile *p){
   if( p->eKind!=TDE_KIND_WAL ) return;
   sqlite3_free(p->wal.aCk);
@@ -556,6 +569,8 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     uint8_t aHdr[WAL_HDR];
     rc = tdeWalFlush(p);
     if( rc ) return rc;
+    rc = walShipHook(p, TDE_CAPTURE_RESTART, z);
+    if( rc ) return rc;
     memcpy(aHdr, z, 24);
     {
       const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
@@ -657,6 +672,12 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
 int tdeWalTruncate(TdeFile *p, sqlite3_int64 size){
   int rc = tdeWalFlush(p);
   if( rc ) return rc;
+  if( size<WAL_HDR ){
+    /* Truncated to nothing: every frame goes (a shorter truncation only
+    ** drops frames beyond the ones just committed, captured already). */
+    rc = walShipHook(p, TDE_CAPTURE_CLOSE, 0);
+    if( rc ) return rc;
+  }
   walCkForget(p);
   p->wal.iMaxWritten = 0;
   if( size<WAL_HDR ) p->wal.bHdr = 0;

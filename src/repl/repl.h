@@ -1,0 +1,231 @@
+/*
+** Private declarations of the encrypted standby (docs/FORMAT.md "Standby"):
+**
+**   spool.c    the primary's ship spool DB-tdeship: committed WAL
+**              transactions captured as ciphertext, in order, with a
+**              sequence number; the capture itself (shared by the shipper
+**              and the shim's WAL hook); the page-apply routine (shared by
+**              the standby and the shipper's base copy);
+**   state.c    the state files both sides keep for monitoring and restart
+**              (DB-tdeship-state, DB-tdestandby) and the status reader;
+**   net.c      the wire protocol: checksummed messages over TCP;
+**   ship.c     tde_ship_run: capture cycles and one sender per standby;
+**   standby.c  tde_standby_run, tde_standby_promote: receive, apply, promote.
+**
+** Nothing here ever needs a data key or a keystore: pages and frames are
+** copied as the ciphertext they are.  Must never: apply a partial
+** transaction, apply a transaction of another database, lose a committed
+** frame the shipper has not captured.
+*/
+#ifndef TDE_REPL_H
+#define TDE_REPL_H
+
+#include "tde_int.h"
+
+#include <sys/types.h>
+
+#define TDE_WAL_HDR     32
+#define TDE_FRAME_HDR   24
+
+/* ---- spool records (docs/FORMAT.md "Ship spool") ------------------------ */
+
+#define TDE_SPOOL_MAGIC     "TDESHIP1"
+#define TDE_SPOOL_HDR       96          /* magic, dbid, history id, reserved, SHA-256 */
+#define TDE_REC_MAGIC       "TDESREC1"
+#define TDE_REC_HDR         96
+#define TDE_REC_SUM         32
+
+#define TDE_REC_TXN   1     /* a committed transaction (frames up to the commit frame) */
+#define TDE_REC_MARK  2     /* capture position only; never shipped, no sequence number */
+#define TDE_REC_GAP   3     /* frames were lost: a standby behind this must take a base copy */
+
+#define TDE_RECF_HEADER  0x01   /* payload starts with the 8 KiB header region */
+#define TDE_RECF_CLOSED  0x02   /* MARK: the WAL generation ended (truncated/deleted) */
+
+/* Decoded record header. */
+typedef struct TdeRec {
+  uint64_t seq;
+  uint8_t kind, flags;
+  uint32_t pgsz;
+  uint8_t aSalt[8];           /* WAL generation of the frames */
+  uint32_t nCkpt;             /* WAL header checkpoint sequence */
+  uint32_t iFirst, iLast;     /* frame range; iLast = position after the record */
+  uint32_t nFrame;
+  uint64_t tCapture;          /* ms since the epoch */
+  uint8_t aHdrHash[32];       /* SHA-256 of the header region in force after it */
+  uint32_t nPayload;
+} TdeRec;
+
+/* Capture position: where the spool ends in the WAL. */
+typedef struct TdeSpoolPos {
+  uint64_t seq;               /* last sequence number used (0: none) */
+  uint8_t aSalt[8];
+  uint32_t nCkpt;
+  uint32_t iFrame;            /* last captured frame of that generation */
+  int bClosed;                /* that generation ended: any other is new */
+  int bValid;                 /* a record exists */
+  uint8_t aHdrHash[32];
+} TdeSpoolPos;
+
+typedef struct TdeSpool {
+  int fd;
+  char *zPath;
+  uint8_t aDbid[16];
+  uint8_t aHistory[16];       /* random per spool: sequence numbers are per history */
+  sqlite3_int64 iEnd;         /* end of the valid records */
+  TdeSpoolPos pos;
+  uint64_t firstSeq;          /* smallest TXN/GAP sequence in the file (0: none) */
+  ino_t ino;
+  /* Called for every record scanned or appended (r NULL: the file was
+  ** replaced and the records seen so far are gone). */
+  void (*xOnRec)(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n);
+  void *pOnRecArg;
+} TdeSpool;
+
+/* Encode/decode a record header (TDE_REC_HDR bytes). */
+void tdeRecEncode(const TdeRec *r, uint8_t *a);
+int tdeRecDecode(const uint8_t *a, TdeRec *r);
+/* Check a whole record (header, payload, checksum) of n bytes. */
+int tdeRecCheck(const uint8_t *a, size_t n, TdeRec *r);
+
+/* Open DB-tdeship.  bCreate: create it (with aDbid, a new history id) if
+** missing.  TDE_NOTFOUND if missing and !bCreate.  The caller serialises
+** writers (SQLite's WAL write lock or exclusive lock). */
+int tdeSpoolOpen(const char *zDb, int bCreate, const uint8_t *aDbid, TdeSpool **pp);
+void tdeSpoolClose(TdeSpool *s);
+/* Read records from the last known end; bRepair: cut a torn tail.
+** Reopens the file if it was replaced (trimmed). */
+int tdeSpoolScan(TdeSpool *s, int bRepair);
+/* Append one record; payload nPayload bytes (r->nPayload set here). */
+int tdeSpoolAppend(TdeSpool *s, TdeRec *r, const uint8_t *aPayload);
+int tdeSpoolSync(TdeSpool *s);
+/* Read the whole record at iOff into *ppRec (sqlite3_malloc'd), *pn its
+** size.  TDE_FORMAT if damaged or torn. */
+int tdeSpoolRead(TdeSpool *s, sqlite3_int64 iOff, TdeRec *r, uint8_t **ppRec, size_t *pn);
+/* Rewrite the spool keeping records with seq > keepAfter and the last
+** record (the position).  Caller serialises as for appends. */
+int tdeSpoolTrim(TdeSpool *s, uint64_t keepAfter);
+
+/* A source of raw WAL bytes: an sqlite3_file below the shim, or an fd. */
+typedef struct TdeRawSrc {
+  sqlite3_file *pFile;
+  int fd;
+} TdeRawSrc;
+int tdeRawRead(const TdeRawSrc *src, void *z, int n, sqlite3_int64 iOff, int *pbShort);
+
+/* What SQLite's WAL index says is committed, if known. */
+typedef struct TdeWalEnd {
+  int bKnown;
+  uint8_t aSalt[8];
+  uint32_t mxFrame;
+} TdeWalEnd;
+
+/* Why the capture runs. */
+#define TDE_CAPTURE_CYCLE     0   /* shipper cycle or WAL truncated to >= a header */
+#define TDE_CAPTURE_RESTART   1   /* a new WAL header (aNewHdr) is about to be written */
+#define TDE_CAPTURE_CLOSE     2   /* the WAL is truncated to nothing or deleted */
+
+/*
+** Copy the committed frames of the WAL that the spool does not hold yet
+** into it, one TXN record per transaction, then (RESTART/CLOSE) a MARK for
+** the new position.  pHdrSrc, if not NULL, reads the database's header
+** region, included in the first record when it changed.  Caller holds
+** SQLite's WAL write lock (or the exclusive lock).  *pnNew: records added.
+*/
+int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, int nEnd,
+                    const TdeRawSrc *pHdrSrc, int eWhy, const uint8_t *aNewHdr, int *pnNew);
+
+/* Shim hook (wal.c, vfs.c): when DB-tdeship exists, capture before the WAL
+** is restarted, truncated or deleted.  Never uses a key.  aEnd: what the
+** WAL index says (the live index, the one seen when the write lock was
+** taken); the first whose salts match the WAL's is used, else the last
+** commit frame found.  Returns an SQLite code: a failure fails the
+** operation, so no frame is lost silently. */
+int tdeShipHook(const char *zDb, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, int nEnd,
+                const TdeRawSrc *pHdrSrc, int eWhy, const uint8_t *aNewHdr);
+/* Read the WAL index header (two 48-byte copies) from a mapped region or
+** raw bytes: *pEnd gets mxFrame and salts if the copies agree. */
+void tdeShmHeaderEnd(const volatile void *pShm, TdeWalEnd *pEnd);
+
+/*
+** Apply one TXN record's frames (and header region) to the database copy
+** open as fd: page at 8192 + (pgno-1)*P, then truncate to the commit
+** frame's size.  Idempotent.  No sync.
+*/
+int tdeApplyRecord(int fd, const uint8_t *aRec, const TdeRec *r);
+
+/* ---- files ------------------------------------------------------------- */
+
+/* Write zData to zPath atomically: temp file, fsync, rename, fsync dir. */
+int tdeWriteFileAtomic(const char *zPath, const char *zData, size_t n, int bSync);
+/* Whole file into a sqlite3_malloc'd NUL-terminated buffer. */
+int tdeReadFileAll(const char *zPath, char **pz, size_t *pn);
+int tdeFsyncDir(const char *zPath);
+uint64_t tdeNowMs(void);
+void tdeHex(const uint8_t *a, size_t n, char *zOut);
+int tdeUnhex(const char *z, uint8_t *a, size_t n);
+
+/* ---- state files (state.c) ---------------------------------------------- */
+
+/* Key=value text with a trailing "sha256=" line over what precedes it. */
+typedef struct TdeKv TdeKv;
+TdeKv *tdeKvNew(void);
+void tdeKvFree(TdeKv*);
+void tdeKvSet(TdeKv*, const char *zKey, const char *zFmt, ...) __attribute__((format(printf, 3, 4)));
+const char *tdeKvGet(const TdeKv*, const char *zKey);
+int64_t tdeKvInt(const TdeKv*, const char *zKey);
+int tdeKvWrite(TdeKv*, const char *zPath, const char *zMagic, int bSync);
+int tdeKvRead(const char *zPath, const char *zMagic, TdeKv **pp);
+
+#define TDE_SHIP_STATE_MAGIC    "sqlite-tde-ship 1"
+#define TDE_STANDBY_STATE_MAGIC "sqlite-tde-standby 1"
+
+/* Replication status of database zDb as its state files describe it. */
+typedef struct TdeReplStatus {
+  char zRole[16];             /* primary, standby, none */
+  char zPeer[512];
+  int64_t shippedSeq;         /* primary: last captured (shippable) sequence */
+  int64_t ackedSeq;           /* primary: lowest acknowledged by the standbys */
+  int64_t receivedSeq;        /* standby */
+  int64_t appliedSeq;         /* standby */
+  int64_t transportLagTxn, transportLagBytes;
+  double transportLagSec;
+  int64_t applyLagTxn, applyLagBytes;
+  double applyLagSec;
+  char zState[64];            /* streaming, disconnected, base copy, stopped */
+  int64_t updatedMs;
+} TdeReplStatus;
+int tdeReplStatusRead(const char *zDb, TdeReplStatus *p);
+
+/* Does a standby state file exist next to zDb (the shim then serves it
+** read-only)?  *pSeq gets its applied sequence. */
+int tdeStandbyIsCopy(const char *zDb, uint64_t *pSeq);
+
+/* ---- wire (net.c) ------------------------------------------------------ */
+
+#define TDE_MSG_HELLO       1
+#define TDE_MSG_HELLO_OK    2
+#define TDE_MSG_REFUSE      3
+#define TDE_MSG_TXN         4
+#define TDE_MSG_ACK         5
+#define TDE_MSG_RESEND      6
+#define TDE_MSG_BASE_BEGIN  7
+#define TDE_MSG_BASE_DATA   8
+#define TDE_MSG_BASE_END    9
+#define TDE_MSG_HEARTBEAT  10
+#define TDE_MSG_MAX        (64u*1024*1024 + 1024)
+#define TDE_WIRE_MAGIC     "TDEWIRE1"
+
+int tdeNetParseAddr(const char *zAddr, char *zHost, size_t nHost, int *pPort);
+int tdeNetListen(const char *zAddr, int *pFd);
+int tdeNetConnect(const char *zAddr, int timeoutMs, int *pFd);
+/* Send one message: type(1) length(4) body SHA-256(type||length||body). */
+int tdeNetSend(int fd, int eType, const uint8_t *a1, size_t n1, const uint8_t *a2, size_t n2);
+/* Receive one message into *ppBody (sqlite3_malloc'd).  timeoutMs < 0:
+** block.  TDE_NOTFOUND on timeout before any byte, TDE_IO on a closed or
+** broken connection, TDE_AUTH on a bad checksum. */
+int tdeNetRecv(int fd, int timeoutMs, int *peType, uint8_t **ppBody, size_t *pn);
+/* Is a byte ready to read within timeoutMs? */
+int tdeNetReadable(int fd, int timeoutMs);
+
+#endif /* TDE_REPL_H */

@@ -1,0 +1,768 @@
+/*
+** The shipper (tde_ship_run): a long-running process on the primary that
+** captures committed WAL transactions as ciphertext into the spool
+** DB-tdeship and sends them, in order, to one or more standbys.
+**
+**   capture   every cycle: BEGIN IMMEDIATE (SQLite's WAL write lock: no
+**             writer can append to or restart the WAL meanwhile), read the
+**             WAL index header from -shm, copy frames (last captured,
+**             mxFrame] from -wal into the spool, fsync, COMMIT.  The lock is
+**             held only for that local copy.
+**   senders   one thread per standby: hello (database id, spool history,
+**             key check), then records from the standby's last applied
+**             sequence, a window of unacknowledged ones in flight; a
+**             standby that is too far behind (records trimmed, or a GAP
+**             record) gets a base copy first.
+**   base      under BEGIN IMMEDIATE: capture, then copy the database file
+**             and apply frames 1..mxFrame of the WAL to the copy, which is
+**             then consistent with the spool's last sequence number.
+**
+** The process opens the database through the tde VFS only to take
+** SQLite's locks; it never decrypts a page.  Must never: send a record the
+** spool does not hold durably, or skip one.
+*/
+#include "repl/repl.h"
+#include "cipher/cipher.h"
+#include "keys/keys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#define SHIP_WINDOW      256          /* records in flight per standby */
+#define SHIP_TRIM_BYTES  (8<<20)      /* trim the spool beyond this size */
+#define SHIP_CHUNK       (1<<20)      /* base copy message size */
+
+typedef struct Ship Ship;
+
+/* One record the sender knows of: where it is in the spool. */
+typedef struct ShipIdx {
+  uint64_t seq;
+  sqlite3_int64 iOff;
+  uint32_t n;
+  uint8_t kind;
+  uint64_t tCapture;
+} ShipIdx;
+
+typedef struct ShipPeer {
+  Ship *pShip;
+  int iPeer;
+  const char *zAddr;
+  pthread_t tid;
+  int bThread;
+  /* Guarded by Ship.mu. */
+  char zState[32];
+  int bAcked;                 /* has acknowledged something in this run */
+  uint64_t ackedSeq, ackedCapture, sentSeq;
+  int64_t lagBytes;
+  /* Sender-private. */
+  ShipIdx *aIdx;
+  int nIdx, nIdxAlloc;
+  sqlite3 *db;                /* for base copies */
+} ShipPeer;
+
+struct Ship {
+  const char *zDb;
+  char *zUri;
+  volatile int *pbStop;
+  int nCycleMs;
+  pthread_mutex_t mu;
+  int nPeer;
+  ShipPeer *aPeer;
+  uint8_t aDbid[16];
+  uint8_t aHistory[16];
+  uint8_t aKeyCheck[32];
+  /* Guarded by mu. */
+  uint64_t capturedSeq, capturedMs;
+  double holdMaxMs, holdSumMs;
+  int64_t nCycle;
+};
+
+static void msleep(int ms){
+  struct timespec ts = { ms/1000, (long)(ms%1000)*1000000L };
+  while( nanosleep(&ts, &ts)!=0 && errno==EINTR ){}
+}
+
+static double nowSec(void){
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec/1e9;
+}
+
+/* "file:" URI for the database through tde with the configuration. */
+static char *shipUri(const char *zDb, const char *zConfig){
+  sqlite3_str *s = sqlite3_str_new(0);
+  const char *azPart[2] = { zDb, zConfig };
+  for(int k=0; k<2; k++){
+    const char *z = azPart[k];
+    if( k==0 ) sqlite3_str_appendall(s, z[0]=='/' ? "file://" : "file:");
+    else{
+      if( !z ) break;
+      sqlite3_str_appendall(s, "&tde_config=");
+    }
+    for(; *z; z++){
+      unsigned char c = (unsigned char)*z;
+      if( (c>='a'&&c<='z') || (c>='A'&&c<='Z') || (c>='0'&&c<='9') || c=='-' || c=='.' || c=='_' || c=='/' ){
+        sqlite3_str_appendchar(s, 1, (char)c);
+      }else{
+        sqlite3_str_appendf(s, "%%%02X", (unsigned)c);
+      }
+    }
+    if( k==0 ) sqlite3_str_appendall(s, "?vfs=tde");
+  }
+  return sqlite3_str_finish(s);
+}
+
+/* Database id and key-check value from the header region: SHA-256 of the
+** in-force slot's database id and keyring entries (no data key needed). */
+static int shipReadIdentity(const char *zDb, uint8_t *aDbid, uint8_t *aKeyCheck){
+  uint8_t *aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  TdeHeader *pHdr = sqlite3_malloc(sizeof(TdeHeader));
+  int fd = open(zDb, O_RDONLY | O_CLOEXEC);
+  int rc = TDE_OK, iSlot = 0, bShort;
+  if( !aRegion || !pHdr ){ rc = TDE_NOMEM; goto done; }
+  if( fd<0 ){ rc = tdeErr(TDE_IO, "%s: %s", zDb, strerror(errno)); goto done; }
+  {
+    TdeRawSrc src = { 0, fd };
+    rc = tdeRawRead(&src, aRegion, TDE_HEADER_BYTES, 0, &bShort);
+    if( rc==TDE_OK && bShort ) rc = tdeErr(TDE_FORMAT, "%s: no sqlite-tde header (empty database?)", zDb);
+  }
+  if( rc==TDE_OK ) rc = tdeHeaderPick(aRegion, TDE_HEADER_BYTES, pHdr, &iSlot);
+  if( rc ){ tdeErr(rc, "%s: not an sqlite-tde encrypted database, or damaged", zDb); goto done; }
+  memcpy(aDbid, pHdr->dbid, 16);
+  {
+    const uint8_t *aSlot = aRegion + iSlot*4096;
+    size_t n = 50;
+    for(int i=0; i<tdeGet16(aSlot+48) && n+2<=4032; i++) n += tdeGet16(aSlot+n);
+    if( n>4032 ) n = 4032;
+    tdeSha256(aSlot, n, aKeyCheck);     /* bytes [0,n) minus the sequence below */
+    {
+      uint8_t *aTmp = sqlite3_malloc((int)n);
+      if( aTmp ){
+        memcpy(aTmp, aSlot, n);
+        memset(aTmp+12, 0, 8);          /* a header update alone does not change it */
+        tdeSha256(aTmp, n, aKeyCheck);
+        sqlite3_free(aTmp);
+      }
+    }
+  }
+done:
+  if( fd>=0 ) close(fd);
+  sqlite3_free(pHdr);
+  sqlite3_free(aRegion);
+  return rc;
+}
+
+static int shipOpenDb(Ship *p, sqlite3 **pDb){
+  sqlite3 *db = 0;
+  sqlite3_stmt *pStmt = 0;
+  int rc = sqlite3_open_v2(p->zUri, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_URI, 0);
+  if( rc==SQLITE_OK ) rc = sqlite3_busy_timeout(db, 10000);
+  if( rc==SQLITE_OK ) rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &pStmt, 0);
+  if( rc==SQLITE_OK && sqlite3_step(pStmt)==SQLITE_ROW ){
+    const char *zMode = (const char*)sqlite3_column_text(pStmt, 0);
+    if( !zMode || sqlite3_stricmp(zMode, "wal")!=0 ){
+      sqlite3_finalize(pStmt);
+      sqlite3_close(db);
+      return tdeErr(TDE_UNSUPPORTED, "%s: journal_mode is %s; shipping needs WAL mode "
+                    "(PRAGMA journal_mode=WAL)", p->zDb, zMode ? zMode : "?");
+    }
+  }else if( rc==SQLITE_OK ){
+    rc = sqlite3_errcode(db);
+  }
+  sqlite3_finalize(pStmt);
+  if( rc ){
+    int trc = tdeErr(rc==SQLITE_AUTH ? TDE_NOKEYSTORE : TDE_IO, "%s: cannot open: %s", p->zDb,
+                     db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    sqlite3_close(db);
+    return trc;
+  }
+  *pDb = db;
+  return TDE_OK;
+}
+
+/* WAL index end from -shm (caller holds the WAL write lock). */
+static void shipShmEnd(const char *zDb, TdeWalEnd *pEnd){
+  char zPath[4200];
+  uint8_t a[96];
+  int fd, bShort = 1;
+  memset(pEnd, 0, sizeof(*pEnd));
+  snprintf(zPath, sizeof(zPath), "%s-shm", zDb);
+  fd = open(zPath, O_RDONLY | O_CLOEXEC);
+  if( fd<0 ) return;
+  {
+    TdeRawSrc src = { 0, fd };
+    if( tdeRawRead(&src, a, 96, 0, &bShort)!=TDE_OK ) bShort = 1;
+  }
+  close(fd);
+  if( !bShort ) tdeShmHeaderEnd(a, pEnd);
+}
+
+/*
+** One capture under the WAL write lock held by db: new frames into the
+** spool.  *pEnd gets the WAL index end used; *pHoldMs the lock hold time.
+*/
+static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
+  char zWal[4200];
+  int fdWal, fdDb, rc;
+  snprintf(zWal, sizeof(zWal), "%s-wal", p->zDb);
+  *pnNew = 0;
+  rc = tdeSpoolScan(s, 1);
+  if( rc ) return rc;
+  shipShmEnd(p->zDb, pEnd);
+  fdWal = open(zWal, O_RDONLY | O_CLOEXEC);
+  fdDb = open(p->zDb, O_RDONLY | O_CLOEXEC);
+  if( fdDb<0 ){
+    rc = tdeErr(TDE_IO, "%s: %s", p->zDb, strerror(errno));
+  }else{
+    TdeRawSrc wal = { 0, fdWal }, hdr = { 0, fdDb };
+    if( !s->pos.bValid ){
+      /* A new spool: it starts at the WAL's current end, with a GAP so a
+      ** standby starts from a base copy. */
+      uint8_t aWalHdr[TDE_WAL_HDR];
+      int bShort = 1;
+      TdeRec g;
+      memset(&g, 0, sizeof(g));
+      if( fdWal>=0 ) rc = tdeRawRead(&wal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
+      g.seq = 1;
+      g.kind = TDE_REC_GAP;
+      g.tCapture = tdeNowMs();
+      if( rc==TDE_OK && !bShort && pEnd->bKnown && memcmp(pEnd->aSalt, aWalHdr+16, 8)==0 ){
+        memcpy(g.aSalt, aWalHdr+16, 8);
+        g.nCkpt = tdeGet32(aWalHdr+12);
+        g.pgsz = tdeGet32(aWalHdr+8);
+        g.iLast = pEnd->mxFrame;
+      }else{
+        g.flags = TDE_RECF_CLOSED;     /* no WAL: the next generation is new */
+        if( !bShort ) memcpy(g.aSalt, aWalHdr+16, 8);
+      }
+      if( rc==TDE_OK ) rc = tdeSpoolAppend(s, &g, 0);
+      if( rc==TDE_OK ) (*pnNew)++;
+    }
+    if( rc==TDE_OK ){
+      int nNew = 0;
+      rc = tdeSpoolCapture(s, fdWal>=0 ? &wal : 0, pEnd, 1, &hdr, TDE_CAPTURE_CYCLE, 0, &nNew);
+      *pnNew += nNew;
+    }
+    if( rc==TDE_OK && *pnNew ) rc = tdeSpoolSync(s);
+  }
+  if( fdWal>=0 ) close(fdWal);
+  if( fdDb>=0 ) close(fdDb);
+  return rc;
+}
+
+/* BEGIN IMMEDIATE with the busy handler; TDE_LOCKED if it stays busy. */
+static int shipBegin(sqlite3 *db){
+  int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0);
+  if( rc==SQLITE_OK ) return TDE_OK;
+  if( (rc & 0xff)==SQLITE_BUSY || (rc & 0xff)==SQLITE_LOCKED ) return TDE_LOCKED;
+  return tdeErr(TDE_IO, "BEGIN IMMEDIATE failed: %s", sqlite3_errmsg(db));
+}
+
+static void shipEnd(sqlite3 *db){
+  sqlite3_exec(db, "COMMIT", 0, 0, 0);
+  if( !sqlite3_get_autocommit(db) ) sqlite3_exec(db, "ROLLBACK", 0, 0, 0);
+}
+
+static int shipCycle(Ship *p, sqlite3 *db, TdeSpool *s){
+  TdeWalEnd end;
+  double t0, t1;
+  int nNew = 0, rc;
+  rc = shipBegin(db);
+  if( rc==TDE_LOCKED ) return TDE_OK;     /* a long writer: next cycle */
+  if( rc ) return rc;
+  t0 = nowSec();
+  rc = shipCaptureLocked(p, s, &end, &nNew);
+  t1 = nowSec();
+  shipEnd(db);
+  pthread_mutex_lock(&p->mu);
+  p->nCycle++;
+  p->holdSumMs += (t1-t0)*1000.0;
+  if( (t1-t0)*1000.0 > p->holdMaxMs ) p->holdMaxMs = (t1-t0)*1000.0;
+  if( s->pos.seq!=p->capturedSeq ){    /* by this cycle or by the shim's hook */
+    p->capturedSeq = s->pos.seq;
+    p->capturedMs = tdeNowMs();
+  }
+  pthread_mutex_unlock(&p->mu);
+  return rc;
+}
+
+/* ---- state file --------------------------------------------------------- */
+
+static void shipWriteState(Ship *p, const char *zState){
+  char zPath[4200], zHex[33];
+  TdeKv *kv = tdeKvNew();
+  if( !kv ) return;
+  snprintf(zPath, sizeof(zPath), "%s-tdeship-state", p->zDb);
+  pthread_mutex_lock(&p->mu);
+  tdeHex(p->aDbid, 16, zHex);
+  tdeKvSet(kv, "database_id", "%s", zHex);
+  tdeHex(p->aHistory, 16, zHex);
+  tdeKvSet(kv, "history", "%s", zHex);
+  tdeKvSet(kv, "pid", "%d", (int)getpid());
+  tdeKvSet(kv, "state", "%s", zState);
+  tdeKvSet(kv, "captured_seq", "%llu", (unsigned long long)p->capturedSeq);
+  tdeKvSet(kv, "captured_ms", "%llu", (unsigned long long)p->capturedMs);
+  tdeKvSet(kv, "capture_cycles", "%lld", (long long)p->nCycle);
+  tdeKvSet(kv, "capture_lock_ms_max", "%.3f", p->holdMaxMs);
+  tdeKvSet(kv, "capture_lock_ms_avg", "%.3f", p->nCycle ? p->holdSumMs/(double)p->nCycle : 0.0);
+  tdeKvSet(kv, "peers", "%d", p->nPeer);
+  for(int i=0; i<p->nPeer; i++){
+    ShipPeer *q = &p->aPeer[i];
+    char zK[64];
+    snprintf(zK, sizeof(zK), "peer%d", i);            tdeKvSet(kv, zK, "%s", q->zAddr);
+    snprintf(zK, sizeof(zK), "peer%d_state", i);      tdeKvSet(kv, zK, "%s", q->zState);
+    snprintf(zK, sizeof(zK), "peer%d_sent_seq", i);   tdeKvSet(kv, zK, "%llu", (unsigned long long)q->sentSeq);
+    snprintf(zK, sizeof(zK), "peer%d_acked_seq", i);  tdeKvSet(kv, zK, "%llu", (unsigned long long)q->ackedSeq);
+    snprintf(zK, sizeof(zK), "peer%d_acked_capture_ms", i); tdeKvSet(kv, zK, "%llu", (unsigned long long)q->ackedCapture);
+    snprintf(zK, sizeof(zK), "peer%d_lag_bytes", i);  tdeKvSet(kv, zK, "%lld", (long long)q->lagBytes);
+  }
+  pthread_mutex_unlock(&p->mu);
+  tdeKvSet(kv, "updated_ms", "%llu", (unsigned long long)tdeNowMs());
+  tdeKvWrite(kv, zPath, TDE_SHIP_STATE_MAGIC, 0);
+  tdeKvFree(kv);
+}
+
+/* ---- sender ------------------------------------------------------------- */
+
+static void peerOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n){
+  ShipPeer *q = pArg;
+  if( !r ){ q->nIdx = 0; return; }
+  if( r->kind==TDE_REC_MARK ) return;
+  if( q->nIdx>=q->nIdxAlloc ){
+    int nNew = q->nIdxAlloc*2 + 256;
+    ShipIdx *aNew = sqlite3_realloc64(q->aIdx, sizeof(ShipIdx)*(sqlite3_uint64)nNew);
+    if( !aNew ) return;
+    q->aIdx = aNew;
+    q->nIdxAlloc = nNew;
+  }
+  q->aIdx[q->nIdx].seq = r->seq;
+  q->aIdx[q->nIdx].iOff = iOff;
+  q->aIdx[q->nIdx].n = (uint32_t)n;
+  q->aIdx[q->nIdx].kind = r->kind;
+  q->aIdx[q->nIdx].tCapture = r->tCapture;
+  q->nIdx++;
+}
+
+static ShipIdx *peerFind(ShipPeer *q, uint64_t seq){
+  int lo = 0, hi = q->nIdx - 1;
+  while( lo<=hi ){
+    int mid = (lo+hi)/2;
+    if( q->aIdx[mid].seq==seq ) return &q->aIdx[mid];
+    if( q->aIdx[mid].seq<seq ) lo = mid+1; else hi = mid-1;
+  }
+  return 0;
+}
+
+static void peerSetState(ShipPeer *q, const char *zState){
+  pthread_mutex_lock(&q->pShip->mu);
+  snprintf(q->zState, sizeof(q->zState), "%s", zState);
+  pthread_mutex_unlock(&q->pShip->mu);
+}
+
+static void peerNoteAck(ShipPeer *q, uint64_t seq){
+  ShipIdx *e;
+  int64_t nBytes = 0;
+  pthread_mutex_lock(&q->pShip->mu);
+  if( !q->bAcked || seq>q->ackedSeq ){
+    q->ackedSeq = seq;
+    e = peerFind(q, seq);
+    if( e ) q->ackedCapture = e->tCapture;
+  }
+  q->bAcked = 1;
+  for(int i=q->nIdx-1; i>=0 && q->aIdx[i].seq>q->ackedSeq; i--) nBytes += q->aIdx[i].n;
+  q->lagBytes = nBytes;
+  pthread_mutex_unlock(&q->pShip->mu);
+}
+
+/*
+** Base copy for one standby: under the WAL write lock, capture, copy the
+** database file and apply WAL frames 1..mxFrame to the copy.  *pSeq gets
+** the spool sequence the copy is consistent with.  The copy is a
+** temporary file the caller sends and removes.
+*/
+static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pSeq, uint64_t *pCapture){
+  Ship *p = q->pShip;
+  char zWal[4200];
+  TdeWalEnd end;
+  int fdDb = -1, fdOut = -1, fdWal = -1, nNew = 0, rc;
+  uint8_t *aBuf = 0;
+  rc = q->db ? TDE_OK : shipOpenDb(p, &q->db);
+  if( rc ) return rc;
+  do{ rc = shipBegin(q->db); }while( rc==TDE_LOCKED && !*p->pbStop );
+  if( rc ) return rc;
+  rc = shipCaptureLocked(p, s, &end, &nNew);
+  if( rc ) goto done;
+  *pSeq = s->pos.seq;
+  *pCapture = tdeNowMs();
+  aBuf = sqlite3_malloc(SHIP_CHUNK + 65536);
+  if( !aBuf ){ rc = TDE_NOMEM; goto done; }
+  fdDb = open(p->zDb, O_RDONLY | O_CLOEXEC);
+  fdOut = open(zTmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if( fdDb<0 || fdOut<0 ){ rc = tdeErr(TDE_IO, "base copy: %s", strerror(errno)); goto done; }
+  for(off_t off=0;; ){
+    ssize_t k = pread(fdDb, aBuf, SHIP_CHUNK, off);
+    if( k<0 && errno==EINTR ) continue;
+    if( k<0 ){ rc = tdeErr(TDE_IO, "%s: %s", p->zDb, strerror(errno)); goto done; }
+    if( k==0 ) break;
+    if( pwrite(fdOut, aBuf, (size_t)k, off)!=k ){ rc = tdeErr(TDE_IO, "%s: %s", zTmp, strerror(errno)); goto done; }
+    off += k;
+  }
+  /* Frames 1..mxFrame of the current WAL generation: a checkpoint may
+  ** have copied some of them into the database file while we read it;
+  ** applying them all afterwards makes the copy exact. */
+  snprintf(zWal, sizeof(zWal), "%s-wal", p->zDb);
+  fdWal = open(zWal, O_RDONLY | O_CLOEXEC);
+  if( fdWal>=0 && end.bKnown && end.mxFrame>0 ){
+    TdeRawSrc wal = { 0, fdWal };
+    uint8_t aWalHdr[TDE_WAL_HDR];
+    int bShort;
+    uint32_t pgsz, nTrunc = 0;
+    rc = tdeRawRead(&wal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
+    if( rc ) goto done;
+    pgsz = tdeGet32(aWalHdr+8);
+    if( !bShort && memcmp(aWalHdr+16, end.aSalt, 8)==0 && pgsz>=512 && pgsz<=65536 ){
+      for(uint32_t i=1; i<=end.mxFrame; i++){
+        sqlite3_int64 off = TDE_WAL_HDR + (sqlite3_int64)(i-1)*(TDE_FRAME_HDR + pgsz);
+        rc = tdeRawRead(&wal, aBuf, (int)(TDE_FRAME_HDR + pgsz), off, &bShort);
+        if( rc ) goto done;
+        if( bShort || memcmp(aBuf+8, end.aSalt, 8)!=0 ){
+          rc = tdeErr(TDE_FORMAT, "base copy: WAL frame %u missing or of another generation", i);
+          goto done;
+        }
+        if( pwrite(fdOut, aBuf+TDE_FRAME_HDR, pgsz, (off_t)TDE_HEADER_BYTES + (off_t)(tdeGet32(aBuf)-1)*pgsz)!=(ssize_t)pgsz ){
+          rc = tdeErr(TDE_IO, "%s: %s", zTmp, strerror(errno));
+          goto done;
+        }
+        if( tdeGet32(aBuf+4) ) nTrunc = tdeGet32(aBuf+4);
+      }
+      if( nTrunc && ftruncate(fdOut, (off_t)TDE_HEADER_BYTES + (off_t)nTrunc*pgsz)!=0 ){
+        rc = tdeErr(TDE_IO, "%s: %s", zTmp, strerror(errno));
+      }
+    }
+  }
+done:
+  shipEnd(q->db);
+  if( fdWal>=0 ) close(fdWal);
+  if( fdDb>=0 ) close(fdDb);
+  if( fdOut>=0 ) close(fdOut);
+  sqlite3_free(aBuf);
+  return rc;
+}
+
+static int peerSendBase(ShipPeer *q, int fd, TdeSpool *s, uint64_t *pSeq){
+  Ship *p = q->pShip;
+  char zTmp[4200];
+  uint8_t aBegin[48], aHdr[8], sum[32];
+  uint8_t *aBuf = 0;
+  uint64_t seq = 0, tCap = 0;
+  unsigned int nSum;
+  struct stat st;
+  int fdIn = -1, rc;
+  EVP_MD_CTX *c = 0;
+  snprintf(zTmp, sizeof(zTmp), "%s-tdeship-base%d", p->zDb, q->iPeer);
+  peerSetState(q, "base copy");
+  rc = peerMakeBase(q, s, zTmp, &seq, &tCap);
+  if( rc ) goto done;
+  fdIn = open(zTmp, O_RDONLY | O_CLOEXEC);
+  if( fdIn<0 || fstat(fdIn, &st)!=0 ){ rc = tdeErr(TDE_IO, "%s: %s", zTmp, strerror(errno)); goto done; }
+  tdeLog(TDE_LOG_INFO, "ship %s: sending a base copy (%lld bytes, sequence %llu)", q->zAddr,
+         (long long)st.st_size, (unsigned long long)seq);
+  tdePut64(aBegin, seq);
+  memcpy(aBegin+8, p->aHistory, 16);
+  tdePut64(aBegin+24, (uint64_t)st.st_size);
+  tdePut64(aBegin+32, tCap);
+  memset(aBegin+40, 0, 8);
+  rc = tdeNetSend(fd, TDE_MSG_BASE_BEGIN, aBegin, sizeof(aBegin), 0, 0);
+  aBuf = sqlite3_malloc(SHIP_CHUNK);
+  c = EVP_MD_CTX_new();
+  if( rc==TDE_OK && (!aBuf || !c) ) rc = TDE_NOMEM;
+  if( rc==TDE_OK && EVP_DigestInit_ex(c, EVP_sha256(), 0)!=1 ) rc = TDE_CRYPTO;
+  for(off_t off=0; rc==TDE_OK && off<st.st_size; ){
+    ssize_t k = pread(fdIn, aBuf, SHIP_CHUNK, off);
+    if( k<=0 ){ rc = tdeErr(TDE_IO, "%s: short read", zTmp); break; }
+    tdePut64(aHdr, (uint64_t)off);
+    if( EVP_DigestUpdate(c, aBuf, (size_t)k)!=1 ){ rc = TDE_CRYPTO; break; }
+    rc = tdeNetSend(fd, TDE_MSG_BASE_DATA, aHdr, 8, aBuf, (size_t)k);
+    off += k;
+  }
+  if( rc==TDE_OK && EVP_DigestFinal_ex(c, sum, &nSum)!=1 ) rc = TDE_CRYPTO;
+  if( rc==TDE_OK ) rc = tdeNetSend(fd, TDE_MSG_BASE_END, sum, 32, 0, 0);
+  if( rc==TDE_OK ) *pSeq = seq;
+done:
+  EVP_MD_CTX_free(c);
+  sqlite3_free(aBuf);
+  if( fdIn>=0 ) close(fdIn);
+  unlink(zTmp);
+  return rc;
+}
+
+/* One connection to the standby: hello, then stream until an error. */
+static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
+  Ship *p = q->pShip;
+  uint8_t aHello[8+16+16+32+8];
+  uint8_t *aBody = 0;
+  size_t nBody = 0;
+  int eType = 0, rc, bNeedBase = 0;
+  uint64_t next, acked;
+  double tBeat = 0;
+
+  rc = tdeSpoolScan(s, 0);
+  if( rc ) return rc;
+  memcpy(aHello, TDE_WIRE_MAGIC, 8);
+  memcpy(aHello+8, p->aDbid, 16);
+  memcpy(aHello+24, p->aHistory, 16);
+  memcpy(aHello+40, p->aKeyCheck, 32);
+  tdePut64(aHello+72, s->pos.seq);
+  rc = tdeNetSend(fd, TDE_MSG_HELLO, aHello, sizeof(aHello), 0, 0);
+  if( rc==TDE_OK ) rc = tdeNetRecv(fd, 15000, &eType, &aBody, &nBody);
+  if( rc==TDE_NOTFOUND ) return tdeErr(TDE_IO, "no answer to hello");
+  if( rc ) return rc;
+  if( eType==TDE_MSG_REFUSE ){
+    tdeLog(TDE_LOG_ERROR, "ship %s: the standby refused: %.*s", q->zAddr, (int)nBody, (const char*)aBody);
+    sqlite3_free(aBody);
+    peerSetState(q, "refused");
+    return TDE_AUTH;
+  }
+  if( eType!=TDE_MSG_HELLO_OK || nBody<25 ){
+    sqlite3_free(aBody);
+    return tdeErr(TDE_FORMAT, "unexpected answer to hello");
+  }
+  acked = tdeGet64(aBody);
+  if( !(aBody[8] & 1) || memcmp(aBody+9, p->aHistory, 16)!=0 || acked>s->pos.seq ){
+    bNeedBase = 1;
+  }else if( acked<s->pos.seq ){
+    ShipIdx *e = peerFind(q, acked+1);
+    if( !e ) bNeedBase = 1;
+  }
+  sqlite3_free(aBody);
+  aBody = 0;
+  if( !bNeedBase ) peerNoteAck(q, acked);
+  next = acked + 1;
+  tdeLog(TDE_LOG_INFO, "ship %s: connected; standby at sequence %llu%s", q->zAddr,
+         (unsigned long long)acked, bNeedBase ? ", needs a base copy" : "");
+  peerSetState(q, "streaming");
+
+  while( !*p->pbStop ){
+    if( bNeedBase ){
+      uint64_t seq = 0;
+      rc = peerSendBase(q, fd, s, &seq);
+      if( rc ) return rc;
+      rc = tdeSpoolScan(s, 0);
+      if( rc ) return rc;
+      next = seq + 1;
+      acked = seq;           /* the standby acknowledges the base with seq */
+      bNeedBase = 0;
+      peerSetState(q, "streaming");
+    }
+    rc = tdeSpoolScan(s, 0);
+    if( rc ) return rc;
+    while( next<=s->pos.seq && next<=acked+SHIP_WINDOW ){
+      ShipIdx *e = peerFind(q, next);
+      TdeRec r;
+      uint8_t *aRec = 0;
+      size_t nRec = 0;
+      if( !e || e->kind==TDE_REC_GAP ){
+        bNeedBase = 1;
+        break;
+      }
+      rc = tdeSpoolRead(s, e->iOff, &r, &aRec, &nRec);
+      if( rc ) return rc;
+      rc = tdeNetSend(fd, TDE_MSG_TXN, aRec, nRec, 0, 0);
+      sqlite3_free(aRec);
+      if( rc ) return rc;
+      pthread_mutex_lock(&p->mu);
+      q->sentSeq = next;
+      pthread_mutex_unlock(&p->mu);
+      next++;
+    }
+    if( bNeedBase ) continue;
+    rc = tdeNetRecv(fd, 20, &eType, &aBody, &nBody);
+    if( rc==TDE_OK ){
+      if( eType==TDE_MSG_ACK && nBody>=8 ){
+        uint64_t a = tdeGet64(aBody);
+        if( a>acked ) acked = a;
+        peerNoteAck(q, acked);
+      }else if( eType==TDE_MSG_RESEND && nBody>=8 ){
+        uint64_t from = tdeGet64(aBody);
+        tdeLog(TDE_LOG_INFO, "ship %s: standby asks to resend from %llu", q->zAddr, (unsigned long long)from);
+        if( from>0 ){ next = from; if( from-1>acked ) acked = from-1; }
+      }else if( eType==TDE_MSG_REFUSE ){
+        tdeLog(TDE_LOG_ERROR, "ship %s: the standby stopped the stream: %.*s", q->zAddr, (int)nBody, (const char*)aBody);
+        sqlite3_free(aBody);
+        return TDE_ERROR;
+      }
+      sqlite3_free(aBody);
+      aBody = 0;
+    }else if( rc!=TDE_NOTFOUND ){
+      return rc;
+    }
+    if( nowSec()-tBeat > 0.5 ){
+      uint8_t aBeat[32];
+      uint64_t capMs;
+      int64_t lag;
+      pthread_mutex_lock(&p->mu);
+      capMs = p->capturedMs;
+      lag = q->lagBytes;
+      pthread_mutex_unlock(&p->mu);
+      tdePut64(aBeat, s->pos.seq);
+      tdePut64(aBeat+8, capMs);
+      tdePut64(aBeat+16, tdeNowMs());
+      tdePut64(aBeat+24, (uint64_t)lag);
+      rc = tdeNetSend(fd, TDE_MSG_HEARTBEAT, aBeat, sizeof(aBeat), 0, 0);
+      if( rc ) return rc;
+      tBeat = nowSec();
+    }
+  }
+  return TDE_OK;
+}
+
+static void *peerMain(void *pArg){
+  ShipPeer *q = pArg;
+  Ship *p = q->pShip;
+  TdeSpool *s = 0;
+  int bQuiet = 0;
+  while( !*p->pbStop ){
+    int fd = -1, rc;
+    if( !s ){
+      rc = tdeSpoolOpen(p->zDb, 0, p->aDbid, &s);
+      if( rc ){ msleep(200); continue; }
+      s->xOnRec = peerOnRec;
+      s->pOnRecArg = q;
+    }
+    rc = tdeNetConnect(q->zAddr, 2000, &fd);
+    if( rc ){
+      if( !bQuiet ) tdeLog(TDE_LOG_WARNING, "ship %s: %s; retrying", q->zAddr, tde_last_error());
+      bQuiet = 1;
+      peerSetState(q, "disconnected");
+      msleep(300);
+      continue;
+    }
+    bQuiet = 0;
+    rc = peerSession(q, fd, s);
+    close(fd);
+    if( !*p->pbStop ){
+      tdeLog(TDE_LOG_WARNING, "ship %s: connection lost (%s); reconnecting", q->zAddr,
+             rc ? tde_last_error() : "closed");
+      peerSetState(q, rc==TDE_AUTH ? "refused" : "disconnected");
+      msleep(rc==TDE_AUTH ? 2000 : 200);
+    }
+  }
+  tdeSpoolClose(s);
+  if( q->db ){ sqlite3_close(q->db); q->db = 0; }
+  return 0;
+}
+
+/* ---- main loop ---------------------------------------------------------- */
+
+TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const *azTo, int nTo,
+                         int nCycleMs, volatile int *pbStop){
+  Ship ship;
+  Ship *p = &ship;
+  sqlite3 *db = 0;
+  TdeSpool *s = 0;
+  char zAbs[4096];
+  int rc, i;
+  double tState = 0;
+  volatile int bNever = 0;
+
+  memset(p, 0, sizeof(*p));
+  if( !zDb || nTo<1 ) return tdeErr(TDE_MISUSE, "tde_ship_run: a database and at least one standby");
+  if( !realpath(zDb, zAbs) ) return tdeErr(TDE_NOTFOUND, "%s: %s", zDb, strerror(errno));
+  p->zDb = zAbs;
+  p->pbStop = pbStop ? pbStop : &bNever;
+  p->nCycleMs = nCycleMs>0 ? nCycleMs : 50;
+  pthread_mutex_init(&p->mu, 0);
+  p->zUri = shipUri(zAbs, zConfig);
+  if( !p->zUri ){ rc = TDE_NOMEM; goto done; }
+  rc = shipReadIdentity(zAbs, p->aDbid, p->aKeyCheck);
+  if( rc ) goto done;
+  rc = shipOpenDb(p, &db);
+  if( rc ) goto done;
+  rc = tdeSpoolOpen(zAbs, 1, p->aDbid, &s);
+  if( rc ) goto done;
+  memcpy(p->aHistory, s->aHistory, 16);
+  rc = tdeSpoolScan(s, 1);
+  if( rc ) goto done;
+  /* The first cycle runs before any sender starts (it creates the spool's
+  ** first record). */
+  do{
+    rc = shipCycle(p, db, s);
+    if( rc ) goto done;
+    if( !s->pos.bValid ) msleep(p->nCycleMs);
+  }while( !s->pos.bValid && !*p->pbStop );
+  p->capturedSeq = s->pos.seq;
+  p->capturedMs = tdeNowMs();
+
+  p->aPeer = sqlite3_malloc64(sizeof(ShipPeer)*(sqlite3_uint64)nTo);
+  if( !p->aPeer ){ rc = TDE_NOMEM; goto done; }
+  memset(p->aPeer, 0, sizeof(ShipPeer)*(size_t)nTo);
+  p->nPeer = nTo;
+  for(i=0; i<nTo; i++){
+    ShipPeer *q = &p->aPeer[i];
+    q->pShip = p;
+    q->iPeer = i;
+    q->zAddr = azTo[i];
+    snprintf(q->zState, sizeof(q->zState), "connecting");
+  }
+  for(i=0; i<nTo; i++){
+    if( pthread_create(&p->aPeer[i].tid, 0, peerMain, &p->aPeer[i])!=0 ){
+      rc = tdeErr(TDE_ERROR, "cannot start a sender thread");
+      *(volatile int*)p->pbStop = 1;
+      break;
+    }
+    p->aPeer[i].bThread = 1;
+  }
+  tdeLog(TDE_LOG_INFO, "ship %s: capturing every %d ms from sequence %llu", zAbs, p->nCycleMs,
+         (unsigned long long)s->pos.seq);
+  while( rc==TDE_OK && !*p->pbStop ){
+    rc = shipCycle(p, db, s);
+    if( rc ){
+      tdeLog(TDE_LOG_ERROR, "ship %s: capture failed: %s", zAbs, tde_last_error());
+      break;
+    }
+    if( nowSec()-tState > 0.2 ){
+      shipWriteState(p, "running");
+      tState = nowSec();
+    }
+    if( s->iEnd > SHIP_TRIM_BYTES ){
+      /* Drop what every standby has acknowledged. */
+      uint64_t minAck = UINT64_MAX;
+      int bAll = 1;
+      pthread_mutex_lock(&p->mu);
+      for(i=0; i<p->nPeer; i++){
+        if( !p->aPeer[i].bAcked ) bAll = 0;
+        else if( p->aPeer[i].ackedSeq<minAck ) minAck = p->aPeer[i].ackedSeq;
+      }
+      pthread_mutex_unlock(&p->mu);
+      if( bAll && minAck!=UINT64_MAX && minAck>=s->firstSeq && shipBegin(db)==TDE_OK ){
+        if( tdeSpoolScan(s, 1)==TDE_OK ) rc = tdeSpoolTrim(s, minAck);
+        shipEnd(db);
+      }
+    }
+    msleep(p->nCycleMs);
+  }
+  *(volatile int*)p->pbStop = 1;
+  for(i=0; i<p->nPeer; i++){
+    if( p->aPeer[i].bThread ) pthread_join(p->aPeer[i].tid, 0);
+  }
+  shipWriteState(p, "stopped");
+
+done:
+  if( p->aPeer ){
+    for(i=0; i<p->nPeer; i++) sqlite3_free(p->aPeer[i].aIdx);
+    sqlite3_free(p->aPeer);
+  }
+  tdeSpoolClose(s);
+  sqlite3_close(db);
+  sqlite3_free(p->zUri);
+  pthread_mutex_destroy(&p->mu);
+  return rc;
+}

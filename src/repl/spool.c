@@ -1,0 +1,591 @@
+/*
+** The ship spool DB-tdeship (docs/FORMAT.md "Ship spool"): committed WAL
+** transactions of the primary, captured as the ciphertext frames SQLite
+** wrote, one record per transaction with a sequence number, in commit
+** order.  Two kinds of writers append to it, always under SQLite's WAL
+** write lock (or the exclusive lock at the last close), so they never
+** race: the shipper's capture cycles, and the shim's hook (wal.c, vfs.c)
+** just before a WAL restart, truncation or deletion would discard frames
+** the shipper has not captured yet.  The capture position is the last
+** record's; a record torn by a crash fails its checksum and is cut off.
+**
+** Also here: applying a record to a copy of the database file (the
+** standby, and the shipper's base copy).
+**
+** Must never: use a key (frames are copied as they are), lose a committed
+** frame the spool does not hold, or record a partial transaction.
+*/
+#include "repl/repl.h"
+#include "cipher/cipher.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- raw reads ---------------------------------------------------------- */
+
+int tdeRawRead(const TdeRawSrc *src, void *z, int n, sqlite3_int64 iOff, int *pbShort){
+  *pbShort = 0;
+  if( src->pFile ){
+    int rc = src->pFile->pMethods->xRead(src->pFile, z, n, iOff);
+    if( rc==SQLITE_IOERR_SHORT_READ ){ *pbShort = 1; return TDE_OK; }
+    return rc==SQLITE_OK ? TDE_OK : tdeErr(TDE_IO, "read failed (SQLite error %d)", rc);
+  }else{
+    size_t nDone = 0;
+    while( nDone<(size_t)n ){
+      ssize_t k = pread(src->fd, (uint8_t*)z + nDone, (size_t)n - nDone, (off_t)(iOff + (sqlite3_int64)nDone));
+      if( k<0 && errno==EINTR ) continue;
+      if( k<0 ) return tdeErr(TDE_IO, "read failed: %s", strerror(errno));
+      if( k==0 ) break;
+      nDone += (size_t)k;
+    }
+    if( nDone<(size_t)n ){
+      memset((uint8_t*)z + nDone, 0, (size_t)n - nDone);
+      *pbShort = 1;
+    }
+    return TDE_OK;
+  }
+}
+
+static int writeAll(int fd, const void *z, size_t n, off_t iOff){
+  size_t nDone = 0;
+  while( nDone<n ){
+    ssize_t k = pwrite(fd, (const uint8_t*)z + nDone, n - nDone, iOff + (off_t)nDone);
+    if( k<0 && errno==EINTR ) continue;
+    if( k<=0 ) return tdeErr(TDE_IO, "write failed: %s", k<0 ? strerror(errno) : "no progress");
+    nDone += (size_t)k;
+  }
+  return TDE_OK;
+}
+
+void tdeShmHeaderEnd(const volatile void *pShm, TdeWalEnd *pEnd){
+  uint8_t a[96];
+  const volatile uint8_t *v = pShm;
+  memset(pEnd, 0, sizeof(*pEnd));
+  if( !pShm ) return;
+  for(int i=0; i<96; i++) a[i] = v[i];
+  /* Two copies of the 48-byte WalIndexHdr; isInit at 12, mxFrame (native
+  ** byte order) at 16, salts (as in the WAL header) at 32. */
+  if( memcmp(a, a+48, 48)!=0 || a[12]==0 ) return;
+  memcpy(&pEnd->mxFrame, a+16, 4);
+  memcpy(pEnd->aSalt, a+32, 8);
+  pEnd->bKnown = 1;
+}
+
+/* ---- records ------------------------------------------------------------ */
+
+void tdeRecEncode(const TdeRec *r, uint8_t *a){
+  memset(a, 0, TDE_REC_HDR);
+  memcpy(a, TDE_REC_MAGIC, 8);
+  tdePut64(a+8, r->seq);
+  a[16] = r->kind;
+  a[17] = r->flags;
+  tdePut32(a+20, r->pgsz);
+  memcpy(a+24, r->aSalt, 8);
+  tdePut32(a+32, r->nCkpt);
+  tdePut32(a+36, r->iFirst);
+  tdePut32(a+40, r->iLast);
+  tdePut32(a+44, r->nFrame);
+  tdePut64(a+48, r->tCapture);
+  memcpy(a+56, r->aHdrHash, 32);
+  tdePut32(a+88, r->nPayload);
+}
+
+int tdeRecDecode(const uint8_t *a, TdeRec *r){
+  memset(r, 0, sizeof(*r));
+  if( memcmp(a, TDE_REC_MAGIC, 8)!=0 ) return tdeErr(TDE_FORMAT, "not a spool record");
+  r->seq = tdeGet64(a+8);
+  r->kind = a[16];
+  r->flags = a[17];
+  r->pgsz = tdeGet32(a+20);
+  memcpy(r->aSalt, a+24, 8);
+  r->nCkpt = tdeGet32(a+32);
+  r->iFirst = tdeGet32(a+36);
+  r->iLast = tdeGet32(a+40);
+  r->nFrame = tdeGet32(a+44);
+  r->tCapture = tdeGet64(a+48);
+  memcpy(r->aHdrHash, a+56, 32);
+  r->nPayload = tdeGet32(a+88);
+  if( r->kind<TDE_REC_TXN || r->kind>TDE_REC_GAP ) return tdeErr(TDE_FORMAT, "bad record kind %d", r->kind);
+  if( r->nFrame>0 && (r->pgsz<512 || r->pgsz>65536 || (r->pgsz & (r->pgsz-1))) ){
+    return tdeErr(TDE_FORMAT, "bad page size %u in a record", r->pgsz);
+  }
+  if( (uint64_t)r->nPayload != (uint64_t)((r->flags & TDE_RECF_HEADER) ? TDE_HEADER_BYTES : 0)
+                               + (uint64_t)r->nFrame*(TDE_FRAME_HDR + r->pgsz) ){
+    return tdeErr(TDE_FORMAT, "record payload length does not match its frames");
+  }
+  if( r->nPayload > TDE_MSG_MAX - 1024 ) return tdeErr(TDE_FORMAT, "record too large");
+  return TDE_OK;
+}
+
+int tdeRecCheck(const uint8_t *a, size_t n, TdeRec *r){
+  uint8_t sum[32];
+  int rc;
+  if( n<TDE_REC_HDR + TDE_REC_SUM ) return tdeErr(TDE_FORMAT, "record too short");
+  rc = tdeRecDecode(a, r);
+  if( rc ) return rc;
+  if( (size_t)TDE_REC_HDR + r->nPayload + TDE_REC_SUM != n ) return tdeErr(TDE_FORMAT, "record length mismatch");
+  rc = tdeSha256(a, n - TDE_REC_SUM, sum);
+  if( rc ) return rc;
+  if( memcmp(sum, a + n - TDE_REC_SUM, 32)!=0 ) return tdeErr(TDE_FORMAT, "record checksum mismatch");
+  return TDE_OK;
+}
+
+/* ---- the spool file ----------------------------------------------------- */
+
+static void posApply(TdeSpoolPos *p, const TdeRec *r){
+  if( r->kind!=TDE_REC_MARK ) p->seq = r->seq;
+  memcpy(p->aSalt, r->aSalt, 8);
+  p->nCkpt = r->nCkpt;
+  p->iFrame = r->iLast;
+  p->bClosed = (r->flags & TDE_RECF_CLOSED)!=0;
+  memcpy(p->aHdrHash, r->aHdrHash, 32);
+  p->bValid = 1;
+}
+
+static int spoolReadHeader(TdeSpool *s){
+  uint8_t a[TDE_SPOOL_HDR], sum[32];
+  TdeRawSrc src = { 0, s->fd };
+  int bShort, rc;
+  rc = tdeRawRead(&src, a, TDE_SPOOL_HDR, 0, &bShort);
+  if( rc ) return rc;
+  if( bShort ) return tdeErr(TDE_FORMAT, "%s: spool header missing", s->zPath);
+  tdeSha256(a, 64, sum);
+  if( memcmp(a, TDE_SPOOL_MAGIC, 8)!=0 || memcmp(sum, a+64, 32)!=0 ){
+    return tdeErr(TDE_FORMAT, "%s: not a ship spool, or damaged", s->zPath);
+  }
+  memcpy(s->aDbid, a+8, 16);
+  memcpy(s->aHistory, a+24, 16);
+  return TDE_OK;
+}
+
+static int spoolWriteHeader(int fd, const uint8_t *aDbid, const uint8_t *aHistory){
+  uint8_t a[TDE_SPOOL_HDR];
+  memset(a, 0, sizeof(a));
+  memcpy(a, TDE_SPOOL_MAGIC, 8);
+  memcpy(a+8, aDbid, 16);
+  memcpy(a+24, aHistory, 16);
+  tdeSha256(a, 64, a+64);
+  return writeAll(fd, a, sizeof(a), 0);
+}
+
+int tdeSpoolOpen(const char *zDb, int bCreate, const uint8_t *aDbid, TdeSpool **pp){
+  TdeSpool *s;
+  struct stat st;
+  int rc;
+  *pp = 0;
+  s = sqlite3_malloc(sizeof(*s));
+  if( !s ) return TDE_NOMEM;
+  memset(s, 0, sizeof(*s));
+  s->fd = -1;
+  s->zPath = sqlite3_mprintf("%s-tdeship", zDb);
+  if( !s->zPath ){ sqlite3_free(s); return TDE_NOMEM; }
+  s->fd = open(s->zPath, O_RDWR | O_CLOEXEC | (bCreate ? O_CREAT : 0), 0600);
+  if( s->fd<0 ){
+    rc = errno==ENOENT ? TDE_NOTFOUND : tdeErr(TDE_IO, "%s: %s", s->zPath, strerror(errno));
+    goto fail;
+  }
+  if( fstat(s->fd, &st)!=0 ){ rc = tdeErr(TDE_IO, "%s: %s", s->zPath, strerror(errno)); goto fail; }
+  if( st.st_size<TDE_SPOOL_HDR && bCreate ){
+    uint8_t aHist[16];
+    if( !aDbid ){ rc = tdeErr(TDE_MISUSE, "spool creation needs the database id"); goto fail; }
+    rc = tdeRandom(aHist, sizeof(aHist));
+    if( rc==TDE_OK && ftruncate(s->fd, 0)!=0 ) rc = tdeErr(TDE_IO, "%s: %s", s->zPath, strerror(errno));
+    if( rc==TDE_OK ) rc = spoolWriteHeader(s->fd, aDbid, aHist);
+    if( rc==TDE_OK && fsync(s->fd)!=0 ) rc = tdeErr(TDE_IO, "%s: fsync: %s", s->zPath, strerror(errno));
+    if( rc==TDE_OK ) rc = tdeFsyncDir(s->zPath);
+    if( rc ) goto fail;
+  }
+  rc = spoolReadHeader(s);
+  if( rc ) goto fail;
+  if( aDbid && memcmp(aDbid, s->aDbid, 16)!=0 ){
+    rc = tdeErr(TDE_FORMAT, "%s: the spool belongs to another database", s->zPath);
+    goto fail;
+  }
+  s->ino = st.st_ino;
+  s->iEnd = TDE_SPOOL_HDR;
+  *pp = s;
+  return TDE_OK;
+fail:
+  tdeSpoolClose(s);
+  return rc;
+}
+
+void tdeSpoolClose(TdeSpool *s){
+  if( !s ) return;
+  if( s->fd>=0 ) close(s->fd);
+  sqlite3_free(s->zPath);
+  sqlite3_free(s);
+}
+
+int tdeSpoolRead(TdeSpool *s, sqlite3_int64 iOff, TdeRec *r, uint8_t **ppRec, size_t *pn){
+  uint8_t aHdr[TDE_REC_HDR];
+  TdeRawSrc src = { 0, s->fd };
+  uint8_t *a;
+  size_t n;
+  int bShort, rc;
+  *ppRec = 0;
+  *pn = 0;
+  rc = tdeRawRead(&src, aHdr, TDE_REC_HDR, iOff, &bShort);
+  if( rc ) return rc;
+  if( bShort ) return TDE_NOTFOUND;
+  rc = tdeRecDecode(aHdr, r);
+  if( rc ) return rc;
+  n = (size_t)TDE_REC_HDR + r->nPayload + TDE_REC_SUM;
+  a = sqlite3_malloc64(n);
+  if( !a ) return TDE_NOMEM;
+  rc = tdeRawRead(&src, a, (int)n, iOff, &bShort);
+  if( rc==TDE_OK && bShort ) rc = TDE_NOTFOUND;
+  if( rc==TDE_OK ) rc = tdeRecCheck(a, n, r);
+  if( rc ){ sqlite3_free(a); return rc; }
+  *ppRec = a;
+  *pn = n;
+  return TDE_OK;
+}
+
+int tdeSpoolScan(TdeSpool *s, int bRepair){
+  struct stat st;
+  if( stat(s->zPath, &st)==0 && st.st_ino!=s->ino ){
+    /* Replaced by a trim: start over on the new file. */
+    int fd = open(s->zPath, O_RDWR | O_CLOEXEC);
+    if( fd<0 ) return tdeErr(TDE_IO, "%s: %s", s->zPath, strerror(errno));
+    close(s->fd);
+    s->fd = fd;
+    s->ino = st.st_ino;
+    s->iEnd = TDE_SPOOL_HDR;
+    memset(&s->pos, 0, sizeof(s->pos));
+    s->firstSeq = 0;
+    if( s->xOnRec ) s->xOnRec(s->pOnRecArg, 0, 0, 0);
+    if( spoolReadHeader(s) ) return TDE_FORMAT;
+  }
+  for(;;){
+    TdeRec r;
+    uint8_t *a = 0;
+    size_t n = 0;
+    int rc = tdeSpoolRead(s, s->iEnd, &r, &a, &n);
+    if( rc==TDE_NOTFOUND ) break;
+    if( rc==TDE_FORMAT ){
+      if( bRepair ){
+        /* A record torn by a crash during its append: cut it off. */
+        tdeLog(TDE_LOG_WARNING, "%s: cutting a torn record at offset %lld", s->zPath, (long long)s->iEnd);
+        if( ftruncate(s->fd, (off_t)s->iEnd)!=0 ) return tdeErr(TDE_IO, "%s: %s", s->zPath, strerror(errno));
+      }
+      break;
+    }
+    if( rc ) return rc;
+    sqlite3_free(a);
+    posApply(&s->pos, &r);
+    if( r.kind!=TDE_REC_MARK && s->firstSeq==0 ) s->firstSeq = r.seq;
+    if( s->xOnRec ) s->xOnRec(s->pOnRecArg, &r, s->iEnd, n);
+    s->iEnd += (sqlite3_int64)n;
+  }
+  if( bRepair && fstat(s->fd, &st)==0 && st.st_size>s->iEnd ){
+    if( ftruncate(s->fd, (off_t)s->iEnd)!=0 ) return tdeErr(TDE_IO, "%s: %s", s->zPath, strerror(errno));
+  }
+  return TDE_OK;
+}
+
+int tdeSpoolAppend(TdeSpool *s, TdeRec *r, const uint8_t *aPayload){
+  size_t n;
+  uint8_t *a;
+  int rc;
+  if( r->kind==TDE_REC_MARK ) r->seq = s->pos.seq;
+  n = (size_t)TDE_REC_HDR + r->nPayload + TDE_REC_SUM;
+  a = sqlite3_malloc64(n);
+  if( !a ) return TDE_NOMEM;
+  tdeRecEncode(r, a);
+  if( r->nPayload ) memcpy(a+TDE_REC_HDR, aPayload, r->nPayload);
+  rc = tdeSha256(a, n - TDE_REC_SUM, a + n - TDE_REC_SUM);
+  if( rc==TDE_OK ) rc = writeAll(s->fd, a, n, (off_t)s->iEnd);
+  sqlite3_free(a);
+  if( rc ) return rc;
+  if( s->xOnRec ) s->xOnRec(s->pOnRecArg, r, s->iEnd, n);
+  s->iEnd += (sqlite3_int64)n;
+  posApply(&s->pos, r);
+  if( r->kind!=TDE_REC_MARK && s->firstSeq==0 ) s->firstSeq = r->seq;
+  return TDE_OK;
+}
+
+int tdeSpoolSync(TdeSpool *s){
+  if( fdatasync(s->fd)!=0 ) return tdeErr(TDE_IO, "%s: fsync: %s", s->zPath, strerror(errno));
+  return TDE_OK;
+}
+
+int tdeSpoolTrim(TdeSpool *s, uint64_t keepAfter){
+  char *zTmp = sqlite3_mprintf("%s.tmp", s->zPath);
+  sqlite3_int64 iOff = TDE_SPOOL_HDR, iOut = TDE_SPOOL_HDR;
+  int fd = -1, rc;
+  if( !zTmp ) return TDE_NOMEM;
+  fd = open(zTmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if( fd<0 ){ rc = tdeErr(TDE_IO, "%s: %s", zTmp, strerror(errno)); goto done; }
+  rc = spoolWriteHeader(fd, s->aDbid, s->aHistory);
+  while( rc==TDE_OK && iOff<s->iEnd ){
+    TdeRec r;
+    uint8_t *a = 0;
+    size_t n = 0;
+    rc = tdeSpoolRead(s, iOff, &r, &a, &n);
+    if( rc ) break;
+    iOff += (sqlite3_int64)n;
+    if( r.seq>keepAfter || iOff>=s->iEnd ){
+      rc = writeAll(fd, a, n, (off_t)iOut);
+      iOut += (sqlite3_int64)n;
+    }
+    sqlite3_free(a);
+  }
+  if( rc==TDE_OK && fsync(fd)!=0 ) rc = tdeErr(TDE_IO, "%s: fsync: %s", zTmp, strerror(errno));
+  if( rc==TDE_OK && rename(zTmp, s->zPath)!=0 ) rc = tdeErr(TDE_IO, "%s: rename: %s", zTmp, strerror(errno));
+  if( rc==TDE_OK ) rc = tdeFsyncDir(s->zPath);
+  if( rc==TDE_OK ) rc = tdeSpoolScan(s, 0);
+done:
+  if( fd>=0 ) close(fd);
+  if( rc ) unlink(zTmp);
+  sqlite3_free(zTmp);
+  return rc;
+}
+
+/* ---- capture ------------------------------------------------------------ */
+
+/* Frames accumulated for the transaction being captured. */
+typedef struct CapBuf {
+  uint8_t *a;
+  size_t n, nAlloc;
+} CapBuf;
+
+static int capReserve(CapBuf *b, size_t nMore){
+  if( b->n + nMore > b->nAlloc ){
+    size_t nNew = (b->n + nMore) * 2 + 65536;
+    uint8_t *aNew = sqlite3_realloc64(b->a, nNew);
+    if( !aNew ) return TDE_NOMEM;
+    b->a = aNew;
+    b->nAlloc = nNew;
+  }
+  return TDE_OK;
+}
+
+/* Header region of the database, if it changed since the spool's last. */
+static int capHeader(TdeSpool *s, const TdeRawSrc *pHdrSrc, CapBuf *b, int *pbHdr, uint8_t *aHash){
+  int bShort, rc;
+  *pbHdr = 0;
+  memcpy(aHash, s->pos.aHdrHash, 32);
+  if( !pHdrSrc ) return TDE_OK;
+  rc = capReserve(b, TDE_HEADER_BYTES);
+  if( rc ) return rc;
+  rc = tdeRawRead(pHdrSrc, b->a + b->n, TDE_HEADER_BYTES, 0, &bShort);
+  if( rc || bShort ) return rc;
+  tdeSha256(b->a + b->n, TDE_HEADER_BYTES, aHash);
+  if( memcmp(aHash, s->pos.aHdrHash, 32)!=0 ){
+    b->n += TDE_HEADER_BYTES;
+    *pbHdr = 1;
+  }
+  return TDE_OK;
+}
+
+int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, int nEnd,
+                    const TdeRawSrc *pHdrSrc, int eWhy, const uint8_t *aNewHdr, int *pnNew){
+  uint8_t aWalHdr[TDE_WAL_HDR];
+  uint8_t aHash[32];
+  uint8_t aSalt[8];
+  uint32_t pgsz = 0, nCkpt = 0, iStart = 0, iEnd = 0, iFirst = 0;
+  int bWal = 0, bShort = 0, bHdr = 0, rc;
+  CapBuf b = { 0, 0, 0 };
+  uint64_t tNow = tdeNowMs();
+  *pnNew = 0;
+
+  if( !s->pos.bValid ) return TDE_OK;
+  if( pWal ){
+    rc = tdeRawRead(pWal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
+    if( rc ) return rc;
+    pgsz = tdeGet32(aWalHdr+8);
+    bWal = !bShort && pgsz>=512 && pgsz<=65536 && (pgsz & (pgsz-1))==0;
+  }
+  if( bWal ){
+    memcpy(aSalt, aWalHdr+16, 8);
+    nCkpt = tdeGet32(aWalHdr+12);
+    if( s->pos.bClosed ){
+      iStart = memcmp(aSalt, s->pos.aSalt, 8)==0 ? 0 : 1;
+    }else if( memcmp(aSalt, s->pos.aSalt, 8)==0 ){
+      iStart = s->pos.iFrame + 1;
+    }else{
+      /* Another generation although the last one was never closed: its
+      ** frames were discarded without being captured (a WAL deleted or
+      ** rewritten by something other than the tde VFS). */
+      TdeRec g;
+      memset(&g, 0, sizeof(g));
+      g.seq = s->pos.seq + 1;
+      g.kind = TDE_REC_GAP;
+      memcpy(g.aSalt, aSalt, 8);
+      g.nCkpt = nCkpt;
+      g.pgsz = pgsz;
+      g.tCapture = tNow;
+      memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
+      tdeLog(TDE_LOG_WARNING, "%s: WAL frames were discarded before they were captured; "
+             "standbys behind sequence %llu need a base copy", s->zPath, (unsigned long long)g.seq);
+      rc = tdeSpoolAppend(s, &g, 0);
+      if( rc ) return rc;
+      (*pnNew)++;
+      iStart = 1;
+    }
+    if( iStart ){
+      int iUse = -1;
+      for(int k=0; k<nEnd && iUse<0; k++){
+        if( aEnd[k].bKnown && memcmp(aEnd[k].aSalt, aSalt, 8)==0 ) iUse = k;
+      }
+      if( iUse>=0 ){
+        iEnd = aEnd[iUse].mxFrame;
+      }else{
+        /* No WAL index to ask: the last commit frame of this generation. */
+        uint8_t aFh[TDE_FRAME_HDR];
+        for(uint32_t i=iStart;; i++){
+          sqlite3_int64 off = TDE_WAL_HDR + (sqlite3_int64)(i-1)*(TDE_FRAME_HDR + pgsz);
+          int bS;
+          rc = tdeRawRead(pWal, aFh, TDE_FRAME_HDR, off, &bS);
+          if( rc ) return rc;
+          if( bS || memcmp(aFh+8, aSalt, 8)!=0 ) break;
+          {
+            uint8_t aLast;
+            rc = tdeRawRead(pWal, &aLast, 1, off + TDE_FRAME_HDR + pgsz - 1, &bS);
+            if( rc ) return rc;
+            if( bS ) break;
+          }
+          if( tdeGet32(aFh+4)!=0 ) iEnd = i;
+        }
+      }
+    }
+  }
+
+  rc = capHeader(s, pHdrSrc, &b, &bHdr, aHash);
+  iFirst = iStart;
+  for(uint32_t i=iStart; rc==TDE_OK && iStart && i<=iEnd; i++){
+    sqlite3_int64 off = TDE_WAL_HDR + (sqlite3_int64)(i-1)*(TDE_FRAME_HDR + pgsz);
+    uint8_t *f;
+    rc = capReserve(&b, TDE_FRAME_HDR + pgsz);
+    if( rc ) break;
+    f = b.a + b.n;
+    rc = tdeRawRead(pWal, f, (int)(TDE_FRAME_HDR + pgsz), off, &bShort);
+    if( rc ) break;
+    if( bShort || memcmp(f+8, aSalt, 8)!=0 ){
+      rc = tdeErr(TDE_FORMAT, "WAL frame %u (of %u committed) is missing or of another generation", i, iEnd);
+      break;
+    }
+    b.n += TDE_FRAME_HDR + pgsz;
+    if( tdeGet32(f+4)!=0 ){
+      TdeRec r;
+      memset(&r, 0, sizeof(r));
+      r.seq = s->pos.seq + 1;
+      r.kind = TDE_REC_TXN;
+      r.flags = bHdr ? TDE_RECF_HEADER : 0;
+      r.pgsz = pgsz;
+      memcpy(r.aSalt, aSalt, 8);
+      r.nCkpt = nCkpt;
+      r.iFirst = iFirst;
+      r.iLast = i;
+      r.nFrame = i - iFirst + 1;
+      r.tCapture = tNow;
+      memcpy(r.aHdrHash, aHash, 32);
+      r.nPayload = (uint32_t)b.n;
+      rc = tdeSpoolAppend(s, &r, b.a);
+      if( rc ) break;
+      (*pnNew)++;
+      b.n = 0;
+      bHdr = 0;
+      iFirst = i + 1;
+    }
+  }
+  if( rc==TDE_OK && bHdr ){
+    /* The header region changed (rotation, rekey) with no frame to carry
+    ** it: a transaction of its own. */
+    TdeRec r;
+    memset(&r, 0, sizeof(r));
+    r.seq = s->pos.seq + 1;
+    r.kind = TDE_REC_TXN;
+    r.flags = TDE_RECF_HEADER;
+    r.pgsz = 0;
+    memcpy(r.aSalt, s->pos.aSalt, 8);
+    r.nCkpt = s->pos.nCkpt;
+    r.iFirst = r.iLast = s->pos.iFrame;
+    r.tCapture = tNow;
+    memcpy(r.aHdrHash, aHash, 32);
+    r.nPayload = TDE_HEADER_BYTES;
+    if( s->pos.bClosed ) r.flags |= TDE_RECF_CLOSED;
+    rc = tdeSpoolAppend(s, &r, b.a);
+    if( rc==TDE_OK ) (*pnNew)++;
+  }
+  sqlite3_free(b.a);
+  if( rc ) return rc;
+
+  if( eWhy==TDE_CAPTURE_RESTART && aNewHdr ){
+    TdeRec m;
+    memset(&m, 0, sizeof(m));
+    m.kind = TDE_REC_MARK;
+    memcpy(m.aSalt, aNewHdr+16, 8);
+    m.nCkpt = tdeGet32(aNewHdr+12);
+    m.pgsz = tdeGet32(aNewHdr+8);
+    m.tCapture = tNow;
+    memcpy(m.aHdrHash, s->pos.aHdrHash, 32);
+    rc = tdeSpoolAppend(s, &m, 0);
+    if( rc==TDE_OK ) (*pnNew)++;
+  }else if( eWhy==TDE_CAPTURE_CLOSE && bWal && !s->pos.bClosed ){
+    TdeRec m;
+    memset(&m, 0, sizeof(m));
+    m.kind = TDE_REC_MARK;
+    m.flags = TDE_RECF_CLOSED;
+    memcpy(m.aSalt, aSalt, 8);
+    m.nCkpt = nCkpt;
+    m.pgsz = pgsz;
+    m.iLast = s->pos.iFrame;
+    m.tCapture = tNow;
+    memcpy(m.aHdrHash, s->pos.aHdrHash, 32);
+    rc = tdeSpoolAppend(s, &m, 0);
+    if( rc==TDE_OK ) (*pnNew)++;
+  }
+  return rc;
+}
+
+int tdeShipHook(const char *zDb, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, int nEnd,
+                const TdeRawSrc *pHdrSrc, int eWhy, const uint8_t *aNewHdr){
+  TdeSpool *s = 0;
+  char zPath[4200];
+  int rc, nNew = 0;
+  if( !zDb ) return SQLITE_OK;
+  snprintf(zPath, sizeof(zPath), "%s-tdeship", zDb);
+  if( access(zPath, F_OK)!=0 ) return SQLITE_OK;     /* not shipped: nothing to do */
+  rc = tdeSpoolOpen(zDb, 0, 0, &s);
+  if( rc==TDE_NOTFOUND ) return SQLITE_OK;
+  if( rc==TDE_OK ) rc = tdeSpoolScan(s, 1);
+  if( rc==TDE_OK ) rc = tdeSpoolCapture(s, pWal, aEnd, nEnd, pHdrSrc, eWhy, aNewHdr, &nNew);
+  if( rc==TDE_OK && nNew ) rc = tdeSpoolSync(s);
+  tdeSpoolClose(s);
+  if( rc ){
+    tdeLog(TDE_LOG_ERROR, "%s: cannot save WAL frames for the standby before the WAL %s: %s",
+           zDb, eWhy==TDE_CAPTURE_RESTART ? "restarts" : "is truncated", tde_last_error());
+    return SQLITE_IOERR_WRITE;
+  }
+  return SQLITE_OK;
+}
+
+/* ---- apply -------------------------------------------------------------- */
+
+int tdeApplyRecord(int fd, const uint8_t *aRec, const TdeRec *r){
+  const uint8_t *p = aRec + TDE_REC_HDR;
+  uint32_t nTrunc = 0;
+  int rc;
+  if( r->kind!=TDE_REC_TXN ) return TDE_OK;
+  if( r->flags & TDE_RECF_HEADER ){
+    rc = writeAll(fd, p, TDE_HEADER_BYTES, 0);
+    if( rc ) return rc;
+    p += TDE_HEADER_BYTES;
+  }
+  for(uint32_t i=0; i<r->nFrame; i++, p += TDE_FRAME_HDR + r->pgsz){
+    uint32_t pgno = tdeGet32(p);
+    if( pgno==0 ) return tdeErr(TDE_FORMAT, "frame with page number 0");
+    rc = writeAll(fd, p + TDE_FRAME_HDR, r->pgsz, (off_t)TDE_HEADER_BYTES + (off_t)(pgno-1)*r->pgsz);
+    if( rc ) return rc;
+    if( tdeGet32(p+4) ) nTrunc = tdeGet32(p+4);
+  }
+  if( nTrunc && ftruncate(fd, (off_t)TDE_HEADER_BYTES + (off_t)nTrunc*r->pgsz)!=0 ){
+    return tdeErr(TDE_IO, "truncate failed: %s", strerror(errno));
+  }
+  return TDE_OK;
+}

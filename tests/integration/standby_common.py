@@ -1,0 +1,362 @@
+"""Shared pieces of the encrypted-standby integration tests
+(test_standby*.py): a wallet configuration, the writer workload, process
+control by pid, state-file readers, a fault-injecting TCP proxy, and the
+checks on a standby copy.  Real processes, real sockets (127.0.0.1 only),
+the system SQLite through Python's sqlite3 module with tde.so loaded."""
+
+import hashlib
+import os
+import random
+import signal
+import socket
+import sqlite3
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BUILD = os.environ.get("TDE_BUILD") or sys.exit("set TDE_BUILD")
+TMP = os.environ.get("TDE_TEST_TMP", "/tmp")
+CLI = os.path.join(BUILD, "sqlite-tde")
+EXT = os.path.join(BUILD, "tde")
+PY = "/usr/bin/python3"
+
+NFAIL = 0
+NPASS = 0
+
+
+def ok(msg):
+    global NPASS
+    NPASS += 1
+    print("  ok    " + msg, flush=True)
+
+
+def bad(msg):
+    global NFAIL
+    NFAIL += 1
+    print("  FAIL  " + msg, flush=True)
+
+
+def check(cond, msg):
+    (ok if cond else bad)(msg)
+    return cond
+
+
+def step(msg):
+    print("\n== " + msg, flush=True)
+
+
+def finish(name):
+    print("\n%s: %d passed, %d failed" % (name, NPASS, NFAIL), flush=True)
+    sys.exit(1 if NFAIL else 0)
+
+
+def workdir(name):
+    os.makedirs(TMP, exist_ok=True)
+    d = tempfile.mkdtemp(prefix=name + ".", dir=TMP)
+    print("%s: working in %s" % (name, d), flush=True)
+    return d
+
+
+def make_config(d):
+    cfg = os.path.join(d, "tde.conf")
+    with open(cfg, "w") as f:
+        f.write("keystore = wallet\nwallet = %s/tde.wallet\n" % d)
+    subprocess.run([CLI, "--config", cfg, "keystore", "create", "--auto-login"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return cfg
+
+
+_boot = None
+
+
+def load_ext():
+    global _boot
+    if _boot is None:
+        _boot = sqlite3.connect(":memory:")
+        _boot.enable_load_extension(True)
+        _boot.load_extension(EXT)
+    return _boot
+
+
+def connect(path, cfg, ro=False):
+    load_ext()
+    uri = "file:%s?vfs=tde&tde_config=%s%s" % (path, cfg, "&mode=ro" if ro else "")
+    db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30)
+    return db
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+# ---- the writer ----------------------------------------------------------
+
+WRITER = r'''
+import sqlite3, sys, time, random
+ext, path, cfg, n, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+b = sqlite3.connect(":memory:"); b.enable_load_extension(True); b.load_extension(ext)
+db = sqlite3.connect("file:%s?vfs=tde&tde_config=%s" % (path, cfg), uri=True, isolation_level=None, timeout=30)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("PRAGMA synchronous=FULL")
+db.execute("PRAGMA journal_size_limit=65536")
+db.execute("CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v TEXT)")
+db.execute("CREATE TABLE IF NOT EXISTS acct(id INTEGER PRIMARY KEY, bal INTEGER)")
+if db.execute("SELECT count(*) FROM acct").fetchone()[0] == 0:
+    db.execute("BEGIN"); db.executemany("INSERT INTO acct VALUES(?,1000)", [(i,) for i in range(10)]); db.execute("COMMIT")
+rnd = random.Random(seed)
+modes = ["PASSIVE", "FULL", "RESTART", "TRUNCATE"]
+i = db.execute("SELECT coalesce(max(id),0) FROM t").fetchone()[0]
+end = i + n if n > 0 else 1 << 60
+while i < end:
+    i += 1
+    db.execute("BEGIN IMMEDIATE")
+    k = rnd.randint(1, 4)
+    db.executemany("INSERT INTO t VALUES(?,?)", [(i, "CANARY-7f3a-%d-" % i + "x" * rnd.randint(10, 3000))] if k else [])
+    a, c = rnd.randrange(10), rnd.randrange(10)
+    amt = rnd.randint(1, 50)
+    db.execute("UPDATE acct SET bal=bal-? WHERE id=?", (amt, a))
+    db.execute("UPDATE acct SET bal=bal+? WHERE id=?", (amt, c))
+    db.execute("COMMIT")
+    if i % 37 == 0:
+        db.execute("PRAGMA wal_checkpoint(%s)" % modes[(i // 37) % 4]).fetchall()
+    if n <= 0:
+        time.sleep(rnd.random() * 0.004)
+print(i, flush=True)
+'''
+
+
+def write_writer(d):
+    p = os.path.join(d, "writer.py")
+    with open(p, "w") as f:
+        f.write(WRITER)
+    return p
+
+
+def run_writer(d, db, cfg, n, seed=1):
+    r = subprocess.run([PY, os.path.join(d, "writer.py"), EXT, db, cfg, str(n), str(seed)],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        bad("writer failed: %s" % r.stderr[-2000:])
+    return r
+
+
+def start_writer(d, db, cfg, seed):
+    return subprocess.Popen([PY, os.path.join(d, "writer.py"), EXT, db, cfg, "0", str(seed)],
+                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "writer.err"), "a"))
+
+
+def start_standby(d, db, port, log="standby.log"):
+    return subprocess.Popen([CLI, "standby", "--listen", "127.0.0.1:%d" % port, db],
+                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, log), "a"))
+
+
+def start_ship(d, db, cfg, ports, log="ship.log", cycle=20):
+    args = [CLI, "--config", cfg, "ship", "--cycle-ms", str(cycle)]
+    for p in ports:
+        args += ["--to", "127.0.0.1:%d" % p]
+    return subprocess.Popen(args + [db], stdout=subprocess.DEVNULL,
+                            stderr=open(os.path.join(d, log), "a"))
+
+
+def kill9(p):
+    if p and p.poll() is None:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def stop(p):
+    if p and p.poll() is None:
+        os.kill(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            kill9(p)
+
+
+def read_state(path):
+    """key=value state file, checksum verified; {} if missing or damaged."""
+    try:
+        data = open(path, "rb").read()
+    except OSError:
+        return {}
+    i = data.find(b"\nsha256=")
+    if i < 0 or hashlib.sha256(data[:i + 1]).hexdigest().encode() != data[i + 8:i + 72]:
+        return {}
+    out = {}
+    for line in data[:i].decode().split("\n")[1:]:
+        if "=" in line:
+            k, v = line.split("=", 1)
+            out[k] = v
+    return out
+
+
+def wait_caught_up(primary, standby, timeout=40):
+    """Wait until the standby applied everything the shipper captured, and
+    the shipper has run a cycle after the workload.  Returns the seq."""
+    t0 = time.time()
+    last = None
+    while time.time() - t0 < timeout:
+        sh = read_state(primary + "-tdeship-state")
+        sb = read_state(standby + "-tdestandby")
+        if sh and sb and int(sh.get("updated_ms", 0)) > (t0 * 1000 + 300):
+            cap, app = int(sh["captured_seq"]), int(sb.get("applied_seq", -1))
+            if cap == app:
+                if last == cap:
+                    return cap
+                last = cap
+        time.sleep(0.3)
+    return None
+
+
+def rows(path, cfg):
+    db = connect(path, cfg)
+    try:
+        ids = [r[0] for r in db.execute("SELECT id FROM t ORDER BY id")]
+        h = hashlib.sha256()
+        for r in db.execute("SELECT id, v FROM t ORDER BY id"):
+            h.update(("%d|%s\n" % r).encode())
+        bal = db.execute("SELECT sum(bal) FROM acct").fetchone()[0]
+        integ = db.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        db.close()
+    return ids, h.hexdigest(), bal, integ
+
+
+def no_plaintext(files, canary=b"CANARY-7f3a"):
+    hits = []
+    for f in files:
+        try:
+            if canary in open(f, "rb").read():
+                hits.append(f)
+        except OSError:
+            pass
+    return hits
+
+
+# ---- a TCP proxy that can misbehave ---------------------------------------
+
+class Proxy:
+    """Forwards 127.0.0.1:listen -> 127.0.0.1:target.  In the primary ->
+    standby direction it parses the wire messages (type, length, body,
+    SHA-256) and, by mode, cuts connections, drops, duplicates, reorders
+    or corrupts TXN messages (type 4)."""
+
+    def __init__(self, listen, target, seed=7):
+        self.listen, self.target = listen, target
+        self.mode = "pass"
+        self.rnd = random.Random(seed)
+        self.counts = {"drop": 0, "dup": 0, "reorder": 0, "corrupt": 0, "cut": 0}
+        self.conns = []
+        self.lock = threading.Lock()
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind(("127.0.0.1", listen))
+        self.srv.listen(8)
+        self.alive = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self):
+        with self.lock:
+            for c in self.conns:
+                for s in c:
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    s.close()
+            self.conns = []
+            self.counts["cut"] += 1
+
+    def close(self):
+        self.alive = False
+        self.cut()
+        self.srv.close()
+
+    def _accept(self):
+        while self.alive:
+            try:
+                a, _ = self.srv.accept()
+            except OSError:
+                return
+            try:
+                b = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+                b.settimeout(None)
+            except OSError:
+                a.close()
+                continue
+            with self.lock:
+                self.conns.append((a, b))
+            threading.Thread(target=self._up, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._down, args=(b, a), daemon=True).start()
+
+    def _down(self, src, dst):
+        try:
+            while True:
+                d = src.recv(65536)
+                if not d:
+                    break
+                dst.sendall(d)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    @staticmethod
+    def _recvn(s, n):
+        buf = b""
+        while len(buf) < n:
+            d = s.recv(n - len(buf))
+            if not d:
+                raise OSError("closed")
+            buf += d
+        return buf
+
+    def _up(self, src, dst):
+        held = None
+        try:
+            while True:
+                h = self._recvn(src, 5)
+                n = struct.unpack(">I", h[1:5])[0]
+                msg = h + self._recvn(src, n + 32)
+                mode = self.mode
+                if h[0] != 4 or mode == "pass" or self.rnd.random() > 0.2:
+                    if held:
+                        dst.sendall(msg)
+                        dst.sendall(held)
+                        held = None
+                    else:
+                        dst.sendall(msg)
+                    continue
+                self.counts[mode] += 1
+                if mode == "drop":
+                    continue
+                if mode == "dup":
+                    dst.sendall(msg + msg)
+                elif mode == "reorder":
+                    if held:
+                        dst.sendall(msg)
+                        dst.sendall(held)
+                        held = None
+                    else:
+                        held = msg
+                elif mode == "corrupt":
+                    m = bytearray(msg)
+                    m[5 + self.rnd.randrange(n)] ^= 0x40
+                    dst.sendall(bytes(m))
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.close()
+            except OSError:
+                pass

@@ -1,0 +1,135 @@
+"""Encrypted standby, end to end (issue 8): base copy and streaming with
+checkpoints of every mode and a journal_size_limit, lag back to zero,
+exact rows and `sqlite-tde verify` on the standby, no plaintext in any
+standby file, a shipper restarted (resumes, no new base copy), WAL frames
+discarded while the shipper is down (saved by the VFS hook), a standby of
+another database refused, promotion to a writable primary.
+
+Environment: TDE_BUILD, TDE_TEST_TMP (set by ctest)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import standby_common as C  # noqa: E402
+
+
+def standby_snapshot(sdb, d, name):
+    """A private copy of the standby file to open with the key."""
+    dst = os.path.join(d, name)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(dst + suffix):
+            os.unlink(dst + suffix)
+    shutil.copyfile(sdb, dst)
+    return dst
+
+
+def compare(pdb, sdb, cfg, d, what):
+    pr = C.rows(pdb, cfg)
+    sr = C.rows(sdb, cfg)
+    C.check(sr[3] == "ok", "%s: integrity_check on the standby copy: %s" % (what, sr[3]))
+    C.check(sr[0] == pr[0] and sr[1] == pr[1],
+            "%s: standby holds exactly the primary's %d rows (%d on standby)" % (what, len(pr[0]), len(sr[0])))
+    C.check(sr[2] == 10000, "%s: balances sum to 10000 on the standby (%s)" % (what, sr[2]))
+    return pr, sr
+
+
+def main():
+    d = C.workdir("test_standby")
+    cfg = C.make_config(d)
+    C.write_writer(d)
+    pdb = os.path.join(d, "primary.db")
+    os.makedirs(os.path.join(d, "sb"))
+    sdb = os.path.join(d, "sb", "standby.db")
+    sport = C.free_port()
+
+    C.step("primary with 50 transactions, standby, shipper: base copy")
+    C.run_writer(d, pdb, cfg, 50, seed=1)
+    sb = C.start_standby(d, sdb, sport)
+    time.sleep(0.3)
+    ship = C.start_ship(d, pdb, cfg, [sport])
+    seq = C.wait_caught_up(pdb, sdb)
+    C.check(seq is not None, "standby caught up after the base copy (sequence %s)" % seq)
+    log = open(os.path.join(d, "standby.log")).read()
+    C.check("base copy applied" in log, "the standby started from a base copy")
+
+    C.step("400 transactions with PASSIVE/FULL/RESTART/TRUNCATE checkpoints, journal_size_limit")
+    t0 = time.time()
+    C.run_writer(d, pdb, cfg, 400, seed=2)
+    seq = C.wait_caught_up(pdb, sdb)
+    C.check(seq is not None, "lag back to zero after the workload (sequence %s, %.1f s)" % (seq, time.time() - t0))
+    sh = C.read_state(pdb + "-tdeship-state")
+    print("        capture lock held: max %s ms, mean %s ms over %s cycles" % (
+        sh.get("capture_lock_ms_max"), sh.get("capture_lock_ms_avg"), sh.get("capture_cycles")))
+    snap = standby_snapshot(sdb, d, "snap1.db")
+    compare(pdb, snap, cfg, d, "after streaming")
+    r = subprocess.run([C.CLI, "--config", cfg, "verify", snap], capture_output=True, text=True)
+    C.check(r.returncode == 0, "sqlite-tde verify passes on the standby copy: %s" % r.stdout.strip())
+    files = [os.path.join(d, "sb", f) for f in os.listdir(os.path.join(d, "sb"))]
+    C.check(not C.no_plaintext(files), "canary absent from every standby file (%s)" % ", ".join(sorted(os.path.basename(f) for f in files)))
+    C.check(not C.no_plaintext([pdb + "-tdeship"]), "canary absent from the ship spool")
+    db = C.connect(snap, cfg)
+    n = db.execute("SELECT count(*) FROM t WHERE v LIKE 'CANARY-7f3a-%'").fetchone()[0]
+    db.close()
+    C.check(n > 0, "the canary is there in the rows read with the key (%d rows)" % n)
+
+    C.step("shipper stopped and restarted: resumes where the standby is")
+    C.stop(ship)
+    C.run_writer(d, pdb, cfg, 60, seed=3)
+    ship = C.start_ship(d, pdb, cfg, [sport])
+    seq = C.wait_caught_up(pdb, sdb)
+    C.check(seq is not None, "caught up after the shipper restart (sequence %s)" % seq)
+    log = open(os.path.join(d, "standby.log")).read()
+    C.check(log.count("base copy applied") == 1, "no second base copy was needed")
+
+    C.step("WAL deleted at the last close while the shipper is down: frames saved by the VFS hook")
+    C.stop(ship)
+    C.run_writer(d, pdb, cfg, 40, seed=4)   # exits: last connection, checkpoint, WAL deleted
+    C.check(not os.path.exists(pdb + "-wal"), "the primary's WAL was deleted at the last close")
+    ship = C.start_ship(d, pdb, cfg, [sport])
+    seq = C.wait_caught_up(pdb, sdb)
+    C.check(seq is not None, "caught up (sequence %s)" % seq)
+    log = open(os.path.join(d, "standby.log")).read()
+    C.check(log.count("base copy applied") == 1, "still no second base copy (no frame was lost)")
+    compare(pdb, standby_snapshot(sdb, d, "snap2.db"), cfg, d, "after the WAL deletion")
+
+    C.step("a standby of another database is refused")
+    odb = os.path.join(d, "other.db")
+    C.run_writer(d, odb, cfg, 5, seed=9)
+    before = C.read_state(sdb + "-tdestandby").get("applied_seq")
+    other = C.start_ship(d, odb, cfg, [sport], log="other.log")
+    time.sleep(2.5)
+    C.stop(other)
+    olog = open(os.path.join(d, "other.log")).read()
+    slog = open(os.path.join(d, "standby.log")).read()
+    C.check("refused" in olog and "holds database" in olog,
+            "the other primary is told: %s" % ([line for line in olog.splitlines() if "refused" in line][:1]))
+    C.check("refusing the primary" in slog, "the standby logs the refusal")
+    C.check(C.read_state(sdb + "-tdestandby").get("applied_seq") == before, "nothing was applied from it")
+    seq = C.wait_caught_up(pdb, sdb)
+    C.check(seq is not None, "the real primary still streams (sequence %s)" % seq)
+
+    C.step("promote")
+    C.stop(ship)
+    r = subprocess.run([C.CLI, "standby", "--promote", sdb], capture_output=True, text=True)
+    C.check(r.returncode != 0 and "running" in r.stderr, "promotion refused while the standby runs: %s" % r.stderr.strip())
+    C.stop(sb)
+    r = subprocess.run([C.CLI, "standby", "--promote", sdb], capture_output=True, text=True)
+    C.check(r.returncode == 0, "promoted: %s" % (r.stdout + r.stderr).strip().replace("\n", " | "))
+    C.check(not os.path.exists(sdb + "-tdestandby"), "the standby state file is gone")
+    compare(pdb, sdb, cfg, d, "promoted")
+    db = C.connect(sdb, cfg)
+    db.execute("INSERT INTO t VALUES(1000000, 'written on the promoted standby')")
+    mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+    db.close()
+    C.check(mode == "wal", "the promoted database is in WAL mode and writable")
+    r = subprocess.run([C.CLI, "--config", cfg, "verify", sdb], capture_output=True, text=True)
+    C.check(r.returncode == 0, "sqlite-tde verify on the promoted database: %s" % r.stdout.strip())
+    C.finish("test_standby")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+/*
+** sqlite-tde command-line tool: ship and standby, the encrypted standby
+** (README "Standby").
+**
+**   ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N] DB
+**   standby --listen HOST:PORT DB
+**   standby --promote DB
+**
+** Both long-running commands stop cleanly on SIGINT/SIGTERM.  They parse
+** their own options (the command table passes the arguments through).
+*/
+#include "cli.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char cliShipHelp[] =
+  "Run on the primary host, next to the application (it opens the keystore\n"
+  "like any client, only to take SQLite's locks; it never decrypts a page).\n"
+  "Every cycle (default 50 ms) it takes SQLite's WAL write lock for a moment,\n"
+  "copies the WAL frames committed since the last cycle into the spool\n"
+  "DB-tdeship (ciphertext, fsync'd), and sends them in order to each standby.\n"
+  "A standby that is new or too far behind first gets a base copy.  The tde\n"
+  "VFS saves frames the shipper has not captured yet into the spool before a\n"
+  "checkpoint discards them, so none is lost while the shipper is down.\n"
+  "DB must be in WAL mode.  Runs until SIGINT or SIGTERM.\n"
+  "\nOptions:\n"
+  "  --to HOST:PORT   a standby (repeat for several)\n"
+  "  --cycle-ms N     capture interval in milliseconds (default 50)\n";
+
+const char cliStandbyHelp[] =
+  "--listen: receive the primary's transactions on HOST:PORT and apply them\n"
+  "to the copy DB, atomically per transaction (a redo log DB-tdestandby-log is\n"
+  "synced first), without any key: pages stay the primary's ciphertext.  The\n"
+  "first connection creates DB from a base copy.  A primary of another\n"
+  "database is refused.  With the key, DB serves read-only queries through\n"
+  "the tde VFS while it is applied; writes fail with SQLITE_READONLY.\n"
+  "Runs until SIGINT or SIGTERM.\n"
+  "\n--promote: with the standby stopped, apply the last complete transaction\n"
+  "received and make DB an ordinary encrypted database (writable, WAL mode).\n";
+
+static volatile int bStop;
+
+static void onStop(int sig){
+  (void)sig;
+  bStop = 1;
+}
+
+static void catchStop(void){
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = onStop;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, 0);
+  sigaction(SIGTERM, &sa, 0);
+  sigaction(SIGHUP, &sa, 0);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+static int usage(const char *zCmd, const char *zMsg, const char *zArg){
+  cliErr(zMsg, zArg);
+  if( strcmp(zCmd, "ship")==0 ){
+    fprintf(stderr, "usage: sqlite-tde [--config CFG] ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N] DB\n");
+  }else{
+    fprintf(stderr, "usage: sqlite-tde standby --listen HOST:PORT DB\n"
+                    "       sqlite-tde standby --promote DB\n");
+  }
+  fprintf(stderr, "Try 'sqlite-tde %s --help'.\n", zCmd);
+  return CLI_USAGE;
+}
+
+static int setConfig(Cli *pCli, const char *zArg){
+  char *zReal = realpath(zArg, 0);
+  snprintf(pCli->zConfigBuf, sizeof(pCli->zConfigBuf), "%s", zReal ? zReal : zArg);
+  free(zReal);
+  pCli->zConfig = pCli->zConfigBuf;
+  return CLI_OK;
+}
+
+int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
+  const char *azTo[16];
+  const char *zDb = 0;
+  int nTo = 0, nCycle = 0, rc;
+  for(int i=0; i<pArgs->nRest; i++){
+    const char *z = pArgs->azRest[i];
+    if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){
+      printf("usage: sqlite-tde [--config CFG] ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N] DB\n\n%s", cliShipHelp);
+      return CLI_OK;
+    }
+    if( strcmp(z, "--to")==0 ){
+      if( i+1>=pArgs->nRest ) return usage("ship", "%s needs HOST:PORT", z);
+      if( nTo>=16 ) return usage("ship", "%s: at most 16 standbys", z);
+      azTo[nTo++] = pArgs->azRest[++i];
+    }else if( strcmp(z, "--cycle-ms")==0 ){
+      char *zEnd = 0;
+      long n;
+      if( i+1>=pArgs->nRest ) return usage("ship", "%s needs a number", z);
+      n = strtol(pArgs->azRest[++i], &zEnd, 10);
+      if( !zEnd || *zEnd || n<1 || n>60000 ) return usage("ship", "%s: 1 to 60000 milliseconds", z);
+      nCycle = (int)n;
+    }else if( strcmp(z, "--config")==0 ){
+      if( i+1>=pArgs->nRest ) return usage("ship", "%s needs a file name", z);
+      setConfig(pCli, pArgs->azRest[++i]);
+    }else if( z[0]=='-' && z[1] ){
+      return usage("ship", "unknown option '%s'", z);
+    }else if( zDb ){
+      return usage("ship", "unexpected argument '%s'", z);
+    }else{
+      zDb = z;
+    }
+  }
+  if( !zDb ) return usage("ship", "missing argument%s", "");
+  if( nTo==0 ) return usage("ship", "--to HOST:PORT is required%s", "");
+  if( cliKeystoreEnsure(pCli) ) return CLI_FAIL;
+  catchStop();
+  rc = tde_ship_run(zDb, pCli->zConfig, azTo, nTo, nCycle, &bStop);
+  if( rc ){
+    cliErrDetail("ship stopped", rc);
+    return CLI_FAIL;
+  }
+  return CLI_OK;
+}
+
+int cliCmdStandby(Cli *pCli, const CliArgs *pArgs){
+  const char *zListen = 0, *zDb = 0;
+  int bPromote = 0, rc;
+  for(int i=0; i<pArgs->nRest; i++){
+    const char *z = pArgs->azRest[i];
+    if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){
+      printf("usage: sqlite-tde standby --listen HOST:PORT DB\n"
+             "       sqlite-tde standby --promote DB\n\n%s", cliStandbyHelp);
+      return CLI_OK;
+    }
+    if( strcmp(z, "--listen")==0 ){
+      if( i+1>=pArgs->nRest ) return usage("standby", "%s needs HOST:PORT", z);
+      zListen = pArgs->azRest[++i];
+    }else if( strcmp(z, "--promote")==0 ){
+      bPromote = 1;
+    }else if( strcmp(z, "--config")==0 ){
+      if( i+1>=pArgs->nRest ) return usage("standby", "%s needs a file name", z);
+      setConfig(pCli, pArgs->azRest[++i]);   /* accepted; the standby needs no key */
+    }else if( z[0]=='-' && z[1] ){
+      return usage("standby", "unknown option '%s'", z);
+    }else if( zDb ){
+      return usage("standby", "unexpected argument '%s'", z);
+    }else{
+      zDb = z;
+    }
+  }
+  if( !zDb ) return usage("standby", "missing argument%s", "");
+  if( bPromote==(zListen!=0) ) return usage("standby", "give exactly one of --listen and --promote%s", "");
+  if( bPromote ){
+    rc = tde_standby_promote(zDb);
+    if( rc ){
+      cliErrDetail("promotion failed", rc);
+      return CLI_FAIL;
+    }
+    printf("promoted %s: it is now an ordinary encrypted database\n", zDb);
+    return CLI_OK;
+  }
+  catchStop();
+  rc = tde_standby_run(zDb, zListen, &bStop);
+  if( rc ){
+    cliErrDetail("standby stopped", rc);
+    return CLI_FAIL;
+  }
+  return CLI_OK;
+}
