@@ -512,7 +512,7 @@ static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
   size_t nBody = 0;
   int eType = 0, rc, bNeedBase = 0;
   uint64_t next, acked;
-  double tBeat = 0;
+  double tBeat = 0, tProgress = nowSec();
 
   rc = tdeSpoolScan(s, 0);
   if( rc ) return rc;
@@ -584,16 +584,25 @@ static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
       next++;
     }
     if( bNeedBase ) continue;
+    if( next>acked+1 && nowSec()-tProgress>1.5 ){
+      /* Nothing acknowledged for a while although records are in flight:
+      ** they (or the acknowledgements) were lost; send them again. */
+      tdeLog(TDE_LOG_INFO, "ship %s: no acknowledgement for 1.5 s; resending from %llu", q->zAddr,
+             (unsigned long long)acked+1);
+      next = acked + 1;
+      tProgress = nowSec();
+      continue;
+    }
     rc = tdeNetRecv(fd, 20, &eType, &aBody, &nBody);
     if( rc==TDE_OK ){
       if( eType==TDE_MSG_ACK && nBody>=8 ){
         uint64_t a = tdeGet64(aBody);
-        if( a>acked ) acked = a;
+        if( a>acked ){ acked = a; tProgress = nowSec(); }
         peerNoteAck(q, acked);
       }else if( eType==TDE_MSG_RESEND && nBody>=8 ){
         uint64_t from = tdeGet64(aBody);
         tdeLog(TDE_LOG_INFO, "ship %s: standby asks to resend from %llu", q->zAddr, (unsigned long long)from);
-        if( from>0 ){ next = from; if( from-1>acked ) acked = from-1; }
+        if( from>0 ){ next = from; if( from-1>acked ) acked = from-1; tProgress = nowSec(); }
       }else if( eType==TDE_MSG_REFUSE ){
         tdeLog(TDE_LOG_ERROR, "ship %s: the standby stopped the stream: %.*s", q->zAddr, (int)nBody, (const char*)aBody);
         sqlite3_free(aBody);

@@ -427,7 +427,8 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
   uint8_t *aBody = 0;
   size_t nBody = 0;
   int eType = 0, rc;
-  uint64_t resendFor = UINT64_MAX;
+  uint64_t resendFor = UINT64_MAX, tResend = 0;
+  int bDupSeen = 0;
   SbRec aBatch[SB_BATCH_MAX];
   int nBatch = 0;
   uint8_t *aPend = 0;         /* a message read past the batch */
@@ -476,6 +477,11 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
       }
       if( r.seq<=p->applied ){
         /* A duplicate: acknowledge again, apply nothing. */
+        if( !bDupSeen ){
+          tdeLog(TDE_LOG_INFO, "standby %s: transaction %llu is already applied: acknowledged again, "
+                 "ignored (duplicates after this one are not logged)", p->zDb, (unsigned long long)r.seq);
+          bDupSeen = 1;
+        }
         sqlite3_free(aBody);
         rc = sbAck(fd, p->applied);
         if( rc ) return rc;
@@ -483,7 +489,7 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
       }
       if( r.seq!=p->applied+1 ){
         sqlite3_free(aBody);
-        if( resendFor!=p->applied ){
+        if( resendFor!=p->applied || tdeNowMs()-tResend>1000 ){
           uint8_t a[8];
           tdeLog(TDE_LOG_WARNING, "standby %s: got transaction %llu while waiting for %llu; asking to resend",
                  p->zDb, (unsigned long long)r.seq, (unsigned long long)p->applied+1);
@@ -491,6 +497,7 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
           rc = tdeNetSend(fd, TDE_MSG_RESEND, a, 8, 0, 0);
           if( rc ) return rc;
           resendFor = p->applied;
+          tResend = tdeNowMs();
         }
         continue;
       }

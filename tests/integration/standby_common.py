@@ -251,6 +251,7 @@ class Proxy:
     def __init__(self, listen, target, seed=7):
         self.listen, self.target = listen, target
         self.mode = "pass"
+        self.last_mode = "pass"     # the first TXN in a new mode always gets the fault
         self.rnd = random.Random(seed)
         self.counts = {"drop": 0, "dup": 0, "reorder": 0, "corrupt": 0, "cut": 0}
         self.conns = []
@@ -329,7 +330,10 @@ class Proxy:
                 n = struct.unpack(">I", h[1:5])[0]
                 msg = h + self._recvn(src, n + 32)
                 mode = self.mode
-                if h[0] != 4 or mode == "pass" or self.rnd.random() > 0.2:
+                force = mode != self.last_mode
+                if h[0] == 4:
+                    self.last_mode = mode
+                if h[0] != 4 or mode == "pass" or (not force and self.rnd.random() > 0.1):
                     if held:
                         dst.sendall(msg)
                         dst.sendall(held)
