@@ -91,22 +91,132 @@ static void kmipSslWhy(char *zWhy, size_t nWhy, const char *zDefault){
   ERR_clear_error();
 }
 
-/* TCP connect to host:port with a deadline.  Returns the non-blocking
-** socket or -1 with zWhy set.  (Name resolution itself is not bounded by
-** the deadline: use IP literals or a local resolver for hard bounds.) */
-static int kmipTcpConnect(const char *zHost, int port, int64_t deadline,
-                          char *zWhy, size_t nWhy){
-  struct addrinfo hints, *pRes = 0, *pAi;
+/*
+** Name resolution under the connect deadline.  getaddrinfo() has no
+** timeout (a dead DNS server costs the resolver's retries, tens of
+** seconds), so a host name is resolved on a detached thread while we wait
+** on a condition variable until the deadline.  The request is shared and
+** reference-counted: when we give up, the thread frees it when it
+** finishes.  IP literals never take the thread.
+*/
+typedef struct KmipResolve {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int nRef;                    /* 2 while both sides hold it */
+  int bDone;
+  int rc;                      /* getaddrinfo's result */
+  struct addrinfo *pRes;
+  char zHost[256];
   char zPort[16];
-  int fd = -1, rc;
+} KmipResolve;
+
+static void kmipResolveUnref(KmipResolve *r){
+  int n;
+  pthread_mutex_lock(&r->mu);
+  n = --r->nRef;
+  pthread_mutex_unlock(&r->mu);
+  if( n==0 ){
+    if( r->pRes ) freeaddrinfo(r->pRes);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+  }
+}
+
+static void *kmipResolveThread(void *pArg){
+  KmipResolve *r = pArg;
+  struct addrinfo hints, *pRes = 0;
+  int rc;
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
-  snprintf(zPort, sizeof(zPort), "%d", port);
-  rc = getaddrinfo(zHost, zPort, &hints, &pRes);
+  rc = getaddrinfo(r->zHost, r->zPort, &hints, &pRes);
+  pthread_mutex_lock(&r->mu);
+  r->rc = rc;
+  r->pRes = rc==0 ? pRes : 0;
+  r->bDone = 1;
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  kmipResolveUnref(r);
+  return 0;
+}
+
+/* 0 and *ppRes (freeaddrinfo it), or a getaddrinfo error code, or
+** EAI_AGAIN with *pbTimeout set when the deadline passed first. */
+static int kmipResolve(const char *zHost, const char *zPort, int64_t deadline,
+                       struct addrinfo **ppRes, int *pbTimeout){
+  struct addrinfo hints;
+  KmipResolve *r;
+  pthread_t tid;
+  pthread_attr_t attr;
+  int rc;
+  *ppRes = 0;
+  *pbTimeout = 0;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | AI_NUMERICHOST;
+  if( getaddrinfo(zHost, zPort, &hints, ppRes)==0 ) return 0;      /* an IP literal */
+  if( strlen(zHost)>=sizeof(r->zHost) ) return EAI_NONAME;
+  r = malloc(sizeof(*r));
+  if( !r ) return EAI_MEMORY;
+  memset(r, 0, sizeof(*r));
+  pthread_mutex_init(&r->mu, 0);
+  pthread_cond_init(&r->cv, 0);
+  r->nRef = 2;
+  memcpy(r->zHost, zHost, strlen(zHost)+1);
+  snprintf(r->zPort, sizeof(r->zPort), "%s", zPort);
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  rc = pthread_create(&tid, &attr, kmipResolveThread, r);
+  pthread_attr_destroy(&attr);
   if( rc!=0 ){
-    snprintf(zWhy, nWhy, "cannot resolve host: %s", gai_strerror(rc));
+    /* No thread: resolve here, unbounded, rather than fail. */
+    r->nRef = 1;
+    kmipResolveUnref(r);
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    return getaddrinfo(zHost, zPort, &hints, ppRes);
+  }
+  pthread_mutex_lock(&r->mu);
+  while( !r->bDone ){
+    int64_t left = deadline - kmipNowMs();
+    struct timespec ts;
+    if( left<=0 ) break;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += left/1000;
+    ts.tv_nsec += (left%1000)*1000000;
+    if( ts.tv_nsec>=1000000000 ){ ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+  }
+  if( r->bDone ){
+    rc = r->rc;
+    *ppRes = r->pRes;          /* ours now */
+    r->pRes = 0;
+  }else{
+    rc = EAI_AGAIN;
+    *pbTimeout = 1;
+  }
+  pthread_mutex_unlock(&r->mu);
+  kmipResolveUnref(r);
+  return rc;
+}
+
+/* TCP connect to host:port with a deadline (name resolution included).
+** Returns the non-blocking socket or -1 with zWhy set. */
+static int kmipTcpConnect(const char *zHost, int port, int64_t deadline,
+                          char *zWhy, size_t nWhy){
+  struct addrinfo *pRes = 0, *pAi;
+  char zPort[16];
+  int fd = -1, rc, bTimeout = 0;
+  snprintf(zPort, sizeof(zPort), "%d", port);
+  rc = kmipResolve(zHost, zPort, deadline, &pRes, &bTimeout);
+  if( rc!=0 ){
+    if( bTimeout ) snprintf(zWhy, nWhy, "cannot resolve host: timed out");
+    else snprintf(zWhy, nWhy, "cannot resolve host: %s", gai_strerror(rc));
     return -1;
   }
   snprintf(zWhy, nWhy, "no address");
