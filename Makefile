@@ -25,13 +25,24 @@ build-asan: deps
 # UndefinedBehaviorSanitizer.
 test: test-fast test-asan
 
+# Each ctest run starts from an empty $(BUILD)/testtmp and keeps every
+# test's scratch files (TDE_KEEP_SCRATCH=1); then scripts/scan-secrets.sh
+# greps them and ctest's log (Testing/Temporary/LastTest.log) for every
+# test password and PIN.  It runs even when a test failed and fails the
+# target if one leaked; testtmp is removed only when all passed.
 test-fast: build
-	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+	@rm -rf $(BUILD)/testtmp; mkdir -p $(BUILD)/testtmp; rc=0; \
+	  (cd $(BUILD) && TDE_KEEP_SCRATCH=1 ctest --output-on-failure -j$(JOBS)) || rc=1; \
+	  scripts/scan-secrets.sh $(BUILD)/testtmp $(BUILD)/Testing || rc=1; \
+	  if [ $$rc -eq 0 ]; then rm -rf $(BUILD)/testtmp; fi; exit $$rc
 
 test-asan: build-asan
-	@cd $(BUILD_SAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	@rm -rf $(BUILD_SAN)/testtmp; mkdir -p $(BUILD_SAN)/testtmp; rc=0; \
+	  (cd $(BUILD_SAN) && TDE_KEEP_SCRATCH=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j$(JOBS)
+	  ctest --output-on-failure -j$(JOBS)) || rc=1; \
+	  scripts/scan-secrets.sh $(BUILD_SAN)/testtmp $(BUILD_SAN)/Testing || rc=1; \
+	  if [ $$rc -eq 0 ]; then rm -rf $(BUILD_SAN)/testtmp; fi; exit $$rc
 
 demo: build
 	@scripts/demo.sh $(BUILD)

@@ -314,5 +314,5 @@ if [ "$NFAIL" -ne 0 ]; then
   echo "test_cli: scratch folder kept: $WORK"
   exit 1
 fi
-cd / && rm -rf "$WORK"
+cd / && { [ -n "${TDE_KEEP_SCRATCH:-}" ] || rm -rf "$WORK"; }
 exit 0

@@ -9,7 +9,7 @@ CLI="$TDE_BUILD/sqlite-tde"
 EXT="$TDE_BUILD/tde"
 mkdir -p "$TDE_TEST_TMP"
 W=$(mktemp -d "$TDE_TEST_TMP/lifecycle.XXXXXX")
-trap 'rm -rf "$W"' EXIT
+trap '[ -n "${TDE_KEEP_SCRATCH:-}" ] || rm -rf "$W"' EXIT
 cd "$W"
 fails=0
 check(){ if eval "$2"; then echo "ok   - $1"; else echo "FAIL - $1"; fails=$((fails+1)); fi; }

@@ -13,7 +13,7 @@ EXT="$TDE_BUILD/tde"
 MODULE=/usr/lib/softhsm/libsofthsm2.so
 mkdir -p "$TDE_TEST_TMP"
 W=$(mktemp -d "$TDE_TEST_TMP/pkcs11.XXXXXX")
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
+trap '[ -n "${KEEP:-}${TDE_KEEP_SCRATCH:-}" ] || rm -rf "$W"' EXIT
 cd "$W"
 fails=0
 check(){ if eval "$2"; then echo "ok   - $1"; else echo "FAIL - $1"; fails=$((fails+1)); fi; }

@@ -63,6 +63,7 @@ static int setupScratch(void **state){
 /* TDE_TEST_KEEP=1 keeps the scratch directory (and its logs) to look at. */
 static int teardownScratch(void **state){
   const char *zKeep = getenv("TDE_TEST_KEEP");
+  if( zKeep==0 ) zKeep = getenv("TDE_KEEP_SCRATCH");   /* make test: scan-secrets.sh */
   (void)state;
   if( zKeep && zKeep[0]=='1' ){
     printf("# kept %s\n", zScratch);
