@@ -25,7 +25,7 @@ cleanup(){
   set +e                       # every step runs, whatever the one before returned
   kmip_server_stop
   if [ -n "$HANG_PID" ]; then kill "$HANG_PID" 2>/dev/null || true; fi
-  rm -rf "$W"
+  [ -n "${TDE_KEEP_SCRATCH:-}" ] || rm -rf "$W"   # kept: make test scans it for secrets
 }
 trap cleanup EXIT
 cd "$W"
