@@ -83,7 +83,28 @@ struct Ship {
   uint64_t capturedSeq, capturedMs;
   double holdMaxMs, holdSumMs;
   int64_t nCycle;
+  int nBadCycles;             /* consecutive captures that found the WAL inconsistent */
+  /* The database file and -shm, opened once and closed only after every
+  ** SQLite connection of the process: closing any descriptor of a file
+  ** drops every POSIX lock the process holds on it, SQLite's included
+  ** (the WAL write lock is a lock on -shm). */
+  int fdDb, fdShm;
 };
+
+/* The process-wide descriptors (caller holds the WAL write lock, so -shm
+** exists). */
+static void shipFds(Ship *p, int *pfdDb, int *pfdShm){
+  pthread_mutex_lock(&p->mu);
+  if( p->fdDb<0 ) p->fdDb = open(p->zDb, O_RDONLY | O_CLOEXEC);
+  if( p->fdShm<0 ){
+    char zPath[4200];
+    snprintf(zPath, sizeof(zPath), "%s-shm", p->zDb);
+    p->fdShm = open(zPath, O_RDONLY | O_CLOEXEC);
+  }
+  *pfdDb = p->fdDb;
+  *pfdShm = p->fdShm;
+  pthread_mutex_unlock(&p->mu);
+}
 
 static void msleep(int ms){
   struct timespec ts = { ms/1000, (long)(ms%1000)*1000000L };
@@ -189,19 +210,15 @@ static int shipOpenDb(Ship *p, sqlite3 **pDb){
 }
 
 /* WAL index end from -shm (caller holds the WAL write lock). */
-static void shipShmEnd(const char *zDb, TdeWalEnd *pEnd){
-  char zPath[4200];
+static void shipShmEnd(int fdShm, TdeWalEnd *pEnd){
   uint8_t a[96];
-  int fd, bShort = 1;
+  int bShort = 1;
   memset(pEnd, 0, sizeof(*pEnd));
-  snprintf(zPath, sizeof(zPath), "%s-shm", zDb);
-  fd = open(zPath, O_RDONLY | O_CLOEXEC);
-  if( fd<0 ) return;
+  if( fdShm<0 ) return;
   {
-    TdeRawSrc src = { 0, fd };
+    TdeRawSrc src = { 0, fdShm };
     if( tdeRawRead(&src, a, 96, 0, &bShort)!=TDE_OK ) bShort = 1;
   }
-  close(fd);
   if( !bShort ) tdeShmHeaderEnd(a, pEnd);
 }
 
@@ -211,14 +228,14 @@ static void shipShmEnd(const char *zDb, TdeWalEnd *pEnd){
 */
 static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
   char zWal[4200];
-  int fdWal, fdDb, rc;
+  int fdWal, fdDb, fdShm, rc;
   snprintf(zWal, sizeof(zWal), "%s-wal", p->zDb);
   *pnNew = 0;
   rc = tdeSpoolScan(s, 1);
   if( rc ) return rc;
-  shipShmEnd(p->zDb, pEnd);
-  fdWal = open(zWal, O_RDONLY | O_CLOEXEC);
-  fdDb = open(p->zDb, O_RDONLY | O_CLOEXEC);
+  shipFds(p, &fdDb, &fdShm);
+  shipShmEnd(fdShm, pEnd);
+  fdWal = open(zWal, O_RDONLY | O_CLOEXEC);      /* SQLite takes no lock on -wal */
   if( fdDb<0 ){
     rc = tdeErr(TDE_IO, "%s: %s", p->zDb, strerror(errno));
   }else{
@@ -254,7 +271,6 @@ static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
     if( rc==TDE_OK && *pnNew ) rc = tdeSpoolSync(s);
   }
   if( fdWal>=0 ) close(fdWal);
-  if( fdDb>=0 ) close(fdDb);
   return rc;
 }
 
@@ -271,6 +287,41 @@ static void shipEnd(sqlite3 *db){
   if( !sqlite3_get_autocommit(db) ) sqlite3_exec(db, "ROLLBACK", 0, 0, 0);
 }
 
+/* The WAL does not hold what its index says (never seen in tests; a safety
+** net): start over at the WAL's current end with a GAP, so standbys take a
+** base copy instead of missing a transaction.  Caller holds the lock. */
+static int shipGapLocked(Ship *p, TdeSpool *s, const TdeWalEnd *pEnd){
+  char zWal[4200];
+  uint8_t aWalHdr[TDE_WAL_HDR];
+  int fd, bShort = 1, rc = TDE_OK;
+  TdeRec g;
+  snprintf(zWal, sizeof(zWal), "%s-wal", p->zDb);
+  memset(&g, 0, sizeof(g));
+  fd = open(zWal, O_RDONLY | O_CLOEXEC);
+  if( fd>=0 ){
+    TdeRawSrc wal = { 0, fd };
+    rc = tdeRawRead(&wal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
+    close(fd);
+  }
+  if( rc ) return rc;
+  g.seq = s->pos.seq + 1;
+  g.kind = TDE_REC_GAP;
+  g.tCapture = tdeNowMs();
+  memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
+  if( !bShort && pEnd->bKnown && memcmp(pEnd->aSalt, aWalHdr+16, 8)==0 ){
+    memcpy(g.aSalt, aWalHdr+16, 8);
+    g.nCkpt = tdeGet32(aWalHdr+12);
+    g.pgsz = tdeGet32(aWalHdr+8);
+    g.iLast = pEnd->mxFrame;
+  }else{
+    g.flags = TDE_RECF_CLOSED;
+    if( !bShort ) memcpy(g.aSalt, aWalHdr+16, 8);
+  }
+  rc = tdeSpoolAppend(s, &g, 0);
+  if( rc==TDE_OK ) rc = tdeSpoolSync(s);
+  return rc;
+}
+
 static int shipCycle(Ship *p, sqlite3 *db, TdeSpool *s){
   TdeWalEnd end;
   double t0, t1;
@@ -280,6 +331,19 @@ static int shipCycle(Ship *p, sqlite3 *db, TdeSpool *s){
   if( rc ) return rc;
   t0 = nowSec();
   rc = shipCaptureLocked(p, s, &end, &nNew);
+  if( rc==TDE_FORMAT ){
+    /* Retry a few cycles, then resynchronise rather than stop shipping. */
+    if( ++p->nBadCycles==1 ) tdeLog(TDE_LOG_WARNING, "ship %s: %s; retrying", p->zDb, tde_last_error());
+    rc = TDE_OK;
+    if( p->nBadCycles>=20 ){
+      tdeLog(TDE_LOG_WARNING, "ship %s: the WAL still does not match its index; recording a gap "
+             "(standbys behind it take a base copy)", p->zDb);
+      rc = shipGapLocked(p, s, &end);
+      p->nBadCycles = 0;
+    }
+  }else if( rc==TDE_OK ){
+    p->nBadCycles = 0;
+  }
   t1 = nowSec();
   shipEnd(db);
   pthread_mutex_lock(&p->mu);
@@ -404,7 +468,10 @@ static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pS
   *pCapture = tdeNowMs();
   aBuf = sqlite3_malloc(SHIP_CHUNK + 65536);
   if( !aBuf ){ rc = TDE_NOMEM; goto done; }
-  fdDb = open(p->zDb, O_RDONLY | O_CLOEXEC);
+  {
+    int fdShm;
+    shipFds(p, &fdDb, &fdShm);
+  }
   fdOut = open(zTmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if( fdDb<0 || fdOut<0 ){ rc = tdeErr(TDE_IO, "base copy: %s", strerror(errno)); goto done; }
   for(off_t off=0;; ){
@@ -451,7 +518,6 @@ static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pS
 done:
   shipEnd(q->db);
   if( fdWal>=0 ) close(fdWal);
-  if( fdDb>=0 ) close(fdDb);
   if( fdOut>=0 ) close(fdOut);
   sqlite3_free(aBuf);
   return rc;
@@ -683,6 +749,7 @@ TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const
   volatile int bNever = 0;
 
   memset(p, 0, sizeof(*p));
+  p->fdDb = p->fdShm = -1;
   if( !zDb || nTo<1 ) return tdeErr(TDE_MISUSE, "tde_ship_run: a database and at least one standby");
   if( !realpath(zDb, zAbs) ) return tdeErr(TDE_NOTFOUND, "%s: %s", zDb, strerror(errno));
   p->zDb = zAbs;
@@ -771,6 +838,8 @@ done:
   }
   tdeSpoolClose(s);
   sqlite3_close(db);
+  if( p->fdDb>=0 ) close(p->fdDb);       /* after every connection of ours */
+  if( p->fdShm>=0 ) close(p->fdShm);
   sqlite3_free(p->zUri);
   pthread_mutex_destroy(&p->mu);
   return rc;

@@ -466,7 +466,12 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
     rc = tdeRawRead(pWal, f, (int)(TDE_FRAME_HDR + pgsz), off, &bShort);
     if( rc ) break;
     if( bShort || memcmp(f+8, aSalt, 8)!=0 ){
-      rc = tdeErr(TDE_FORMAT, "WAL frame %u (of %u committed) is missing or of another generation", i, iEnd);
+      char zA[17], zB[17];
+      tdeHex(f+8, 8, zA);
+      tdeHex(aSalt, 8, zB);
+      rc = tdeErr(TDE_FORMAT, "WAL frame %u (of %u committed, from %u) is missing or of another generation "
+                  "(short %d, salts %s, WAL header %s, page %u, commit %u)", i, iEnd, iStart, bShort, zA, zB,
+                  tdeGet32(f), tdeGet32(f+4));
       break;
     }
     b.n += TDE_FRAME_HDR + pgsz;

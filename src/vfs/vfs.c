@@ -727,6 +727,38 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
   return rc;
 }
 
+/* ---- standby copies ---------------------------------------------------- */
+
+/*
+** A standby copy is applied by another process (repl/standby.c) under
+** rollback-mode locks.  Readers see page 1 as a rollback-mode database
+** (bytes 18 and 19 = 1: no -wal, no -shm) whose change counter (offset 24)
+** is the applied sequence number, so SQLite's pager, which re-reads those
+** bytes at every read transaction, drops its cache after each applied
+** transaction; offset 92 differs from it, so SQLite takes the size from the
+** file.  Only what SQLite is handed changes, never the file.
+*/
+static void tdeStandbyPatch(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
+  static const int aOff[] = { 18, 19, 24, 25, 26, 27, 92, 93, 94, 95 };
+  uint8_t aVal[96];
+  uint64_t seq = 0;
+  if( iOfst>=96 ) return;
+  tdeStandbyIsCopy(p->zName, &seq);
+  aVal[18] = aVal[19] = 1;
+  tdePut32(aVal+24, (uint32_t)seq);
+  tdePut32(aVal+92, ~(uint32_t)seq);
+  for(size_t i=0; i<TDE_ARRAY_SIZE(aOff); i++){
+    int o = aOff[i];
+    if( o>=iOfst && o<iOfst+iAmt ) zBuf[o-iOfst] = aVal[o];
+  }
+}
+
+static int tdeStandbyRefuse(TdeFile *p){
+  tdeLog(TDE_LOG_ERROR, "%s is a standby copy (it has a -tdestandby state file): read-only; "
+         "promote it (sqlite-tde standby --promote) to write", tdeFileName(p));
+  return SQLITE_READONLY;
+}
+
 /* ---- io methods -------------------------------------------------------- */
 
 static int tdeClose(sqlite3_file *pFile){
@@ -758,7 +790,11 @@ static int tdeClose(sqlite3_file *pFile){
 static int tdeRead(sqlite3_file *pFile, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   TdeFile *p = (TdeFile*)pFile;
   switch( p->eKind ){
-    case TDE_KIND_MAIN:    return tdeMainRead(p, zBuf, iAmt, iOfst);
+    case TDE_KIND_MAIN: {
+      int rc = tdeMainRead(p, zBuf, iAmt, iOfst);
+      if( rc==SQLITE_OK && p->bStandby ) tdeStandbyPatch(p, zBuf, iAmt, iOfst);
+      return rc;
+    }
     case TDE_KIND_WAL:     return tdeWalRead(p, zBuf, iAmt, iOfst);
     case TDE_KIND_JOURNAL: return tdeJournalRead(p, zBuf, iAmt, iOfst);
     case TDE_KIND_TEMP:    return tdeBlockRead(p, zBuf, iAmt, iOfst);
@@ -769,7 +805,7 @@ static int tdeRead(sqlite3_file *pFile, void *zBuf, int iAmt, sqlite3_int64 iOfs
 static int tdeWrite(sqlite3_file *pFile, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   TdeFile *p = (TdeFile*)pFile;
   switch( p->eKind ){
-    case TDE_KIND_MAIN:    return tdeMainWrite(p, zBuf, iAmt, iOfst);
+    case TDE_KIND_MAIN:    return p->bStandby ? tdeStandbyRefuse(p) : tdeMainWrite(p, zBuf, iAmt, iOfst);
     case TDE_KIND_WAL:     return tdeWalWrite(p, zBuf, iAmt, iOfst);
     case TDE_KIND_JOURNAL: return tdeJournalWrite(p, zBuf, iAmt, iOfst);
     case TDE_KIND_TEMP:    return tdeBlockWrite(p, zBuf, iAmt, iOfst);
@@ -781,7 +817,9 @@ static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   TdeFile *p = (TdeFile*)pFile;
   switch( p->eKind ){
     case TDE_KIND_MAIN: {
-      int rc = tdeMainEnsureKeys(p, 0);
+      int rc;
+      if( p->bStandby ) return tdeStandbyRefuse(p);
+      rc = tdeMainEnsureKeys(p, 0);
       if( rc ) return rc;
       if( !p->pKeys ) return p->pReal->pMethods->xTruncate(p->pReal, 0);
       return p->pReal->pMethods->xTruncate(p->pReal, size + TDE_HEADER_BYTES);
@@ -1043,6 +1081,14 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   }
   rc = pOrig->xOpen(pOrig, zName, p->pReal, flags, &outFlags);
   if( rc ) goto fail;
+  if( p->eKind==TDE_KIND_MAIN && zName ){
+    uint64_t seq;
+    if( tdeStandbyIsCopy(zName, &seq) ){
+      /* Served read-only while the standby applies it (see above). */
+      p->bStandby = 1;
+      outFlags = (outFlags & ~SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
+    }
+  }
   if( pOutFlags ) *pOutFlags = outFlags;
   p->bReadOnly = (outFlags & SQLITE_OPEN_READONLY)!=0;
   tdeErrClear();

@@ -97,6 +97,8 @@ struct TdeFile {
   TdeFile *pMain;             /* WAL, journal: their main file (closed after them) */
   sqlite3_int64 nAuthFail;    /* pages/frames that failed authentication */
   void volatile *pShm0;       /* main: SQLite's WAL index region 0, if mapped */
+  int bStandby;               /* main: a standby copy (DB-tdestandby exists): read-only,
+                              ** page 1 shown in rollback mode (repl/standby.c) */
   TdeWalEnd shipEnd;          /* main: WAL index end when this connection last took
                               ** the WAL write lock (standby hook, repl/spool.c) */
   /* main, WAL mode: while this connection checkpoints, the last frame page

@@ -101,6 +101,7 @@ def free_port():
 WRITER = r'''
 import sqlite3, sys, time, random
 ext, path, cfg, n, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+pins = float(sys.argv[6]) if len(sys.argv) > 6 else 0.5   # share of transactions that insert a row
 b = sqlite3.connect(":memory:"); b.enable_load_extension(True); b.load_extension(ext)
 db = sqlite3.connect("file:%s?vfs=tde&tde_config=%s" % (path, cfg), uri=True, isolation_level=None, timeout=30)
 db.execute("PRAGMA journal_mode=WAL")
@@ -112,13 +113,17 @@ if db.execute("SELECT count(*) FROM acct").fetchone()[0] == 0:
     db.execute("BEGIN"); db.executemany("INSERT INTO acct VALUES(?,1000)", [(i,) for i in range(10)]); db.execute("COMMIT")
 rnd = random.Random(seed)
 modes = ["PASSIVE", "FULL", "RESTART", "TRUNCATE"]
-i = db.execute("SELECT coalesce(max(id),0) FROM t").fetchone()[0]
-end = i + n if n > 0 else 1 << 60
+i = 0
+nid = db.execute("SELECT coalesce(max(id),0) FROM t").fetchone()[0]
+end = n if n > 0 else 1 << 60
 while i < end:
     i += 1
     db.execute("BEGIN IMMEDIATE")
-    k = rnd.randint(1, 4)
-    db.executemany("INSERT INTO t VALUES(?,?)", [(i, "CANARY-7f3a-%d-" % i + "x" * rnd.randint(10, 3000))] if k else [])
+    # Half the transactions only move money: they leave page 1 as it is,
+    # so a standby reader sees them only through the change counter.
+    if rnd.random() < pins:
+        nid += 1
+        db.execute("INSERT INTO t VALUES(?,?)", (nid, "CANARY-7f3a-%d-" % nid + "x" * rnd.randint(10, 3000)))
     a, c = rnd.randrange(10), rnd.randrange(10)
     amt = rnd.randint(1, 50)
     db.execute("UPDATE acct SET bal=bal-? WHERE id=?", (amt, a))
@@ -132,6 +137,51 @@ print(i, flush=True)
 '''
 
 
+READER = r'''
+import sqlite3, sys, os, time, json
+ext, path, cfg, stopfile = sys.argv[1:5]
+b = sqlite3.connect(":memory:"); b.enable_load_extension(True); b.load_extension(ext)
+db = sqlite3.connect("file:%s?vfs=tde&tde_config=%s" % (path, cfg), uri=True, isolation_level=None, timeout=60)
+n = bad = errs = 0
+seen = set()
+last = None
+while True:
+    stopping = os.path.exists(stopfile)
+    try:
+        db.execute("BEGIN")
+        bal = db.execute("SELECT sum(bal) FROM acct").fetchone()[0]
+        cnt, mx, mn = db.execute("SELECT count(*), coalesce(max(id),0), coalesce(min(id),1) FROM t").fetchone()
+        acct = "|".join(str(r[0]) for r in db.execute("SELECT bal FROM acct ORDER BY id"))
+        db.execute("COMMIT")
+        n += 1
+        seen.add((cnt, acct))
+        last = [cnt, acct]
+        if bal != 10000 or cnt != mx or mn != 1:
+            bad += 1
+            print("inconsistent: bal=%s count=%s max=%s min=%s" % (bal, cnt, mx, mn), file=sys.stderr)
+    except sqlite3.Error as e:
+        errs += 1
+        print("error: %s" % e, file=sys.stderr)
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        time.sleep(0.01)
+    if stopping:
+        break
+print(json.dumps({"reads": n, "inconsistent": bad, "errors": errs, "distinct": len(seen), "last": last}))
+'''
+
+
+def start_reader(d, db, cfg, stopfile, i):
+    p = os.path.join(d, "reader.py")
+    if not os.path.exists(p):
+        with open(p, "w") as f:
+            f.write(READER)
+    return subprocess.Popen([PY, p, EXT, db, cfg, stopfile], stdout=subprocess.PIPE,
+                            stderr=open(os.path.join(d, "reader%d.err" % i), "w"), text=True)
+
+
 def write_writer(d):
     p = os.path.join(d, "writer.py")
     with open(p, "w") as f:
@@ -139,8 +189,8 @@ def write_writer(d):
     return p
 
 
-def run_writer(d, db, cfg, n, seed=1):
-    r = subprocess.run([PY, os.path.join(d, "writer.py"), EXT, db, cfg, str(n), str(seed)],
+def run_writer(d, db, cfg, n, seed=1, pins=0.5):
+    r = subprocess.run([PY, os.path.join(d, "writer.py"), EXT, db, cfg, str(n), str(seed), str(pins)],
                        capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         bad("writer failed: %s" % r.stderr[-2000:])
@@ -213,6 +263,14 @@ def wait_caught_up(primary, standby, timeout=40):
                 last = cap
         time.sleep(0.3)
     return None
+
+
+def accounts(path, cfg):
+    db = connect(path, cfg)
+    try:
+        return "|".join(str(r[0]) for r in db.execute("SELECT bal FROM acct ORDER BY id"))
+    finally:
+        db.close()
 
 
 def rows(path, cfg):

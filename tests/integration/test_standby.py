@@ -7,8 +7,10 @@ another database refused, promotion to a writable primary.
 
 Environment: TDE_BUILD, TDE_TEST_TMP (set by ctest)."""
 
+import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -56,11 +58,39 @@ def main():
     log = open(os.path.join(d, "standby.log")).read()
     C.check("base copy applied" in log, "the standby started from a base copy")
 
-    C.step("400 transactions with PASSIVE/FULL/RESTART/TRUNCATE checkpoints, journal_size_limit")
+    C.step("430 transactions with PASSIVE/FULL/RESTART/TRUNCATE checkpoints, journal_size_limit; "
+           "two readers on the standby")
+    stopfile = os.path.join(d, "readers.stop")
+    readers = [C.start_reader(d, sdb, cfg, stopfile, i) for i in range(2)]
     t0 = time.time()
     C.run_writer(d, pdb, cfg, 400, seed=2)
+    C.run_writer(d, pdb, cfg, 30, seed=5, pins=0.0)   # transfers only: page 1 unchanged
     seq = C.wait_caught_up(pdb, sdb)
     C.check(seq is not None, "lag back to zero after the workload (sequence %s, %.1f s)" % (seq, time.time() - t0))
+    open(stopfile, "w").close()
+    nprimary = [len(C.rows(pdb, cfg)[0]), C.accounts(pdb, cfg)]
+    for i, r in enumerate(readers):
+        out, _ = r.communicate(timeout=60)
+        try:
+            res = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            res = {}
+        C.check(res.get("reads", 0) > 0 and res.get("inconsistent", 1) == 0 and res.get("errors", 1) == 0,
+                "reader %d on the standby during apply: %s reads, %s inconsistent, %s errors" % (
+                    i, res.get("reads"), res.get("inconsistent"), res.get("errors")))
+        C.check(res.get("distinct", 0) > 1 and res.get("last") == nprimary,
+                "reader %d saw the standby advance (%s states), its last read equals the primary's rows and "
+                "balances (%s)" % (i, res.get("distinct"), res.get("last") == nprimary))
+    C.check(not [f for f in os.listdir(os.path.join(d, "sb")) if f.endswith(("-wal", "-shm", "-journal"))],
+            "readers created no -wal, -shm or -journal next to the standby")
+    db = C.connect(sdb, cfg)
+    try:
+        db.execute("INSERT INTO t VALUES(999999, 'no')")
+        C.bad("a write on the standby was accepted")
+    except sqlite3.Error as e:
+        C.check("readonly" in str(e), "a write on the standby fails: %s" % e)
+    db.close()
+    compare(pdb, sdb, cfg, d, "read in place with the key")
     sh = C.read_state(pdb + "-tdeship-state")
     print("        capture lock held: max %s ms, mean %s ms over %s cycles" % (
         sh.get("capture_lock_ms_max"), sh.get("capture_lock_ms_avg"), sh.get("capture_cycles")))
@@ -70,6 +100,8 @@ def main():
     C.check(r.returncode == 0, "sqlite-tde verify passes on the standby copy: %s" % r.stdout.strip())
     files = [os.path.join(d, "sb", f) for f in os.listdir(os.path.join(d, "sb"))]
     C.check(not C.no_plaintext(files), "canary absent from every standby file (%s)" % ", ".join(sorted(os.path.basename(f) for f in files)))
+    r = subprocess.run([C.CLI, "--config", cfg, "verify", sdb], capture_output=True, text=True)
+    C.check(r.returncode == 0, "sqlite-tde verify on the standby in place: %s" % (r.stdout + r.stderr).strip())
     C.check(not C.no_plaintext([pdb + "-tdeship"]), "canary absent from the ship spool")
     db = C.connect(snap, cfg)
     n = db.execute("SELECT count(*) FROM t WHERE v LIKE 'CANARY-7f3a-%'").fetchone()[0]
