@@ -232,6 +232,31 @@ TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const
 TDE_API int tde_standby_run(const char *zDb, const char *zListen, volatile int *pbStop);
 TDE_API int tde_standby_promote(const char *zDb);
 
+/*
+** Replication status of zDb from its state files (no key needed; the
+** tde_status table shows the same columns): role "primary" (a shipper runs
+** or ran for it), "standby" (a standby copy) or "none".  Primary: shipped =
+** last sent to the standbys, acked = lowest acknowledged (a standby
+** acknowledges after applying); transport lag = captured but unacknowledged.
+** Standby: received and applied sequence numbers; transport lag = what the
+** primary last said it had beyond what arrived; apply lag = received but not
+** applied.  Lags in transactions, bytes of spool records, and seconds
+** between the capture times on the primary.  zState: streaming, waiting,
+** base copy, disconnected, refused, running, stopped.
+*/
+typedef struct tde_repl_info {
+  char zRole[16];
+  char zState[64];
+  char zPeer[512];
+  int64_t shippedSeq, ackedSeq, receivedSeq, appliedSeq;
+  int64_t transportLagTxn, transportLagBytes;
+  double transportLagSec;
+  int64_t applyLagTxn, applyLagBytes;
+  double applyLagSec;
+  int64_t updatedMs;          /* when the state file was written (ms since the epoch) */
+} tde_repl_info;
+TDE_API int tde_repl_status(const char *zDb, tde_repl_info *pInfo);
+
 /* Loadable-extension entry point (".load tde"). */
 struct sqlite3_api_routines;
 TDE_API int sqlite3_tde_init(struct sqlite3 *db, char **pzErrMsg,

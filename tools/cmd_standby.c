@@ -39,7 +39,11 @@ const char cliStandbyHelp[] =
   "the tde VFS while it is applied; writes fail with SQLITE_READONLY.\n"
   "Runs until SIGINT or SIGTERM.\n"
   "\n--promote: with the standby stopped, apply the last complete transaction\n"
-  "received and make DB an ordinary encrypted database (writable, WAL mode).\n";
+  "received and make DB an ordinary encrypted database (writable, WAL mode).\n"
+  "\n--status: role, peer, shipped/acknowledged (primary) or received/applied\n"
+  "(standby) sequence numbers, transport and apply lag in transactions, bytes\n"
+  "and seconds, read from the state files (no key needed; works on either\n"
+  "side).  The tde_status table shows the same columns.\n";
 
 static volatile int bStop;
 
@@ -65,7 +69,8 @@ static int usage(const char *zCmd, const char *zMsg, const char *zArg){
     fprintf(stderr, "usage: sqlite-tde [--config CFG] ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N] DB\n");
   }else{
     fprintf(stderr, "usage: sqlite-tde standby --listen HOST:PORT DB\n"
-                    "       sqlite-tde standby --promote DB\n");
+                    "       sqlite-tde standby --promote DB\n"
+                    "       sqlite-tde standby --status DB\n");
   }
   fprintf(stderr, "Try 'sqlite-tde %s --help'.\n", zCmd);
   return CLI_USAGE;
@@ -123,14 +128,42 @@ int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
   return CLI_OK;
 }
 
+/* --status: the replication figures of either side, from its state files
+** (no keystore needed). */
+static int printReplStatus(const char *zDb){
+  tde_repl_info r;
+  int rc = tde_repl_status(zDb, &r);
+  if( rc ){
+    cliErrDetail("cannot read the replication status", rc);
+    return CLI_FAIL;
+  }
+  printf("role: %s\n", r.zRole);
+  if( strcmp(r.zRole, "none")==0 ) return CLI_OK;
+  printf("state: %s\npeer: %s\n", r.zState, r.zPeer);
+  if( strcmp(r.zRole, "primary")==0 ){
+    printf("shipped_seq: %lld\nacked_seq: %lld\n", (long long)r.shippedSeq, (long long)r.ackedSeq);
+  }else{
+    printf("received_seq: %lld\napplied_seq: %lld\n", (long long)r.receivedSeq, (long long)r.appliedSeq);
+  }
+  printf("transport_lag_txn: %lld\ntransport_lag_bytes: %lld\ntransport_lag_seconds: %.3f\n",
+         (long long)r.transportLagTxn, (long long)r.transportLagBytes, r.transportLagSec);
+  if( strcmp(r.zRole, "standby")==0 ){
+    printf("apply_lag_txn: %lld\napply_lag_bytes: %lld\napply_lag_seconds: %.3f\n",
+           (long long)r.applyLagTxn, (long long)r.applyLagBytes, r.applyLagSec);
+  }
+  printf("updated_ms: %lld\n", (long long)r.updatedMs);
+  return CLI_OK;
+}
+
 int cliCmdStandby(Cli *pCli, const CliArgs *pArgs){
   const char *zListen = 0, *zDb = 0;
-  int bPromote = 0, rc;
+  int bPromote = 0, bStatus = 0, rc;
   for(int i=0; i<pArgs->nRest; i++){
     const char *z = pArgs->azRest[i];
     if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){
       printf("usage: sqlite-tde standby --listen HOST:PORT DB\n"
-             "       sqlite-tde standby --promote DB\n\n%s", cliStandbyHelp);
+             "       sqlite-tde standby --promote DB\n"
+             "       sqlite-tde standby --status DB\n\n%s", cliStandbyHelp);
       return CLI_OK;
     }
     if( strcmp(z, "--listen")==0 ){
@@ -138,6 +171,8 @@ int cliCmdStandby(Cli *pCli, const CliArgs *pArgs){
       zListen = pArgs->azRest[++i];
     }else if( strcmp(z, "--promote")==0 ){
       bPromote = 1;
+    }else if( strcmp(z, "--status")==0 ){
+      bStatus = 1;
     }else if( strcmp(z, "--config")==0 ){
       if( i+1>=pArgs->nRest ) return usage("standby", "%s needs a file name", z);
       setConfig(pCli, pArgs->azRest[++i]);   /* accepted; the standby needs no key */
@@ -150,7 +185,10 @@ int cliCmdStandby(Cli *pCli, const CliArgs *pArgs){
     }
   }
   if( !zDb ) return usage("standby", "missing argument%s", "");
-  if( bPromote==(zListen!=0) ) return usage("standby", "give exactly one of --listen and --promote%s", "");
+  if( bPromote + bStatus + (zListen!=0)!=1 ){
+    return usage("standby", "give exactly one of --listen, --promote and --status%s", "");
+  }
+  if( bStatus ) return printReplStatus(zDb);
   if( bPromote ){
     rc = tde_standby_promote(zDb);
     if( rc ){

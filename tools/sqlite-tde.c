@@ -132,7 +132,7 @@ static const CliCommand aCommand[] = {
   { "ship", "--to HOST:PORT [--to HOST:PORT...] DB",
     "ship committed WAL transactions, encrypted, to standbys",
     cliShipHelp, 0, CLI_OPT_PASSTHRU, cliCmdShip },
-  { "standby", "--listen HOST:PORT DB | --promote DB",
+  { "standby", "--listen HOST:PORT DB | --promote DB | --status DB",
     "receive and apply shipped transactions without the key; promote",
     cliStandbyHelp, 0, CLI_OPT_PASSTHRU, cliCmdStandby },
 };

@@ -181,20 +181,7 @@ int tdeKvRead(const char *zPath, const char *zMagic, TdeKv **pp);
 #define TDE_STANDBY_STATE_MAGIC "sqlite-tde-standby 1"
 
 /* Replication status of database zDb as its state files describe it. */
-typedef struct TdeReplStatus {
-  char zRole[16];             /* primary, standby, none */
-  char zPeer[512];
-  int64_t shippedSeq;         /* primary: last captured (shippable) sequence */
-  int64_t ackedSeq;           /* primary: lowest acknowledged by the standbys */
-  int64_t receivedSeq;        /* standby */
-  int64_t appliedSeq;         /* standby */
-  int64_t transportLagTxn, transportLagBytes;
-  double transportLagSec;
-  int64_t applyLagTxn, applyLagBytes;
-  double applyLagSec;
-  char zState[64];            /* streaming, disconnected, base copy, stopped */
-  int64_t updatedMs;
-} TdeReplStatus;
+typedef tde_repl_info TdeReplStatus;
 int tdeReplStatusRead(const char *zDb, TdeReplStatus *p);
 
 /* Does a standby state file exist next to zDb (the shim then serves it

@@ -89,6 +89,8 @@ struct Ship {
   ** drops every POSIX lock the process holds on it, SQLite's included
   ** (the WAL write lock is a lock on -shm). */
   int fdDb, fdShm;
+  ShipIdx *aIdx;              /* capture thread only: records of the spool */
+  int nIdx, nIdxAlloc;
 };
 
 /* The process-wide descriptors (caller holds the WAL write lock, so -shm
@@ -381,6 +383,10 @@ static void shipWriteState(Ship *p, const char *zState){
   for(int i=0; i<p->nPeer; i++){
     ShipPeer *q = &p->aPeer[i];
     char zK[64];
+    int64_t nBytes = 0;
+    /* Spool bytes this standby has not acknowledged (also while it is away). */
+    for(int k=p->nIdx-1; k>=0 && p->aIdx[k].seq>q->ackedSeq; k--) nBytes += p->aIdx[k].n;
+    q->lagBytes = nBytes;
     snprintf(zK, sizeof(zK), "peer%d", i);            tdeKvSet(kv, zK, "%s", q->zAddr);
     snprintf(zK, sizeof(zK), "peer%d_state", i);      tdeKvSet(kv, zK, "%s", q->zState);
     snprintf(zK, sizeof(zK), "peer%d_sent_seq", i);   tdeKvSet(kv, zK, "%llu", (unsigned long long)q->sentSeq);
@@ -395,6 +401,26 @@ static void shipWriteState(Ship *p, const char *zState){
 }
 
 /* ---- sender ------------------------------------------------------------- */
+
+/* The capture thread's index of the spool, for lag in bytes. */
+static void shipOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n){
+  Ship *p = pArg;
+  if( !r ){ p->nIdx = 0; return; }
+  if( r->kind==TDE_REC_MARK ) return;
+  if( p->nIdx>=p->nIdxAlloc ){
+    int nNew = p->nIdxAlloc*2 + 256;
+    ShipIdx *aNew = sqlite3_realloc64(p->aIdx, sizeof(ShipIdx)*(sqlite3_uint64)nNew);
+    if( !aNew ) return;
+    p->aIdx = aNew;
+    p->nIdxAlloc = nNew;
+  }
+  p->aIdx[p->nIdx].seq = r->seq;
+  p->aIdx[p->nIdx].iOff = iOff;
+  p->aIdx[p->nIdx].n = (uint32_t)n;
+  p->aIdx[p->nIdx].kind = r->kind;
+  p->aIdx[p->nIdx].tCapture = r->tCapture;
+  p->nIdx++;
+}
 
 static void peerOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n){
   ShipPeer *q = pArg;
@@ -764,6 +790,8 @@ TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const
   if( rc ) goto done;
   rc = tdeSpoolOpen(zAbs, 1, p->aDbid, &s);
   if( rc ) goto done;
+  s->xOnRec = shipOnRec;
+  s->pOnRecArg = p;
   memcpy(p->aHistory, s->aHistory, 16);
   rc = tdeSpoolScan(s, 1);
   if( rc ) goto done;
@@ -836,6 +864,7 @@ done:
     for(i=0; i<p->nPeer; i++) sqlite3_free(p->aPeer[i].aIdx);
     sqlite3_free(p->aPeer);
   }
+  sqlite3_free(p->aIdx);
   tdeSpoolClose(s);
   sqlite3_close(db);
   if( p->fdDb>=0 ) close(p->fdDb);       /* after every connection of ours */

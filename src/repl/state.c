@@ -282,12 +282,11 @@ int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){
     int64_t captured = tdeKvInt(kv, "captured_seq");
     int64_t capturedMs = tdeKvInt(kv, "captured_ms");
     int nPeer = (int)tdeKvInt(kv, "peers");
-    int64_t minAck = -1, maxBytes = 0;
+    int64_t minAck = -1, minSent = -1, maxBytes = 0;
     double maxSec = 0;
     int n = 0;
     snprintf(p->zRole, sizeof(p->zRole), "primary");
     snprintf(p->zState, sizeof(p->zState), "%s", tdeKvGet(kv, "state") ? tdeKvGet(kv, "state") : "");
-    p->shippedSeq = captured;
     for(int i=0; i<nPeer && i<16; i++){
       char zK[64];
       const char *zAddr, *zSt;
@@ -302,6 +301,8 @@ int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){
       ackedCap = tdeKvInt(kv, zK);
       snprintf(zK, sizeof(zK), "peer%d_lag_bytes", i);
       bytes = tdeKvInt(kv, zK);
+      snprintf(zK, sizeof(zK), "peer%d_sent_seq", i);
+      if( minSent<0 || tdeKvInt(kv, zK)<minSent ) minSent = tdeKvInt(kv, zK);
       n += snprintf(p->zPeer+n, sizeof(p->zPeer)-(size_t)(n<(int)sizeof(p->zPeer)?n:(int)sizeof(p->zPeer)-1),
                     "%s%s(%s,acked=%lld)", i ? " " : "", zAddr ? zAddr : "?", zSt ? zSt : "?", (long long)acked);
       if( n>=(int)sizeof(p->zPeer) ) n = (int)sizeof(p->zPeer)-1;
@@ -312,6 +313,8 @@ int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){
       }
     }
     p->ackedSeq = minAck<0 ? 0 : minAck;
+    p->shippedSeq = minSent<0 ? 0 : minSent;
+    if( p->shippedSeq<p->ackedSeq ) p->shippedSeq = p->ackedSeq;
     p->transportLagTxn = captured - p->ackedSeq;
     if( p->transportLagTxn<0 ) p->transportLagTxn = 0;
     p->transportLagBytes = maxBytes;
@@ -325,4 +328,9 @@ int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){
   }
   (void)now;
   return TDE_OK;
+}
+
+TDE_API int tde_repl_status(const char *zDb, tde_repl_info *pInfo){
+  if( !zDb || !pInfo ) return tdeErr(TDE_MISUSE, "tde_repl_status: no database");
+  return tdeReplStatusRead(zDb, pInfo);
 }

@@ -28,6 +28,7 @@ typedef struct TdeStatusRow {
   sqlite3_int64 nAuthFail;
   int bRekey;                 /* a rekey is in progress */
   char zMasterKeys[1024];     /* every master key wrapping the current data key */
+  TdeReplStatus repl;         /* standby / primary role and lag (repl/state.c) */
 } TdeStatusRow;
 
 static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
@@ -71,6 +72,7 @@ static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
   }
   r->pgsz = p->pgsz;
   tdeMainPageCount(p, &r->nPages);
+  tdeReplStatusRead(p->zName, &r->repl);
 }
 
 char *tdeStatusPragma(TdeFile *p){
@@ -85,6 +87,20 @@ char *tdeStatusPragma(TdeFile *p){
                       r->zMasterKey[0] ? r->zMasterKey : "-", r->keyVersion, r->pgsz,
                       r->zDbid[0] ? r->zDbid : "-", r->iSlot, r->seq, r->nAuthFail,
                       r->bRekey, r->zMasterKeys[0] ? r->zMasterKeys : "-");
+  if( z && r->repl.zRole[0] && strcmp(r->repl.zRole, "none")!=0 ){
+    const TdeReplStatus *q = &r->repl;
+    z = sqlite3_mprintf("%z role=%s repl_state=%s peer=%s shipped_seq=%lld acked_seq=%lld "
+                        "received_seq=%lld applied_seq=%lld transport_lag_txn=%lld "
+                        "transport_lag_bytes=%lld transport_lag_seconds=%.3f apply_lag_txn=%lld "
+                        "apply_lag_bytes=%lld apply_lag_seconds=%.3f", z, q->zRole,
+                        q->zState[0] ? q->zState : "-", q->zPeer[0] ? q->zPeer : "-",
+                        (long long)q->shippedSeq, (long long)q->ackedSeq, (long long)q->receivedSeq,
+                        (long long)q->appliedSeq, (long long)q->transportLagTxn,
+                        (long long)q->transportLagBytes, q->transportLagSec, (long long)q->applyLagTxn,
+                        (long long)q->applyLagBytes, q->applyLagSec);
+  }else if( z ){
+    z = sqlite3_mprintf("%z role=none", z);
+  }
   sqlite3_free(r);
   return z;
 }
@@ -106,7 +122,9 @@ typedef struct StatusVtab {
 
 enum { COL_SCHEMA, COL_FILE, COL_ENCRYPTED, COL_CIPHER, COL_KEYSTORE, COL_KEYSTORE_STATUS,
        COL_MASTER_KEY, COL_KEY_VERSION, COL_PAGE_SIZE, COL_PAGES, COL_DBID, COL_SLOT,
-       COL_SEQ, COL_CONFIG, COL_AUTH_FAILURES, COL_REKEY, COL_PAGES_BY_VERSION, COL_MASTER_KEYS };
+       COL_SEQ, COL_CONFIG, COL_AUTH_FAILURES, COL_REKEY, COL_PAGES_BY_VERSION, COL_MASTER_KEYS,
+       COL_ROLE, COL_REPL_STATE, COL_PEER, COL_SHIPPED, COL_ACKED, COL_RECEIVED, COL_APPLIED,
+       COL_TLAG_TXN, COL_TLAG_BYTES, COL_TLAG_SEC, COL_ALAG_TXN, COL_ALAG_BYTES, COL_ALAG_SEC };
 
 static int statusConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                          sqlite3_vtab **ppVtab, char **pzErr){
@@ -117,7 +135,10 @@ static int statusConnect(sqlite3 *db, void *pAux, int argc, const char *const *a
     "CREATE TABLE x(schema TEXT, file TEXT, encrypted INT, cipher TEXT, keystore TEXT, "
     "keystore_status TEXT, master_key TEXT, data_key_version INT, page_size INT, pages INT, "
     "database_id TEXT, header_slot INT, header_seq INT, config TEXT, auth_failures INT, "
-    "rekey_in_progress INT, pages_by_version TEXT, master_keys TEXT)");
+    "rekey_in_progress INT, pages_by_version TEXT, master_keys TEXT, "
+    "role TEXT, repl_state TEXT, peer TEXT, shipped_seq INT, acked_seq INT, received_seq INT, "
+    "applied_seq INT, transport_lag_txn INT, transport_lag_bytes INT, transport_lag_seconds REAL, "
+    "apply_lag_txn INT, apply_lag_bytes INT, apply_lag_seconds REAL)");
   if( rc ) return rc;
   v = sqlite3_malloc(sizeof(*v));
   if( !v ) return SQLITE_NOMEM;
@@ -211,6 +232,29 @@ static int statusColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i){
     case COL_AUTH_FAILURES: if( r->bEncrypted ) sqlite3_result_int64(ctx, r->nAuthFail); else sqlite3_result_null(ctx); break;
     case COL_REKEY:    if( r->bEncrypted ) sqlite3_result_int(ctx, r->bRekey); else sqlite3_result_null(ctx); break;
     case COL_MASTER_KEYS: resultText(ctx, r->zMasterKeys); break;
+    default:
+      if( i>=COL_ROLE && r->bEncrypted ){
+        /* Replication (repl/state.c): NULL where the role has no such figure. */
+        const TdeReplStatus *q = &r->repl;
+        int bPrim = strcmp(q->zRole, "primary")==0, bStby = strcmp(q->zRole, "standby")==0;
+        switch( i ){
+          case COL_ROLE:       resultText(ctx, q->zRole[0] ? q->zRole : "none"); break;
+          case COL_REPL_STATE: resultText(ctx, q->zState); break;
+          case COL_PEER:       resultText(ctx, q->zPeer); break;
+          case COL_SHIPPED:    if( bPrim ) sqlite3_result_int64(ctx, q->shippedSeq); break;
+          case COL_ACKED:      if( bPrim ) sqlite3_result_int64(ctx, q->ackedSeq); break;
+          case COL_RECEIVED:   if( bStby ) sqlite3_result_int64(ctx, q->receivedSeq); break;
+          case COL_APPLIED:    if( bStby ) sqlite3_result_int64(ctx, q->appliedSeq); break;
+          case COL_TLAG_TXN:   if( bPrim || bStby ) sqlite3_result_int64(ctx, q->transportLagTxn); break;
+          case COL_TLAG_BYTES: if( bPrim || bStby ) sqlite3_result_int64(ctx, q->transportLagBytes); break;
+          case COL_TLAG_SEC:   if( bPrim || bStby ) sqlite3_result_double(ctx, q->transportLagSec); break;
+          case COL_ALAG_TXN:   if( bStby ) sqlite3_result_int64(ctx, q->applyLagTxn); break;
+          case COL_ALAG_BYTES: if( bStby ) sqlite3_result_int64(ctx, q->applyLagBytes); break;
+          case COL_ALAG_SEC:   if( bStby ) sqlite3_result_double(ctx, q->applyLagSec); break;
+          default: break;
+        }
+      }
+      break;
     case COL_PAGES_BY_VERSION: {
       /* Reads every page's trailer: computed only when asked for. */
       uint32_t aV[TDE_MAX_VERSIONS*2];
@@ -228,7 +272,6 @@ static int statusColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i){
       }
       break;
     }
-    default: break;
   }
   return SQLITE_OK;
 }

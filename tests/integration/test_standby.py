@@ -29,6 +29,11 @@ def standby_snapshot(sdb, d, name):
     return dst
 
 
+def status(db):
+    r = subprocess.run([C.CLI, "standby", "--status", db], capture_output=True, text=True)
+    return dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
+
+
 def compare(pdb, sdb, cfg, d, what):
     pr = C.rows(pdb, cfg)
     sr = C.rows(sdb, cfg)
@@ -107,6 +112,39 @@ def main():
     n = db.execute("SELECT count(*) FROM t WHERE v LIKE 'CANARY-7f3a-%'").fetchone()[0]
     db.close()
     C.check(n > 0, "the canary is there in the rows read with the key (%d rows)" % n)
+
+    C.step("monitoring: sqlite-tde standby --status and tde_status on both sides")
+    st = status(sdb)
+    C.check(st.get("role") == "standby" and st.get("applied_seq") == str(seq) and st.get("apply_lag_txn") == "0"
+            and st.get("transport_lag_txn") == "0", "standby --status: %s" % st)
+    pt = status(pdb)
+    C.check(pt.get("role") == "primary" and pt.get("acked_seq") == str(seq) and pt.get("transport_lag_txn") == "0",
+            "primary --status: %s" % pt)
+    db = C.connect(sdb, cfg)
+    row = db.execute("SELECT role, applied_seq, received_seq, apply_lag_txn, transport_lag_txn, repl_state "
+                     "FROM tde_status").fetchone()
+    prag = db.execute("PRAGMA tde_status").fetchone()[0]
+    db.close()
+    C.check(row == ("standby", seq, seq, 0, 0, "streaming"), "tde_status on the standby (with the key): %s" % (row,))
+    C.check("role=standby" in prag and "applied_seq=%d" % seq in prag, "PRAGMA tde_status names the role")
+    db = C.connect(pdb, cfg)
+    row = db.execute("SELECT role, acked_seq, transport_lag_txn, peer FROM tde_status").fetchone()
+    db.close()
+    C.check(row[0] == "primary" and row[1] == seq and row[2] == 0 and "streaming" in row[3],
+            "tde_status on the primary: %s" % (row,))
+    C.stop(sb)
+    C.run_writer(d, pdb, cfg, 60, seed=6)
+    time.sleep(1.0)
+    pt = status(pdb)
+    C.check(int(pt.get("transport_lag_txn", 0)) >= 60 and int(pt.get("transport_lag_bytes", 0)) > 0
+            and float(pt.get("transport_lag_seconds", 0)) > 0,
+            "standby down: the primary shows the lag (%s txn, %s bytes, %s s)" % (
+                pt.get("transport_lag_txn"), pt.get("transport_lag_bytes"), pt.get("transport_lag_seconds")))
+    sb = C.start_standby(d, sdb, sport)
+    seq = C.wait_caught_up(pdb, sdb)
+    pt = status(pdb)
+    C.check(seq is not None and pt.get("transport_lag_txn") == "0" and pt.get("transport_lag_bytes") == "0",
+            "standby restarted: lag back to zero (sequence %s)" % seq)
 
     C.step("shipper stopped and restarted: resumes where the standby is")
     C.stop(ship)
