@@ -54,6 +54,7 @@ typedef struct TdeRec {
   uint64_t tCapture;          /* ms since the epoch */
   uint8_t aHdrHash[32];       /* SHA-256 of the header region in force after it */
   uint32_t nPayload;
+  uint32_t keySig;            /* data-key versions of that header (0: unknown) */
 } TdeRec;
 
 /* Capture position: where the spool ends in the WAL. */
@@ -65,6 +66,7 @@ typedef struct TdeSpoolPos {
   int bClosed;                /* that generation ended: any other is new */
   int bValid;                 /* a record exists */
   uint8_t aHdrHash[32];
+  uint32_t keySig;            /* data-key versions the header lists (see tdeKeySig) */
 } TdeSpoolPos;
 
 typedef struct TdeSpool {

@@ -310,6 +310,7 @@ static int shipGapLocked(Ship *p, TdeSpool *s, const TdeWalEnd *pEnd){
   g.kind = TDE_REC_GAP;
   g.tCapture = tdeNowMs();
   memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
+  g.keySig = s->pos.keySig;
   if( !bShort && pEnd->bKnown && memcmp(pEnd->aSalt, aWalHdr+16, 8)==0 ){
     memcpy(g.aSalt, aWalHdr+16, 8);
     g.nCkpt = tdeGet32(aWalHdr+12);

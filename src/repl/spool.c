@@ -17,6 +17,7 @@
 */
 #include "repl/repl.h"
 #include "cipher/cipher.h"
+#include "keys/keys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -91,6 +92,7 @@ void tdeRecEncode(const TdeRec *r, uint8_t *a){
   tdePut64(a+48, r->tCapture);
   memcpy(a+56, r->aHdrHash, 32);
   tdePut32(a+88, r->nPayload);
+  tdePut32(a+92, r->keySig);
 }
 
 int tdeRecDecode(const uint8_t *a, TdeRec *r){
@@ -108,6 +110,7 @@ int tdeRecDecode(const uint8_t *a, TdeRec *r){
   r->tCapture = tdeGet64(a+48);
   memcpy(r->aHdrHash, a+56, 32);
   r->nPayload = tdeGet32(a+88);
+  r->keySig = tdeGet32(a+92);
   if( r->kind<TDE_REC_TXN || r->kind>TDE_REC_GAP ) return tdeErr(TDE_FORMAT, "bad record kind %d", r->kind);
   if( r->nFrame>0 && (r->pgsz<512 || r->pgsz>65536 || (r->pgsz & (r->pgsz-1))) ){
     return tdeErr(TDE_FORMAT, "bad page size %u in a record", r->pgsz);
@@ -142,6 +145,7 @@ static void posApply(TdeSpoolPos *p, const TdeRec *r){
   p->iFrame = r->iLast;
   p->bClosed = (r->flags & TDE_RECF_CLOSED)!=0;
   memcpy(p->aHdrHash, r->aHdrHash, 32);
+  p->keySig = r->keySig;
   p->bValid = 1;
 }
 
@@ -364,11 +368,40 @@ static int capReserve(CapBuf *b, size_t nMore){
   return TDE_OK;
 }
 
-/* Header region of the database, if it changed since the spool's last. */
-static int capHeader(TdeSpool *s, const TdeRawSrc *pHdrSrc, CapBuf *b, int *pbHdr, uint8_t *aHash){
+/* Which data-key versions a header region lists (FNV-1a over the current
+** version and the sorted set), without any key.  0 if it does not parse. */
+static uint32_t tdeKeySig(const uint8_t *aRegion){
+  TdeHeader *h = sqlite3_malloc(sizeof(TdeHeader));
+  uint32_t sig = 2166136261u, aV[32];
+  int nV = 0, iSlot = 0;
+  if( !h ) return 0;
+  if( tdeHeaderPick(aRegion, TDE_HEADER_BYTES, h, &iSlot)!=TDE_OK ){ sqlite3_free(h); return 0; }
+  for(int i=0; i<h->nEntry && nV<32; i++){
+    int k = 0;
+    while( k<nV && aV[k]!=h->aEntry[i].version ) k++;
+    if( k==nV ) aV[nV++] = h->aEntry[i].version;
+  }
+  for(int i=1; i<nV; i++){            /* insertion sort: a handful of versions */
+    uint32_t v = aV[i];
+    int k = i-1;
+    while( k>=0 && aV[k]>v ){ aV[k+1] = aV[k]; k--; }
+    aV[k+1] = v;
+  }
+  sig = (sig ^ h->curVersion) * 16777619u;
+  for(int i=0; i<nV; i++) sig = (sig ^ aV[i]) * 16777619u;
+  sqlite3_free(h);
+  return sig ? sig : 1;
+}
+
+/* Header region of the database, if it changed since the spool's last.
+** *pbRekey: its data-key versions changed (a rekey began or ended). */
+static int capHeader(TdeSpool *s, const TdeRawSrc *pHdrSrc, CapBuf *b, int *pbHdr, uint8_t *aHash,
+                     uint32_t *pKeySig, int *pbRekey){
   int bShort, rc;
   *pbHdr = 0;
+  *pbRekey = 0;
   memcpy(aHash, s->pos.aHdrHash, 32);
+  *pKeySig = s->pos.keySig;
   if( !pHdrSrc ) return TDE_OK;
   rc = capReserve(b, TDE_HEADER_BYTES);
   if( rc ) return rc;
@@ -376,6 +409,8 @@ static int capHeader(TdeSpool *s, const TdeRawSrc *pHdrSrc, CapBuf *b, int *pbHd
   if( rc || bShort ) return rc;
   tdeSha256(b->a + b->n, TDE_HEADER_BYTES, aHash);
   if( memcmp(aHash, s->pos.aHdrHash, 32)!=0 ){
+    *pKeySig = tdeKeySig(b->a + b->n);
+    *pbRekey = s->pos.keySig!=0 && *pKeySig!=s->pos.keySig;
     b->n += TDE_HEADER_BYTES;
     *pbHdr = 1;
   }
@@ -387,6 +422,8 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
   uint8_t aWalHdr[TDE_WAL_HDR];
   uint8_t aHash[32];
   uint8_t aSalt[8];
+  uint32_t keySig = 0;
+  int bRekey = 0;
   uint32_t pgsz = 0, nCkpt = 0, iStart = 0, iEnd = 0, iFirst = 0;
   int bWal = 0, bShort = 0, bHdr = 0, rc;
   CapBuf b = { 0, 0, 0 };
@@ -420,6 +457,7 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
       g.pgsz = pgsz;
       g.tCapture = tNow;
       memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
+      g.keySig = s->pos.keySig;
       tdeLog(TDE_LOG_WARNING, "%s: WAL frames were discarded before they were captured; "
              "standbys behind sequence %llu need a base copy", s->zPath, (unsigned long long)g.seq);
       rc = tdeSpoolAppend(s, &g, 0);
@@ -455,7 +493,7 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
     }
   }
 
-  rc = capHeader(s, pHdrSrc, &b, &bHdr, aHash);
+  rc = capHeader(s, pHdrSrc, &b, &bHdr, aHash, &keySig, &bRekey);
   iFirst = iStart;
   for(uint32_t i=iStart; rc==TDE_OK && iStart && i<=iEnd; i++){
     sqlite3_int64 off = TDE_WAL_HDR + (sqlite3_int64)(i-1)*(TDE_FRAME_HDR + pgsz);
@@ -489,6 +527,7 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
       r.nFrame = i - iFirst + 1;
       r.tCapture = tNow;
       memcpy(r.aHdrHash, aHash, 32);
+      r.keySig = keySig;
       r.nPayload = (uint32_t)b.n;
       rc = tdeSpoolAppend(s, &r, b.a);
       if( rc ) break;
@@ -512,6 +551,7 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
     r.iFirst = r.iLast = s->pos.iFrame;
     r.tCapture = tNow;
     memcpy(r.aHdrHash, aHash, 32);
+    r.keySig = keySig;
     r.nPayload = TDE_HEADER_BYTES;
     if( s->pos.bClosed ) r.flags |= TDE_RECF_CLOSED;
     rc = tdeSpoolAppend(s, &r, b.a);
@@ -519,6 +559,27 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
   }
   sqlite3_free(b.a);
   if( rc ) return rc;
+  if( bRekey ){
+    /* A rekey began or ended: its steps rewrite pages in the database
+    ** file directly, never through the WAL, so standbys must take a base
+    ** copy rather than miss them. */
+    TdeRec g;
+    memset(&g, 0, sizeof(g));
+    g.seq = s->pos.seq + 1;
+    g.kind = TDE_REC_GAP;
+    memcpy(g.aSalt, s->pos.aSalt, 8);
+    g.nCkpt = s->pos.nCkpt;
+    g.iLast = s->pos.iFrame;
+    g.flags = s->pos.bClosed ? TDE_RECF_CLOSED : 0;
+    g.tCapture = tNow;
+    memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
+    g.keySig = s->pos.keySig;
+    tdeLog(TDE_LOG_INFO, "%s: the data-key versions changed (rekey): standbys take a base copy at "
+           "sequence %llu", s->zPath, (unsigned long long)g.seq);
+    rc = tdeSpoolAppend(s, &g, 0);
+    if( rc ) return rc;
+    (*pnNew)++;
+  }
 
   if( eWhy==TDE_CAPTURE_RESTART && aNewHdr ){
     TdeRec m;
@@ -529,6 +590,7 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
     m.pgsz = tdeGet32(aNewHdr+8);
     m.tCapture = tNow;
     memcpy(m.aHdrHash, s->pos.aHdrHash, 32);
+    m.keySig = s->pos.keySig;
     rc = tdeSpoolAppend(s, &m, 0);
     if( rc==TDE_OK ) (*pnNew)++;
   }else if( eWhy==TDE_CAPTURE_CLOSE && bWal && !s->pos.bClosed ){
@@ -542,6 +604,7 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
     m.iLast = s->pos.iFrame;
     m.tCapture = tNow;
     memcpy(m.aHdrHash, s->pos.aHdrHash, 32);
+    m.keySig = s->pos.keySig;
     rc = tdeSpoolAppend(s, &m, 0);
     if( rc==TDE_OK ) (*pnNew)++;
   }
