@@ -188,6 +188,15 @@ kconf host.conf
 sed -i "s/^kmip_servers = .*/kmip_servers = localhost:$PORT/" host.conf
 msg=$("$CLI" --config host.conf keystore status 2>&1 || true)
 check "server certificate for another host name: refused" 'echo "$msg" | has "server certificate refused: hostname mismatch"'
+# A name that does not resolve: a clear error, within the connect timeout
+# even when the resolver itself hangs (resolution runs under the deadline).
+sed -i "s/^kmip_servers = .*/kmip_servers = no-such-kms.invalid:$PORT/" host.conf
+t0=$(date +%s%N)
+msg=$("$CLI" --config host.conf keystore status 2>&1 || true)
+t1=$(date +%s%N)
+echo "     unresolvable host: $(echo "$msg" | grep -m1 'resolve') ($(( (t1-t0)/1000000 )) ms)"
+check "an unresolvable host name: a clear error" 'echo "$msg" | has "cannot resolve host"'
+check "... within the connect timeout (2 s) plus start-up" "[ $(( (t1-t0)/1000000 )) -lt 3500 ]"
 
 # An expired server certificate (openssl s_server presenting it).
 EXP_PORT=$(kmip_free_port)
