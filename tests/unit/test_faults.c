@@ -52,71 +52,16 @@
 
 #include <sqlite3.h>
 #include "sqlite-tde.h"
-
-static char zScratch[1024];
-static char zCfg[PATH_MAX];
+#include "tdetest.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static int rmOne(const char *zPath, const struct stat *pSt, int flag, struct FTW *pFtw){
-  (void)pSt; (void)flag; (void)pFtw;
-  return remove(zPath);
-}
-
-static void pathOf(char *zOut, const char *zName){
-  if( snprintf(zOut, PATH_MAX, "%s/%s", zScratch, zName) >= PATH_MAX ) fail_msg("path too long");
-}
-
-static unsigned char *readAll(const char *zPath, size_t *pn){
-  FILE *f = fopen(zPath, "rb");
-  unsigned char *a;
-  long n;
-  *pn = 0;
-  if( !f ) return 0;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  a = malloc((size_t)n + 1);
-  if( a && n>0 && fread(a, 1, (size_t)n, f)!=(size_t)n ){ free(a); a = 0; }
-  fclose(f);
-  if( a ) *pn = (size_t)n;
-  return a;
-}
-
-static void writeAll(const char *zPath, const void *a, size_t n){
-  FILE *f = fopen(zPath, "wb");
-  assert_non_null(f);
-  if( n ) assert_int_equal(fwrite(a, 1, n, f), n);
-  assert_int_equal(fclose(f), 0);
-}
-
-static void removeDb(const char *zPath){
-  char z[PATH_MAX+16];
-  unlink(zPath);
-  snprintf(z, sizeof(z), "%s-journal", zPath); unlink(z);
-  snprintf(z, sizeof(z), "%s-wal", zPath); unlink(z);
-  snprintf(z, sizeof(z), "%s-shm", zPath); unlink(z);
-}
-
-static void quietLog(void *pArg, int level, const char *zMsg){
-  (void)pArg;
-  if( getenv("TDE_TEST_LOG") ) fprintf(stderr, "tde log %d: %s\n", level, zMsg);
-}
-
 static int bPlain;               /* control runs: plain SQLite, no tde */
-static int openTde(const char *zPath, sqlite3 **pDb){
-  char *zUri;
-  int rc;
-  if( bPlain ) return sqlite3_open_v2(zPath, pDb, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE, 0);
-  zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfg);
-  rc = sqlite3_open_v2(zUri, pDb, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_URI, 0);
-  sqlite3_free(zUri);
-  return rc;
-}
 
-static void exec(sqlite3 *db, const char *zSql){
-  char *zErr = 0;
-  if( sqlite3_exec(db, zSql, 0, 0, &zErr) ) fail_msg("%s: %s", zSql, zErr);
+/* Through tde, or without it in the control runs.  SQLite result code. */
+static int openDb(const char *zPath, sqlite3 **pDb){
+  if( bPlain ) return sqlite3_open_v2(zPath, pDb, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE, 0);
+  return openTdeCfg(zPath, zCfg, pDb);
 }
 
 /* FNV-1a over all rows of t and of sqlite_schema.  SQLite result code. */
@@ -147,18 +92,6 @@ static int contentSum(sqlite3 *db, uint64_t *pH){
   return SQLITE_OK;
 }
 
-static int integrityOk(sqlite3 *db){
-  sqlite3_stmt *p = 0;
-  int bOk = 0;
-  if( sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &p, 0)==SQLITE_OK
-   && sqlite3_step(p)==SQLITE_ROW ){
-    const unsigned char *z = sqlite3_column_text(p, 0);
-    bOk = z && strcmp((const char*)z, "ok")==0;
-  }
-  if( sqlite3_finalize(p) ) bOk = 0;
-  return bOk;
-}
-
 /* Outcomes of probeDb. */
 #define PR_OK        0    /* opens, reads, integrity ok, tde_verify ok */
 #define PR_FAIL      1    /* any failure except the two below */
@@ -173,7 +106,7 @@ static int probeDb(const char *zPath, uint64_t *pH, char *zWhy, size_t nWhy){
   sqlite3 *db = 0;
   int64_t nChecked = 0, iBad = 0;
   int out = PR_OK;
-  int rc = openTde(zPath, &db);
+  int rc = openDb(zPath, &db);
   zWhy[0] = 0;
   if( rc ){
     snprintf(zWhy, nWhy, "open: %s (%s)", sqlite3_errstr(rc), tde_last_error());
@@ -504,38 +437,14 @@ static sqlite3_vfs faultVfs = {
 /* ---- group setup ------------------------------------------------------------ */
 
 static int groupSetup(void **state){
-  const char *zTmp = getenv("TDE_TEST_TMP");
-  static const char zText[] =
-    "keystore = wallet\nwallet = w.tdew\nwallet_kdf_t = 1\nwallet_kdf_m_kib = 8192\n";
-  char zId[TDE_KEYID_MAX+1];
-  FILE *f;
   (void)state;
-  umask(077);
-  if( zTmp==0 || zTmp[0]==0 ) zTmp = "/tmp";
-  mkdir(zTmp, 0700);
-  snprintf(zScratch, sizeof(zScratch), "%s/tdefaults-XXXXXX", zTmp);
-  if( mkdtemp(zScratch)==0 ) return -1;
-  if( strpbrk(zScratch, "?#%&=")!=0 ) return -1;
-  if( tde_register(0)!=TDE_OK ) return -1;
-  tde_set_log(quietLog, 0);
-  snprintf(zCfg, sizeof(zCfg), "%s/tde.conf", zScratch);
-  f = fopen(zCfg, "w");
-  if( !f ) return -1;
-  fputs(zText, f);
-  fclose(f);
-  if( tde_keystore_create(zCfg, NULL, zId, sizeof(zId))!=TDE_OK ){
-    fprintf(stderr, "tde_keystore_create: %s\n", tde_last_error());
-    return -1;
-  }
-  if( tde_keystore_open(zCfg, NULL)!=TDE_OK ) return -1;
-  printf("# scratch %s\n", zScratch);
-  return 0;
+  return tdetestGroupSetup("tdefaults", 1);
 }
 
 static int groupTeardown(void **state){
   (void)state;
   for(int i=0; i<3; i++){ free(pl.aDur[i].a); pl.aDur[i].a = 0; }
-  if( getenv("TDE_KEEP_SCRATCH")==0 ) nftw(zScratch, rmOne, 16, FTW_DEPTH | FTW_PHYS);
+  tdetestScratchRemove();
   return 0;
 }
 
@@ -546,7 +455,7 @@ static void faultBase(const char *zPath, int bWal, unsigned char **pa, size_t *p
   sqlite3 *db = 0;
   char zSql[512];
   removeDb(zPath);
-  assert_int_equal(openTde(zPath, &db), SQLITE_OK);
+  assert_int_equal(openDb(zPath, &db), SQLITE_OK);
   exec(db, "PRAGMA page_size=1024");
   exec(db, "PRAGMA auto_vacuum=INCREMENTAL");     /* so the workload truncates */
   exec(db, bWal ? "PRAGMA journal_mode=WAL" : "PRAGMA journal_mode=DELETE");
@@ -581,7 +490,7 @@ static void faultWorkload(const char *zPath, int bWal, sqlite3 **pDb, FaultRun *
   int rc;
   memset(r, 0, sizeof(*r));
   *pDb = 0;
-  rc = openTde(zPath, &db);
+  rc = openDb(zPath, &db);
   if( rc ){ r->bSawError = 1; sqlite3_close(db); return; }
   r->bOpened = 1;
   *pDb = db;
@@ -810,7 +719,7 @@ static void powerLoss(int bWal){
   long aKind[3] = {0, 0, 0}, nPre = 0, nPost = 0, nBad = 0, nHdr = 0, nWalPage = 0;
   pathOf(zPath, bWal ? "pl-wal.db" : "pl-delete.db");
   removeDb(zPath);
-  assert_int_equal(openTde(zPath, &db), SQLITE_OK);
+  assert_int_equal(openDb(zPath, &db), SQLITE_OK);
   exec(db, "PRAGMA page_size=1024");
   exec(db, bWal ? "PRAGMA journal_mode=WAL" : "PRAGMA journal_mode=DELETE");
   exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, k INT, v TEXT)");
@@ -823,7 +732,7 @@ static void powerLoss(int bWal){
   assert_non_null(aBase);
 
   /* Dry run: the state after each operation. */
-  assert_int_equal(openTde(zPath, &db), SQLITE_OK);
+  assert_int_equal(openDb(zPath, &db), SQLITE_OK);
   assert_int_equal(contentSum(db, &aState[0]), SQLITE_OK);
   for(int i=0; i<nOp; i++){
     runOp(db, azOp[i]);
@@ -842,7 +751,7 @@ static void powerLoss(int bWal){
   for(int i=0; i<3; i++) durableLoad(i);
   pl.bArmed = 1;
   pl.iOp = 0;
-  assert_int_equal(openTde(zPath, &db), SQLITE_OK);
+  assert_int_equal(openDb(zPath, &db), SQLITE_OK);
   exec(db, "PRAGMA synchronous=FULL");
   exec(db, "PRAGMA cache_size=2");
   for(int i=0; i<nOp; i++){

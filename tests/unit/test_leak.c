@@ -39,10 +39,9 @@
 
 #include <sqlite3.h>
 #include "sqlite-tde.h"
+#include "tdetest.h"
 
-static char zScratch[1024];
 static char zTmpDir[PATH_MAX];    /* SQLITE_TMPDIR */
-static char zCfg[PATH_MAX];
 
 /* ---- canaries ------------------------------------------------------------- */
 
@@ -293,31 +292,6 @@ static int onProgress(void *pArg){
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static int rmOne(const char *zPath, const struct stat *pSt, int flag, struct FTW *pFtw){
-  (void)pSt; (void)flag; (void)pFtw;
-  return remove(zPath);
-}
-
-static void pathOf(char *zOut, const char *zName){
-  if( snprintf(zOut, PATH_MAX, "%s/%s", zScratch, zName) >= PATH_MAX ) fail_msg("path too long");
-}
-
-static unsigned char *readAll(const char *zPath, size_t *pn){
-  FILE *f = fopen(zPath, "rb");
-  unsigned char *a;
-  long n;
-  *pn = 0;
-  if( !f ) return 0;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  a = malloc((size_t)n + 1);
-  if( a && n>0 && fread(a, 1, (size_t)n, f)!=(size_t)n ){ free(a); a = 0; }
-  fclose(f);
-  if( a ) *pn = (size_t)n;
-  return a;
-}
-
 /* Scan one file on disk; returns its size (-1 if absent). */
 static long scanFile(const char *zPath, const char *zWhy){
   size_t n;
@@ -388,27 +362,16 @@ static void insertCanary(sqlite3 *db, const char *zTable, int c, int iFirst, int
            iFirst, iFirst+n-1, zTable, azCanary[c], nLen);
 }
 
+/* Scratch and tde are set up in main (before SQLite starts); here the
+** wallet. */
 static int groupSetup(void **state){
-  static const char zText[] =
-    "keystore = wallet\nwallet = w.tdew\nwallet_kdf_t = 1\nwallet_kdf_m_kib = 8192\n";
-  char zId[TDE_KEYID_MAX+1];
-  FILE *f;
   (void)state;
-  snprintf(zCfg, sizeof(zCfg), "%s/tde.conf", zScratch);
-  f = fopen(zCfg, "w");
-  if( !f ) return -1;
-  fputs(zText, f);
-  fclose(f);
-  if( tde_keystore_create(zCfg, NULL, zId, sizeof(zId))!=TDE_OK ){
-    fprintf(stderr, "tde_keystore_create: %s\n", tde_last_error());
-    return -1;
-  }
-  return 0;
+  return tdetestWalletMake();
 }
 
 static int groupTeardown(void **state){
   (void)state;
-  if( getenv("TDE_KEEP_SCRATCH")==0 ) nftw(zScratch, rmOne, 16, FTW_DEPTH | FTW_PHYS);
+  tdetestScratchRemove();
   return 0;
 }
 
@@ -641,16 +604,11 @@ static void test_no_plaintext_anywhere(void **state){
 }
 
 int main(void){
-  const char *zTmp = getenv("TDE_TEST_TMP");
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_positive_control),
     cmocka_unit_test(test_no_plaintext_anywhere),
   };
-  umask(077);
-  if( zTmp==0 || zTmp[0]==0 ) zTmp = "/tmp";
-  mkdir(zTmp, 0700);
-  snprintf(zScratch, sizeof(zScratch), "%s/tdeleak-XXXXXX", zTmp);
-  if( mkdtemp(zScratch)==0 ){ perror("mkdtemp"); return 1; }
+  if( tdetestScratchMake("tdeleak") ){ perror("mkdtemp"); return 1; }
   if( realpath(zScratch, zTmpDir)==0 ){ perror("realpath"); return 1; }
   if( snprintf(zScratch, sizeof(zScratch), "%s", zTmpDir) >= (int)sizeof(zScratch) ) return 1;
   if( snprintf(zTmpDir, sizeof(zTmpDir), "%s/sqlite-tmp", zScratch) >= (int)sizeof(zTmpDir) ) return 1;

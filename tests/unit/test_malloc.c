@@ -35,9 +35,7 @@
 
 #include <sqlite3.h>
 #include "sqlite-tde.h"
-
-static char zScratch[1024];
-static char zCfg[PATH_MAX];
+#include "tdetest.h"
 
 /* ---- the failing allocator ------------------------------------------------- */
 
@@ -79,61 +77,6 @@ static void mfArm(int n, int bPersist){
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static int rmOne(const char *zPath, const struct stat *pSt, int flag, struct FTW *pFtw){
-  (void)pSt; (void)flag; (void)pFtw;
-  return remove(zPath);
-}
-
-static unsigned char *readAll(const char *zPath, size_t *pn){
-  FILE *f = fopen(zPath, "rb");
-  unsigned char *a;
-  long n;
-  *pn = 0;
-  if( !f ) return 0;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  a = malloc((size_t)n + 1);
-  if( a && n>0 && fread(a, 1, (size_t)n, f)!=(size_t)n ){ free(a); a = 0; }
-  fclose(f);
-  if( a ) *pn = (size_t)n;
-  return a;
-}
-
-static void writeAll(const char *zPath, const void *a, size_t n){
-  FILE *f = fopen(zPath, "wb");
-  assert_non_null(f);
-  if( n ) assert_int_equal(fwrite(a, 1, n, f), n);
-  assert_int_equal(fclose(f), 0);
-}
-
-static void removeDb(const char *zPath){
-  char z[PATH_MAX+16];
-  unlink(zPath);
-  snprintf(z, sizeof(z), "%s-journal", zPath); unlink(z);
-  snprintf(z, sizeof(z), "%s-wal", zPath); unlink(z);
-  snprintf(z, sizeof(z), "%s-shm", zPath); unlink(z);
-}
-
-static void quietLog(void *pArg, int level, const char *zMsg){
-  (void)pArg;
-  if( getenv("TDE_TEST_LOG") ) fprintf(stderr, "tde log %d: %s\n", level, zMsg);
-}
-
-static int openTde(const char *zPath, sqlite3 **pDb){
-  char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfg);
-  int rc;
-  if( zUri==0 ){ *pDb = 0; return SQLITE_NOMEM; }
-  rc = sqlite3_open_v2(zUri, pDb, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_URI, 0);
-  sqlite3_free(zUri);
-  return rc;
-}
-
-static void exec(sqlite3 *db, const char *zSql){
-  char *zErr = 0;
-  if( sqlite3_exec(db, zSql, 0, 0, &zErr) ) fail_msg("%s: %s", zSql, zErr);
-}
-
 /* FNV-1a over the rows of t and u and the schema; SQLite result code.
 ** A missing table counts as empty. */
 static int contentSum(sqlite3 *db, uint64_t *pH){
@@ -166,40 +109,16 @@ static int contentSum(sqlite3 *db, uint64_t *pH){
 }
 
 static int groupSetup(void **state){
-  const char *zTmp = getenv("TDE_TEST_TMP");
-  static const char zText[] =
-    "keystore = wallet\nwallet = w.tdew\nwallet_kdf_t = 1\nwallet_kdf_m_kib = 8192\n";
-  char zId[TDE_KEYID_MAX+1];
-  FILE *f;
   (void)state;
-  umask(077);
-  if( zTmp==0 || zTmp[0]==0 ) zTmp = "/tmp";
-  mkdir(zTmp, 0700);
-  snprintf(zScratch, sizeof(zScratch), "%s/tdemalloc-XXXXXX", zTmp);
-  if( mkdtemp(zScratch)==0 ) return -1;
-  if( strpbrk(zScratch, "?#%&=")!=0 ) return -1;
-  if( tde_register(0)!=TDE_OK ) return -1;
-  tde_set_log(quietLog, 0);
-  snprintf(zCfg, sizeof(zCfg), "%s/tde.conf", zScratch);
-  f = fopen(zCfg, "w");
-  if( !f ) return -1;
-  fputs(zText, f);
-  fclose(f);
-  if( tde_keystore_create(zCfg, NULL, zId, sizeof(zId))!=TDE_OK ){
-    fprintf(stderr, "tde_keystore_create: %s\n", tde_last_error());
-    return -1;
-  }
   /* The keystore stays open: the workloads fail SQLite allocations, and
   ** opening a wallet allocates none. */
-  if( tde_keystore_open(zCfg, NULL)!=TDE_OK ) return -1;
-  printf("# scratch %s\n", zScratch);
-  return 0;
+  return tdetestGroupSetup("tdemalloc", 1);
 }
 
 static int groupTeardown(void **state){
   (void)state;
   tde_keystore_close(zCfg);
-  if( getenv("TDE_KEEP_SCRATCH")==0 ) nftw(zScratch, rmOne, 16, FTW_DEPTH | FTW_PHYS);
+  tdetestScratchRemove();
   return 0;
 }
 
@@ -240,7 +159,7 @@ static void workload(int w, const char *zPath, Run *r){
   uint64_t h;
   int rc;
   memset(r, 0, sizeof(*r));
-  rc = openTde(zPath, &db);
+  rc = openTdeCfg(zPath, zCfg, &db);
   if( rc ){
     noteRc(r, db ? sqlite3_extended_errcode(db) : rc);
     mf.bArmed = 0;
@@ -269,19 +188,12 @@ static void workload(int w, const char *zPath, Run *r){
 /* After the fault: open, integrity, verify, content.  0 and *pH on success. */
 static int check(const char *zPath, uint64_t *pH, char *zWhy, size_t nWhy){
   sqlite3 *db = 0;
-  sqlite3_stmt *p = 0;
   int64_t nChecked = 0, iBad = 0;
-  int rc, bOk = 0;
-  rc = openTde(zPath, &db);
+  int rc = openTdeCfg(zPath, zCfg, &db);
   if( rc ){ snprintf(zWhy, nWhy, "open: %s (%s)", sqlite3_errstr(rc), tde_last_error()); sqlite3_close(db); return 1; }
   rc = contentSum(db, pH);
   if( rc ){ snprintf(zWhy, nWhy, "read: %s", sqlite3_errmsg(db)); sqlite3_close(db); return 1; }
-  if( sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &p, 0)==SQLITE_OK && sqlite3_step(p)==SQLITE_ROW ){
-    const unsigned char *z = sqlite3_column_text(p, 0);
-    bOk = z && strcmp((const char*)z, "ok")==0;
-  }
-  sqlite3_finalize(p);
-  if( !bOk ){ snprintf(zWhy, nWhy, "integrity_check failed"); sqlite3_close(db); return 1; }
+  if( !integrityOk(db) ){ snprintf(zWhy, nWhy, "integrity_check failed"); sqlite3_close(db); return 1; }
   rc = tde_verify(db, "main", &nChecked, &iBad, 0, 0);
   if( rc ){ snprintf(zWhy, nWhy, "tde_verify: %s (%s)", tde_errstr(rc), tde_last_error()); sqlite3_close(db); return 1; }
   sqlite3_close(db);
@@ -292,7 +204,7 @@ static void baseDb(int w, const char *zPath){
   sqlite3 *db = 0;
   removeDb(zPath);
   if( w==W_CREATE ) return;
-  assert_int_equal(openTde(zPath, &db), SQLITE_OK);
+  assert_int_equal(openTdeCfg(zPath, zCfg, &db), SQLITE_OK);
   exec(db, "PRAGMA page_size=1024");
   exec(db, w==W_OPEN_WAL ? "PRAGMA journal_mode=WAL" : "PRAGMA journal_mode=DELETE");
   exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, k INT, v TEXT)");

@@ -48,14 +48,13 @@
 
 #include <sqlite3.h>
 #include "sqlite-tde.h"
+#include "tdetest.h"
 
 #define WAL_HDR    32
 #define FRAME_HDR  24
 #define NROW       400          /* rows of the base table: ~30 pages of 4096 */
 #define MAX_FRAMES 2048
 
-static char zScratch[1024];
-static char zCfg[PATH_MAX];
 static uint32_t P;              /* page size of the current run */
 static char zRun[32];           /* "delete 4096", for messages */
 
@@ -75,40 +74,6 @@ static char zCase[320];         /* current case, for messages */
 
 /* ---- files ---------------------------------------------------------------- */
 
-static int rmOne(const char *zPath, const struct stat *pSt, int flag, struct FTW *pFtw){
-  (void)pSt; (void)flag; (void)pFtw;
-  return remove(zPath);
-}
-
-/* zDir/zName into zOut (PATH_MAX bytes). */
-static void joinPath(char *zOut, const char *zDir, const char *zName){
-  if( snprintf(zOut, PATH_MAX, "%s/%s", zDir, zName) >= PATH_MAX ) fail_msg("path too long");
-}
-
-/* Whole file into malloc'd memory; NULL (and *pn 0) if it does not exist. */
-static unsigned char *readAll(const char *zPath, size_t *pn){
-  FILE *f = fopen(zPath, "rb");
-  unsigned char *a;
-  long n;
-  *pn = 0;
-  if( !f ) return 0;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  a = malloc((size_t)n + 1);
-  if( a && fread(a, 1, (size_t)n, f)!=(size_t)n ){ free(a); a = 0; }
-  fclose(f);
-  if( a ) *pn = (size_t)n;
-  return a;
-}
-
-static void writeAll(const char *zPath, const void *a, size_t n){
-  FILE *f = fopen(zPath, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(a, 1, n, f), n);
-  assert_int_equal(fclose(f), 0);
-}
-
 /* Replace the bytes of an open file in place (same inode, so a live
 ** connection keeps reading this very file). */
 static void overwriteInPlace(const char *zPath, const void *a, size_t n){
@@ -117,15 +82,6 @@ static void overwriteInPlace(const char *zPath, const void *a, size_t n){
   assert_int_equal(pwrite(fd, a, n, 0), (ssize_t)n);
   assert_int_equal(ftruncate(fd, (off_t)n), 0);
   assert_int_equal(close(fd), 0);
-}
-
-static void removeDb(const char *zPath){
-  char z[PATH_MAX+16];
-  unlink(zPath);
-  snprintf(z, sizeof(z), "%s-journal", zPath); unlink(z);
-  snprintf(z, sizeof(z), "%s-wal", zPath); unlink(z);
-  snprintf(z, sizeof(z), "%s-shm", zPath); unlink(z);
-  snprintf(z, sizeof(z), "%s-tderekey", zPath); unlink(z);
 }
 
 /* A database and its WAL as bytes. */
@@ -153,7 +109,7 @@ static void imgRead(Img *p, const char *zPath){
 
 static void imgWrite(const Img *p, const char *zPath){
   char z[PATH_MAX+8];
-  removeDb(zPath);
+  removeDbFiles(zPath, 1);
   writeAll(zPath, p->aDb, p->nDb);
   if( p->aWal ){
     snprintf(z, sizeof(z), "%s-wal", zPath);
@@ -191,22 +147,11 @@ static void swapBytes(unsigned char *a, size_t i, size_t j, size_t n){
 
 /* ---- SQLite ---------------------------------------------------------------- */
 
-static void quietLog(void *pArg, int level, const char *zMsg){
-  (void)pArg;
-  if( getenv("TDE_TEST_LOG") ) fprintf(stderr, "tde log %d: %s\n", level, zMsg);
-}
-
-static int openTde(const char *zPath, sqlite3 **pDb){
-  char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfg);
-  int rc = sqlite3_open_v2(zUri, pDb, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_URI, 0);
-  sqlite3_free(zUri);
+/* Through tde, with extended result codes: the cases name them exactly. */
+static int openTdeExt(const char *zPath, sqlite3 **pDb){
+  int rc = openTdeCfg(zPath, zCfg, pDb);
   if( rc==SQLITE_OK ) sqlite3_extended_result_codes(*pDb, 1);
   return rc;
-}
-
-static void exec(sqlite3 *db, const char *zSql){
-  char *zErr = 0;
-  if( sqlite3_exec(db, zSql, 0, 0, &zErr) ) fail_msg("[%s] %s: %s", zRun, zSql, zErr);
 }
 
 static void execf(sqlite3 *db, const char *zFmt, ...){
@@ -216,7 +161,7 @@ static void execf(sqlite3 *db, const char *zFmt, ...){
   z = sqlite3_vmprintf(zFmt, ap);
   va_end(ap);
   assert_non_null(z);
-  exec(db, z);
+  execTagged(zRun, db, z);
   sqlite3_free(z);
 }
 
@@ -307,7 +252,7 @@ static void probeFresh(const char *zPath, Outcome *o){
   snprintf(z, sizeof(z), "%s-shm", zPath);
   unlink(z);
   memset(o, 0, sizeof(*o));
-  o->rcOpen = openTde(zPath, &db);
+  o->rcOpen = openTdeExt(zPath, &db);
   if( o->rcOpen ){
     o->rcOpen = sqlite3_extended_errcode(db);
     snprintf(o->zOpenErr, sizeof(o->zOpenErr), "%s", sqlite3_errmsg(db));
@@ -330,7 +275,7 @@ static void probeLive(const char *zPath, const Img *pGood, const Img *pBad, Outc
   sqlite3 *db = 0;
   char z[PATH_MAX+8];
   imgWrite(pGood, zPath);
-  assert_int_equal(openTde(zPath, &db), SQLITE_OK);
+  assert_int_equal(openTdeExt(zPath, &db), SQLITE_OK);
   sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
   assert_true(queryInt(db, "SELECT count(*) FROM sqlite_schema") >= 2);
   snprintf(z, sizeof(z), "%s-wal", zPath);
@@ -345,7 +290,7 @@ static int verifyOnly(const char *zPath, int64_t *piBad, int *prcOpen){
   int64_t nChecked = 0;
   int rc;
   *piBad = 0;
-  *prcOpen = openTde(zPath, &db);
+  *prcOpen = openTdeExt(zPath, &db);
   if( *prcOpen ){ *prcOpen = sqlite3_extended_errcode(db); sqlite3_close(db); return -1; }
   sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
   rc = tde_verify(db, "main", &nChecked, piBad, 0, 0);
@@ -480,11 +425,11 @@ static const char *zTableSql =
 ** WAL mode checkpointed: no WAL left). */
 static void buildDb(const char *zPath, const char *zMode, Img *pOut, uint64_t *pH){
   sqlite3 *db = 0;
-  removeDb(zPath);
-  assert_int_equal(openTde(zPath, &db), SQLITE_OK);
+  removeDbFiles(zPath, 1);
+  assert_int_equal(openTdeExt(zPath, &db), SQLITE_OK);
   execf(db, "PRAGMA page_size=%u", P);
   execf(db, "PRAGMA journal_mode=%s", zMode);
-  exec(db, zTableSql);
+  execTagged(zRun, db, zTableSql);
   execf(db, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<%d) "
             "INSERT INTO t SELECT i, i*7919 %% 1000, printf('row %%04d %%.240c', i, char(65 + i %% 26)) FROM c",
         NROW);
@@ -501,8 +446,8 @@ static void buildDb(const char *zPath, const char *zMode, Img *pOut, uint64_t *p
 static void mutate(const char *zPath, const Img *pFrom, const char *zSql, Img *pOut, uint64_t *pH){
   sqlite3 *db = 0;
   imgWrite(pFrom, zPath);
-  assert_int_equal(openTde(zPath, &db), SQLITE_OK);
-  exec(db, zSql);
+  assert_int_equal(openTdeExt(zPath, &db), SQLITE_OK);
+  execTagged(zRun, db, zSql);
   assert_int_equal(contentSum(db, pH, 0), SQLITE_OK);
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
   imgRead(pOut, zPath);
@@ -515,7 +460,7 @@ static void pageKinds(const char *zPath, char *aKind, uint32_t nPage){
   sqlite3 *db = 0;
   sqlite3_stmt *p = 0;
   memset(aKind, '?', nPage + 1);
-  assert_int_equal(openTde(zPath, &db), SQLITE_OK);
+  assert_int_equal(openTdeExt(zPath, &db), SQLITE_OK);
   if( sqlite3_prepare_v2(db, "SELECT pageno, name, pagetype FROM dbstat", -1, &p, 0) ){
     fail_msg("dbstat is needed to find the pages of t (SQLITE_ENABLE_DBSTAT_VTAB): %s", sqlite3_errmsg(db));
   }
@@ -705,7 +650,7 @@ static void caseRekey(const char *zDir, const char *zDst, const Img *pBase, uint
   caseBegin("page %u sealed under data-key version 1, written back after a finished rekey", pg);
   joinPath(zR, zDir, "rekey.db");
   imgWrite(pBase, zR);
-  assert_int_equal(openTde(zR, &db), SQLITE_OK);
+  assert_int_equal(openTdeExt(zR, &db), SQLITE_OK);
   rc = tde_db_rekey(db, "main", 8, 0, 0);
   CHECK(rc==TDE_OK, "tde_db_rekey: %s", tde_last_error());
   CHECK(queryInt(db, "SELECT data_key_version FROM tde_status WHERE schema='main'")==2,
@@ -889,19 +834,19 @@ static void buildWal(const char *zPath, Img *pOut, uint64_t *aH, Img *pGenA){
     "UPDATE t SET k = k + 1, v = printf('tx4 %04d %.240c', id, 'd') WHERE id BETWEEN 300 AND 340",
   };
   snprintf(zWal, sizeof(zWal), "%s-wal", zPath);
-  removeDb(zPath);
-  assert_int_equal(openTde(zPath, &db), SQLITE_OK);
+  removeDbFiles(zPath, 1);
+  assert_int_equal(openTdeExt(zPath, &db), SQLITE_OK);
   execf(db, "PRAGMA page_size=%u", P);
-  exec(db, "PRAGMA journal_mode=WAL");
-  exec(db, "PRAGMA wal_autocheckpoint=0");
-  exec(db, zTableSql);
+  execTagged(zRun, db, "PRAGMA journal_mode=WAL");
+  execTagged(zRun, db, "PRAGMA wal_autocheckpoint=0");
+  execTagged(zRun, db, zTableSql);
   execf(db, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<%d) "
             "INSERT INTO t SELECT i, i*7919 %% 1000, printf('row %%04d %%.240c', i, char(65 + i %% 26)) FROM c",
         NROW);
-  exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  execTagged(zRun, db, "PRAGMA wal_checkpoint(TRUNCATE)");
   /* Generation A. */
-  exec(db, "UPDATE t SET v = printf('genA %04d %.239c', id, 'g') WHERE id BETWEEN 1 AND 60");
-  exec(db, "UPDATE t SET v = printf('genA %04d %.239c', id, 'h') WHERE id BETWEEN 200 AND 260");
+  execTagged(zRun, db, "UPDATE t SET v = printf('genA %04d %.239c', id, 'g') WHERE id BETWEEN 1 AND 60");
+  execTagged(zRun, db, "UPDATE t SET v = printf('genA %04d %.239c', id, 'h') WHERE id BETWEEN 200 AND 260");
   memset(pGenA, 0, sizeof(*pGenA));
   pGenA->aWal = readAll(zWal, &pGenA->nWal);
   assert_non_null(pGenA->aWal);
@@ -913,7 +858,7 @@ static void buildWal(const char *zPath, Img *pOut, uint64_t *aH, Img *pGenA){
   }
   assert_int_equal(contentSum(db, &aH[0], 0), SQLITE_OK);
   for(int i=0; i<NTX; i++){
-    exec(db, azTx[i]);
+    execTagged(zRun, db, azTx[i]);
     assert_int_equal(contentSum(db, &aH[i+1], 0), SQLITE_OK);
   }
   sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
@@ -1202,17 +1147,17 @@ static void runFrames(uint32_t pgsz){
     joinPath(zR, zDir, "rekey.db");
     caseBegin("WAL frame 1 sealed under data-key version 1 written back after a finished rekey");
     imgWrite(&img, zR);
-    assert_int_equal(openTde(zR, &db), SQLITE_OK);
+    assert_int_equal(openTdeExt(zR, &db), SQLITE_OK);
     rc = tde_db_rekey(db, "main", 16, 0, 0);
     CHECK(rc==TDE_OK, "tde_db_rekey: %s", tde_last_error());
     CHECK(queryInt(db, "SELECT data_key_version FROM tde_status WHERE schema='main'")==2,
           "data-key version after the rekey is not 2");
     CHECK(queryInt(db, "SELECT rekey_in_progress FROM tde_status WHERE schema='main'")==0,
           "rekey still in progress");
-    exec(db, "PRAGMA wal_autocheckpoint=0");
+    execTagged(zRun, db, "PRAGMA wal_autocheckpoint=0");
     assert_int_equal(contentSum(db, &aHr[0], 0), SQLITE_OK);
     CHECK(aHr[0]==aH[NTX], "the rekey changed the content");
-    exec(db, "UPDATE t SET v = printf('rk %04d %.241c', id, 'r') WHERE id BETWEEN 50 AND 90");
+    execTagged(zRun, db, "UPDATE t SET v = printf('rk %04d %.241c', id, 'r') WHERE id BETWEEN 50 AND 90");
     assert_int_equal(contentSum(db, &aHr[1], 0), SQLITE_OK);
     sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
     assert_int_equal(sqlite3_close(db), SQLITE_OK);
@@ -1246,31 +1191,8 @@ static void test_frames_1024(void **s){ (void)s; runFrames(1024); }
 /* ---- setup ------------------------------------------------------------------ */
 
 static int groupSetup(void **state){
-  const char *zTmp = getenv("TDE_TEST_TMP");
-  static const char zText[] =
-    "keystore = wallet\nwallet = w.tdew\nwallet_kdf_t = 1\nwallet_kdf_m_kib = 8192\n";
-  char zId[TDE_KEYID_MAX+1];
-  FILE *f;
   (void)state;
-  umask(077);
-  if( zTmp==0 || zTmp[0]==0 ) zTmp = "/tmp";
-  mkdir(zTmp, 0700);
-  snprintf(zScratch, sizeof(zScratch), "%s/tdesplice-XXXXXX", zTmp);
-  if( mkdtemp(zScratch)==0 ) return -1;
-  if( strpbrk(zScratch, "?#%&=")!=0 ) return -1;
-  if( tde_register(0)!=TDE_OK ) return -1;
-  tde_set_log(quietLog, 0);
-  snprintf(zCfg, sizeof(zCfg), "%s/tde.conf", zScratch);
-  f = fopen(zCfg, "w");
-  if( !f ) return -1;
-  fputs(zText, f);
-  fclose(f);
-  if( tde_keystore_create(zCfg, NULL, zId, sizeof(zId))!=TDE_OK ){
-    fprintf(stderr, "tde_keystore_create: %s\n", tde_last_error());
-    return -1;
-  }
-  printf("# scratch %s\n", zScratch);
-  return 0;
+  return tdetestGroupSetup("tdesplice", 0);
 }
 
 static int groupTeardown(void **state){
@@ -1279,7 +1201,7 @@ static int groupTeardown(void **state){
          "the transaction of the bad frame), %ld documented-undetected (exact content of the spliced page "
          "version), %ld older-generation frames ending the log (documented, see expectKnown), "
          "%ld failed\n", nCase, nDetected, nTorn, nUndetected, nKnown, nFailed);
-  if( getenv("TDE_KEEP_SCRATCH")==0 ) nftw(zScratch, rmOne, 16, FTW_DEPTH | FTW_PHYS);
+  tdetestScratchRemove();
   return 0;
 }
 

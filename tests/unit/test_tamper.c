@@ -33,106 +33,24 @@
 #include <sqlite3.h>
 #include <openssl/sha.h>
 #include "sqlite-tde.h"
+#include "tdetest.h"
 
 #define PGSZ 1024
 #define WAL_HDR 32
 #define FRAME_HDR 24
 #define FRAME_SZ (FRAME_HDR + PGSZ)
 
-static char zScratch[1024];
-static char zCfg[PATH_MAX];
-
 /* ---- helpers -------------------------------------------------------------- */
 
-static int rmOne(const char *zPath, const struct stat *pSt, int flag, struct FTW *pFtw){
-  (void)pSt; (void)flag; (void)pFtw;
-  return remove(zPath);
-}
-
-static void pathOf(char *zOut, const char *zName){
-  if( snprintf(zOut, PATH_MAX, "%s/%s", zScratch, zName) >= PATH_MAX ) fail_msg("path too long");
-}
-
-static unsigned char *readAll(const char *zPath, size_t *pn){
-  FILE *f = fopen(zPath, "rb");
-  unsigned char *a;
-  long n;
-  *pn = 0;
-  if( !f ) return 0;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  a = malloc((size_t)n + 1);
-  if( a && fread(a, 1, (size_t)n, f)!=(size_t)n ){ free(a); a = 0; }
-  fclose(f);
-  if( a ) *pn = (size_t)n;
-  return a;
-}
-
-static void writeAll(const char *zPath, const void *a, size_t n){
-  FILE *f = fopen(zPath, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(a, 1, n, f), n);
-  assert_int_equal(fclose(f), 0);
-}
-
-static void removeDb(const char *zPath){
-  char z[PATH_MAX+16];
-  unlink(zPath);
-  snprintf(z, sizeof(z), "%s-journal", zPath); unlink(z);
-  snprintf(z, sizeof(z), "%s-wal", zPath); unlink(z);
-  snprintf(z, sizeof(z), "%s-shm", zPath); unlink(z);
-}
-
-static void quietLog(void *pArg, int level, const char *zMsg){
-  (void)pArg;
-  if( getenv("TDE_TEST_LOG") ) fprintf(stderr, "tde log %d: %s\n", level, zMsg);
-}
-
 static int groupSetup(void **state){
-  const char *zTmp = getenv("TDE_TEST_TMP");
-  static const char zText[] =
-    "keystore = wallet\nwallet = w.tdew\nwallet_kdf_t = 1\nwallet_kdf_m_kib = 8192\n";
-  char zId[TDE_KEYID_MAX+1];
-  FILE *f;
   (void)state;
-  umask(077);
-  if( zTmp==0 || zTmp[0]==0 ) zTmp = "/tmp";
-  mkdir(zTmp, 0700);
-  snprintf(zScratch, sizeof(zScratch), "%s/tdetamper-XXXXXX", zTmp);
-  if( mkdtemp(zScratch)==0 ) return -1;
-  if( strpbrk(zScratch, "?#%&=")!=0 ) return -1;
-  if( tde_register(0)!=TDE_OK ) return -1;
-  tde_set_log(quietLog, 0);
-  snprintf(zCfg, sizeof(zCfg), "%s/tde.conf", zScratch);
-  f = fopen(zCfg, "w");
-  if( !f ) return -1;
-  fputs(zText, f);
-  fclose(f);
-  if( tde_keystore_create(zCfg, NULL, zId, sizeof(zId))!=TDE_OK ){
-    fprintf(stderr, "tde_keystore_create: %s\n", tde_last_error());
-    return -1;
-  }
-  printf("# scratch %s\n", zScratch);
-  return 0;
+  return tdetestGroupSetup("tdetamper", 0);
 }
 
 static int groupTeardown(void **state){
   (void)state;
-  if( getenv("TDE_KEEP_SCRATCH")==0 ) nftw(zScratch, rmOne, 16, FTW_DEPTH | FTW_PHYS);
+  tdetestScratchRemove();
   return 0;
-}
-
-static int openTde(const char *zPath, sqlite3 **pDb){
-  char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfg);
-  int rc = sqlite3_open_v2(zUri, pDb, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_URI, 0);
-  sqlite3_free(zUri);
-  return rc;
-}
-
-static void exec(sqlite3 *db, const char *zSql){
-  char *zErr = 0;
-  if( sqlite3_exec(db, zSql, 0, 0, &zErr) ) fail_msg("%s: %s", zSql, zErr);
 }
 
 /* FNV-1a over all rows of t and of sqlite_schema.  SQLite result code. */
@@ -180,23 +98,14 @@ static int probe(const char *zPath, uint64_t *pH){
   int rc, out;
   int64_t nChecked, iBad;
   probeRead = 0;
-  rc = probePlain ? sqlite3_open_v2(zPath, &db, SQLITE_OPEN_READWRITE, 0) : openTde(zPath, &db);
+  rc = probePlain ? sqlite3_open_v2(zPath, &db, SQLITE_OPEN_READWRITE, 0) : openTdeCfg(zPath, zCfg, &db);
   if( rc ){ sqlite3_close(db); return P_ERR_OPEN; }
   /* Never checkpoint the damaged copy on close. */
   sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
   rc = contentSum(db, pH);
   if( rc ){ out = P_ERR_READ; goto done; }
   probeRead = 1;
-  {
-    sqlite3_stmt *p = 0;
-    int bOk = 0;
-    if( sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &p, 0)==SQLITE_OK
-     && sqlite3_step(p)==SQLITE_ROW ){
-      bOk = strcmp((const char*)sqlite3_column_text(p, 0), "ok")==0;
-    }
-    if( sqlite3_finalize(p) ) bOk = 0;
-    if( !bOk ){ out = P_ERR_INTEG; goto done; }
-  }
+  if( !integrityOk(db) ){ out = P_ERR_INTEG; goto done; }
   rc = probePlain ? TDE_OK : tde_verify(db, "main", &nChecked, &iBad, 0, 0);
   out = rc==TDE_OK ? P_OK : P_ERR_VERIFY;
 done:
@@ -438,7 +347,7 @@ static void test_tamper_rollback(void **state){
   pathOf(zSrc, "rb-src.db");
   pathOf(zDst, "rb-damaged.db");
   removeDb(zSrc);
-  assert_int_equal(openTde(zSrc, &db), SQLITE_OK);
+  assert_int_equal(openTdeCfg(zSrc, zCfg, &db), SQLITE_OK);
   exec(db, "PRAGMA page_size=1024");
   exec(db, "PRAGMA journal_mode=DELETE");
   exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, k INT, v TEXT)");
@@ -540,7 +449,7 @@ static void test_tamper_wal(void **state){
 
   /* Base state checkpointed into the database file, then three
   ** transactions left in the WAL (several frames each). */
-  assert_int_equal(openTde(zSrc, &db), SQLITE_OK);
+  assert_int_equal(openTdeCfg(zSrc, zCfg, &db), SQLITE_OK);
   exec(db, "PRAGMA page_size=1024");
   exec(db, "PRAGMA journal_mode=WAL");
   exec(db, "PRAGMA wal_autocheckpoint=0");
@@ -674,7 +583,7 @@ static void test_tamper_hot_journal(void **state){
   snprintf(zSrcJ, sizeof(zSrcJ), "%s-journal", zSrc);
   snprintf(zDstJ, sizeof(zDstJ), "%s-journal", zDst);
   removeDb(zSrc);
-  assert_int_equal(openTde(zSrc, &db), SQLITE_OK);
+  assert_int_equal(openTdeCfg(zSrc, zCfg, &db), SQLITE_OK);
   exec(db, "PRAGMA page_size=1024");
   exec(db, "PRAGMA journal_mode=DELETE");
   exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, k INT, v TEXT)");
@@ -691,7 +600,7 @@ static void test_tamper_hot_journal(void **state){
   assert_true(pid >= 0);
   if( pid==0 ){
     sqlite3 *c = 0;
-    if( openTde(zSrc, &c) ) _exit(2);
+    if( openTdeCfg(zSrc, zCfg, &c) ) _exit(2);
     if( sqlite3_exec(c, "PRAGMA cache_size=1; BEGIN; UPDATE t SET v = printf('uncommitted %d %.800c', id, 'z')",
                      0, 0, 0) ) _exit(3);
     _exit(0);
@@ -815,7 +724,7 @@ static void crashImages(const char *zMode, int bTde){
   mkdir(zCrashDir, 0700);
   nCrashImage = 0;
   probePlain = !bTde;
-  if( bTde ) assert_int_equal(openTde(zCrashDb, &db), SQLITE_OK);
+  if( bTde ) assert_int_equal(openTdeCfg(zCrashDb, zCfg, &db), SQLITE_OK);
   else assert_int_equal(sqlite3_open_v2(zCrashDb, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE, 0), SQLITE_OK);
   exec(db, "PRAGMA page_size=1024");
   if( strcmp(zMode, "wal")==0 ){

@@ -33,11 +33,11 @@
 
 #include <sqlite3.h>
 #include "sqlite-tde.h"
+#include "tdetest.h"
 
 #define TEST_SEED 0x7de5eed0c0ffee01ULL
 
-static char zScratch[1024];
-static char zCfg[PATH_MAX];      /* the auto-login wallet most tests use */
+/* zCfg (tdetest.h): the auto-login wallet most tests use. */
 static char zCfg2[PATH_MAX];     /* a different auto-login wallet */
 
 /* ---- log capture ---------------------------------------------------------- */
@@ -62,15 +62,6 @@ static void captureAllLog(void *pArg, int level, const char *zMsg){
 
 /* ---- scratch files -------------------------------------------------------- */
 
-static int rmOne(const char *zPath, const struct stat *pSt, int flag, struct FTW *pFtw){
-  (void)pSt; (void)flag; (void)pFtw;
-  return remove(zPath);
-}
-
-static void pathOf(char *zOut, const char *zName){
-  if( snprintf(zOut, PATH_MAX, "%s/%s", zScratch, zName) >= PATH_MAX ) fail_msg("path too long");
-}
-
 static sqlite3_int64 fileSize(const char *zPath){
   struct stat st;
   if( stat(zPath, &st)!=0 ) return -1;
@@ -82,30 +73,6 @@ static int fileExists(const char *zPath){
   return stat(zPath, &st)==0;
 }
 
-/* Whole file into malloc'd memory; *pn its size.  NULL if unreadable. */
-static unsigned char *readAll(const char *zPath, size_t *pn){
-  FILE *f = fopen(zPath, "rb");
-  unsigned char *a;
-  long n;
-  *pn = 0;
-  if( !f ) return 0;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  a = malloc((size_t)n + 1);
-  if( a && fread(a, 1, (size_t)n, f)!=(size_t)n ){ free(a); a = 0; }
-  fclose(f);
-  if( a ) *pn = (size_t)n;
-  return a;
-}
-
-static void writeAll(const char *zPath, const void *a, size_t n){
-  FILE *f = fopen(zPath, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(a, 1, n, f), n);
-  assert_int_equal(fclose(f), 0);
-}
-
 static void copyFile(const char *zFrom, const char *zTo){
   size_t n;
   unsigned char *a = readAll(zFrom, &n);
@@ -114,19 +81,10 @@ static void copyFile(const char *zFrom, const char *zTo){
   free(a);
 }
 
-static void removeDb(const char *zPath){
-  char z[PATH_MAX+16];
-  unlink(zPath);
-  snprintf(z, sizeof(z), "%s-journal", zPath); unlink(z);
-  snprintf(z, sizeof(z), "%s-wal", zPath); unlink(z);
-  snprintf(z, sizeof(z), "%s-shm", zPath); unlink(z);
-}
-
 /* Create an auto-login wallet and its configuration in zScratch/zDir. */
 static void makeConfig(const char *zDir, char *zOut){
   char zPath[PATH_MAX], zId[TDE_KEYID_MAX+1];
-  static const char zText[] =
-    "keystore = wallet\nwallet = w.tdew\nwallet_kdf_t = 1\nwallet_kdf_m_kib = 8192\n";
+  static const char zText[] = TDETEST_WALLET_CONF;
   int rc;
   pathOf(zPath, zDir);
   assert_int_equal(mkdir(zPath, 0700), 0);
@@ -137,13 +95,8 @@ static void makeConfig(const char *zDir, char *zOut){
 }
 
 static int groupSetup(void **state){
-  const char *zTmp = getenv("TDE_TEST_TMP");
   (void)state;
-  umask(077);
-  if( zTmp==0 || zTmp[0]==0 ) zTmp = "/tmp";
-  mkdir(zTmp, 0700);
-  snprintf(zScratch, sizeof(zScratch), "%s/tdevfs-XXXXXX", zTmp);
-  if( mkdtemp(zScratch)==0 ) return -1;
+  if( tdetestScratchMake("tdevfs") ) return -1;
   if( strpbrk(zScratch, "?#%&=")!=0 ) return -1;   /* URIs below are unescaped */
   if( tde_register(0)!=TDE_OK ) return -1;
   tde_set_log(captureLog, 0);
@@ -155,7 +108,7 @@ static int groupSetup(void **state){
 
 static int groupTeardown(void **state){
   (void)state;
-  if( getenv("TDE_KEEP_SCRATCH")==0 ) nftw(zScratch, rmOne, 16, FTW_DEPTH | FTW_PHYS);
+  tdetestScratchRemove();
   return 0;
 }
 
@@ -169,13 +122,6 @@ static int testSetup(void **state){
 }
 
 /* ---- SQL helpers ---------------------------------------------------------- */
-
-static int openTdeCfg(const char *zPath, const char *zConfig, sqlite3 **pDb){
-  char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zConfig);
-  int rc = sqlite3_open_v2(zUri, pDb, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_URI, 0);
-  sqlite3_free(zUri);
-  return rc;
-}
 
 static sqlite3 *openTde(const char *zPath){
   sqlite3 *db = 0;
