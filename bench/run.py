@@ -60,6 +60,9 @@ BASE_WORKLOADS = ["insert", "delete-replenish", "cold-scan", "warm-scan", "bounc
 # Workloads whose checksum must be the same in every run of every condition.
 DETERMINISTIC = {"delete-replenish", "cold-scan", "warm-scan", "bounce", "row-at-a-time"}
 ALL_CONDITIONS = ["plain", "wallet", "wallet-password", "pkcs11", "kmip", "sqlcipher"]
+# Run only when named in --conditions: the auto-login wallet with a standby
+# attached on 127.0.0.1 (sqlite-tde ship + standby), its lag sampled.
+EXTRA_CONDITIONS = ["standby"]
 TDE_CONDITIONS = ["wallet", "wallet-password", "pkcs11", "kmip"]
 # Throughput workloads of the ">= 0.97" target.
 THROUGHPUT_TARGET = ["insert", "delete-replenish", "row-at-a-time", "tpcb-select", "tpcb-rw"]
@@ -93,6 +96,7 @@ class Condition:
         self.skip = None       # reason, when skipped
         self.label = name
         self.dataset = None
+        self.standby = False   # run with a shipper and a standby attached
 
     def driver_args(self):
         a = []
@@ -244,10 +248,15 @@ def setup_condition(name, work, opt):
         if rc != 0:
             c.skip = "keystore status failed for %s: %s" % (c.config, out[-300:])
         return c
-    if name == "wallet":
+    if name in ("wallet", "standby"):
         write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\n")
         rc, out = run_cli(cli, c.config, ["keystore", "create", "--auto-login"])
         c.label = "wallet (auto-login)"
+        if name == "standby":
+            c.standby = True
+            c.label = "standby (auto-login wallet; sqlite-tde ship to a standby on 127.0.0.1, 50 ms cycles)"
+            if opt.journal.upper() != "WAL":
+                c.skip = "shipping needs journal_mode WAL (--journal %s)" % opt.journal
     elif name == "wallet-password":
         write_private(os.path.join(d, "wallet.pw"), secrets.token_urlsafe(24) + "\n")
         write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\npassword_file = wallet.pw\n")
@@ -338,10 +347,133 @@ def remove_db(path):
             pass
 
 
+def read_state(path):
+    """A state file of the standby feature (docs/FORMAT.md): {} if absent or torn."""
+    import hashlib
+    try:
+        data = open(path, "rb").read()
+    except OSError:
+        return {}
+    i = data.find(b"\nsha256=")
+    if i < 0 or hashlib.sha256(data[:i + 1]).hexdigest().encode() != data[i + 8:i + 72]:
+        return {}
+    return dict(l.split("=", 1) for l in data[:i].decode().split("\n")[1:] if "=" in l)
+
+
+def ship_lag(run_db):
+    """(transactions, bytes, seconds) the standby has not acknowledged, or None."""
+    st = read_state(run_db + "-tdeship-state")
+    if not st or "peer0_acked_seq" not in st:
+        return None
+    txn = max(0, int(st["captured_seq"]) - int(st["peer0_acked_seq"]))
+    sec = (int(st["captured_ms"]) - int(st["peer0_acked_capture_ms"])) / 1000.0 if txn else 0.0
+    return txn, int(st["peer0_lag_bytes"]), max(0.0, sec)
+
+
+def standby_start(c, opt, work, run_db):
+    """Standby and shipper for one run; returns (procs, standby folder) once
+    the standby holds the base copy."""
+    d = os.path.join(work, c.name, "standby")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    cli = os.path.join(opt.build, "sqlite-tde")
+    log = open(os.path.join(d, "log"), "a")
+    procs = [subprocess.Popen([cli, "standby", "--listen", "127.0.0.1:%d" % port, os.path.join(d, "s.db")],
+                              stdout=subprocess.DEVNULL, stderr=log, env=env_without_preload())]
+    time.sleep(0.2)
+    procs.append(subprocess.Popen([cli, "--config", c.config, "ship", "--cycle-ms", "50", "--to",
+                                   "127.0.0.1:%d" % port, run_db], stdout=subprocess.DEVNULL,
+                                  stderr=log, env=env_without_preload()))
+    t0 = time.time()
+    while time.time() - t0 < 300:
+        lag = ship_lag(run_db)
+        if lag is not None and lag[0] == 0 and read_state(os.path.join(d, "s.db-tdestandby")):
+            return procs, d
+        if any(p.poll() is not None for p in procs):
+            break
+        time.sleep(0.1)
+    standby_stop(procs)
+    raise RuntimeError("the standby did not take its base copy: %s" % open(os.path.join(d, "log")).read()[-300:])
+
+
+def standby_stop(procs):
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
 def run_one(c, workload, opt, work):
     run_db = os.path.join(work, c.name, "run.db")
     remove_db(run_db)
     shutil.copyfile(c.dataset, run_db)
+    if c.standby:
+        return run_one_standby(c, workload, opt, work, run_db)
+    return run_one_driver(c, workload, opt, work, run_db)
+
+
+def run_one_standby(c, workload, opt, work, run_db):
+    """The driver run with a standby attached: lag sampled every 50 ms while
+    it runs, at its end, and the time until the standby caught up."""
+    procs, d = standby_start(c, opt, work, run_db)
+    samples, stop = [], []
+
+    def sample():
+        while not stop:
+            lag = ship_lag(run_db)
+            if lag is not None:
+                samples.append(lag)
+            time.sleep(0.05)
+    import threading
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        r = run_one_driver(c, workload, opt, work, run_db, keep=True)
+        t_end = time.time()
+        stop.append(1)
+        th.join()
+        # the last sample (the shipper writes its state every 200 ms)
+        end = samples[-1] if samples else (ship_lag(run_db) or (0, 0, 0.0))
+        caught = None
+        while time.time() - t_end < 120:
+            lag = ship_lag(run_db)
+            if lag is not None and lag[0] == 0:
+                caught = time.time() - t_end
+                break
+            time.sleep(0.05)
+        r["standby_lag_txn_max"] = max([x[0] for x in samples] or [0])
+        r["standby_lag_bytes_max"] = max([x[1] for x in samples] or [0])
+        r["standby_lag_s_max"] = round(max([x[2] for x in samples] or [0.0]), 3)
+        r["standby_lag_txn_end"], r["standby_lag_bytes_end"], r["standby_lag_s_end"] = end[0], end[1], round(end[2], 3)
+        r["standby_catchup_s"] = round(caught, 3) if caught is not None else None
+        r["standby_lag_samples"] = len(samples)
+        st = read_state(run_db + "-tdeship-state")
+        r["ship_lock_ms_avg"] = float(st.get("capture_lock_ms_avg", "nan"))
+        r["ship_lock_ms_max"] = float(st.get("capture_lock_ms_max", "nan"))
+        if caught is None:
+            raise RuntimeError("the standby did not catch up within 120 s (lag %s)" % (ship_lag(run_db),))
+        return r
+    finally:
+        stop.append(1)
+        standby_stop(procs)
+        shutil.rmtree(d, ignore_errors=True)
+        remove_db(run_db)
+        for sfx in ("-tdeship", "-tdeship-state"):
+            try:
+                os.unlink(run_db + sfx)
+            except FileNotFoundError:
+                pass
+
+
+def run_one_driver(c, workload, opt, work, run_db, keep=False):
     args = ["--op", "run", "--db", run_db, "--seconds", str(opt.seconds)] + common_args(opt)
     b = base_of(workload)
     args += ["--workload", b]
@@ -350,7 +482,8 @@ def run_one(c, workload, opt, work):
     t0 = time.time()
     r = call_driver(c, args, timeout=max(600, opt.seconds * 60))
     r["wall_s"] = round(time.time() - t0, 3)
-    remove_db(run_db)
+    if not keep:
+        remove_db(run_db)
     return r
 
 
@@ -686,6 +819,21 @@ def md_report(res):
             fmt(r["max"]),
             "%.3f [%.3f, %.3f]" % (r["ratio"], r["ci_low"], r["ci_high"]) if "ratio" in r else "n/a",
             fmt(r.get("index")), r.get("verdict", "n/a")))
+    sb = [ob for ob in res["observations"] if "result" in ob and "standby_lag_txn_max" in ob["result"]]
+    if sb:
+        L += ["", "## Standby lag", "",
+              "Condition standby: a shipper (50 ms capture cycles) and a standby on 127.0.0.1 attached "
+              "during the run; lag = captured on the primary but not yet acknowledged (applied) by the "
+              "standby, sampled every 50 ms from the shipper's state file.", "",
+              "| repeat | workload | rows/s | lag max (txn / bytes / s) | lag at end (txn / bytes / s) | "
+              "caught up after | ship lock mean / max ms |", "|---:|---|---:|---|---|---:|---|"]
+        for ob in sb:
+            q = ob["result"]
+            L.append("| %d | %s | %s | %d / %d / %.3f | %d / %d / %.3f | %s s | %.3f / %.3f |" % (
+                ob["repeat"], ob["workload"], fmt(q.get("rows_per_s")), q["standby_lag_txn_max"],
+                q["standby_lag_bytes_max"], q["standby_lag_s_max"], q["standby_lag_txn_end"],
+                q["standby_lag_bytes_end"], q["standby_lag_s_end"], fmt(q["standby_catchup_s"]),
+                q["ship_lock_ms_avg"], q["ship_lock_ms_max"]))
     L += ["", "## Limitations", ""] + ["- " + x for x in res["limitations"]]
     L += ["", "## Raw measurements", "",
           "Every observation, with its per-operation samples, is in results.json.", "",
@@ -868,7 +1016,8 @@ def bench_main(argv):
     ap.add_argument("--synchronous", default="NORMAL", help="synchronous (default NORMAL)")
     ap.add_argument("--page-size", type=int, default=4096)
     ap.add_argument("--cache-size", type=int, default=-65536, help="PRAGMA cache_size (default -65536: 64 MiB, so that the tpcb data fits SQLite's cache as the targets assume)")
-    ap.add_argument("--conditions", default=",".join(ALL_CONDITIONS))
+    ap.add_argument("--conditions", default=",".join(ALL_CONDITIONS),
+                    help="comma-separated (default %s; also: %s)" % (",".join(ALL_CONDITIONS), ",".join(EXTRA_CONDITIONS)))
     ap.add_argument("--workloads", default=",".join(BASE_WORKLOADS))
     ap.add_argument("--pkcs11-config", help="use this existing pkcs11 tde configuration")
     ap.add_argument("--kmip-config", help="use this existing kmip tde configuration")
@@ -905,7 +1054,7 @@ def bench_main(argv):
               opt.synchronous, opt.page_size, opt.cache_size), flush=True)
     conds = []
     for n in names:
-        if n not in ALL_CONDITIONS:
+        if n not in ALL_CONDITIONS + EXTRA_CONDITIONS:
             ap.error("unknown condition %s" % n)
         c = setup_condition(n, work, opt)
         print("  condition %-16s %s" % (n, ("SKIPPED: " + c.skip) if c.skip else c.label), flush=True)

@@ -84,6 +84,7 @@ struct Ship {
   double holdMaxMs, holdSumMs;
   int64_t nCycle;
   int nBadCycles;             /* consecutive captures that found the WAL inconsistent */
+  uint64_t durableSeq;        /* spool records up to this one are synced: sendable */
   /* The database file and -shm, opened once and closed only after every
   ** SQLite connection of the process: closing any descriptor of a file
   ** drops every POSIX lock the process holds on it, SQLite's included
@@ -92,6 +93,14 @@ struct Ship {
   ShipIdx *aIdx;              /* capture thread only: records of the spool */
   int nIdx, nIdxAlloc;
 };
+
+static uint64_t shipDurable(Ship *p){
+  uint64_t seq;
+  pthread_mutex_lock(&p->mu);
+  seq = p->durableSeq;
+  pthread_mutex_unlock(&p->mu);
+  return seq;
+}
 
 /* The process-wide descriptors (caller holds the WAL write lock, so -shm
 ** exists). */
@@ -270,7 +279,6 @@ static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
       rc = tdeSpoolCapture(s, fdWal>=0 ? &wal : 0, pEnd, 1, &hdr, TDE_CAPTURE_CYCLE, 0, &nNew);
       *pnNew += nNew;
     }
-    if( rc==TDE_OK && *pnNew ) rc = tdeSpoolSync(s);
   }
   if( fdWal>=0 ) close(fdWal);
   return rc;
@@ -349,6 +357,18 @@ static int shipCycle(Ship *p, sqlite3 *db, TdeSpool *s){
   }
   t1 = nowSec();
   shipEnd(db);
+  /* Sync outside the lock (writers do not wait for it); only synced
+  ** records are ever sent, so a record a power loss takes back was never
+  ** seen by a standby. */
+  if( rc==TDE_OK && s->pos.seq>shipDurable(p) ){
+    uint64_t seq = s->pos.seq;
+    rc = tdeSpoolSync(s);
+    if( rc==TDE_OK ){
+      pthread_mutex_lock(&p->mu);
+      if( seq>p->durableSeq ) p->durableSeq = seq;
+      pthread_mutex_unlock(&p->mu);
+    }
+  }
   pthread_mutex_lock(&p->mu);
   p->nCycle++;
   p->holdSumMs += (t1-t0)*1000.0;
@@ -563,7 +583,11 @@ static int peerSendBase(ShipPeer *q, int fd, TdeSpool *s, uint64_t *pSeq){
   snprintf(zTmp, sizeof(zTmp), "%s-tdeship-base%d", p->zDb, q->iPeer);
   peerSetState(q, "base copy");
   rc = peerMakeBase(q, s, zTmp, &seq, &tCap);
+  if( rc==TDE_OK ) rc = tdeSpoolSync(s);      /* the copy's sequence must be durable */
   if( rc ) goto done;
+  pthread_mutex_lock(&p->mu);
+  if( seq>p->durableSeq ) p->durableSeq = seq;
+  pthread_mutex_unlock(&p->mu);
   fdIn = open(zTmp, O_RDONLY | O_CLOEXEC);
   if( fdIn<0 || fstat(fdIn, &st)!=0 ){ rc = tdeErr(TDE_IO, "%s: %s", zTmp, strerror(errno)); goto done; }
   tdeLog(TDE_LOG_INFO, "ship %s: sending a base copy (%lld bytes, sequence %llu)", q->zAddr,
@@ -657,7 +681,7 @@ static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
     }
     rc = tdeSpoolScan(s, 0);
     if( rc ) return rc;
-    while( next<=s->pos.seq && next<=acked+SHIP_WINDOW ){
+    while( next<=s->pos.seq && next<=shipDurable(p) && next<=acked+SHIP_WINDOW ){
       ShipIdx *e = peerFind(q, next);
       TdeRec r;
       uint8_t *aRec = 0;
@@ -667,6 +691,13 @@ static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
         break;
       }
       rc = tdeSpoolRead(s, e->iOff, &r, &aRec, &nRec);
+      if( rc==TDE_FORMAT || rc==TDE_NOTFOUND ){
+        /* A synced record that fails its checksum: damage to the spool. */
+        tdeLog(TDE_LOG_WARNING, "ship %s: spool record %llu is damaged (%s); sending a base copy",
+               q->zAddr, (unsigned long long)next, tde_last_error());
+        bNeedBase = 1;
+        break;
+      }
       if( rc ) return rc;
       rc = tdeNetSend(fd, TDE_MSG_TXN, aRec, nRec, 0, 0);
       sqlite3_free(aRec);

@@ -264,13 +264,36 @@ int tdeSpoolScan(TdeSpool *s, int bRepair){
     if( s->xOnRec ) s->xOnRec(s->pOnRecArg, 0, 0, 0);
     if( spoolReadHeader(s) ) return TDE_FORMAT;
   }
+  if( fstat(s->fd, &st)!=0 ) return tdeErr(TDE_IO, "%s: %s", s->zPath, strerror(errno));
+  /* Record headers only, except the last record, which is checked whole:
+  ** an append torn by a crash can only be the last.  (Every record is
+  ** checked whole again when it is read to be sent.) */
   for(;;){
+    uint8_t aHdr[TDE_REC_HDR];
+    TdeRawSrc src = { 0, s->fd };
     TdeRec r;
-    uint8_t *a = 0;
     size_t n = 0;
-    int rc = tdeSpoolRead(s, s->iEnd, &r, &a, &n);
-    if( rc==TDE_NOTFOUND ) break;
-    if( rc==TDE_FORMAT ){
+    int bShort = 0, bTorn = 0, rc;
+    if( s->iEnd>=st.st_size ) break;
+    rc = tdeRawRead(&src, aHdr, TDE_REC_HDR, s->iEnd, &bShort);
+    if( rc ) return rc;
+    if( bShort || tdeRecDecode(aHdr, &r)!=TDE_OK ){
+      bTorn = 1;
+    }else{
+      n = (size_t)TDE_REC_HDR + r.nPayload + TDE_REC_SUM;
+      if( s->iEnd + (sqlite3_int64)n > st.st_size ){
+        bTorn = 1;
+      }else if( s->iEnd + (sqlite3_int64)n == st.st_size ){
+        uint8_t *a = 0;
+        size_t n2 = 0;
+        rc = tdeSpoolRead(s, s->iEnd, &r, &a, &n2);
+        sqlite3_free(a);
+        if( rc==TDE_FORMAT || rc==TDE_NOTFOUND ) bTorn = 1;
+        else if( rc ) return rc;
+      }
+    }
+    if( bTorn ){
+      tdeErrClear();
       if( bRepair ){
         /* A record torn by a crash during its append: cut it off. */
         tdeLog(TDE_LOG_WARNING, "%s: cutting a torn record at offset %lld", s->zPath, (long long)s->iEnd);
@@ -278,15 +301,10 @@ int tdeSpoolScan(TdeSpool *s, int bRepair){
       }
       break;
     }
-    if( rc ) return rc;
-    sqlite3_free(a);
     posApply(&s->pos, &r);
     if( r.kind!=TDE_REC_MARK && s->firstSeq==0 ) s->firstSeq = r.seq;
     if( s->xOnRec ) s->xOnRec(s->pOnRecArg, &r, s->iEnd, n);
     s->iEnd += (sqlite3_int64)n;
-  }
-  if( bRepair && fstat(s->fd, &st)==0 && st.st_size>s->iEnd ){
-    if( ftruncate(s->fd, (off_t)s->iEnd)!=0 ) return tdeErr(TDE_IO, "%s: %s", s->zPath, strerror(errno));
   }
   return TDE_OK;
 }
@@ -623,7 +641,10 @@ int tdeShipHook(const char *zDb, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
   if( rc==TDE_NOTFOUND ) return SQLITE_OK;
   if( rc==TDE_OK ) rc = tdeSpoolScan(s, 1);
   if( rc==TDE_OK ) rc = tdeSpoolCapture(s, pWal, aEnd, nEnd, pHdrSrc, eWhy, aNewHdr, &nNew);
-  if( rc==TDE_OK && nNew ) rc = tdeSpoolSync(s);
+  /* No fsync here, in the writer's transaction: the shipper syncs the
+  ** spool before it sends anything, and records lost to a power loss
+  ** before that were never sent -- the capture then finds the WAL's
+  ** generation unknown and records a GAP (a base copy). */
   tdeSpoolClose(s);
   if( rc ){
     tdeLog(TDE_LOG_ERROR, "%s: cannot save WAL frames for the standby before the WAL %s: %s",
