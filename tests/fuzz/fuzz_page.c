@@ -1,6 +1,6 @@
 /*
-** Fuzz target for page decryption (src/cipher/page.c: tdePageOpen) with a
-** fixed data key.  A page that does not authenticate must never be
+** Fuzz target for page decryption (src/cipher/page.c: tdePageOpen) with
+** fixed data keys.  A page that does not authenticate must never be
 ** returned: tdePageOpen must fail and leave the output wiped.
 **
 ** The first input byte picks a mode; the rest is the data.
@@ -25,7 +25,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *aData, size_t nData);
 
+/* Two ciphers under different data keys: pOpenOnly (mode 0) never seals
+** anything, so no authentic page exists under its key and any success is
+** a forgery; pCipher (mode 1) seals real pages, which the fuzzer can learn
+** (it sees comparisons in instrumented code) and must not be able to
+** replay into mode 0. */
 static TdePageCipher *pCipher;
+static TdePageCipher *pOpenOnly;
 
 static void fuzzWiped(const uint8_t *a, size_t n){
   for(size_t i=0; i<n; i++) if( a[i] ) abort();
@@ -39,6 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *aData, size_t nData){
     uint8_t dek[32];
     for(int i=0; i<32; i++) dek[i] = (uint8_t)(0xA0 + i);
     if( tdePageCipherNew(dek, 7, &pCipher)!=TDE_OK ) abort();
+    for(int i=0; i<32; i++) dek[i] = (uint8_t)(0x50 + 3*i);
+    if( tdePageCipherNew(dek, 7, &pOpenOnly)!=TDE_OK ) abort();
   }
   if( nData<2 ) return 0;
   if( aData[0] % 2==0 ){
@@ -52,11 +60,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *aData, size_t nData){
     trailer[40] = 0; trailer[41] = 0; trailer[42] = 0; trailer[43] = 7;   /* key version 7 */
     memcpy(aCt, z + nAad + TDE_TRAILER_SIZE, nCt);
     memset(aPt, 0x77, nCt);
-    rc = tdePageOpen(pCipher, nAad ? z : NULL, nAad, aCt, nCt, trailer, aPt);
+    rc = tdePageOpen(pOpenOnly, nAad ? z : NULL, nAad, aCt, nCt, trailer, aPt);
     if( rc==TDE_OK ) abort();                  /* unauthenticated input accepted */
     fuzzWiped(aPt, nCt);
     /* In place, as the VFS does it (pt aliases ct). */
-    rc = tdePageOpen(pCipher, nAad ? z : NULL, nAad, aCt, nCt, trailer, aCt);
+    rc = tdePageOpen(pOpenOnly, nAad ? z : NULL, nAad, aCt, nCt, trailer, aCt);
     if( rc==TDE_OK ) abort();
     fuzzWiped(aCt, nCt);
   }else{
