@@ -373,6 +373,8 @@ static int openDb(const char *zName, const char *zCfg, sqlite3 **pDb){
   zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfg);
   rc = sqlite3_open_v2(zUri, pDb, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_URI, 0);
   sqlite3_free(zUri);
+  /* test_fork's parent writes while its child reads the same file. */
+  if( rc==SQLITE_OK ) sqlite3_busy_timeout(*pDb, 10000);
   return rc;
 }
 
@@ -526,9 +528,10 @@ static void test_fork(void **state){
           && openDb("fork-parent.db", zConf, &c2)==SQLITE_OK
           && count(c2, "SELECT count(*) FROM t")>=1
           && tde_keystore_new_key(zConf, zKeyId, sizeof(zKeyId))==TDE_OK;
+    if( !ok ) fprintf(stderr, "child: %s (SQLite: %s)\n", tde_last_error(),
+                      c2 ? sqlite3_errmsg(c2) : c ? sqlite3_errmsg(c) : "no connection");
     sqlite3_close(c2);
     sqlite3_close(c);
-    if( !ok ) fprintf(stderr, "child: %s\n", tde_last_error());
     _exit(ok ? 0 : 1);
   }
   /* The parent keeps working meanwhile and after. */
