@@ -296,6 +296,13 @@ static int walletReadFile(const char *zPath, uint8_t **paFile, size_t *pnFile,
     rc = tdeErr(TDE_FORMAT, "wallet %s: not a regular file", zPath);
     goto read_out;
   }
+  if( pSt->st_mode & 077 ){
+    /* An auto-login wallet readable by others gives them every master key;
+    ** a password wallet gives them an offline guessing target. */
+    rc = tdeErr(TDE_NOKEYSTORE, "wallet %s is accessible by group or others (mode %04o); "
+                "refusing to open it: chmod 600 it", zPath, (unsigned)(pSt->st_mode & 07777));
+    goto read_out;
+  }
   if( pSt->st_size>WALLET_FILE_MAX ){
     rc = tdeErr(TDE_FORMAT, "wallet %s: too large to be a wallet (%lld bytes)",
                 zPath, (long long)pSt->st_size);
@@ -832,11 +839,6 @@ static int walletOpen(const TdeConfig *cfg, const char *zPassword, TdeKeystore *
     if( rc!=TDE_OK ) goto open_out;
   }else{
     memcpy(w->aW, aFile+WALLET_OFS_KEYSECT, WALLET_KEY);
-    if( st.st_mode & 077 ){
-      tdeLog(TDE_LOG_WARNING, "auto-login wallet %s is accessible by group or others "
-             "(mode %04o): anyone who can read it has the master keys; chmod 600 it",
-             zPath, (unsigned)(st.st_mode & 07777));
-    }
   }
   rc = walletCheckMatches(aFile, w->aW, &bMatch);
   if( rc!=TDE_OK ) goto open_out;
