@@ -809,6 +809,11 @@ TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const
   memset(p, 0, sizeof(*p));
   p->fdDb = p->fdShm = -1;
   if( !zDb || nTo<1 ) return tdeErr(TDE_MISUSE, "tde_ship_run: a database and at least one standby");
+  for(i=0; i<nTo; i++){
+    char zHost[256];
+    int port;
+    if( tdeNetParseAddr(azTo[i], zHost, sizeof(zHost), &port) ) return TDE_CONFIG;
+  }
   if( !realpath(zDb, zAbs) ) return tdeErr(TDE_NOTFOUND, "%s: %s", zDb, strerror(errno));
   p->zDb = zAbs;
   p->pbStop = pbStop ? pbStop : &bNever;

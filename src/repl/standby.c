@@ -53,6 +53,7 @@ typedef struct Standby {
   volatile int *pbStop;
   int fdDb, fdLog, fdLock;
   int bHave;                  /* holds a copy (state file exists) */
+  int bLocked;                /* this process holds DB-tdestandby-lock */
   uint8_t aDbid[16], aHistory[16];
   uint64_t applied, appliedCapture, appliedAt;
   uint64_t received, receivedCapture;
@@ -104,6 +105,7 @@ static int sbLockInstance(Standby *p){
   if( flock(p->fdLock, LOCK_EX | LOCK_NB)!=0 ){
     return tdeErr(TDE_LOCKED, "%s: a standby process is running on this database; stop it first", p->zDb);
   }
+  p->bLocked = 1;
   return TDE_OK;
 }
 
@@ -554,23 +556,29 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
 }
 
 static int sbOpenFiles(Standby *p){
-  p->fdLog = open(p->zLog, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if( p->fdLog<0 ) return tdeErr(TDE_IO, "%s: %s", p->zLog, strerror(errno));
-  if( p->bHave ){
-    p->fdDb = open(p->zDb, O_RDWR | O_CLOEXEC);
-    if( p->fdDb<0 ) return tdeErr(TDE_IO, "%s: the state file exists but the database copy cannot be "
-                                  "opened: %s", p->zDb, strerror(errno));
-  }else{
+  if( !p->bHave ){
     struct stat st;
     if( stat(p->zDb, &st)==0 && st.st_size>0 ){
       return tdeErr(TDE_EXISTS, "%s exists and is not a standby copy (no %s): refusing to overwrite it",
                     p->zDb, p->zState);
     }
   }
+  p->fdLog = open(p->zLog, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if( p->fdLog<0 ) return tdeErr(TDE_IO, "%s: %s", p->zLog, strerror(errno));
+  if( p->bHave ){
+    p->fdDb = open(p->zDb, O_RDWR | O_CLOEXEC);
+    if( p->fdDb<0 ) return tdeErr(TDE_IO, "%s: the state file exists but the database copy cannot be "
+                                  "opened: %s", p->zDb, strerror(errno));
+  }
   return TDE_OK;
 }
 
 static void sbClose(Standby *p){
+  if( !p->bHave && p->bLocked ){
+    /* Never held a copy: leave nothing behind. */
+    unlink(p->zLog);
+    unlink(p->zLock);
+  }
   if( p->fdDb>=0 ) close(p->fdDb);
   if( p->fdLog>=0 ) close(p->fdLog);
   if( p->fdLock>=0 ) close(p->fdLock);

@@ -53,6 +53,23 @@ def main():
     sdb = os.path.join(d, "sb", "standby.db")
     sport = C.free_port()
 
+    C.step("bad input gets a clear error")
+    rdb = os.path.join(d, "rollback.db")
+    db = C.connect(rdb, cfg)
+    db.execute("CREATE TABLE t(x)")
+    db.close()
+    for args, want, what in (
+            (["--config", cfg, "ship", "--to", "nohostport", rdb], "expected HOST:PORT", "a bad --to address"),
+            (["--config", cfg, "ship", "--to", "127.0.0.1:1", rdb], "needs WAL mode", "a primary not in WAL mode"),
+            (["standby", "--listen", "127.0.0.1:%d" % C.free_port(), rdb], "not a standby copy",
+             "a standby on an existing ordinary database"),
+            (["standby", "--promote", rdb], "not a standby copy", "promoting an ordinary database"),
+            (["standby", "--listen", "127.0.0.1:99999", os.path.join(d, "x.db")], "bad port", "a bad --listen port")):
+        r = subprocess.run([C.CLI] + args, capture_output=True, text=True, timeout=30)
+        C.check(r.returncode == 1 and want in r.stderr, "%s: exit %d, %s" % (what, r.returncode, r.stderr.strip()[:160]))
+    C.check(not [f for f in os.listdir(d) if "-tdeship" in f or "-tdestandby" in f],
+            "none of them left a spool, state, log or lock file")
+
     C.step("primary with 50 transactions, standby, shipper: base copy")
     C.run_writer(d, pdb, cfg, 50, seed=1)
     sb = C.start_standby(d, sdb, sport)
