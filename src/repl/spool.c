@@ -458,10 +458,12 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
   if( bWal ){
     memcpy(aSalt, aWalHdr+16, 8);
     nCkpt = tdeGet32(aWalHdr+12);
-    if( s->pos.bClosed ){
-      iStart = memcmp(aSalt, s->pos.aSalt, 8)==0 ? 0 : 1;
-    }else if( memcmp(aSalt, s->pos.aSalt, 8)==0 ){
+    if( memcmp(aSalt, s->pos.aSalt, 8)==0 ){
+      /* The same generation, even one recorded as ended: a WAL deletion
+      ** that a crash undid brings it back, and SQLite appends to it. */
       iStart = s->pos.iFrame + 1;
+    }else if( s->pos.bClosed ){
+      iStart = 1;                  /* the previous generation ended: a new one */
     }else{
       /* Another generation although the last one was never closed: its
       ** frames were discarded without being captured (a WAL deleted or
@@ -490,6 +492,30 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
       }
       if( iUse>=0 ){
         iEnd = aEnd[iUse].mxFrame;
+        if( iEnd+1<iStart ){
+          /* The WAL index is behind what was captured from this very
+          ** generation: the primary lost commits (a power loss with
+          ** synchronous=NORMAL).  Frames after iEnd will be written again
+          ** with other content: standbys must start over from a base copy. */
+          TdeRec g;
+          memset(&g, 0, sizeof(g));
+          g.seq = s->pos.seq + 1;
+          g.kind = TDE_REC_GAP;
+          memcpy(g.aSalt, aSalt, 8);
+          g.nCkpt = nCkpt;
+          g.pgsz = pgsz;
+          g.iLast = iEnd;
+          g.tCapture = tNow;
+          memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
+          g.keySig = s->pos.keySig;
+          tdeLog(TDE_LOG_WARNING, "%s: the WAL ends at frame %u but frames up to %u were captured: "
+                 "the primary lost commits; standbys behind sequence %llu need a base copy",
+                 s->zPath, iEnd, iStart-1, (unsigned long long)g.seq);
+          rc = tdeSpoolAppend(s, &g, 0);
+          if( rc ) return rc;
+          (*pnNew)++;
+          iStart = iEnd + 1;
+        }
       }else{
         /* No WAL index to ask: the last commit frame of this generation. */
         uint8_t aFh[TDE_FRAME_HDR];

@@ -29,6 +29,16 @@ def standby_snapshot(sdb, d, name):
     return dst
 
 
+HOLDER = r"""
+import sqlite3, sys, time
+b = sqlite3.connect(":memory:"); b.enable_load_extension(True); b.load_extension(sys.argv[1])
+db = sqlite3.connect("file:%s?vfs=tde&tde_config=%s" % (sys.argv[2], sys.argv[3]), uri=True)
+db.execute("SELECT count(*) FROM t").fetchall()
+print("open", flush=True)
+time.sleep(600)
+"""
+
+
 def status(db):
     r = subprocess.run([C.CLI, "standby", "--status", db], capture_output=True, text=True)
     return dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
@@ -113,6 +123,16 @@ def main():
         C.check("readonly" in str(e), "a write on the standby fails: %s" % e)
     db.close()
     compare(pdb, sdb, cfg, d, "read in place with the key")
+    sh = shutil.which("sqlite3")
+    if sh:
+        r = subprocess.run([sh, "-batch", "-noheader", "-cmd", ".load " + C.EXT, "-cmd",
+                            ".open 'file:%s?vfs=tde&tde_config=%s'" % (sdb, cfg)],
+                           input="SELECT count(*) FROM t;\nPRAGMA journal_mode;\nINSERT INTO t VALUES(-1,'x');\n",
+                           capture_output=True, text=True, timeout=60)
+        lines = r.stdout.split()
+        C.check(lines[:2] == [str(nprimary[0]), "delete"] and "readonly" in r.stderr,
+                "the sqlite3 shell reads the standby (%s rows, journal_mode %s) and cannot write it: %s" % (
+                    lines[:1], lines[1:2], r.stderr.strip()[:120]))
     sh = C.read_state(pdb + "-tdeship-state")
     print("        capture lock held: max %s ms, mean %s ms over %s cycles" % (
         sh.get("capture_lock_ms_max"), sh.get("capture_lock_ms_avg"), sh.get("capture_cycles")))
@@ -211,6 +231,31 @@ def main():
     C.check(C.read_state(sdb + "-tdestandby").get("applied_seq") == before, "nothing was applied from it")
     seq = C.wait_caught_up(pdb, sdb)
     C.check(seq is not None, "the real primary still streams (sequence %s)" % seq)
+
+    C.step("the primary loses its last commits (a power loss under synchronous=NORMAL, simulated): "
+           "the standby, which has them, starts over from a base copy")
+    hold = subprocess.Popen([C.PY, "-c", HOLDER, C.EXT, pdb, cfg], stdout=subprocess.PIPE, text=True)
+    hold.stdout.readline()
+    C.run_writer(d, pdb, cfg, 5, seed=11)
+    C.check(C.wait_caught_up(pdb, sdb) is not None, "caught up")
+    shutil.copyfile(pdb, pdb + ".disk")
+    shutil.copyfile(pdb + "-wal", pdb + "-wal.disk")
+    C.run_writer(d, pdb, cfg, 10, seed=12)          # these never reach the disk
+    ahead = C.wait_caught_up(pdb, sdb)
+    C.stop(ship)
+    C.kill9(hold)                                   # no clean close: the WAL stays
+    os.replace(pdb + ".disk", pdb)
+    os.replace(pdb + "-wal.disk", pdb + "-wal")
+    os.unlink(pdb + "-shm")
+    nbase = open(os.path.join(d, "standby.log")).read().count("base copy applied")
+    ship = C.start_ship(d, pdb, cfg, [sport])
+    C.run_writer(d, pdb, cfg, 15, seed=13)          # other commits where the lost ones were
+    seq = C.wait_caught_up(pdb, sdb)
+    C.check(seq is not None and "lost commits" in open(os.path.join(d, "ship.log")).read(),
+            "the shipper noticed the WAL went back (standby was at %s; now %s)" % (ahead, seq))
+    C.check(open(os.path.join(d, "standby.log")).read().count("base copy applied") > nbase,
+            "the standby took a base copy")
+    compare(pdb, sdb, cfg, d, "after the primary lost commits")
 
     C.step("promote")
     C.stop(ship)
