@@ -203,10 +203,22 @@ def main():
     C.check(log.count("base copy applied") == 1, "still no second base copy (no frame was lost)")
     compare(pdb, standby_snapshot(sdb, d, "snap2.db"), cfg, d, "after the WAL deletion")
 
+    C.step("master-key rotation on the primary: the new header region reaches the standby")
+    r = subprocess.run([C.CLI, "--config", cfg, "rotate-master-key", pdb], capture_output=True, text=True)
+    C.check(r.returncode == 0, "sqlite-tde rotate-master-key: %s" % (r.stdout + r.stderr).strip().replace("\n", " | ")[-200:])
+    C.run_writer(d, pdb, cfg, 5, seed=8)
+    seq = C.wait_caught_up(pdb, sdb)
+    with open(pdb, "rb") as f:
+        ph = f.read(8192)
+    with open(sdb, "rb") as f:
+        sh_ = f.read(8192)
+    C.check(seq is not None and ph == sh_, "the standby's 8 KiB header region equals the primary's (sequence %s)" % seq)
+    compare(pdb, sdb, cfg, d, "after the rotation")
+
     C.step("rekey on the primary (pages rewritten outside the WAL): the standby takes a base copy")
     nbase = open(os.path.join(d, "standby.log")).read().count("base copy applied")
     r = subprocess.run([C.CLI, "--config", cfg, "rekey", pdb], capture_output=True, text=True)
-    C.check(r.returncode == 0, "sqlite-tde rekey on the primary: %s" % (r.stdout + r.stderr).strip()[-200:])
+    C.check(r.returncode == 0, "sqlite-tde rekey on the primary: %s" % (r.stdout + r.stderr).strip().replace("\n", " | ")[-200:])
     C.run_writer(d, pdb, cfg, 20, seed=7)
     seq = C.wait_caught_up(pdb, sdb)
     C.check(seq is not None, "caught up after the rekey (sequence %s)" % seq)
