@@ -78,9 +78,23 @@ done:
   return rc;
 }
 
+void tdeNetTune(int fd){
+  struct timeval tv = { 30, 0 };
+  int one = 1, idle = 10, intvl = 5, cnt = 3;
+  /* A peer that stops reading (a path cut without a reset) fails our sends
+  ** after 30 s instead of blocking forever; keepalive finds a dead peer
+  ** on an idle connection. */
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
 int tdeNetConnect(const char *zAddr, int timeoutMs, int *pFd){
   struct addrinfo *pRes = 0;
-  int fd = -1, one = 1, rc, fl;
+  int fd = -1, rc, fl;
   *pFd = -1;
   rc = resolve(zAddr, 0, &pRes);
   if( rc ) return rc;
@@ -101,7 +115,7 @@ int tdeNetConnect(const char *zAddr, int timeoutMs, int *pFd){
     }
   }
   fcntl(fd, F_SETFL, fl);
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  tdeNetTune(fd);
   *pFd = fd;
 done:
   freeaddrinfo(pRes);

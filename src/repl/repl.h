@@ -208,6 +208,8 @@ int tdeStandbyIsCopy(const char *zDb, uint64_t *pSeq);
 int tdeNetParseAddr(const char *zAddr, char *zHost, size_t nHost, int *pPort);
 int tdeNetListen(const char *zAddr, int *pFd);
 int tdeNetConnect(const char *zAddr, int timeoutMs, int *pFd);
+/* Send timeout, keepalive, no delay on a connected socket. */
+void tdeNetTune(int fd);
 /* Send one message: type(1) length(4) body SHA-256(type||length||body). */
 int tdeNetSend(int fd, int eType, const uint8_t *a1, size_t n1, const uint8_t *a2, size_t n2);
 /* Receive one message into *ppBody (sqlite3_malloc'd).  timeoutMs < 0:

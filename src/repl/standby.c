@@ -451,6 +451,7 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
         uint8_t aOther[16];
         int fd2 = accept4(fdListen, 0, 0, SOCK_CLOEXEC);
         if( fd2>=0 ){
+          tdeNetTune(fd2);
           if( sbHello(p, fd2, aOther)==TDE_OK ){
             tdeLog(TDE_LOG_INFO, "standby %s: a new connection from the primary replaces the current one", p->zDb);
             *pfdNext = fd2;
@@ -623,6 +624,7 @@ TDE_API int tde_standby_run(const char *zDb, const char *zListen, volatile int *
     if( !tdeNetReadable(fdListen, 300) ) continue;
     fd = accept4(fdListen, (struct sockaddr*)&sa, &nSa, SOCK_CLOEXEC);
     if( fd<0 ) continue;
+    tdeNetTune(fd);
     {
       char zHost[64] = "?";
       int port = 0;

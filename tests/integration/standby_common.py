@@ -355,6 +355,20 @@ class Proxy:
             threading.Thread(target=self._up, args=(a, b), daemon=True).start()
             threading.Thread(target=self._down, args=(b, a), daemon=True).start()
 
+    @staticmethod
+    def _close(*socks):
+        # shutdown first: close() alone does not wake the other thread's
+        # recv() on the same socket, and the connection would stay open
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            try:
+                s.close()
+            except OSError:
+                pass
+
     def _down(self, src, dst):
         try:
             while True:
@@ -364,11 +378,7 @@ class Proxy:
                 dst.sendall(d)
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.close()
-            except OSError:
-                pass
+        self._close(src, dst)
 
     @staticmethod
     def _recvn(s, n):
@@ -417,8 +427,4 @@ class Proxy:
                     dst.sendall(bytes(m))
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.close()
-            except OSError:
-                pass
+        self._close(src, dst)
