@@ -242,7 +242,8 @@ TDE_API int tde_standby_promote(const char *zDb);
 ** primary last said it had beyond what arrived; apply lag = received but not
 ** applied.  Lags in transactions, bytes of spool records, and seconds
 ** between the capture times on the primary.  zState: streaming, waiting,
-** base copy, disconnected, refused, running, stopped.
+** silent (connected, nothing heard for 10 s), base copy, disconnected,
+** refused, running, stopped.
 */
 typedef struct tde_repl_info {
   char zRole[16];

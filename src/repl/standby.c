@@ -429,7 +429,7 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
   uint8_t *aBody = 0;
   size_t nBody = 0;
   int eType = 0, rc;
-  uint64_t resendFor = UINT64_MAX, tResend = 0;
+  uint64_t resendFor = UINT64_MAX, tResend = 0, tLast = tdeNowMs();
   int bDupSeen = 0;
   SbRec aBatch[SB_BATCH_MAX];
   int nBatch = 0;
@@ -463,10 +463,19 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
       }
       rc = tdeNetRecv(fd, 0, &eType, &aBody, &nBody);
       if( rc==TDE_NOTFOUND ){
+        if( tdeNowMs()-tLast>10000 && strcmp(p->zStatus, "silent")!=0 ){
+          /* The primary sends a heartbeat every 0.5 s except while it makes
+          ** a base copy: say so (status), keep the connection (keepalive
+          ** ends a dead one; a new connection from the primary replaces it). */
+          snprintf(p->zStatus, sizeof(p->zStatus), "silent");
+          if( p->bHave ) sbWriteState(p, 0);
+        }
         if( p->bHave && tdeNowMs()-p->tStateMs>1000 ) sbWriteState(p, 0);
         continue;
       }
       if( rc ) return rc;
+      tLast = tdeNowMs();
+      if( strcmp(p->zStatus, "silent")==0 ) snprintf(p->zStatus, sizeof(p->zStatus), "streaming");
     }
     if( eType==TDE_MSG_TXN ){
       TdeRec r;

@@ -10,6 +10,7 @@ Environment: TDE_BUILD, TDE_TEST_TMP (set by ctest)."""
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -169,6 +170,13 @@ def main():
     db.close()
     C.check(row[0] == "primary" and row[1] == seq and row[2] == 0 and "streaming" in row[3],
             "tde_status on the primary: %s" % (row,))
+    os.kill(ship.pid, signal.SIGSTOP)               # a primary that hangs: no heartbeat
+    time.sleep(11)
+    silent = status(sdb).get("state")
+    os.kill(ship.pid, signal.SIGCONT)
+    time.sleep(1.5)
+    C.check(silent == "silent" and status(sdb).get("state") == "streaming",
+            "standby --status says 'silent' after 10 s without a heartbeat (was %s), 'streaming' again after" % silent)
     C.stop(sb)
     C.run_writer(d, pdb, cfg, 60, seed=6)
     time.sleep(1.0)
