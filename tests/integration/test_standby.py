@@ -200,6 +200,23 @@ def main():
     log = open(os.path.join(d, "standby.log")).read()
     C.check(log.count("base copy applied") == 1, "no second base copy was needed")
 
+    C.step("two standbys: a second one joins (base copy) while the first keeps streaming")
+    os.makedirs(os.path.join(d, "sb2"))
+    sdb2 = os.path.join(d, "sb2", "standby.db")
+    sport2 = C.free_port()
+    sb2 = C.start_standby(d, sdb2, sport2, log="standby2.log")
+    C.stop(ship)
+    ship = C.start_ship(d, pdb, cfg, [sport, sport2])
+    C.run_writer(d, pdb, cfg, 40, seed=10)
+    s1, s2 = C.wait_caught_up(pdb, sdb), C.wait_caught_up(pdb, sdb2)
+    C.check(s1 is not None and s1 == s2, "both standbys caught up (sequences %s, %s)" % (s1, s2))
+    compare(pdb, sdb2, cfg, d, "second standby")
+    pt = status(pdb)
+    C.check(pt.get("peer", "").count("streaming") == 2, "the primary's status lists both: %s" % pt.get("peer"))
+    C.stop(ship)
+    C.stop(sb2)
+    ship = C.start_ship(d, pdb, cfg, [sport])
+
     C.step("WAL deleted at the last close while the shipper is down: frames saved by the VFS hook")
     C.stop(ship)
     C.run_writer(d, pdb, cfg, 40, seed=4)   # exits: last connection, checkpoint, WAL deleted
