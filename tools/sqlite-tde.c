@@ -129,11 +129,11 @@ static const CliCommand aCommand[] = {
     "'sqlite-tde bench --help' for its options (--quick, --seconds, --repeats,\n"
     "--out, ...).  docs/PERFORMANCE.md explains the method.\n",
     0, CLI_OPT_PASSTHRU, cliCmdBench },
-  { "ship", "--to HOST:PORT [--to HOST:PORT...] DB",
+  { "ship", "--to HOST:PORT... DB",
     "ship committed WAL transactions, encrypted, to standbys",
     cliShipHelp, 0, CLI_OPT_PASSTHRU, cliCmdShip },
-  { "standby", "--listen HOST:PORT DB | --promote DB | --status DB",
-    "receive and apply shipped transactions without the key; promote",
+  { "standby", "--listen|--promote|--status",
+    "apply shipped transactions without the key; promote; lag",
     cliStandbyHelp, 0, CLI_OPT_PASSTHRU, cliCmdStandby },
 };
 
