@@ -68,8 +68,10 @@ PY
 [ $? = 0 ] || NFAIL=$((NFAIL+1))
 
 # The PyKMIP server the kmip condition started is gone (stopped by pid group).
-if pgrep -f "$OUT/work/kmip/pki/server.conf" >/dev/null; then
-  bad "the bench left its PyKMIP server running"; pkill -f "$OUT/work/kmip/pki/server.conf"
+# (procps tools hang with the sanitizer runtime preloaded: run them without.)
+if env -u LD_PRELOAD pgrep -f "$OUT/work/kmip/pki/server.conf" >/dev/null; then
+  bad "the bench left its PyKMIP server running"
+  env -u LD_PRELOAD pkill -f "$OUT/work/kmip/pki/server.conf"
 else ok "the bench stopped its PyKMIP server"; fi
 
 for s in '## Environment' '## Headline' '## Targets' '## Limitations' '## Raw measurements'; do
