@@ -156,6 +156,18 @@ void tdeShmHeaderEnd(const volatile void *pShm, TdeWalEnd *pEnd);
 */
 int tdeApplyRecord(int fd, const uint8_t *aRec, const TdeRec *r);
 
+/*
+** Check a whole record (already through tdeRecCheck) before any of it is
+** logged or applied to a copy of database aDbid whose page size is
+** pgszCopy (0: not known yet) and which holds nCopyPages pages: a TXN's
+** frames have the copy's page size and the record's salts, only the last
+** is a commit frame, its database size is in 1..nCopyPages+nFrame and so
+** is every page number; a header region parses and names aDbid.  GAP and
+** MARK records carry nothing.  TDE_FORMAT with a message naming the fault.
+*/
+int tdeRecValidate(const uint8_t *aRec, const TdeRec *r, uint32_t pgszCopy, uint64_t nCopyPages,
+                   const uint8_t *aDbid);
+
 /* ---- files ------------------------------------------------------------- */
 
 /* Write zData to zPath atomically: temp file, fsync, rename, fsync dir. */

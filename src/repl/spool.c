@@ -682,6 +682,90 @@ int tdeShipHook(const char *zDb, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
 
 /* ---- apply -------------------------------------------------------------- */
 
+/* SQLite's largest possible page count (SQLITE_MAX_PAGE_COUNT's ceiling). */
+#define TDE_PGNO_MAX  0xfffffffeu
+
+int tdeRecValidate(const uint8_t *aRec, const TdeRec *r, uint32_t pgszCopy, uint64_t nCopyPages,
+                   const uint8_t *aDbid){
+  const uint8_t *p = aRec + TDE_REC_HDR;
+  uint64_t limit;
+  uint32_t nCommit = 0;
+  if( r->kind!=TDE_REC_TXN ){
+    if( r->nFrame || (r->flags & TDE_RECF_HEADER) ){
+      return tdeErr(TDE_FORMAT, "record %llu: a %s record carries frames or a header region",
+                    (unsigned long long)r->seq, r->kind==TDE_REC_GAP ? "GAP" : "MARK");
+    }
+    return TDE_OK;
+  }
+  if( r->flags & TDE_RECF_HEADER ){
+    TdeHeader *h = sqlite3_malloc(sizeof(TdeHeader));
+    int iSlot = 0, rc;
+    if( !h ) return TDE_NOMEM;
+    rc = tdeHeaderPick(p, TDE_HEADER_BYTES, h, &iSlot);
+    if( rc==TDE_OK && memcmp(h->dbid, aDbid, 16)!=0 ) rc = TDE_AUTH;
+    sqlite3_free(h);
+    tdeErrClear();
+    if( rc==TDE_AUTH ){
+      return tdeErr(TDE_FORMAT, "record %llu: its header region belongs to another database",
+                    (unsigned long long)r->seq);
+    }
+    if( rc ){
+      return tdeErr(TDE_FORMAT, "record %llu: its header region does not parse as an sqlite-tde header",
+                    (unsigned long long)r->seq);
+    }
+    p += TDE_HEADER_BYTES;
+  }
+  if( r->nFrame==0 ){
+    if( !(r->flags & TDE_RECF_HEADER) ){
+      return tdeErr(TDE_FORMAT, "record %llu: a transaction with no frame and no header region",
+                    (unsigned long long)r->seq);
+    }
+    return TDE_OK;
+  }
+  if( pgszCopy && r->pgsz!=pgszCopy ){
+    return tdeErr(TDE_FORMAT, "record %llu: page size %u, but the copy's page size is %u",
+                  (unsigned long long)r->seq, r->pgsz, pgszCopy);
+  }
+  /* The commit frame is the last and only the last. */
+  {
+    const uint8_t *f = p;
+    for(uint32_t i=0; i<r->nFrame; i++, f += TDE_FRAME_HDR + r->pgsz){
+      int bLast = i+1==r->nFrame;
+      if( (tdeGet32(f+4)!=0)!=bLast ){
+        return tdeErr(TDE_FORMAT, "record %llu: frame %u of %u %s a commit frame",
+                      (unsigned long long)r->seq, i+1, r->nFrame, bLast ? "is not" : "is");
+      }
+      if( memcmp(f+8, r->aSalt, 8)!=0 ){
+        return tdeErr(TDE_FORMAT, "record %llu: frame %u has salts other than the record's",
+                      (unsigned long long)r->seq, i+1);
+      }
+    }
+    nCommit = tdeGet32(f - (TDE_FRAME_HDR + r->pgsz) + 4);
+  }
+  /* The database grows by at most the pages the transaction writes; a
+  ** frame may hold a page beyond the final size (a spilled page of a
+  ** transaction that then shrank the database), never beyond what the
+  ** database held during the transaction. */
+  limit = nCopyPages + r->nFrame;
+  if( limit>TDE_PGNO_MAX ) limit = TDE_PGNO_MAX;
+  if( nCommit==0 || nCommit>limit ){
+    return tdeErr(TDE_FORMAT, "record %llu: database size %u pages at commit is out of range "
+                  "(the copy has %llu pages, the record %u frames)", (unsigned long long)r->seq, nCommit,
+                  (unsigned long long)nCopyPages, r->nFrame);
+  }
+  {
+    const uint8_t *f = p;
+    for(uint32_t i=0; i<r->nFrame; i++, f += TDE_FRAME_HDR + r->pgsz){
+      uint32_t pgno = tdeGet32(f);
+      if( pgno==0 || pgno>limit ){
+        return tdeErr(TDE_FORMAT, "record %llu: frame %u has page number %u, out of range 1..%llu",
+                      (unsigned long long)r->seq, i+1, pgno, (unsigned long long)limit);
+      }
+    }
+  }
+  return TDE_OK;
+}
+
 int tdeApplyRecord(int fd, const uint8_t *aRec, const TdeRec *r){
   const uint8_t *p = aRec + TDE_REC_HDR;
   uint32_t nTrunc = 0;

@@ -56,6 +56,7 @@ typedef struct Standby {
   int bLocked;                /* this process holds DB-tdestandby-lock */
   uint8_t aDbid[16], aHistory[16];
   uint64_t applied, appliedCapture, appliedAt;
+  uint32_t pgsz;              /* the copy's page size (0: not known yet) */
   uint64_t received, receivedCapture;
   uint64_t primarySeq, primaryCapture, primaryUnreceived;
   int64_t unappliedBytes;
@@ -121,6 +122,7 @@ static int sbWriteState(Standby *p, int bSync){
   tdeKvSet(kv, "applied_seq", "%llu", (unsigned long long)p->applied);
   tdeKvSet(kv, "applied_capture_ms", "%llu", (unsigned long long)p->appliedCapture);
   tdeKvSet(kv, "applied_at_ms", "%llu", (unsigned long long)p->appliedAt);
+  tdeKvSet(kv, "page_size", "%u", p->pgsz);
   tdeKvSet(kv, "received_seq", "%llu", (unsigned long long)p->received);
   tdeKvSet(kv, "received_capture_ms", "%llu", (unsigned long long)p->receivedCapture);
   tdeKvSet(kv, "primary_seq", "%llu", (unsigned long long)p->primarySeq);
@@ -151,6 +153,7 @@ static int sbLoadState(Standby *p){
   p->applied = (uint64_t)tdeKvInt(kv, "applied_seq");
   p->appliedCapture = (uint64_t)tdeKvInt(kv, "applied_capture_ms");
   p->appliedAt = (uint64_t)tdeKvInt(kv, "applied_at_ms");
+  p->pgsz = (uint32_t)tdeKvInt(kv, "page_size");
   p->received = p->applied;
   p->receivedCapture = p->appliedCapture;
   p->primarySeq = (uint64_t)tdeKvInt(kv, "primary_seq");
@@ -221,6 +224,46 @@ static int sbWriteAll(int fd, const uint8_t *a, size_t n, off_t off){
   return TDE_OK;
 }
 
+/*
+** Validate records against the copy before they are logged or applied
+** (tdeRecValidate), in order, as if the earlier ones of the batch were
+** applied.  The copy's page size is learnt from the first record with
+** frames after a base copy (the copy must be 8192 bytes plus a multiple of
+** it) and kept in the state file; a WAL database never changes it.
+*/
+typedef struct SbCheck {
+  int bInit;
+  uint32_t pgsz;              /* 0: not known yet */
+  uint64_t nBytes;            /* bytes of pages after the records checked */
+} SbCheck;
+
+static int sbValidate(Standby *p, SbCheck *c, const SbRec *pRec){
+  const TdeRec *r = &pRec->r;
+  int rc;
+  if( !c->bInit ){
+    struct stat st;
+    if( fstat(p->fdDb, &st)!=0 ) return tdeErr(TDE_IO, "%s: %s", p->zDb, strerror(errno));
+    c->pgsz = p->pgsz;
+    c->nBytes = st.st_size>TDE_HEADER_BYTES ? (uint64_t)(st.st_size - TDE_HEADER_BYTES) : 0;
+    c->bInit = 1;
+  }
+  if( r->kind==TDE_REC_TXN && r->nFrame>0 && c->pgsz==0 && (c->nBytes % r->pgsz)!=0 ){
+    return tdeErr(TDE_FORMAT, "record %llu: page size %u does not divide the copy's %llu bytes of pages",
+                  (unsigned long long)r->seq, r->pgsz, (unsigned long long)c->nBytes);
+  }
+  {
+    uint32_t pgsz = c->pgsz ? c->pgsz : r->pgsz;
+    rc = tdeRecValidate(pRec->a, r, c->pgsz, pgsz ? c->nBytes/pgsz : 0, p->aDbid);
+  }
+  if( rc ) return rc;
+  if( r->kind==TDE_REC_TXN && r->nFrame>0 ){
+    const uint8_t *f = pRec->a + pRec->n - TDE_REC_SUM - (TDE_FRAME_HDR + r->pgsz);
+    c->pgsz = r->pgsz;
+    c->nBytes = (uint64_t)tdeGet32(f+4) * r->pgsz;
+  }
+  return TDE_OK;
+}
+
 /* Apply whole records in order (already in the redo log, or being
 ** replayed from it); record the last as applied. */
 static int sbApplyLocked(Standby *p, SbRec *aRec, int nRec){
@@ -231,6 +274,9 @@ static int sbApplyLocked(Standby *p, SbRec *aRec, int nRec){
   if( rc==TDE_OK ){
     /* The state changes under the lock: readers derive SQLite's change
     ** counter from it, so a reader never caches pages across an apply. */
+    for(int i=0; i<nRec; i++){
+      if( aRec[i].r.kind==TDE_REC_TXN && aRec[i].r.nFrame>0 ) p->pgsz = aRec[i].r.pgsz;
+    }
     p->applied = aRec[nRec-1].r.seq;
     p->appliedCapture = aRec[nRec-1].r.tCapture;
     p->appliedAt = tdeNowMs();
@@ -265,6 +311,8 @@ static int sbReplayLog(Standby *p, int *pnApplied){
   int nRec = 0, rc = TDE_OK;
   off_t off = 0;
   uint64_t next = p->applied + 1;
+  SbCheck chk;
+  memset(&chk, 0, sizeof(chk));
   *pnApplied = 0;
   for(;;){
     uint8_t aHdr[TDE_REC_HDR];
@@ -279,13 +327,28 @@ static int sbReplayLog(Standby *p, int *pnApplied){
     a = sqlite3_malloc64(n);
     if( !a ){ rc = TDE_NOMEM; break; }
     rc = tdeRawRead(&src, a, (int)n, off, &bShort);
-    if( rc || bShort || tdeRecCheck(a, n, &r)!=TDE_OK ){ sqlite3_free(a); break; }
+    if( rc || bShort || tdeRecCheck(a, n, &r)!=TDE_OK ){
+      if( rc==TDE_OK && !bShort ){
+        tdeLog(TDE_LOG_WARNING, "standby %s: discarding the redo log from offset %lld on: %s",
+               p->zDb, (long long)off, tde_last_error());
+      }
+      sqlite3_free(a);
+      break;
+    }
     off += (off_t)n;
     if( r.seq<next || r.kind!=TDE_REC_TXN ){ sqlite3_free(a); continue; }
     if( r.seq!=next || nRec>=SB_BATCH_MAX ){ sqlite3_free(a); break; }
     aRec[nRec].a = a;
     aRec[nRec].n = n;
     aRec[nRec].r = r;
+    if( sbValidate(p, &chk, &aRec[nRec])!=TDE_OK ){
+      /* Never acknowledged as applied (the state file says what was): a
+      ** damaged log must not block a restart or a failover. */
+      tdeLog(TDE_LOG_WARNING, "standby %s: discarding the redo log from transaction %llu on: %s",
+             p->zDb, (unsigned long long)r.seq, tde_last_error());
+      sqlite3_free(a);
+      break;
+    }
     nRec++;
     next++;
   }
@@ -363,6 +426,9 @@ static int sbReceiveBase(Standby *p, int fd, const uint8_t *aBegin, size_t nBegi
   memcpy(p->aHistory, aBegin+8, 16);
   p->applied = p->received = seq;
   p->appliedCapture = p->receivedCapture = tCap;
+  /* A WAL database keeps its page size: keep the one known unless the
+  ** new copy's size says otherwise (then learn it again). */
+  if( p->pgsz && (size<TDE_HEADER_BYTES || (size - TDE_HEADER_BYTES) % p->pgsz) ) p->pgsz = 0;
   p->appliedAt = tdeNowMs();
   p->bHave = 1;
   snprintf(p->zStatus, sizeof(p->zStatus), "streaming");
@@ -513,9 +579,11 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
         }
         continue;
       }
-      /* In order: gather what else has arrived, then apply the batch. */
+      /* In order: gather what else has arrived, validate the whole
+      ** batch, then apply it. */
       nBatch = 0;
       aBatch[nBatch].a = aBody; aBatch[nBatch].n = nBody; aBatch[nBatch].r = r; nBatch++;
+      rc = TDE_OK;
       {
         size_t nBytes = nBody;
         while( nBatch<SB_BATCH_MAX && nBytes<SB_BATCH_BYTES && tdeNetReadable(fd, 0) ){
@@ -533,6 +601,20 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
           }
           aPend = a; nPend = n; ePend = e;
           break;
+        }
+      }
+      if( rc==TDE_OK ){
+        SbCheck chk;
+        memset(&chk, 0, sizeof(chk));
+        for(int i=0; rc==TDE_OK && i<nBatch; i++){
+          rc = sbValidate(p, &chk, &aBatch[i]);
+          if( rc ){
+            /* Not logged, not applied, not acknowledged: the primary
+            ** resends, and a fault that persists shows as this error. */
+            tdeLog(TDE_LOG_ERROR, "standby %s: rejecting transaction %llu from %s: %s; "
+                   "dropping the connection", p->zDb, (unsigned long long)aBatch[i].r.seq, p->zPeer,
+                   tde_last_error());
+          }
         }
       }
       if( rc==TDE_OK ) rc = sbApplyBatch(p, aBatch, nBatch);

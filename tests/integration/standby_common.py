@@ -247,6 +247,77 @@ def read_state(path):
     return out
 
 
+# ---- a fake primary (crafted records, test_standby.py) ------------------
+
+def wire_msg(t, body):
+    h = bytes([t]) + struct.pack(">I", len(body))
+    return h + body + hashlib.sha256(h + body).digest()
+
+
+def wire_recv(s):
+    """(type, body) of the next message, (None, None) if the peer closed."""
+    def need(n):
+        b = b""
+        while len(b) < n:
+            try:
+                c = s.recv(n - len(b))
+            except OSError:
+                return None
+            if not c:
+                return None
+            b += c
+        return b
+    h = need(5)
+    if h is None:
+        return None, None
+    n = struct.unpack(">I", h[1:5])[0]
+    b = need(n + 32)
+    return (None, None) if b is None else (h[0], b[:n])
+
+
+def craft_rec(seq, frames, pgsz, flags=0, hdr=b"", kind=1, salt=b"\0" * 8):
+    """A spool record with a valid checksum.  frames: (pgno, commit, data)
+    or (pgno, commit, data, salt)."""
+    payload = hdr
+    for f in frames:
+        payload += struct.pack(">II", f[0], f[1]) + (f[3] if len(f) > 3 else salt) + b"\0" * 8 + f[2]
+    h = bytearray(96)
+    h[0:8] = b"TDESREC1"
+    h[8:16] = struct.pack(">Q", seq)
+    h[16] = kind
+    h[17] = flags
+    h[20:24] = struct.pack(">I", pgsz)
+    h[24:32] = salt
+    h[44:48] = struct.pack(">I", len(frames))
+    h[48:56] = struct.pack(">Q", int(time.time() * 1000))
+    h[88:92] = struct.pack(">I", len(payload))
+    r = bytes(h) + payload
+    return r + hashlib.sha256(r).digest()
+
+
+def fake_primary(port, dbid, make_recs, timeout=10):
+    """Say hello as database dbid (bytes), send the records make_recs(applied)
+    returns, and report what the standby answered: a list of message types
+    until it closed the connection (or timeout)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(wire_msg(1, b"TDEWIRE1" + dbid + b"\x07" * 16 + b"\0" * 32 + struct.pack(">Q", 1)))
+    t, b = wire_recv(s)
+    if t != 2:
+        s.close()
+        return ["no HELLO_OK: %s" % t]
+    applied = struct.unpack(">Q", b[:8])[0]
+    for r in make_recs(applied):
+        s.sendall(wire_msg(4, r))
+    got = []
+    while True:
+        t, b = wire_recv(s)
+        if t is None:
+            break
+        got.append(t)
+    s.close()
+    return got
+
+
 def wait_caught_up(primary, standby, timeout=40):
     """Wait until the standby applied everything the shipper captured, and
     the shipper has run a cycle after the workload.  Returns the seq."""

@@ -7,6 +7,7 @@ another database refused, promotion to a writable primary.
 
 Environment: TDE_BUILD, TDE_TEST_TMP (set by ctest)."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -268,6 +269,55 @@ def main():
     C.check(C.read_state(sdb + "-tdestandby").get("applied_seq") == before, "nothing was applied from it")
     seq = C.wait_caught_up(pdb, sdb)
     C.check(seq is not None, "the real primary still streams (sequence %s)" % seq)
+
+    C.step("a fake primary of the same database sends crafted records: each is rejected whole")
+    C.run_writer(d, pdb, cfg, 3, seed=10)
+    C.check(C.wait_caught_up(pdb, sdb) is not None, "caught up")
+    C.stop(ship)
+    st = C.read_state(sdb + "-tdestandby")
+    C.check(st.get("page_size") == "4096", "the standby knows its copy's page size: %s" % st.get("page_size"))
+    dbid = bytes.fromhex(st["database_id"])
+    size0 = os.path.getsize(sdb)
+    sum0 = hashlib.sha256(open(sdb, "rb").read()).hexdigest()
+    foreign = open(odb, "rb").read()[:8192]         # a valid header region of another database
+    P = b"\xAB" * 4096
+    cases = [
+        ("page number far beyond the database", "page number",
+         lambda a: [C.craft_rec(a + 1, [(0xFFFFFFF0, 0, P), (1, 5, P)], 4096)]),
+        ("database size at commit huge", "database size",
+         lambda a: [C.craft_rec(a + 1, [(2, 0xFFFFFFF0, P)], 4096)]),
+        ("page size other than the copy's", "page size",
+         lambda a: [C.craft_rec(a + 1, [(3, 0, P[:512]), (9, 9, P[:512])], 512)]),
+        ("no commit frame", "not a commit frame",
+         lambda a: [C.craft_rec(a + 1, [(2, 0, P)], 4096)]),
+        ("a commit frame before the last", "is a commit frame",
+         lambda a: [C.craft_rec(a + 1, [(2, 3, P), (3, 3, P)], 4096)]),
+        ("page number 0 after a good frame", "page number 0",
+         lambda a: [C.craft_rec(a + 1, [(2, 0, P), (0, 5, P)], 4096)]),
+        ("frame salts differ within the record", "salts",
+         lambda a: [C.craft_rec(a + 1, [(2, 0, P, b"\1" * 8), (3, 5, P)], 4096)]),
+        ("a header region that does not parse", "does not parse",
+         lambda a: [C.craft_rec(a + 1, [], 0, flags=1, hdr=b"\xEE" * 8192)]),
+        ("the header region of another database", "another database",
+         lambda a: [C.craft_rec(a + 1, [], 0, flags=1, hdr=foreign)]),
+    ]
+    for what, word, make in cases:
+        nrej = open(os.path.join(d, "standby.log")).read().count("rejecting transaction")
+        got = C.fake_primary(sport, dbid, make)
+        time.sleep(0.2)
+        slog = open(os.path.join(d, "standby.log")).read()
+        lines = [ln for ln in slog.splitlines() if "rejecting transaction" in ln]
+        C.check(5 not in got and len(lines) > nrej and word in lines[-1] and
+                os.path.getsize(sdb) == size0 and
+                hashlib.sha256(open(sdb, "rb").read()).hexdigest() == sum0 and
+                b"\xAB" * 4096 not in open(sdb + "-tdestandby-log", "rb").read() and
+                C.read_state(sdb + "-tdestandby").get("applied_seq") == st["applied_seq"],
+                "%s: not acknowledged (%s), not logged, copy unchanged (%d bytes), error: %s" % (
+                    what, got, os.path.getsize(sdb), lines[-1].split(": ", 2)[-1] if lines else None))
+    ship = C.start_ship(d, pdb, cfg, [sport])
+    C.run_writer(d, pdb, cfg, 5, seed=14)
+    C.check(C.wait_caught_up(pdb, sdb) is not None, "the real primary streams again")
+    compare(pdb, sdb, cfg, d, "after the crafted records")
 
     C.step("the primary loses its last commits (a power loss under synchronous=NORMAL, simulated): "
            "the standby, which has them, starts over from a base copy")
