@@ -349,7 +349,28 @@ def main():
     r = subprocess.run([C.CLI, "standby", "--promote", sdb], capture_output=True, text=True)
     C.check(r.returncode != 0 and "running" in r.stderr, "promotion refused while the standby runs: %s" % r.stderr.strip())
     C.stop(sb)
+    # A damaged redo log (a record never acknowledged as applied) must not
+    # block a restart or the failover.
+    applied = int(C.read_state(sdb + "-tdestandby")["applied_seq"])
+    badrec = C.craft_rec(applied + 1, [(2, 0, P), (0, 5, P)], 4096)
+    with open(sdb + "-tdestandby-log", "wb") as f:
+        f.write(badrec)
+    nlog = open(os.path.join(d, "standby.log")).read().count("discarding the redo log")
+    sb = C.start_standby(d, sdb, sport)
+    t0 = time.time()
+    while time.time() - t0 < 10 and C.read_state(sdb + "-tdestandby").get("state") != "waiting":
+        time.sleep(0.1)
+    slog = open(os.path.join(d, "standby.log")).read()
+    C.check(sb.poll() is None and slog.count("discarding the redo log") > nlog and
+            C.read_state(sdb + "-tdestandby").get("applied_seq") == str(applied),
+            "a restart with a bad record in the redo log discards it and runs at %d: %s" % (
+                applied, [ln for ln in slog.splitlines() if "discarding" in ln][-1:]))
+    C.stop(sb)
+    with open(sdb + "-tdestandby-log", "wb") as f:
+        f.write(badrec + C.craft_rec(applied + 2, [(1, 5, P)], 4096)[:-1] + b"\0")
     r = subprocess.run([C.CLI, "standby", "--promote", sdb], capture_output=True, text=True)
+    C.check(r.returncode == 0 and "discarding the redo log" in r.stderr,
+            "promoted past a bad redo log record: %s" % (r.stdout + r.stderr).strip().replace("\n", " | "))
     C.check(r.returncode == 0, "promoted: %s" % (r.stdout + r.stderr).strip().replace("\n", " | "))
     C.check(not os.path.exists(sdb + "-tdestandby"), "the standby state file is gone")
     compare(pdb, sdb, cfg, d, "promoted")
