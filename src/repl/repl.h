@@ -141,8 +141,10 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
 ** is restarted, truncated or deleted.  Never uses a key.  aEnd: what the
 ** WAL index says (the live index, the one seen when the write lock was
 ** taken); the first whose salts match the WAL's is used, else the last
-** commit frame found.  Returns an SQLite code: a failure fails the
-** operation, so no frame is lost silently. */
+** commit frame found.  Always returns SQLITE_OK: a spool it cannot use
+** (damaged, EACCES, ENOSPC) is logged (once per cause) and never fails the
+** user's operation; the shipper then finds the generation missed and
+** records a GAP, so standbys take a base copy. */
 int tdeShipHook(const char *zDb, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, int nEnd,
                 const TdeRawSrc *pHdrSrc, int eWhy, const uint8_t *aNewHdr);
 /* Read the WAL index header (two 48-byte copies) from a mapped region or

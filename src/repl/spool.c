@@ -655,6 +655,10 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
   return rc;
 }
 
+/* Hash of the last hook failure logged (database and message); 0 after a
+** success, so a fault that comes back is logged again. */
+static uint32_t shipHookLastFault = 0;
+
 int tdeShipHook(const char *zDb, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, int nEnd,
                 const TdeRawSrc *pHdrSrc, int eWhy, const uint8_t *aNewHdr){
   TdeSpool *s = 0;
@@ -673,10 +677,25 @@ int tdeShipHook(const char *zDb, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
   ** generation unknown and records a GAP (a base copy). */
   tdeSpoolClose(s);
   if( rc ){
-    tdeLog(TDE_LOG_ERROR, "%s: cannot save WAL frames for the standby before the WAL %s: %s",
-           zDb, eWhy==TDE_CAPTURE_RESTART ? "restarts" : "is truncated", tde_last_error());
-    return SQLITE_IOERR_WRITE;
+    /* Never fail the user's write or checkpoint for the standby: the WAL
+    ** generation the spool missed shows at the shipper's next capture as
+    ** an unclosed generation replaced by another, which it records as a
+    ** GAP (standbys take a base copy).  Warn once per cause, not per call. */
+    const char *zErr = tde_last_error();
+    uint32_t h = 2166136261u;
+    for(const char *z=zDb; *z; z++) h = (h ^ (uint8_t)*z) * 16777619u;
+    for(const char *z=zErr ? zErr : ""; *z; z++) h = (h ^ (uint8_t)*z) * 16777619u;
+    if( h==0 ) h = 1;
+    if( __atomic_exchange_n(&shipHookLastFault, h, __ATOMIC_RELAXED)!=h ){
+      tdeLog(TDE_LOG_WARNING, "%s: cannot save WAL frames for the standby before the WAL %s: %s; "
+             "the write goes on, and standbys will need a base copy (further failures of this kind "
+             "are not logged)", zDb, eWhy==TDE_CAPTURE_RESTART ? "restarts" : "is truncated",
+             zErr ? zErr : "unknown error");
+    }
+    tdeErrClear();
+    return SQLITE_OK;
   }
+  __atomic_store_n(&shipHookLastFault, 0, __ATOMIC_RELAXED);
   return SQLITE_OK;
 }
 

@@ -47,14 +47,16 @@ static TdeHmac *walKey(TdeFile *p, uint32_t v){
 /* Standby hook (repl/spool.c): before the WAL is restarted or truncated,
 ** save the committed frames a shipper has not captured yet.  Raw bytes
 ** only; a no-op (one access()) when the database is not shipped. */
-static int walShipHook(TdeFile *p, int eWhy, const uint8_t *aNewHdr){
+static void walShipHook(TdeFile *p, int eWhy, const uint8_t *aNewHdr){
   TdeRawSrc wal = { p->pReal, -1 }, hdr = { 0, -1 };
   TdeWalEnd aEnd[2];
-  if( !p->pMain || !p->pMain->zName ) return SQLITE_OK;
+  if( !p->pMain || !p->pMain->zName ) return;
   hdr.pFile = p->pMain->pReal;
   tdeShmHeaderEnd(p->pMain->pShm0, &aEnd[0]);
   aEnd[1] = p->pMain->shipEnd;
-  return tdeShipHook(p->pMain->zName, &wal, aEnd, 2, &hdr, eWhy, aNewHdr);
+  /* Never fails the write: a spool it cannot use is logged and the
+  ** shipper records a GAP (see tdeShipHook). */
+  (void)tdeShipHook(p->pMain->zName, &wal, aEnd, 2, &hdr, eWhy, aNewHdr);
 }
 
 void tdeWalFree(TdeFile *p){
@@ -569,8 +571,7 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     uint8_t aHdr[WAL_HDR];
     rc = tdeWalFlush(p);
     if( rc ) return rc;
-    rc = walShipHook(p, TDE_CAPTURE_RESTART, z);
-    if( rc ) return rc;
+    walShipHook(p, TDE_CAPTURE_RESTART, z);
     memcpy(aHdr, z, 24);
     {
       const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
@@ -675,8 +676,7 @@ int tdeWalTruncate(TdeFile *p, sqlite3_int64 size){
   if( size<WAL_HDR ){
     /* Truncated to nothing: every frame goes (a shorter truncation only
     ** drops frames beyond the ones just committed, captured already). */
-    rc = walShipHook(p, TDE_CAPTURE_CLOSE, 0);
-    if( rc ) return rc;
+    walShipHook(p, TDE_CAPTURE_CLOSE, 0);
   }
   walCkForget(p);
   p->wal.iMaxWritten = 0;

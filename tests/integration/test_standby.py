@@ -229,6 +229,37 @@ def main():
     C.check(log.count("base copy applied") == 1, "still no second base copy (no frame was lost)")
     compare(pdb, standby_snapshot(sdb, d, "snap2.db"), cfg, d, "after the WAL deletion")
 
+    C.step("a damaged ship spool never fails the primary's writes or checkpoints; the standby takes a base copy")
+    C.stop(ship)
+    with open(pdb + "-tdeship", "wb") as f:
+        f.write(b"garbage")                         # damaged (too short for a spool header)
+    nbase = open(os.path.join(d, "standby.log")).read().count("base copy applied")
+    db = C.connect(pdb, cfg)
+    errs = []
+    nid = db.execute("SELECT max(id) FROM t").fetchone()[0]
+    for i, ck in enumerate(["TRUNCATE", "RESTART", "TRUNCATE", "PASSIVE"]):
+        for k in range(3):
+            nid += 1
+            try:
+                db.execute("INSERT INTO t VALUES(?, 'written while the spool is damaged')", (nid,))
+            except sqlite3.Error as e:
+                errs.append("insert: %s" % e)
+                nid -= 1
+        try:
+            res = db.execute("PRAGMA wal_checkpoint(%s)" % ck).fetchall()
+            if res[0][0] != 0:
+                errs.append("checkpoint %s busy: %s" % (ck, res))
+        except sqlite3.Error as e:
+            errs.append("checkpoint %s: %s" % (ck, e))
+    db.close()
+    C.check(not errs, "inserts and TRUNCATE/RESTART checkpoints succeed: %s" % (errs[:3] or "no error"))
+    ship = C.start_ship(d, pdb, cfg, [sport])
+    seq = C.wait_caught_up(pdb, sdb)
+    C.check(seq is not None, "caught up (sequence %s)" % seq)
+    C.check(open(os.path.join(d, "standby.log")).read().count("base copy applied") > nbase,
+            "the standby took a base copy (the spool lost the frames)")
+    compare(pdb, sdb, cfg, d, "after the damaged spool")
+
     C.step("master-key rotation on the primary: the new header region reaches the standby")
     r = subprocess.run([C.CLI, "--config", cfg, "rotate-master-key", pdb], capture_output=True, text=True)
     C.check(r.returncode == 0, "sqlite-tde rotate-master-key: %s" % (r.stdout + r.stderr).strip().replace("\n", " | ")[-200:])
