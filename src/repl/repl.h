@@ -84,7 +84,16 @@ typedef struct TdeSpool {
   void *pOnRecArg;
 } TdeSpool;
 
-/* Encode/decode a record header (TDE_REC_HDR bytes). */
+/* Largest record payload a reader takes (a TXN message must fit in
+** TDE_MSG_MAX).  The capture never writes a larger record: a transaction
+** above tdeShipMaxRecord() becomes a GAP (standbys take a base copy).
+** tdeShipMaxRecord() is this limit, or lower when the environment variable
+** TDE_SHIP_MAX_RECORD says so: for tests only. */
+#define TDE_REC_PAYLOAD_MAX  (TDE_MSG_MAX - 1024)
+uint32_t tdeShipMaxRecord(void);
+
+/* Encode/decode a record header (TDE_REC_HDR bytes).  Decode does not
+** bound the payload size (see TDE_REC_PAYLOAD_MAX); tdeRecCheck does. */
 void tdeRecEncode(const TdeRec *r, uint8_t *a);
 int tdeRecDecode(const uint8_t *a, TdeRec *r);
 /* Check a whole record (header, payload, checksum) of n bytes. */

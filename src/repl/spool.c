@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -119,8 +120,20 @@ int tdeRecDecode(const uint8_t *a, TdeRec *r){
                                + (uint64_t)r->nFrame*(TDE_FRAME_HDR + r->pgsz) ){
     return tdeErr(TDE_FORMAT, "record payload length does not match its frames");
   }
-  if( r->nPayload > TDE_MSG_MAX - 1024 ) return tdeErr(TDE_FORMAT, "record too large");
   return TDE_OK;
+}
+
+uint32_t tdeShipMaxRecord(void){
+  /* TDE_SHIP_MAX_RECORD is for tests only (a transaction above the real
+  ** limit is 64 MiB of WAL): it can lower the limit, never raise it.
+  ** Read at every capture, so a test can set it per process. */
+  const char *z = getenv("TDE_SHIP_MAX_RECORD");
+  uint32_t nMax = TDE_REC_PAYLOAD_MAX;
+  if( z && *z ){
+    long long v = atoll(z);
+    if( v>0 && v<(long long)nMax ) nMax = (uint32_t)v;
+  }
+  return nMax;
 }
 
 int tdeRecCheck(const uint8_t *a, size_t n, TdeRec *r){
@@ -129,6 +142,7 @@ int tdeRecCheck(const uint8_t *a, size_t n, TdeRec *r){
   if( n<TDE_REC_HDR + TDE_REC_SUM ) return tdeErr(TDE_FORMAT, "record too short");
   rc = tdeRecDecode(a, r);
   if( rc ) return rc;
+  if( r->nPayload > TDE_REC_PAYLOAD_MAX ) return tdeErr(TDE_FORMAT, "record too large");
   if( (size_t)TDE_REC_HDR + r->nPayload + TDE_REC_SUM != n ) return tdeErr(TDE_FORMAT, "record length mismatch");
   rc = tdeSha256(a, n - TDE_REC_SUM, sum);
   if( rc ) return rc;
@@ -237,6 +251,8 @@ int tdeSpoolRead(TdeSpool *s, sqlite3_int64 iOff, TdeRec *r, uint8_t **ppRec, si
   if( bShort ) return TDE_NOTFOUND;
   rc = tdeRecDecode(aHdr, r);
   if( rc ) return rc;
+  if( r->nPayload > TDE_REC_PAYLOAD_MAX ) return tdeErr(TDE_FORMAT, "record %llu too large (%u bytes)",
+                                                        (unsigned long long)r->seq, r->nPayload);
   n = (size_t)TDE_REC_HDR + r->nPayload + TDE_REC_SUM;
   a = sqlite3_malloc64(n);
   if( !a ) return TDE_NOMEM;
@@ -265,6 +281,16 @@ int tdeSpoolScan(TdeSpool *s, int bRepair){
     if( spoolReadHeader(s) ) return TDE_FORMAT;
   }
   if( fstat(s->fd, &st)!=0 ) return tdeErr(TDE_IO, "%s: %s", s->zPath, strerror(errno));
+  if( st.st_size<s->iEnd ){
+    /* The file shrank under us (another writer cut a tail, or damage):
+    ** what we counted may be gone; read it again from the start. */
+    tdeLog(TDE_LOG_WARNING, "%s: the spool shrank from %lld to %lld bytes; reading it again", s->zPath,
+           (long long)s->iEnd, (long long)st.st_size);
+    s->iEnd = TDE_SPOOL_HDR;
+    memset(&s->pos, 0, sizeof(s->pos));
+    s->firstSeq = 0;
+    if( s->xOnRec ) s->xOnRec(s->pOnRecArg, 0, 0, 0);
+  }
   /* Record headers only, except the last record, which is checked whole:
   ** an append torn by a crash can only be the last.  (Every record is
   ** checked whole again when it is read to be sent.) */
@@ -283,6 +309,11 @@ int tdeSpoolScan(TdeSpool *s, int bRepair){
       n = (size_t)TDE_REC_HDR + r.nPayload + TDE_REC_SUM;
       if( s->iEnd + (sqlite3_int64)n > st.st_size ){
         bTorn = 1;
+      }else if( r.nPayload > TDE_REC_PAYLOAD_MAX ){
+        /* Complete but larger than any reader takes (written by an older
+        ** version): never cut it, or the records after it go too.  The
+        ** sender finds it unreadable and sends a base copy; a trim
+        ** replaces it with a GAP. */
       }else if( s->iEnd + (sqlite3_int64)n == st.st_size ){
         uint8_t *a = 0;
         size_t n2 = 0;
@@ -347,6 +378,30 @@ int tdeSpoolTrim(TdeSpool *s, uint64_t keepAfter){
     TdeRec r;
     uint8_t *a = 0;
     size_t n = 0;
+    {
+      uint8_t aHdr[TDE_REC_HDR];
+      TdeRawSrc src = { 0, s->fd };
+      int bShort = 0;
+      rc = tdeRawRead(&src, aHdr, TDE_REC_HDR, iOff, &bShort);
+      if( rc==TDE_OK && !bShort && tdeRecDecode(aHdr, &r)==TDE_OK && r.nPayload>TDE_REC_PAYLOAD_MAX ){
+        /* A record no reader takes: keep its place as a GAP (standbys
+        ** behind it take a base copy). */
+        iOff += (sqlite3_int64)TDE_REC_HDR + r.nPayload + TDE_REC_SUM;
+        if( r.seq>keepAfter || iOff>=s->iEnd ){
+          uint8_t aGap[TDE_REC_HDR + TDE_REC_SUM];
+          r.kind = TDE_REC_GAP;
+          r.flags &= TDE_RECF_CLOSED;
+          r.nFrame = 0;
+          r.nPayload = 0;
+          tdeRecEncode(&r, aGap);
+          rc = tdeSha256(aGap, TDE_REC_HDR, aGap + TDE_REC_HDR);
+          if( rc==TDE_OK ) rc = writeAll(fd, aGap, sizeof(aGap), (off_t)iOut);
+          iOut += (sqlite3_int64)sizeof(aGap);
+        }
+        continue;
+      }
+      tdeErrClear();
+    }
     rc = tdeSpoolRead(s, iOff, &r, &a, &n);
     if( rc ) break;
     iOff += (sqlite3_int64)n;
@@ -443,7 +498,8 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
   uint32_t keySig = 0;
   int bRekey = 0;
   uint32_t pgsz = 0, nCkpt = 0, iStart = 0, iEnd = 0, iFirst = 0;
-  int bWal = 0, bShort = 0, bHdr = 0, rc;
+  int bWal = 0, bShort = 0, bHdr = 0, bSkip = 0, rc;
+  uint32_t nMax = tdeShipMaxRecord();
   CapBuf b = { 0, 0, 0 };
   uint64_t tNow = tdeNowMs();
   *pnNew = 0;
@@ -542,6 +598,46 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
   for(uint32_t i=iStart; rc==TDE_OK && iStart && i<=iEnd; i++){
     sqlite3_int64 off = TDE_WAL_HDR + (sqlite3_int64)(i-1)*(TDE_FRAME_HDR + pgsz);
     uint8_t *f;
+    if( bSkip || b.n + TDE_FRAME_HDR + pgsz > nMax ){
+      /* A transaction too large for a record (no reader would take it):
+      ** skip to its commit frame and record a GAP there instead, so
+      ** standbys take a base copy and the records after it still ship. */
+      uint8_t aFh[TDE_FRAME_HDR];
+      if( !bSkip ){
+        tdeLog(TDE_LOG_WARNING, "%s: the transaction from WAL frame %u is larger than a record may be "
+               "(%u bytes): standbys will take a base copy", s->zPath, iFirst, nMax);
+      }
+      bSkip = 1;
+      b.n = 0;
+      bHdr = 0;               /* a header change goes with the GAP (its hash) */
+      rc = tdeRawRead(pWal, aFh, TDE_FRAME_HDR, off, &bShort);
+      if( rc ) break;
+      if( bShort || memcmp(aFh+8, aSalt, 8)!=0 ){
+        rc = tdeErr(TDE_FORMAT, "WAL frame %u (of %u committed) is missing or of another generation", i, iEnd);
+        break;
+      }
+      if( tdeGet32(aFh+4)!=0 ){
+        TdeRec g;
+        memset(&g, 0, sizeof(g));
+        g.seq = s->pos.seq + 1;
+        g.kind = TDE_REC_GAP;
+        memcpy(g.aSalt, aSalt, 8);
+        g.nCkpt = nCkpt;
+        g.pgsz = pgsz;
+        g.iFirst = iFirst;
+        g.iLast = i;
+        g.tCapture = tNow;
+        memcpy(g.aHdrHash, aHash, 32);
+        g.keySig = keySig;
+        rc = tdeSpoolAppend(s, &g, 0);
+        if( rc ) break;
+        (*pnNew)++;
+        bSkip = 0;
+        bHdr = 0;
+        iFirst = i + 1;
+      }
+      continue;
+    }
     rc = capReserve(&b, TDE_FRAME_HDR + pgsz);
     if( rc ) break;
     f = b.a + b.n;

@@ -323,6 +323,11 @@ static int sbReplayLog(Standby *p, int *pnApplied){
     uint8_t *a;
     rc = tdeRawRead(&src, aHdr, TDE_REC_HDR, off, &bShort);
     if( rc || bShort || tdeRecDecode(aHdr, &r)!=TDE_OK ) break;
+    if( r.nPayload>TDE_REC_PAYLOAD_MAX ){
+      tdeLog(TDE_LOG_WARNING, "standby %s: discarding the redo log from offset %lld on: a record too large",
+             p->zDb, (long long)off);
+      break;
+    }
     n = (size_t)TDE_REC_HDR + r.nPayload + TDE_REC_SUM;
     a = sqlite3_malloc64(n);
     if( !a ){ rc = TDE_NOMEM; break; }

@@ -207,12 +207,13 @@ def start_standby(d, db, port, log="standby.log"):
                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, log), "a"))
 
 
-def start_ship(d, db, cfg, ports, log="ship.log", cycle=20):
+def start_ship(d, db, cfg, ports, log="ship.log", cycle=20, env=None):
     args = [CLI, "--config", cfg, "ship", "--cycle-ms", str(cycle)]
     for p in ports:
         args += ["--to", "127.0.0.1:%d" % p]
     return subprocess.Popen(args + [db], stdout=subprocess.DEVNULL,
-                            stderr=open(os.path.join(d, log), "a"))
+                            stderr=open(os.path.join(d, log), "a"),
+                            env=dict(os.environ, **env) if env else None)
 
 
 def kill9(p):

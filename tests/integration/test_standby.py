@@ -260,6 +260,38 @@ def main():
             "the standby took a base copy (the spool lost the frames)")
     compare(pdb, sdb, cfg, d, "after the damaged spool")
 
+    C.step("a transaction larger than a record (limit lowered for the test): a GAP, a base copy, "
+           "and the transactions after it still ship")
+    C.stop(ship)
+    ship = C.start_ship(d, pdb, cfg, [sport], env={"TDE_SHIP_MAX_RECORD": "300000"})
+    C.check(C.wait_caught_up(pdb, sdb) is not None, "caught up")
+    nbase = open(os.path.join(d, "standby.log")).read().count("base copy applied")
+    db = C.connect(pdb, cfg)
+    nid = db.execute("SELECT max(id) FROM t").fetchone()[0]
+    db.execute("BEGIN")
+    for k in range(12):                             # about 1.2 MB of pages in one transaction
+        nid += 1
+        db.execute("INSERT INTO t VALUES(?, ?)", (nid, os.urandom(50000).hex()))
+    db.execute("COMMIT")
+    for k in range(3):                              # small ones right after it
+        nid += 1
+        db.execute("INSERT INTO t VALUES(?, 'after the large one')", (nid,))
+    db.close()
+    seq = C.wait_caught_up(pdb, sdb)
+    slog = open(os.path.join(d, "standby.log")).read()
+    C.check(seq is not None and "larger than a record" in open(os.path.join(d, "ship.log")).read(),
+            "the shipper recorded a GAP for the large transaction (sequence %s)" % seq)
+    C.check(slog.count("base copy applied") > nbase, "the standby took a base copy")
+    C.check("too large" not in open(os.path.join(d, "ship.log")).read(), "no record was too large to read")
+    compare(pdb, sdb, cfg, d, "after the large transaction")
+    nbase = slog.count("base copy applied")
+    C.run_writer(d, pdb, cfg, 20, seed=15)
+    C.check(C.wait_caught_up(pdb, sdb) is not None and
+            open(os.path.join(d, "standby.log")).read().count("base copy applied") == nbase,
+            "small transactions then stream with no further base copy")
+    C.stop(ship)
+    ship = C.start_ship(d, pdb, cfg, [sport])
+
     C.step("master-key rotation on the primary: the new header region reaches the standby")
     r = subprocess.run([C.CLI, "--config", cfg, "rotate-master-key", pdb], capture_output=True, text=True)
     C.check(r.returncode == 0, "sqlite-tde rotate-master-key: %s" % (r.stdout + r.stderr).strip().replace("\n", " | ")[-200:])
