@@ -721,11 +721,13 @@ static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
     if( rc==TDE_OK ){
       if( eType==TDE_MSG_ACK && nBody>=8 ){
         uint64_t a = tdeGet64(aBody);
+        if( a>next-1 ) a = next-1;      /* never beyond what was sent */
         if( a>acked ){ acked = a; tProgress = nowSec(); }
         peerNoteAck(q, acked);
       }else if( eType==TDE_MSG_RESEND && nBody>=8 ){
         uint64_t from = tdeGet64(aBody);
         tdeLog(TDE_LOG_INFO, "ship %s: standby asks to resend from %llu", q->zAddr, (unsigned long long)from);
+        if( from>next ) from = next;    /* never beyond what was sent */
         if( from>0 ){ next = from; if( from-1>acked ) acked = from-1; tProgress = nowSec(); }
       }else if( eType==TDE_MSG_REFUSE ){
         tdeLog(TDE_LOG_ERROR, "ship %s: the standby stopped the stream: %.*s", q->zAddr, (int)nBody, (const char*)aBody);

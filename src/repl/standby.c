@@ -21,6 +21,7 @@
 */
 #include "repl/repl.h"
 #include "cipher/cipher.h"
+#include "keys/keys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -273,7 +274,10 @@ static int sbApplyLocked(Standby *p, SbRec *aRec, int nRec){
   if( rc==TDE_OK && fdatasync(p->fdDb)!=0 ) rc = tdeErr(TDE_IO, "%s: fsync: %s", p->zDb, strerror(errno));
   if( rc==TDE_OK ){
     /* The state changes under the lock: readers derive SQLite's change
-    ** counter from it, so a reader never caches pages across an apply. */
+    ** counter from it, so a reader never caches pages across an apply.
+    ** Memory says "applied" only once the state file does: on failure the
+    ** old values come back, nothing is acknowledged, the session ends. */
+    Standby old = *p;
     for(int i=0; i<nRec; i++){
       if( aRec[i].r.kind==TDE_REC_TXN && aRec[i].r.nFrame>0 ) p->pgsz = aRec[i].r.pgsz;
     }
@@ -283,6 +287,17 @@ static int sbApplyLocked(Standby *p, SbRec *aRec, int nRec){
     if( p->received<p->applied ){ p->received = p->applied; p->receivedCapture = p->appliedCapture; }
     p->unappliedBytes = 0;
     rc = sbWriteState(p, 1);
+    if( rc ){
+      p->pgsz = old.pgsz;
+      p->applied = old.applied;
+      p->appliedCapture = old.appliedCapture;
+      p->appliedAt = old.appliedAt;
+      p->received = old.received;
+      p->receivedCapture = old.receivedCapture;
+      p->unappliedBytes = old.unappliedBytes;
+      tdeLog(TDE_LOG_ERROR, "standby %s: cannot record transaction %llu as applied: %s; not acknowledged",
+             p->zDb, (unsigned long long)aRec[nRec-1].r.seq, tde_last_error());
+    }
   }
   sbUnlock(p);
   return rc;
@@ -411,6 +426,30 @@ static int sbReceiveBase(Standby *p, int fd, const uint8_t *aBegin, size_t nBegi
     goto done;
   }
   if( rc ) goto done;
+  /* It must be a copy of the database the primary said hello for. */
+  {
+    uint8_t *aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+    TdeHeader *h = sqlite3_malloc(sizeof(TdeHeader));
+    TdeRawSrc src = { 0, fdOut };
+    int bShort = 1, iSlot = 0;
+    if( !aRegion || !h ) rc = TDE_NOMEM;
+    if( rc==TDE_OK && size<TDE_HEADER_BYTES ){
+      rc = tdeErr(TDE_FORMAT, "refusing a base copy of %llu bytes (no sqlite-tde header)", (unsigned long long)size);
+    }
+    if( rc==TDE_OK ) rc = tdeRawRead(&src, aRegion, TDE_HEADER_BYTES, 0, &bShort);
+    if( rc==TDE_OK && (bShort || tdeHeaderPick(aRegion, TDE_HEADER_BYTES, h, &iSlot)!=TDE_OK) ){
+      rc = tdeErr(TDE_FORMAT, "refusing a base copy whose header region does not parse");
+    }
+    if( rc==TDE_OK && memcmp(h->dbid, aDbid, 16)!=0 ){
+      rc = tdeErr(TDE_FORMAT, "refusing a base copy of another database than the primary's");
+    }
+    sqlite3_free(h);
+    sqlite3_free(aRegion);
+    if( rc ){
+      tdeLog(TDE_LOG_ERROR, "standby %s: %s", p->zDb, tde_last_error());
+      goto done;
+    }
+  }
   if( fsync(fdOut)!=0 ){ rc = tdeErr(TDE_IO, "%s: fsync: %s", p->zBase, strerror(errno)); goto done; }
   /* Replace the copy: readers holding the old file keep their snapshot;
   ** a crash before the state records the new sequence replays records the
@@ -440,7 +479,10 @@ static int sbReceiveBase(Standby *p, int fd, const uint8_t *aBegin, size_t nBegi
   rc = sbWriteState(p, 1);
 done:
   EVP_MD_CTX_free(c);
-  if( fdOut>=0 ) close(fdOut);
+  if( fdOut>=0 ){
+    close(fdOut);
+    if( rc ) unlink(p->zBase);
+  }
   return rc;
 }
 

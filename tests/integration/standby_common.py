@@ -319,6 +319,29 @@ def fake_primary(port, dbid, make_recs, timeout=10):
     return got
 
 
+def fake_base(port, dbid, data, timeout=10):
+    """Say hello as database dbid to a standby with no copy and send data as
+    its base copy; the message types the standby answered until it closed."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(wire_msg(1, b"TDEWIRE1" + dbid + b"\x07" * 16 + b"\0" * 32 + struct.pack(">Q", 1)))
+    t, b = wire_recv(s)
+    if t != 2:
+        s.close()
+        return ["no HELLO_OK: %s" % t]
+    s.sendall(wire_msg(7, struct.pack(">Q", 1) + b"\x07" * 16 + struct.pack(">QQ", len(data), 0) + b"\0" * 8))
+    if data:
+        s.sendall(wire_msg(8, struct.pack(">Q", 0) + data))
+    s.sendall(wire_msg(9, hashlib.sha256(data).digest()))
+    got = []
+    while True:
+        t, b = wire_recv(s)
+        if t is None:
+            break
+        got.append(t)
+    s.close()
+    return got
+
+
 def wait_caught_up(primary, standby, timeout=40):
     """Wait until the standby applied everything the shipper captured, and
     the shipper has run a cycle after the workload.  Returns the seq."""

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
 import time
@@ -381,6 +382,69 @@ def main():
     C.run_writer(d, pdb, cfg, 5, seed=14)
     C.check(C.wait_caught_up(pdb, sdb) is not None, "the real primary streams again")
     compare(pdb, sdb, cfg, d, "after the crafted records")
+
+    C.step("a fake primary offers a new standby a bad base copy: refused, nothing installed")
+    os.makedirs(os.path.join(d, "sb3"))
+    sdb3 = os.path.join(d, "sb3", "standby.db")
+    sport3 = C.free_port()
+    sb3 = C.start_standby(d, sdb3, sport3, log="standby3.log")
+    time.sleep(0.5)
+    pregion = open(pdb, "rb").read()[:8192]
+    for what, data in [("an empty base copy", b""),
+                       ("a base copy with a header region that does not parse", b"X" * 8192 + b"P" * 16384),
+                       ("a base copy of another database", foreign + b"P" * 16384)]:
+        got = C.fake_base(sport3, dbid, data)
+        time.sleep(0.2)
+        C.check(5 not in got and not os.path.exists(sdb3 + "-tdestandby") and
+                (not os.path.exists(sdb3) or os.path.getsize(sdb3) == 0),
+                "%s: not acknowledged (%s), no copy installed: %s" % (
+                    what, got, [ln for ln in open(os.path.join(d, "standby3.log")).read().splitlines()
+                                if "refusing a base copy" in ln][-1:]))
+    got = C.fake_base(sport3, dbid, pregion + b"P" * 16384)
+    time.sleep(0.2)
+    C.check(5 in got and os.path.exists(sdb3 + "-tdestandby"),
+            "a base copy whose header names the hello's database is installed (%s)" % got)
+    C.stop(sb3)
+
+    C.step("a fake standby acknowledges far more than it was sent: the shipper counts only what it sent")
+    import socket
+    import threading
+    lst = socket.socket()
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(2)
+    fport = lst.getsockname()[1]
+    seen = []
+
+    def fake_standby():
+        c, _ = lst.accept()
+        c.settimeout(20)
+        t, b = C.wire_recv(c)                       # HELLO
+        c.sendall(C.wire_msg(2, struct.pack(">Q", 0) + b"\0" + b"\0" * 16))   # no copy
+        while True:
+            t, b = C.wire_recv(c)
+            seen.append(t)
+            if t is None or t == 9:
+                break
+        c.sendall(C.wire_msg(5, struct.pack(">Q", 1 << 40)))                  # ACK beyond anything
+        c.sendall(C.wire_msg(6, struct.pack(">Q", 1 << 41)))                  # RESEND beyond too
+        t0 = time.time()
+        while time.time() - t0 < 2.5 and C.wire_recv(c)[0] is not None:
+            pass
+        c.close()
+    th = threading.Thread(target=fake_standby, daemon=True)
+    th.start()
+    C.stop(ship)
+    ship = C.start_ship(d, pdb, cfg, [sport, fport])
+    th.join(30)
+    time.sleep(0.5)
+    sh = C.read_state(pdb + "-tdeship-state")
+    C.check(9 in seen and int(sh.get("peer1_acked_seq", 1 << 40)) <= int(sh.get("captured_seq", 0)),
+            "peer acknowledged %s, captured %s" % (sh.get("peer1_acked_seq"), sh.get("captured_seq")))
+    C.stop(ship)
+    lst.close()
+    ship = C.start_ship(d, pdb, cfg, [sport])
+    C.check(C.wait_caught_up(pdb, sdb) is not None, "the real standby streams")
 
     C.step("the primary loses its last commits (a power loss under synchronous=NORMAL, simulated): "
            "the standby, which has them, starts over from a base copy")
