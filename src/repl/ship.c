@@ -828,6 +828,20 @@ TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const
   rc = shipOpenDb(p, &db);
   if( rc ) goto done;
   rc = tdeSpoolOpen(zAbs, 1, p->aDbid, &s);
+  if( rc==TDE_FORMAT ){
+    /* A damaged spool (or another database's): keep it aside for
+    ** diagnosis and start a new one; its new history makes every standby
+    ** take a base copy, so nothing it held is needed. */
+    char *zOld = sqlite3_mprintf("%s-tdeship", zAbs);
+    char *zAside = sqlite3_mprintf("%s-tdeship.damaged", zAbs);
+    tdeLog(TDE_LOG_WARNING, "ship %s: %s; moving it to %s and starting a new spool (standbys take a "
+           "base copy)", zAbs, tde_last_error(), zAside ? zAside : "?");
+    rc = (zOld && zAside) ? TDE_OK : TDE_NOMEM;
+    if( rc==TDE_OK && rename(zOld, zAside)!=0 ) rc = tdeErr(TDE_IO, "%s: rename: %s", zOld, strerror(errno));
+    sqlite3_free(zOld);
+    sqlite3_free(zAside);
+    if( rc==TDE_OK ) rc = tdeSpoolOpen(zAbs, 1, p->aDbid, &s);
+  }
   if( rc ) goto done;
   s->xOnRec = shipOnRec;
   s->pOnRecArg = p;

@@ -233,7 +233,7 @@ def main():
     C.step("a damaged ship spool never fails the primary's writes or checkpoints; the standby takes a base copy")
     C.stop(ship)
     with open(pdb + "-tdeship", "wb") as f:
-        f.write(b"garbage")                         # damaged (too short for a spool header)
+        f.write(b"garbage" * 50)                    # damaged: no valid spool header
     nbase = open(os.path.join(d, "standby.log")).read().count("base copy applied")
     db = C.connect(pdb, cfg)
     errs = []
@@ -259,6 +259,8 @@ def main():
     C.check(seq is not None, "caught up (sequence %s)" % seq)
     C.check(open(os.path.join(d, "standby.log")).read().count("base copy applied") > nbase,
             "the standby took a base copy (the spool lost the frames)")
+    C.check("starting a new spool" in open(os.path.join(d, "ship.log")).read(),
+            "the shipper set the damaged spool aside and started a new one")
     compare(pdb, sdb, cfg, d, "after the damaged spool")
 
     C.step("a transaction larger than a record (limit lowered for the test): a GAP, a base copy, "
