@@ -172,7 +172,8 @@ int tdeApplyRecord(int fd, const uint8_t *aRec, const TdeRec *r);
 ** logged or applied to a copy of database aDbid whose page size is
 ** pgszCopy (0: not known yet) and which holds nCopyPages pages: a TXN's
 ** frames have the copy's page size and the record's salts, only the last
-** is a commit frame, its database size is in 1..nCopyPages+nFrame and so
+** is a commit frame, its database size is in 1..nCopyPages+nFrame+1 (the
+** lock-byte page is never written) and so
 ** is every page number; a header region parses and names aDbid.  GAP and
 ** MARK records carry nothing.  TDE_FORMAT with a message naming the fault.
 */

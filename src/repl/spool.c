@@ -857,11 +857,12 @@ int tdeRecValidate(const uint8_t *aRec, const TdeRec *r, uint32_t pgszCopy, uint
     }
     nCommit = tdeGet32(f - (TDE_FRAME_HDR + r->pgsz) + 4);
   }
-  /* The database grows by at most the pages the transaction writes; a
-  ** frame may hold a page beyond the final size (a spilled page of a
-  ** transaction that then shrank the database), never beyond what the
-  ** database held during the transaction. */
-  limit = nCopyPages + r->nFrame;
+  /* The database grows by at most the pages the transaction writes (plus
+  ** the lock-byte page, which is never written); a frame may hold a page
+  ** beyond the final size (a spilled page of a transaction that then
+  ** shrank the database), never beyond what the database held during the
+  ** transaction. */
+  limit = nCopyPages + r->nFrame + 1;
   if( limit>TDE_PGNO_MAX ) limit = TDE_PGNO_MAX;
   if( nCommit==0 || nCommit>limit ){
     return tdeErr(TDE_FORMAT, "record %llu: database size %u pages at commit is out of range "
