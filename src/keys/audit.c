@@ -334,3 +334,19 @@ audit_out:
   else tdeErrClear();
   errno = savedErrno;
 }
+
+void tdeAuditKeystoreOp(const TdeConfig *pCfg, const char *zKeystore, const char *zOp,
+                        const char *zKeyId, int rc, const char *zDetail){
+  TdeAuditRec r;
+  if( pCfg==0 ) return;
+  tdeAuditInit(&r, zOp);
+  r.zKeystore = zKeystore;
+  r.zKeyId = zKeyId && zKeyId[0] ? zKeyId : 0;
+  if( rc!=TDE_OK ){
+    r.bFailure = 1;
+    r.zDetail = tde_last_error()[0] ? tde_last_error() : tde_errstr(rc);
+  }else{
+    r.zDetail = zDetail;
+  }
+  tdeAudit(pCfg, &r);
+}

@@ -48,6 +48,13 @@ void tdeAuditInit(TdeAuditRec *r, const char *zOp);
 ** is NULL.  Thread safe. */
 void tdeAudit(const TdeConfig *pCfg, const TdeAuditRec *r);
 
+/* One line for a keystore operation (keystore providers): zKeystore is the
+** provider's name; rc!=TDE_OK records a failure with the tde_last_error()
+** text (never holds secrets) as detail, else zDetail.  No-op if pCfg is
+** NULL. */
+void tdeAuditKeystoreOp(const TdeConfig *pCfg, const char *zKeystore, const char *zOp,
+                        const char *zKeyId, int rc, const char *zDetail);
+
 /* Format r as one JSON line (with the trailing newline) into z; returns
 ** the length, or -1 if it does not fit.  Exposed for tests. */
 int tdeAuditFormat(const TdeAuditRec *r, int64_t tsMillis, int pid, char *z, size_t n);

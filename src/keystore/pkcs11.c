@@ -462,20 +462,10 @@ typedef struct Pkcs11 {
 } Pkcs11;
 
 
+/* One audit line for a pkcs11 operation (tdeAuditKeystoreOp). */
 static void p11Audit(const TdeConfig *pCfg, const char *zOp, const char *zKeyId,
                      int rc, const char *zDetail){
-  TdeAuditRec r;
-  if( pCfg==0 ) return;
-  tdeAuditInit(&r, zOp);
-  r.zKeystore = "pkcs11";
-  r.zKeyId = zKeyId && zKeyId[0] ? zKeyId : 0;
-  if( rc!=TDE_OK ){
-    r.bFailure = 1;
-    r.zDetail = tde_last_error()[0] ? tde_last_error() : tde_errstr(rc);
-  }else{
-    r.zDetail = zDetail;
-  }
-  tdeAudit(pCfg, &r);
+  tdeAuditKeystoreOp(pCfg, "pkcs11", zOp, zKeyId, rc, zDetail);
 }
 
 /* Labels may hold letters, digits, '.', '_' and '-': they become key ids in

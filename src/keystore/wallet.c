@@ -244,23 +244,10 @@ static int walletNewId(char *zId, size_t nId){
 }
 
 
-/* One audit line for a wallet operation.  rc!=TDE_OK records a failure
-** with the tde_last_error() text as detail (never holds secrets), else
-** zDetail. */
+/* One audit line for a wallet operation (tdeAuditKeystoreOp). */
 static void walletAudit(const TdeConfig *pCfg, const char *zOp, const char *zKeyId,
                         int rc, const char *zDetail){
-  TdeAuditRec r;
-  if( pCfg==0 ) return;
-  tdeAuditInit(&r, zOp);
-  r.zKeystore = "wallet";
-  r.zKeyId = zKeyId && zKeyId[0] ? zKeyId : 0;
-  if( rc!=TDE_OK ){
-    r.bFailure = 1;
-    r.zDetail = tde_last_error()[0] ? tde_last_error() : tde_errstr(rc);
-  }else{
-    r.zDetail = zDetail;
-  }
-  tdeAudit(pCfg, &r);
+  tdeAuditKeystoreOp(pCfg, "wallet", zOp, zKeyId, rc, zDetail);
 }
 
 /* ---- reading -------------------------------------------------------------- */
@@ -881,6 +868,29 @@ static void walletClose(TdeKeystore *p){
   free(w);
 }
 
+/* Open the wallet's directory and take an exclusive flock on it, which
+** serialises key changes (rotation, retirement) across processes; *pFd
+** gets the descriptor (closing it releases the lock).  zDoing names the
+** operation for the warning when the file system refuses directory locks:
+** it then proceeds, only concurrent changes by two processes being
+** unprotected. */
+static int walletLockDir(Wallet *w, const char *zDoing, int *pFd){
+  char zDir[PATH_MAX];
+  int fd;
+  walletDirOf(w->zPath, zDir, sizeof(zDir));
+  *pFd = fd = open(zDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if( fd<0 ){
+    return tdeErr(TDE_IO, "wallet %s: cannot open directory %s: %s", w->zPath, zDir, strerror(errno));
+  }
+  while( flock(fd, LOCK_EX)!=0 ){
+    if( errno==EINTR ) continue;
+    tdeLog(TDE_LOG_WARNING, "wallet %s: cannot lock directory %s (%s); "
+           "%s without a cross-process lock", w->zPath, zDir, strerror(errno), zDoing);
+    break;
+  }
+  return TDE_OK;
+}
+
 /*
 ** Re-read the wallet file into w (caller holds w->mutex).  The file must
 ** still be the same wallet (same kind, KDF parameters and wallet key);
@@ -1047,7 +1057,6 @@ static int walletHasKey(TdeKeystore *p, const char *zKeyId){
 */
 static int walletNewKey(TdeKeystore *p, char *zKeyId, size_t nKeyId){
   Wallet *w = (Wallet *)p;
-  char zDir[PATH_MAX];
   WalletKey *aNew = 0;
   int nNew = 0;
   uint8_t *aFile = 0;
@@ -1065,20 +1074,8 @@ static int walletNewKey(TdeKeystore *p, char *zKeyId, size_t nKeyId){
   zKeyId[0] = 0;
   pthread_mutex_lock(&w->mutex);
 
-  walletDirOf(w->zPath, zDir, sizeof(zDir));
-  dfd = open(zDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if( dfd<0 ){
-    rc = tdeErr(TDE_IO, "wallet %s: cannot open directory %s: %s", w->zPath, zDir, strerror(errno));
-    goto newkey_out;
-  }
-  while( flock(dfd, LOCK_EX)!=0 ){
-    if( errno==EINTR ) continue;
-    /* Some network file systems refuse directory locks: rotation still
-    ** works, only concurrent rotation by two processes is unprotected. */
-    tdeLog(TDE_LOG_WARNING, "wallet %s: cannot lock directory %s (%s); "
-           "rotating without a cross-process lock", w->zPath, zDir, strerror(errno));
-    break;
-  }
+  rc = walletLockDir(w, "rotating", &dfd);
+  if( rc!=TDE_OK ) goto newkey_out;
   rc = walletReload(w);
   if( rc!=TDE_OK ) goto newkey_out;
   if( w->nKey>=WALLET_MAX_KEYS ){
@@ -1134,7 +1131,6 @@ newkey_out:
 */
 static int walletRetire(TdeKeystore *p, const char *zKeyId){
   Wallet *w = (Wallet *)p;
-  char zDir[PATH_MAX];
   WalletKey *aNew = 0;
   int nNew = 0;
   uint8_t *aFile = 0;
@@ -1153,18 +1149,8 @@ static int walletRetire(TdeKeystore *p, const char *zKeyId){
   }
   pthread_mutex_lock(&w->mutex);
 
-  walletDirOf(w->zPath, zDir, sizeof(zDir));
-  dfd = open(zDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if( dfd<0 ){
-    rc = tdeErr(TDE_IO, "wallet %s: cannot open directory %s: %s", w->zPath, zDir, strerror(errno));
-    goto retire_out;
-  }
-  while( flock(dfd, LOCK_EX)!=0 ){
-    if( errno==EINTR ) continue;
-    tdeLog(TDE_LOG_WARNING, "wallet %s: cannot lock directory %s (%s); "
-           "retiring without a cross-process lock", w->zPath, zDir, strerror(errno));
-    break;
-  }
+  rc = walletLockDir(w, "retiring", &dfd);
+  if( rc!=TDE_OK ) goto retire_out;
   /* Only after the reload is "current" known: another process may have
   ** added a newer key, or retired this one, since we last looked. */
   rc = walletReload(w);

@@ -328,25 +328,8 @@ static int tdeUnderWriteLock(sqlite3 *db, const char *zSchema,
 }
 
 static int opRewrap(TdeFile *p, void *pArg){
-  int rc;
-  char zOld[TDE_KEYID_MAX+1];
   TDE_UNUSED(pArg);
-  memcpy(zOld, p->pKeys->zMasterKey, sizeof(zOld));
-  rc = tdeMainHeaderUpdate(p, tdeEditRewrap, 0);
-  {
-    TdeAuditRec r;
-    tdeAuditInit(&r, "master_key_rotate");
-    r.bFailure = rc!=SQLITE_OK;
-    r.zDbPath = p->zName;
-    r.aDbid = p->pKeys->hdr.dbid;
-    r.zKeystore = p->pKeys->pKs->pMethods->zName;
-    r.zKeyId = zOld[0] ? zOld : 0;
-    r.zNewKeyId = rc==SQLITE_OK ? p->pKeys->zMasterKey : 0;
-    r.keyVersion = p->pKeys->hdr.curVersion;
-    r.zDetail = rc ? tde_last_error() : "data key re-wrapped; header only";
-    tdeAudit(p->pKeys->pCfg, &r);
-  }
-  return rc;
+  return tdeMainRewrapAudited(p, "master_key_rotate", "data key re-wrapped; header only");
 }
 
 int tde_db_rewrap(sqlite3 *db, const char *zSchema){

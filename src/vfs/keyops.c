@@ -145,26 +145,34 @@ void tdeKeysCheckStale(TdeDbKeys *k){
   k->bStaleWrap = 1;
 }
 
-/* A re-wrap left behind by a master-key rotation.  Not fatal for the
-** write when it fails: the old wrapping still works. */
-static void tdeMainRewrap(TdeFile *p){
+/* Re-wrap the data key under the keystore's current master key (header
+** only) and leave one audit line zOp; zDetail on success, the error
+** otherwise.  Used by rotation (tde_db_rewrap) and by the re-wrap at the
+** first write after a rotation. */
+int tdeMainRewrapAudited(TdeFile *p, const char *zOp, const char *zDetail){
   char zOld[TDE_KEYID_MAX+1];
+  TdeAuditRec r;
   int rc;
   memcpy(zOld, p->pKeys->zMasterKey, sizeof(zOld));
   rc = tdeMainHeaderUpdate(p, tdeEditRewrap, 0);
-  {
-    TdeAuditRec r;
-    tdeAuditInit(&r, "header_rewrap");
-    r.bFailure = rc!=SQLITE_OK;
-    r.zDbPath = p->zName;
-    r.aDbid = p->pKeys->hdr.dbid;
-    r.zKeystore = p->pKeys->pKs->pMethods->zName;
-    r.zKeyId = zOld[0] ? zOld : 0;
-    r.zNewKeyId = rc==SQLITE_OK ? p->pKeys->zMasterKey : 0;
-    r.keyVersion = p->pKeys->hdr.curVersion;
-    r.zDetail = rc==SQLITE_OK ? "re-wrapped at the first write after a master-key rotation" : tde_last_error();
-    tdeAudit(p->pKeys->pCfg, &r);
-  }
+  tdeAuditInit(&r, zOp);
+  r.bFailure = rc!=SQLITE_OK;
+  r.zDbPath = p->zName;
+  r.aDbid = p->pKeys->hdr.dbid;
+  r.zKeystore = p->pKeys->pKs->pMethods->zName;
+  r.zKeyId = zOld[0] ? zOld : 0;
+  r.zNewKeyId = rc==SQLITE_OK ? p->pKeys->zMasterKey : 0;
+  r.keyVersion = p->pKeys->hdr.curVersion;
+  r.zDetail = rc==SQLITE_OK ? zDetail : tde_last_error();
+  tdeAudit(p->pKeys->pCfg, &r);
+  return rc;
+}
+
+/* A re-wrap left behind by a master-key rotation.  Not fatal for the
+** write when it fails: the old wrapping still works. */
+static void tdeMainRewrap(TdeFile *p){
+  int rc = tdeMainRewrapAudited(p, "header_rewrap",
+                                "re-wrapped at the first write after a master-key rotation");
   if( rc ){
     tdeLog(TDE_LOG_WARNING, "%s: could not re-wrap the data key under the current master key "
            "(SQLite error %d); will retry", p->zName ? p->zName : "", rc);

@@ -194,6 +194,7 @@ int tdeMainMigrate(TdeFile *pMain, TdeKeystore *pNew, const TdeConfig *pNewCfg, 
 /* Re-wrap under the keystore's current master key if the header is stale
 ** (called at the start of a write transaction). */
 int tdeMainHeaderDue(TdeFile *pMain);
+int tdeMainRewrapAudited(TdeFile *pMain, const char *zOp, const char *zDetail);
 void tdeKeysCheckStale(TdeDbKeys *k);
 void tdeKeysNoteMasterKey(TdeDbKeys *k);
 void tdeAuditKeys(TdeDbKeys *k, const char *zDbPath, const char *zOp, int trc);

@@ -311,20 +311,10 @@ static int kmipConfig(const TdeConfig *cfg, KmipClientConfig *pC, char *zPrefix,
 }
 
 
+/* One audit line for a kmip operation (tdeAuditKeystoreOp). */
 static void kmipAudit(const TdeConfig *pCfg, const char *zOp, const char *zKeyId,
                       int rc, const char *zDetail){
-  TdeAuditRec r;
-  if( pCfg==0 ) return;
-  tdeAuditInit(&r, zOp);
-  r.zKeystore = "kmip";
-  r.zKeyId = zKeyId && zKeyId[0] ? zKeyId : 0;
-  if( rc!=TDE_OK ){
-    r.bFailure = 1;
-    r.zDetail = tde_last_error()[0] ? tde_last_error() : tde_errstr(rc);
-  }else{
-    r.zDetail = zDetail;
-  }
-  tdeAudit(pCfg, &r);
+  tdeAuditKeystoreOp(pCfg, "kmip", zOp, zKeyId, rc, zDetail);
 }
 
 /* ---- requests ------------------------------------------------------------ */
