@@ -5,20 +5,21 @@ BUILD      ?= build
 BUILD_SAN  ?= build-asan
 JOBS       ?= 2
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDE_WERROR=ON
+NPM_DIR    = $(abspath $(BUILD))/npm
 
 .PHONY: all deps build build-asan test test-fast test-asan demo bench stress clean
 
 all: build
 
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh $(BUILD)
 
 build: deps
-	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DTDE_NPM_DIR=$(NPM_DIR) >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 
 build-asan: deps
-	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DTDE_SANITIZE=ON -DTDE_WERROR=ON >/dev/null
+	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DTDE_SANITIZE=ON -DTDE_WERROR=ON -DTDE_NPM_DIR=$(NPM_DIR) >/dev/null
 	@cmake --build $(BUILD_SAN) -j$(JOBS)
 
 # Full suite: normal build, then the same suite under AddressSanitizer and
