@@ -1,8 +1,13 @@
 /*
 ** Configuration file parser: turns tde.conf into a TdeConfig (see
-** config.h for the format), validates every key against the generic set
-** and the keys of the provider named by `keystore`, resolves paths, and
+** config.h for the format), checks the generic keys, resolves paths, and
 ** reads the password the configuration points to.
+**
+** It is a plain parser: it knows no keystore.  Which provider keys are
+** valid is each provider's business (its xCheckConfig method);
+** src/keystore/check.c puts the two together as tdeConfigParse and
+** tdeConfigLoad.  So config.c depends on nothing above it, and the
+** keystores, the audit trail and the key code may all call it.
 **
 ** It must never print, never echo a configuration line back in an error
 ** (a user may have typed a password where it does not belong: only key
@@ -11,7 +16,6 @@
 */
 #include "tde_int.h"
 #include "config.h"
-#include "keystore/keystore.h"
 #include "cipher/cipher.h"
 
 #include <errno.h>
@@ -116,21 +120,6 @@ static int configInList(const char *const *az, const char *zKey){
   return 0;
 }
 
-/* The names of all providers, for the "unknown keystore" message. */
-static void configProviderNames(char *zBuf, size_t nBuf){
-  size_t n = 0;
-  int i;
-  zBuf[0] = 0;
-  for(i=1; i<=255; i++){
-    const tde_keystore_methods *pM = tdeKeystoreByType((uint8_t)i);
-    int k;
-    if( pM==0 || pM->zName==0 ) continue;
-    k = snprintf(zBuf+n, nBuf-n, "%s%s", n ? ", " : "", pM->zName);
-    if( k<0 || (size_t)k>=nBuf-n ) break;
-    n += (size_t)k;
-  }
-}
-
 static const TdeConfigEntry *configFind(const TdeConfig *p, const char *zKey){
   int i;
   if( p==0 || zKey==0 ) return 0;
@@ -140,37 +129,18 @@ static const TdeConfigEntry *configFind(const TdeConfig *p, const char *zKey){
   return 0;
 }
 
-/* Check every key against the generic keys and those of the provider named
-** by `keystore`.  Reports the first problem in line order. */
-static int configValidate(const TdeConfig *p, const char *zName){
-  const TdeConfigEntry *pKs = configFind(p, "keystore");
+int tdeConfigIsGenericKey(const char *zKey){
+  return zKey!=0 && configInList(azGenericKeys, zKey);
+}
+
+/* The checks on generic keys, after the provider has checked its own (so
+** messages keep the order: keystore, unknown keys, values, conflicts). */
+int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName){
   const TdeConfigEntry *pFile = configFind(p, "password_file");
   const TdeConfigEntry *pEnv = configFind(p, "password_env");
-  const tde_keystore_methods *pM;
   int i;
 
-  if( pKs==0 ){
-    return tdeErr(TDE_CONFIG, "%s: missing required key 'keystore'", zName);
-  }
-  pM = tdeKeystoreByName(pKs->zValue);
-  if( pM==0 ){
-    char zNames[128];
-    configProviderNames(zNames, sizeof(zNames));
-    return tdeErr(TDE_CONFIG, "%s:%d: unknown keystore '%s' (known: %s)",
-                  zName, pKs->iLine, pKs->zValue, zNames);
-  }
-  for(i=0; i<p->nEntry; i++){
-    const TdeConfigEntry *pE = &p->aEntry[i];
-    if( configInList(azGenericKeys, pE->zKey) ) continue;
-    if( configInList(pM->azKeys, pE->zKey) ) continue;
-    if( strstr(pE->zKey, "pass") || strstr(pE->zKey, "secret")
-     || strcmp(pE->zKey, "pin")==0 ){
-      return tdeErr(TDE_CONFIG, "%s:%d: unknown key '%s' (secrets never go in "
-                    "the configuration: use password_file or password_env)",
-                    zName, pE->iLine, pE->zKey);
-    }
-    return tdeErr(TDE_CONFIG, "%s:%d: unknown key '%s'", zName, pE->iLine, pE->zKey);
-  }
+  if( zName==0 ) zName = p->zPath;
   /* A misspelt switch must not silently turn auditing off. */
   for(i=0; i<p->nEntry; i++){
     const TdeConfigEntry *pE = &p->aEntry[i];
@@ -197,16 +167,16 @@ static int configValidate(const TdeConfig *p, const char *zName){
 ** working directory when zDir is NULL).  On failure *pp is NULL and
 ** nothing is leaked.
 */
-int tdeConfigParse(const char *zText, const char *zName, const char *zDir, TdeConfig **pp){
+int tdeConfigParseText(const char *zText, const char *zName, const char *zDir, TdeConfig **pp){
   TdeConfig *p = 0;
   const char *z;
   int iLine = 0;
   int rc = TDE_OK;
   char zCwd[PATH_MAX];
 
-  if( pp==0 ) return tdeErr(TDE_MISUSE, "tdeConfigParse: no output pointer");
+  if( pp==0 ) return tdeErr(TDE_MISUSE, "tdeConfigParseText: no output pointer");
   *pp = 0;
-  if( zText==0 ) return tdeErr(TDE_MISUSE, "tdeConfigParse: no text");
+  if( zText==0 ) return tdeErr(TDE_MISUSE, "tdeConfigParseText: no text");
   if( zName==0 ) zName = "(config)";
   if( zDir==0 ){
     if( getcwd(zCwd, sizeof(zCwd))==0 ){
@@ -299,8 +269,6 @@ int tdeConfigParse(const char *zText, const char *zName, const char *zDir, TdeCo
     }
   }
 
-  rc = configValidate(p, zName);
-
 parse_out:
   if( rc!=TDE_OK ){
     tdeConfigFree(p);
@@ -314,7 +282,7 @@ parse_out:
 ** Read and parse zPath.  The config's zPath becomes the absolute path and
 ** zDir its directory.  A file that cannot be read is TDE_CONFIG.
 */
-int tdeConfigLoad(const char *zPath, TdeConfig **pp){
+int tdeConfigReadFile(const char *zPath, TdeConfig **pp){
   char zAbs[PATH_MAX];
   char zDir[PATH_MAX];
   char *zText = 0;
@@ -324,7 +292,7 @@ int tdeConfigLoad(const char *zPath, TdeConfig **pp){
   int rc;
   struct stat st;
 
-  if( pp==0 ) return tdeErr(TDE_MISUSE, "tdeConfigLoad: no output pointer");
+  if( pp==0 ) return tdeErr(TDE_MISUSE, "tdeConfigReadFile: no output pointer");
   *pp = 0;
   rc = configAbsolute(zPath, zAbs, sizeof(zAbs));
   if( rc!=TDE_OK ) goto load_out;
@@ -374,7 +342,7 @@ int tdeConfigLoad(const char *zPath, TdeConfig **pp){
   if( zSlash==zDir ) zSlash[1] = 0;   /* file in "/" */
   else if( zSlash ) *zSlash = 0;
 
-  rc = tdeConfigParse(zText, zAbs, zDir, pp);
+  rc = tdeConfigParseText(zText, zAbs, zDir, pp);
 
 load_out:
   if( fd>=0 ) close(fd);

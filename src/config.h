@@ -10,7 +10,7 @@
 **
 ** Generic keys:     keystore (required: wallet), password_file, password_env,
 **                   audit_log, audit_syslog
-** Provider keys:    declared by each provider (tde_keystore_methods.azKeys)
+** Provider keys:    checked by each provider (tde_keystore_methods.xCheckConfig)
 **
 ** Unknown keys, missing values, duplicates and a missing `keystore` are
 ** errors naming the file and line (TDE_CONFIG via tdeErr).  Passwords never
@@ -43,11 +43,26 @@ typedef struct TdeConfig {
 int tdeConfigLocate(const char *zExplicit, char *zOut, size_t nOut);
 
 /* Parse a file and validate keys against the provider it names.  On success
-** *pp is a new config (free with tdeConfigFree). */
+** *pp is a new config (free with tdeConfigFree).  Defined in
+** src/keystore/check.c: validating provider keys asks the provider (its
+** xCheckConfig method), and config.c itself knows no keystore. */
 int tdeConfigLoad(const char *zPath, TdeConfig **pp);
-/* Parse from memory (zName used in messages); zDir for relative paths. */
+/* Parse from memory (zName used in messages); zDir for relative paths.
+** Validates like tdeConfigLoad (also defined in src/keystore/check.c). */
 int tdeConfigParse(const char *zText, const char *zName, const char *zDir, TdeConfig **pp);
 void tdeConfigFree(TdeConfig *p);
+
+/* The plain parser (config.c): syntax, duplicates and the entry limit,
+** no check of which keys exist.  tdeConfigReadFile also refuses files
+** that are not regular, too large or hold a NUL byte. */
+int tdeConfigParseText(const char *zText, const char *zName, const char *zDir, TdeConfig **pp);
+int tdeConfigReadFile(const char *zPath, TdeConfig **pp);
+/* 1 if zKey is one of the keys every configuration may use (keystore,
+** password_file, password_env, audit_log, audit_syslog). */
+int tdeConfigIsGenericKey(const char *zKey);
+/* Check the values of the generic keys (audit_syslog yes/no, at most one
+** password source); zName (NULL: p->zPath) names the file in messages. */
+int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName);
 
 /* Value of key or NULL. */
 const char *tdeConfigGet(const TdeConfig *p, const char *zKey);

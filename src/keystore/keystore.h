@@ -51,7 +51,7 @@ typedef struct TdeKeyInfo {
 } TdeKeyInfo;
 
 struct tde_keystore_methods {
-  int iVersion;             /* 1 */
+  int iVersion;             /* 2 (xCheckConfig) */
   int szStruct;             /* sizeof(tde_keystore_methods) */
   const char *zName;        /* value of `keystore =` in the config */
   uint8_t typeId;           /* TDE_KS_* */
@@ -95,6 +95,14 @@ struct tde_keystore_methods {
   ** Refused (TDE_MISUSE, clear message) for the current key: rotate first.
   ** TDE_NOKEY if not held.  Added in iVersion 1 (not yet released). */
   int (*xRetire)(TdeKeystore *p, const char *zKeyId);
+  /* Added in iVersion 2.  Check a parsed configuration that names this
+  ** provider: every key that is not generic (tdeConfigIsGenericKey) must
+  ** be one of the provider's, and values the provider can judge without
+  ** opening anything may be checked too.  zName names the file in
+  ** messages ("NAME:LINE: ...", never echoing a value).  TDE_CONFIG on
+  ** the first problem in line order.  Providers without it (iVersion 1 or
+  ** NULL) get tdeKeystoreCheckKeys against azKeys. */
+  int (*xCheckConfig)(const TdeConfig *cfg, const char *zName);
 };
 
 /* The built-in providers. */
@@ -104,6 +112,16 @@ extern const tde_keystore_methods tdePkcs11Methods;
 /* Find a provider by config name or by header type id (NULL if none). */
 const tde_keystore_methods *tdeKeystoreByName(const char *zName);
 const tde_keystore_methods *tdeKeystoreByType(uint8_t typeId);
+
+/* The common key check providers use in xCheckConfig (keystore/check.c):
+** every key is generic or in azKeys (NULL-ended), else TDE_CONFIG naming
+** zName, the line and the key (a key that looks like a secret gets a hint
+** that secrets never go in the configuration). */
+int tdeKeystoreCheckKeys(const TdeConfig *cfg, const char *zName,
+                         const char *const *azKeys);
+/* Validate a parsed configuration: `keystore` present and known, the
+** provider's keys (xCheckConfig), then the generic values. */
+int tdeKeystoreCheckConfig(const TdeConfig *cfg, const char *zName);
 
 /*
 ** Process-wide registry: one open keystore per configuration file, opened

@@ -35,7 +35,7 @@
 #include "tde_int.h"
 #include "config.h"
 #include "keystore/keystore.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 #include "cipher/cipher.h"
 
 #include <dlfcn.h>
@@ -919,8 +919,13 @@ static const char *const azPkcs11Keys[] = {
   "pkcs11_module", "pkcs11_token_label", "pkcs11_key_label", 0
 };
 
+/* The provider's own keys (keystore.h: xCheckConfig). */
+static int p11CheckConfig(const TdeConfig *cfg, const char *zName){
+  return tdeKeystoreCheckKeys(cfg, zName, azPkcs11Keys);
+}
+
 const tde_keystore_methods tdePkcs11Methods = {
-  1,                              /* iVersion */
+  2,                              /* iVersion */
   (int)sizeof(tde_keystore_methods), /* szStruct */
   "pkcs11",                       /* zName */
   TDE_KS_PKCS11,                  /* typeId */
@@ -936,6 +941,7 @@ const tde_keystore_methods tdePkcs11Methods = {
   p11Wrap,                        /* xWrap */
   p11Unwrap,                      /* xUnwrap */
   p11Retire,                      /* xRetire */
+  p11CheckConfig,                 /* xCheckConfig */
 };
 
 /*

@@ -14,7 +14,7 @@
 #include "tde_int.h"
 #include "config.h"
 #include "keystore/keystore.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 #include "cipher/cipher.h"
 
 #include <limits.h>

@@ -27,7 +27,7 @@
 #include "tde_int.h"
 #include "config.h"
 #include "keystore/keystore.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 #include "cipher/cipher.h"
 
 #include <argon2.h>
@@ -682,8 +682,13 @@ static const char *const azWalletKeys[] = {
   "wallet", "wallet_kdf_t", "wallet_kdf_m_kib", 0
 };
 
+/* The provider's own keys (keystore.h: xCheckConfig). */
+static int walletCheckConfig(const TdeConfig *cfg, const char *zName){
+  return tdeKeystoreCheckKeys(cfg, zName, azWalletKeys);
+}
+
 const tde_keystore_methods tdeWalletMethods = {
-  1,                              /* iVersion */
+  2,                              /* iVersion */
   (int)sizeof(tde_keystore_methods), /* szStruct */
   "wallet",                       /* zName */
   TDE_KS_WALLET,                  /* typeId */
@@ -699,6 +704,7 @@ const tde_keystore_methods tdeWalletMethods = {
   walletWrap,                     /* xWrap */
   walletUnwrap,                   /* xUnwrap */
   walletRetire,                   /* xRetire */
+  walletCheckConfig,              /* xCheckConfig */
 };
 
 /*

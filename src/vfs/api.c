@@ -13,7 +13,7 @@
 */
 #include "vfs/vfs_int.h"
 #include "keystore/keystore.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 #include "config.h"
 
 #include <errno.h>

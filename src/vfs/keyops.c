@@ -15,7 +15,7 @@
 */
 #include "vfs/vfs_int.h"
 #include "keystore/keystore.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 #include "config.h"
 
 /* Drop entries i for which xDrop says so. */

@@ -25,7 +25,7 @@
 */
 #include "vfs/vfs_int.h"
 #include "keystore/keystore.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 
 #include <stdlib.h>
 

@@ -14,7 +14,7 @@
 */
 #include "vfs/vfs_int.h"
 #include "keystore/keystore.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 #include "config.h"
 
 #include <fcntl.h>

@@ -29,7 +29,7 @@
 #include "keystore/keystore.h"
 #include "keystore/kmip/client.h"
 #include "keystore/kmip/ttlv.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 #include "cipher/cipher.h"
 
 #include <limits.h>
@@ -1096,8 +1096,13 @@ static int kmipRetire(TdeKeystore *p, const char *zKeyId){
   return rc;
 }
 
+/* The provider's own keys (keystore.h: xCheckConfig). */
+static int kmipCheckConfig(const TdeConfig *cfg, const char *zName){
+  return tdeKeystoreCheckKeys(cfg, zName, azKmipKeys);
+}
+
 const tde_keystore_methods tdeKmipMethods = {
-  1,                              /* iVersion */
+  2,                              /* iVersion */
   sizeof(tde_keystore_methods),   /* szStruct */
   "kmip",                         /* zName */
   TDE_KS_KMIP,                    /* typeId */
@@ -1113,4 +1118,5 @@ const tde_keystore_methods tdeKmipMethods = {
   kmipWrap,                       /* xWrap */
   kmipUnwrap,                     /* xUnwrap */
   kmipRetire,                     /* xRetire */
+  kmipCheckConfig,                /* xCheckConfig */
 };

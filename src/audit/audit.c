@@ -15,10 +15,14 @@
 ** log that cannot be written is a warning (once per path until it works
 ** again), and the caller's errno and tde_last_error() survive the call.
 ** It must never be handed secrets: records carry ids, never key bytes.
+**
+** Layering: src/audit/ sits below src/keystore/ (the providers record
+** their operations here) and src/keys/, and above only config.c and the
+** util code; it never calls a keystore, the header code or the VFS.
 */
 #include "tde_int.h"
 #include "config.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 
 #include <errno.h>
 #include <fcntl.h>
