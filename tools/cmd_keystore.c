@@ -22,6 +22,14 @@ static int keystoreExists(Cli *pCli){
   return strcmp(info.zStatus, "NOT_AVAILABLE")!=0;
 }
 
+/* A keystore that takes no password (keystore = command: the key manager
+** authenticates its helper) is never prompted for one. */
+static int keystoreTakesNoPassword(Cli *pCli){
+  tde_keystore_info info;
+  if( tde_keystore_status(pCli->zConfig, &info)!=TDE_OK ) return 0;
+  return strcmp(info.zType, "command")==0;
+}
+
 /* Ask twice for the new wallet password; CLI_OK when both agree. */
 static int promptNewPassword(Cli *pCli, char *zPw, char *zPw2, size_t nPw){
   if( keystoreExists(pCli) ){
@@ -61,7 +69,7 @@ int cliCmdKeystoreCreate(Cli *pCli, const CliArgs *pArgs){
     goto done;
   }
   /* bSource<0: the configuration is unreadable; the library says why. */
-  if( bSource==0 && !pArgs->bAutoLogin ){
+  if( bSource==0 && !pArgs->bAutoLogin && !keystoreTakesNoPassword(pCli) ){
     if( promptNewPassword(pCli, zPw, zPw2, sizeof(zPw)) ) goto done;
     zPassword = zPw;
   }

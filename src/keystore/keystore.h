@@ -28,11 +28,14 @@
 #define TDE_KS_WALLET 1
 #define TDE_KS_PKCS11 2
 #define TDE_KS_KMIP   3
+#define TDE_KS_COMMAND 4  /* external helper program (keystore/command.c) */
 
 /* Wrapping mechanisms as stored in the header (never renumber). */
 #define TDE_MECH_AES256_GCM  1   /* blob = iv(12) || ct || tag(16); aad bound */
 #define TDE_MECH_AES_KWP     2   /* RFC 5649 key wrap with padding; no aad */
 #define TDE_MECH_AES_KW      3   /* RFC 3394 key wrap; no aad */
+#define TDE_MECH_EXTERNAL    4   /* opaque blob of an external key manager; aad
+                                 ** bound by it (docs/COMMAND-KEYSTORE.md) */
 
 #define TDE_WRAP_MAX 256         /* largest wrapped-key blob */
 
@@ -108,6 +111,7 @@ struct tde_keystore_methods {
 /* The built-in providers. */
 extern const tde_keystore_methods tdeWalletMethods;
 extern const tde_keystore_methods tdePkcs11Methods;
+extern const tde_keystore_methods tdeCommandMethods;
 
 /* Find a provider by config name or by header type id (NULL if none). */
 const tde_keystore_methods *tdeKeystoreByName(const char *zName);

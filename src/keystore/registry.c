@@ -27,6 +27,7 @@ static const tde_keystore_methods *const apProvider[] = {
   &tdeWalletMethods,
   &tdeKmipMethods,
   &tdePkcs11Methods,
+  &tdeCommandMethods,
 };
 
 const tde_keystore_methods *tdeKeystoreByName(const char *zName){
