@@ -151,6 +151,15 @@ TDE_API int tde_keystore_new_key(const char *zConfig, char *zKeyIdOut, size_t nK
 ** as master_key_retire. */
 TDE_API int tde_keystore_retire(const char *zConfig, const char *zKeyId);
 
+/* bSeal 1: seal the auto-login wallet's key with this machine's TPM 2.0
+** (the configuration must say wallet_seal = tpm2; wallet_tpm_pcrs,
+** wallet_tpm_parent and wallet_tpm_tcti as needed): afterwards the file
+** holds only the sealed key and opens only with this TPM.  bSeal 0: turn
+** a sealed wallet back into a plain auto-login wallet (for a planned
+** hardware move; needs the TPM).  Master keys are unchanged.  Crash-safe
+** (new file renamed into place), audited as keystore_seal/keystore_unseal. */
+TDE_API int tde_wallet_seal(const char *zConfig, int bSeal);
+
 /*
 ** Verify: authenticate both header slots, every page of the database file
 ** zSchema ("main" when NULL) of the open connection db, and every frame of

@@ -77,6 +77,8 @@ struct CliCommand {
 int cliCmdKeystoreCreate(Cli*, const CliArgs*);
 int cliCmdKeystoreStatus(Cli*, const CliArgs*);
 int cliCmdKeystoreList(Cli*, const CliArgs*);
+int cliCmdKeystoreSeal(Cli*, const CliArgs*);
+int cliCmdKeystoreUnseal(Cli*, const CliArgs*);
 int cliCmdEncrypt(Cli*, const CliArgs*);
 int cliCmdDecrypt(Cli*, const CliArgs*);
 int cliCmdStatus(Cli*, const CliArgs*);

@@ -1,6 +1,6 @@
 /*
-** sqlite-tde command-line tool: keystore create, keystore status and
-** keystore list.
+** sqlite-tde command-line tool: keystore create, keystore status,
+** keystore list, keystore seal and keystore unseal.
 **
 ** The wallet password of `keystore create` comes from the configuration's
 ** password source, else --auto-login means none, else it is typed twice on
@@ -142,4 +142,26 @@ int cliCmdKeystoreList(Cli *pCli, const CliArgs *pArgs){
     return CLI_FAIL;
   }
   return CLI_OK;
+}
+
+static int keystoreSeal(Cli *pCli, int bSeal){
+  int trc = tde_wallet_seal(pCli->zConfig, bSeal);
+  if( trc!=TDE_OK ){
+    cliErrDetail(bSeal ? "cannot seal the wallet" : "cannot unseal the wallet", trc);
+    return CLI_FAIL;
+  }
+  printf("%s\n", bSeal ? "wallet sealed: it now opens only with this machine's TPM"
+                       : "wallet unsealed: its key is in the file again; remove wallet_seal "
+                         "from the configuration");
+  return CLI_OK;
+}
+
+int cliCmdKeystoreSeal(Cli *pCli, const CliArgs *pArgs){
+  (void)pArgs;
+  return keystoreSeal(pCli, 1);
+}
+
+int cliCmdKeystoreUnseal(Cli *pCli, const CliArgs *pArgs){
+  (void)pArgs;
+  return keystoreSeal(pCli, 0);
 }

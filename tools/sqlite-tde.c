@@ -40,6 +40,21 @@ static const CliCommand aCommand[] = {
     "List the master keys of the keystore: id, creation time (ISO-8601, UTC)\n"
     "and status (ACTIVE or RETIRED), one key per line.\n",
     0, 0, cliCmdKeystoreList },
+  { "keystore seal", "",
+    "seal the auto-login wallet's key with this machine's TPM 2.0",
+    "Seal the key of the auto-login wallet the configuration names with this\n"
+    "machine's TPM 2.0 (set wallet_seal = tpm2 first; wallet_tpm_pcrs binds it\n"
+    "to PCR values too).  Afterwards the wallet file holds only the sealed key:\n"
+    "a copy opens on no other machine.  Crash-safe and audited.  Copies of the\n"
+    "old file still hold the master keys: delete them, then rotate-master-key.\n",
+    0, 0, cliCmdKeystoreSeal },
+  { "keystore unseal", "",
+    "turn a TPM-sealed wallet back into a plain auto-login wallet",
+    "Turn a TPM-sealed wallet back into a plain auto-login wallet whose key is\n"
+    "in the file, for a planned move to other hardware (needs this TPM, and\n"
+    "its PCRs as sealed).  Then remove wallet_seal from the configuration, move,\n"
+    "and seal again on the new machine.  Crash-safe and audited.\n",
+    0, 0, cliCmdKeystoreUnseal },
   { "status", "DB",
     "show the encryption status of a database",
     "Open DB through the tde VFS and print every row of the tde_status table\n"
@@ -303,6 +318,7 @@ static void printKeystoreHelp(FILE *out){
     "       sqlite-tde [--config CFG] keystore status\n"
     "       sqlite-tde [--config CFG] keystore list\n"
     "       sqlite-tde [--config CFG] keystore retire KEYID\n"
+    "       sqlite-tde [--config CFG] keystore seal | unseal\n"
     "\n"
     "Manage the keystore (wallet) that holds the master keys.  See\n"
     "'sqlite-tde keystore SUBCOMMAND --help'.\n");

@@ -18,7 +18,8 @@
 ** Operations (zOp): keystore_open, keystore_close, keystore_create,
 ** master_key_create, master_key_rotate, master_key_retire, dek_create,
 ** dek_unwrap, header_rewrap, header_repair, rekey_start, rekey_progress, rekey_end,
-** keystore_migrate, keystore_drop, and any of them with outcome "failure".
+** keystore_migrate, keystore_drop, keystore_seal, keystore_unseal, and any
+** of them with outcome "failure".
 */
 #ifndef TDE_AUDIT_H
 #define TDE_AUDIT_H

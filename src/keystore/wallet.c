@@ -1,8 +1,10 @@
 /*
 ** Software wallet keystore provider ("wallet", TDE_KS_WALLET): master keys
 ** kept in one file, sealed with AES-256-GCM under a wallet key that is
-** either derived from a password with Argon2id (kind 1) or stored in the
-** file itself (kind 2, auto-login, protected only by file permissions).
+** either derived from a password with Argon2id (kind 1), stored in the
+** file itself (kind 2, auto-login, protected only by file permissions), or
+** sealed by this machine's TPM 2.0 (kind 3, auto-login bound to the TPM
+** and optionally its PCRs: keystore/wallet_tpm.c does the TPM part).
 ** The byte layout is docs/WALLET.md, which this code follows.
 **
 ** It must never write a wallet in place (new state goes to a temporary
@@ -29,6 +31,7 @@
 #include "keystore/keystore.h"
 #include "audit/audit.h"
 #include "cipher/cipher.h"
+#include "keystore/wallet_tpm.h"
 
 #include <argon2.h>
 #include <errno.h>
@@ -49,6 +52,7 @@
 #define WALLET_VERSION        1
 #define WALLET_KIND_PASSWORD  1
 #define WALLET_KIND_AUTOLOGIN 2
+#define WALLET_KIND_TPM       3      /* auto-login, wallet key sealed by a TPM 2.0 */
 #define WALLET_KDF_ARGON2ID   1      /* Argon2id, version 0x13 */
 
 #define WALLET_OFS_VERSION    8
@@ -61,6 +65,11 @@
 #define WALLET_OFS_KDF_M      24
 #define WALLET_OFS_KDF_P      28
 #define WALLET_OFS_SALT       32
+#define WALLET_OFS_SEAL       16     /* kind 3: 1 = TPM 2.0 */
+#define WALLET_OFS_PCRBANK    17     /* kind 3: 0 = no PCR policy, 1 = SHA-256 */
+#define WALLET_OFS_PCRMASK    20     /* kind 3: bit i = PCR i */
+#define WALLET_OFS_PARENT     24     /* kind 3: 0 = owner primary, else persistent handle */
+#define WALLET_OFS_SEALLEN    28     /* kind 3: S, length of the sealed object (2 bytes) */
 #define WALLET_OFS_CHECK      48
 #define WALLET_HDR            64     /* bytes before the IV; all are AAD */
 #define WALLET_IV             12
@@ -73,7 +82,7 @@
 #define WALLET_MAX_KEYS       4096
 #define WALLET_ENTRY_MAX      (1 + TDE_KEYID_MAX + 8 + 1 + WALLET_KEY)
 #define WALLET_PAYLOAD_MAX    (4 + WALLET_MAX_KEYS * WALLET_ENTRY_MAX)
-#define WALLET_FILE_MAX       (WALLET_OVERHEAD + WALLET_PAYLOAD_MAX)
+#define WALLET_FILE_MAX       (WALLET_OVERHEAD + WALLET_PAYLOAD_MAX + TDE_TPM_SEALED_MAX)
 
 #define WALLET_ID_PREFIX      "wallet-"
 #define WALLET_ID_LEN         (7 + 32)
@@ -111,11 +120,22 @@ typedef struct WalletKdf {
   uint8_t aSalt[WALLET_SALT];
 } WalletKdf;
 
+/* Kind 3: the sealing policy and the sealed object (not secret: it is the
+** wallet key wrapped by the TPM's parent key). */
+typedef struct WalletSealed {
+  TdeTpmSeal tpm;        /* PCRs and parent from the file, TCTI from the config */
+  uint8_t aBlob[TDE_TPM_SEALED_MAX];
+  size_t nBlob;
+} WalletSealed;
+
 /* What the fixed header says, once validated. */
 typedef struct WalletHdr {
   int kind;
   WalletKdf kdf;         /* kind 1 only */
   uint32_t nCt;          /* payload ciphertext bytes */
+  uint32_t pcrMask;      /* kind 3 only */
+  uint32_t parent;       /* kind 3 only */
+  size_t nSealed;        /* kind 3: bytes of sealed object after the tag */
 } WalletHdr;
 
 /* Identity of the file last read or written, to notice another process's
@@ -134,6 +154,7 @@ typedef struct Wallet {
   int kind;
   WalletKdf kdf;         /* kind 1: kept to rewrite the file */
   uint8_t *aW;           /* WALLET_KEY bytes, secure: the wallet key */
+  WalletSealed sealed;   /* kind 3: kept to rewrite the file */
   WalletKey *aKey;       /* nKey entries, secure, in creation order */
   int nKey;
   WalletStamp stamp;
@@ -341,17 +362,31 @@ static int walletParseHeader(const char *zPath, const uint8_t *a, size_t n, Wall
                   zPath, (unsigned)tdeGet16(a+WALLET_OFS_VERSION));
   }
   pHdr->kind = a[WALLET_OFS_KIND];
-  if( pHdr->kind!=WALLET_KIND_PASSWORD && pHdr->kind!=WALLET_KIND_AUTOLOGIN ){
+  if( pHdr->kind!=WALLET_KIND_PASSWORD && pHdr->kind!=WALLET_KIND_AUTOLOGIN
+   && pHdr->kind!=WALLET_KIND_TPM ){
     return tdeErr(TDE_FORMAT, "wallet %s: unknown wallet kind %d", zPath, pHdr->kind);
   }
   if( a[WALLET_OFS_RESERVED]!=0 ){
     return tdeErr(TDE_FORMAT, "wallet %s: corrupted header (reserved byte set)", zPath);
   }
   pHdr->nCt = tdeGet32(a+WALLET_OFS_CTLEN);
+  if( pHdr->kind==WALLET_KIND_TPM ){
+    int i, bBad = a[WALLET_OFS_SEAL]!=1 || a[WALLET_OFS_PCRBANK]>1;
+    pHdr->pcrMask = tdeGet32(a+WALLET_OFS_PCRMASK);
+    pHdr->parent = tdeGet32(a+WALLET_OFS_PARENT);
+    pHdr->nSealed = tdeGet16(a+WALLET_OFS_SEALLEN);
+    for(i=18; i<20; i++) bBad |= a[i]!=0;
+    for(i=30; i<WALLET_OFS_CHECK; i++) bBad |= a[i]!=0;
+    if( bBad || (a[WALLET_OFS_PCRBANK]==0)!=(pHdr->pcrMask==0) || pHdr->pcrMask>>24
+     || (pHdr->parent && (pHdr->parent>>24)!=0x81)
+     || pHdr->nSealed==0 || pHdr->nSealed>TDE_TPM_SEALED_MAX ){
+      return tdeErr(TDE_FORMAT, "wallet %s: corrupted header (TPM sealing fields)", zPath);
+    }
+  }
   if( pHdr->nCt<4 || pHdr->nCt>WALLET_PAYLOAD_MAX
-   || n!=(size_t)WALLET_OVERHEAD + pHdr->nCt ){
+   || n!=(size_t)WALLET_OVERHEAD + pHdr->nCt + pHdr->nSealed ){
     return tdeErr(TDE_FORMAT, "wallet %s: truncated or corrupted (%zu bytes, header "
-                  "says %zu)", zPath, n, (size_t)WALLET_OVERHEAD + pHdr->nCt);
+                  "says %zu)", zPath, n, (size_t)WALLET_OVERHEAD + pHdr->nCt + pHdr->nSealed);
   }
   if( pHdr->kind==WALLET_KIND_PASSWORD ){
     WalletKdf *pK = &pHdr->kdf;
@@ -479,7 +514,7 @@ dec_out:
 ** with tdeSecureFree).  A fresh random IV every time.
 */
 static int walletEncode(int kind, const WalletKdf *pKdf, const uint8_t *aW,
-                        const WalletKey *aKey, int nKey,
+                        const WalletKey *aKey, int nKey, const WalletSealed *pSealed,
                         uint8_t **paFile, size_t *pnFile){
   uint8_t *aEnc = 0, *aPt = 0, *aFile = 0;
   size_t nPt = 4, nFile = 0, iOfs;
@@ -492,6 +527,12 @@ static int walletEncode(int kind, const WalletKdf *pKdf, const uint8_t *aW,
   }
   for(i=0; i<nKey; i++) nPt += 1 + strlen(aKey[i].zId) + 8 + 1 + WALLET_KEY;
   nFile = WALLET_OVERHEAD + nPt;
+  if( kind==WALLET_KIND_TPM ){
+    if( pSealed==0 || pSealed->nBlob==0 || pSealed->nBlob>TDE_TPM_SEALED_MAX ){
+      return tdeErr(TDE_MISUSE, "wallet: no sealed wallet key to write");
+    }
+    nFile += pSealed->nBlob;
+  }
   aEnc = tdeSecureAlloc(WALLET_KEY);
   aPt = tdeSecureAlloc(nPt);
   aFile = tdeSecureAlloc(nFile);
@@ -522,6 +563,14 @@ static int walletEncode(int kind, const WalletKdf *pKdf, const uint8_t *aW,
     tdePut32(aFile+WALLET_OFS_KDF_M, pKdf->m);
     tdePut32(aFile+WALLET_OFS_KDF_P, pKdf->p);
     memcpy(aFile+WALLET_OFS_SALT, pKdf->aSalt, WALLET_SALT);
+  }else if( kind==WALLET_KIND_TPM ){
+    /* The file holds only the sealed object, never the wallet key. */
+    aFile[WALLET_OFS_SEAL] = 1;
+    aFile[WALLET_OFS_PCRBANK] = pSealed->tpm.pcrMask ? 1 : 0;
+    tdePut32(aFile+WALLET_OFS_PCRMASK, pSealed->tpm.pcrMask);
+    tdePut32(aFile+WALLET_OFS_PARENT, pSealed->tpm.parent);
+    tdePut16(aFile+WALLET_OFS_SEALLEN, (uint16_t)pSealed->nBlob);
+    memcpy(aFile+WALLET_OVERHEAD+nPt, pSealed->aBlob, pSealed->nBlob);
   }else{
     memcpy(aFile+WALLET_OFS_KEYSECT, aW, WALLET_KEY);
   }
@@ -679,12 +728,18 @@ static int walletUnwrap(TdeKeystore *p, const char *zKeyId, uint8_t mech,
 static int walletRetire(TdeKeystore *p, const char *zKeyId);
 
 static const char *const azWalletKeys[] = {
-  "wallet", "wallet_kdf_t", "wallet_kdf_m_kib", 0
+  "wallet", "wallet_kdf_t", "wallet_kdf_m_kib",
+  "wallet_seal", "wallet_tpm_pcrs", "wallet_tpm_parent", "wallet_tpm_tcti", 0
 };
 
-/* The provider's own keys (keystore.h: xCheckConfig). */
+/* The provider's own keys (keystore.h: xCheckConfig), and the TPM
+** sealing values, which can be judged without a TPM. */
 static int walletCheckConfig(const TdeConfig *cfg, const char *zName){
-  return tdeKeystoreCheckKeys(cfg, zName, azWalletKeys);
+  TdeTpmSeal tpm;
+  int bSeal = 0;
+  int rc = tdeKeystoreCheckKeys(cfg, zName, azWalletKeys);
+  if( rc==TDE_OK ) rc = tdeTpmConfig(cfg, &bSeal, &tpm);
+  return rc;
 }
 
 const tde_keystore_methods tdeWalletMethods = {
@@ -722,8 +777,10 @@ static int walletCreate(const TdeConfig *cfg, const char *zPassword,
   uint8_t *aW = 0;             /* secure */
   uint8_t *aFile = 0;
   size_t nFile = 0;
+  WalletSealed *pSealed = 0;   /* kind 3 */
+  TdeTpmSeal tpm;
   int kind = zPassword ? WALLET_KIND_PASSWORD : WALLET_KIND_AUTOLOGIN;
-  int bSwitched = 0;
+  int bSwitched = 0, bSeal = 0;
   int rc;
   struct stat st;
 
@@ -734,7 +791,14 @@ static int walletCreate(const TdeConfig *cfg, const char *zPassword,
   }
   zKeyId[0] = 0;
   rc = walletConfig(cfg, zPath, sizeof(zPath), &kdf);
+  if( rc==TDE_OK ) rc = tdeTpmConfig(cfg, &bSeal, &tpm);
   if( rc!=TDE_OK ) goto create_out;
+  if( bSeal && zPassword ){
+    rc = tdeErr(TDE_MISUSE, "wallet %s: wallet_seal = tpm2 seals an auto-login wallet; "
+                "create it without a password (--auto-login, no password source)", zPath);
+    goto create_out;
+  }
+  if( bSeal ) kind = WALLET_KIND_TPM;
   if( lstat(zPath, &st)==0 ){
     rc = tdeErr(TDE_EXISTS, "wallet %s: already exists; refusing to overwrite", zPath);
     goto create_out;
@@ -756,6 +820,13 @@ static int walletCreate(const TdeConfig *cfg, const char *zPassword,
     if( rc!=TDE_OK ) rc = tdeErr(rc, "wallet: random number generator failed");
   }
   if( rc!=TDE_OK ) goto create_out;
+  if( kind==WALLET_KIND_TPM ){
+    pSealed = calloc(1, sizeof(*pSealed));
+    if( pSealed==0 ){ rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", zPath); goto create_out; }
+    pSealed->tpm = tpm;
+    rc = tdeTpmSeal(&tpm, aW, WALLET_KEY, pSealed->aBlob, sizeof(pSealed->aBlob), &pSealed->nBlob);
+    if( rc!=TDE_OK ) goto create_out;
+  }
 
   rc = walletNewId(pKey->zId, sizeof(pKey->zId));
   if( rc!=TDE_OK ) goto create_out;
@@ -764,26 +835,64 @@ static int walletCreate(const TdeConfig *cfg, const char *zPassword,
   pKey->created = (int64_t)time(0);
   pKey->bRetired = 0;
 
-  rc = walletEncode(kind, &kdf, aW, pKey, 1, &aFile, &nFile);
+  rc = walletEncode(kind, &kdf, aW, pKey, 1, pSealed, &aFile, &nFile);
   if( rc!=TDE_OK ) goto create_out;
   rc = walletWriteFile(zPath, aFile, nFile, 1, &bSwitched);
   if( bSwitched ) memcpy(zKeyId, pKey->zId, WALLET_ID_LEN+1);
   if( rc==TDE_OK ){
     tdeLog(TDE_LOG_INFO, "wallet %s created (%s) with master key %s", zPath,
-           kind==WALLET_KIND_PASSWORD ? "password" : "auto-login", pKey->zId);
+           kind==WALLET_KIND_PASSWORD ? "password" :
+           kind==WALLET_KIND_TPM ? "auto-login, sealed by the TPM" : "auto-login", pKey->zId);
   }
 
 create_out:
   if( cfg ){
     char zDetail[PATH_MAX + 32];
     snprintf(zDetail, sizeof(zDetail), "%s wallet %s",
-             kind==WALLET_KIND_PASSWORD ? "password" : "auto-login", zPath);
+             kind==WALLET_KIND_PASSWORD ? "password" :
+             kind==WALLET_KIND_TPM ? "TPM-sealed auto-login" : "auto-login", zPath);
     walletAudit(cfg, "keystore_create", rc==TDE_OK ? zKeyId : 0, rc, zDetail);
   }
   tdeSecureFree(aFile, nFile);
   tdeSecureFree(pKey, sizeof(WalletKey));
   tdeSecureFree(aW, WALLET_KEY);
+  free(pSealed);
   return rc;
+}
+
+/*
+** Kind 3: unseal the wallet key of file image a into aW (secure) with this
+** machine's TPM, the policy the file records and the TCTI the
+** configuration names; *pSealed keeps the sealed object for rewrites.
+*/
+static int walletUnsealKey(const TdeConfig *cfg, const char *zPath, const uint8_t *a,
+                           const WalletHdr *pHdr, WalletSealed *pSealed, uint8_t *aW){
+  int bSeal = 0, rc;
+  rc = tdeTpmConfig(cfg, &bSeal, &pSealed->tpm);
+  if( rc!=TDE_OK ) return rc;
+  pSealed->tpm.pcrMask = pHdr->pcrMask;     /* the policy it was sealed under */
+  pSealed->tpm.parent = pHdr->parent;
+  memcpy(pSealed->aBlob, a+WALLET_OVERHEAD+pHdr->nCt, pHdr->nSealed);
+  pSealed->nBlob = pHdr->nSealed;
+  rc = tdeTpmUnseal(&pSealed->tpm, pSealed->aBlob, pSealed->nBlob, aW, WALLET_KEY);
+  if( rc!=TDE_OK ){
+    char zWhy[768];
+    snprintf(zWhy, sizeof(zWhy), "%s", tde_last_error());   /* tdeErr reuses its buffer */
+    return tdeErr(rc, "wallet %s: %s", zPath, zWhy);
+  }
+  return TDE_OK;
+}
+
+/* A configuration that asks for sealing, with a wallet not sealed yet. */
+static void walletWarnUnsealed(const TdeConfig *cfg, const char *zPath){
+  TdeTpmSeal tpm;
+  int bSeal = 0;
+  if( tdeTpmConfig(cfg, &bSeal, &tpm)==TDE_OK && bSeal ){
+    tdeLog(TDE_LOG_WARNING, "wallet %s: the configuration says wallet_seal = tpm2 but the "
+           "wallet is not sealed yet (its key is in the file): run sqlite-tde keystore seal",
+           zPath);
+  }
+  tdeErrClear();
 }
 
 /*
@@ -830,8 +939,12 @@ static int walletOpen(const TdeConfig *cfg, const char *zPassword, TdeKeystore *
   if( hdr.kind==WALLET_KIND_PASSWORD ){
     rc = walletArgon2(zPath, zPassword, &hdr.kdf, w->aW);
     if( rc!=TDE_OK ) goto open_out;
+  }else if( hdr.kind==WALLET_KIND_TPM ){
+    rc = walletUnsealKey(cfg, zPath, aFile, &hdr, &w->sealed, w->aW);
+    if( rc!=TDE_OK ) goto open_out;
   }else{
     memcpy(w->aW, aFile+WALLET_OFS_KEYSECT, WALLET_KEY);
+    walletWarnUnsealed(cfg, zPath);
   }
   rc = walletCheckMatches(aFile, w->aW, &bMatch);
   if( rc!=TDE_OK ) goto open_out;
@@ -860,6 +973,153 @@ open_out:
     tdeConfigFree(w->pAudit);
     free(w);
   }
+  return rc;
+}
+
+/*
+** Seal (bSeal) an auto-login wallet's key with this machine's TPM, or turn
+** a sealed wallet back into a plain auto-login wallet for a planned move
+** to other hardware (needs the TPM).  Public: tde_wallet_seal.
+**
+** A new wallet key is drawn either way and the master keys are carried
+** over unchanged (databases need no change).  Sealing is proven before
+** the switch: the new sealed object is unsealed again and must give back
+** the new key.  The new file replaces the old one atomically (temporary
+** file, fsync, rename, directory fsync) under the wallet directory's
+** lock, so a crash leaves the old or the new wallet.  Audited as
+** keystore_seal / keystore_unseal.  Refused while this process has the
+** keystore open (it would keep using the old file's state).
+*/
+int tde_wallet_seal(const char *zConfig, int bSeal){
+  char zCfgPath[PATH_MAX], zPath[PATH_MAX], zDir[PATH_MAX];
+  char zDetail[PATH_MAX + 600];
+  char zKeyId[TDE_KEYID_MAX + 1];
+  TdeConfig *pCfg = 0;
+  WalletKdf kdf;
+  WalletHdr hdr;
+  TdeTpmSeal tpm;
+  WalletSealed *pOld = 0, *pNew = 0;
+  WalletKey *aKey = 0;
+  uint8_t *aFile = 0, *aOut = 0, *aW = 0, *aW2 = 0, *aCheck = 0;
+  size_t nFile = 0, nOut = 0;
+  int nKey = 0, bCfgSeal = 0, bMatch = 0, bSwitched = 0, fdDir = -1, i, rc;
+  struct stat st;
+
+  zDetail[0] = 0;
+  zKeyId[0] = 0;
+  zPath[0] = 0;
+  rc = tdeConfigLocate(zConfig, zCfgPath, sizeof(zCfgPath));
+  if( rc==TDE_OK ) rc = tdeConfigLoad(zCfgPath, &pCfg);
+  if( rc!=TDE_OK ) return rc;
+  if( strcmp(tdeConfigGet(pCfg, "keystore"), "wallet")!=0 ){
+    rc = tdeErr(TDE_MISUSE, "%s: keystore seal/unseal applies to keystore = wallet", zCfgPath);
+    goto seal_out;
+  }
+  if( tdeRegistryPeek(zCfgPath) ){
+    rc = tdeErr(TDE_LOCKED, "%s: the keystore is open in this process; close it first", zCfgPath);
+    goto seal_out;
+  }
+  rc = walletConfig(pCfg, zPath, sizeof(zPath), &kdf);
+  if( rc==TDE_OK ) rc = tdeTpmConfig(pCfg, &bCfgSeal, &tpm);
+  if( rc!=TDE_OK ) goto seal_out;
+  if( bSeal && !bCfgSeal ){
+    rc = tdeErr(TDE_MISUSE, "%s: set wallet_seal = tpm2 (and wallet_tpm_pcrs, "
+                "wallet_tpm_tcti as needed) in the configuration before sealing", zCfgPath);
+    goto seal_out;
+  }
+  pOld = calloc(1, sizeof(*pOld));
+  pNew = calloc(1, sizeof(*pNew));
+  aW = tdeSecureAlloc(WALLET_KEY);
+  aW2 = tdeSecureAlloc(WALLET_KEY);
+  aCheck = tdeSecureAlloc(WALLET_KEY);
+  if( pOld==0 || pNew==0 || aW==0 || aW2==0 || aCheck==0 ){
+    rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", zPath);
+    goto seal_out;
+  }
+
+  /* Serialise with key rotation and retirement in other processes. */
+  walletDirOf(zPath, zDir, sizeof(zDir));
+  fdDir = open(zDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if( fdDir<0 ){
+    rc = tdeErr(TDE_IO, "wallet %s: cannot open directory %s: %s", zPath, zDir, strerror(errno));
+    goto seal_out;
+  }
+  while( flock(fdDir, LOCK_EX)!=0 ){
+    if( errno==EINTR ) continue;
+    tdeLog(TDE_LOG_WARNING, "wallet %s: cannot lock directory %s (%s); converting without "
+           "a cross-process lock", zPath, zDir, strerror(errno));
+    break;
+  }
+
+  rc = walletReadFile(zPath, &aFile, &nFile, &st);
+  if( rc==TDE_OK ) rc = walletParseHeader(zPath, aFile, nFile, &hdr);
+  if( rc!=TDE_OK ) goto seal_out;
+  if( hdr.kind==WALLET_KIND_PASSWORD ){
+    rc = tdeErr(TDE_MISUSE, "wallet %s is a password wallet: its password protects it; "
+                "sealing is for auto-login wallets", zPath);
+    goto seal_out;
+  }
+  if( bSeal && hdr.kind==WALLET_KIND_TPM ){
+    rc = tdeErr(TDE_MISUSE, "wallet %s is already sealed by the TPM", zPath);
+    goto seal_out;
+  }
+  if( !bSeal && hdr.kind!=WALLET_KIND_TPM ){
+    rc = tdeErr(TDE_MISUSE, "wallet %s is not sealed; nothing to unseal", zPath);
+    goto seal_out;
+  }
+  if( hdr.kind==WALLET_KIND_TPM ){
+    rc = walletUnsealKey(pCfg, zPath, aFile, &hdr, pOld, aW);
+    if( rc!=TDE_OK ) goto seal_out;
+  }else{
+    memcpy(aW, aFile+WALLET_OFS_KEYSECT, WALLET_KEY);
+  }
+  rc = walletCheckMatches(aFile, aW, &bMatch);
+  if( rc==TDE_OK && !bMatch ) rc = tdeErr(TDE_FORMAT, "wallet %s: corrupted (key check failed)", zPath);
+  if( rc==TDE_OK ) rc = walletDecrypt(zPath, aFile, &hdr, aW, &aKey, &nKey);
+  if( rc!=TDE_OK ) goto seal_out;
+  for(i=nKey-1; i>=0; i--){
+    if( !aKey[i].bRetired ){ memcpy(zKeyId, aKey[i].zId, strlen(aKey[i].zId)+1); break; }
+  }
+
+  rc = tdeRandom(aW2, WALLET_KEY);
+  if( rc!=TDE_OK ){ rc = tdeErr(rc, "wallet: random number generator failed"); goto seal_out; }
+  if( bSeal ){
+    pNew->tpm = tpm;
+    rc = tdeTpmSeal(&tpm, aW2, WALLET_KEY, pNew->aBlob, sizeof(pNew->aBlob), &pNew->nBlob);
+    if( rc==TDE_OK ) rc = tdeTpmUnseal(&tpm, pNew->aBlob, pNew->nBlob, aCheck, WALLET_KEY);
+    if( rc==TDE_OK && !tdeCtEqual(aCheck, aW2, WALLET_KEY) ){
+      rc = tdeErr(TDE_CRYPTO, "wallet %s: the TPM unsealed another key than it sealed", zPath);
+    }
+    if( rc!=TDE_OK ) goto seal_out;
+    tdeTpmDescribe(&tpm, zDetail, sizeof(zDetail));
+  }else{
+    tdeTpmDescribe(&pOld->tpm, zDetail, sizeof(zDetail));
+  }
+  rc = walletEncode(bSeal ? WALLET_KIND_TPM : WALLET_KIND_AUTOLOGIN, &kdf, aW2, aKey, nKey,
+                    bSeal ? pNew : 0, &aOut, &nOut);
+  if( rc==TDE_OK ) rc = walletWriteFile(zPath, aOut, nOut, 0, &bSwitched);
+  if( rc==TDE_OK ){
+    tdeLog(TDE_LOG_INFO, "wallet %s %s (%s)", zPath,
+           bSeal ? "sealed" : "unsealed: its key is in the file again", zDetail);
+  }
+
+seal_out:
+  if( pCfg && zPath[0] ){
+    char zAudit[PATH_MAX + 700];
+    snprintf(zAudit, sizeof(zAudit), "wallet %s%s%s", zPath, zDetail[0] ? ", " : "", zDetail);
+    walletAudit(pCfg, bSeal ? "keystore_seal" : "keystore_unseal", zKeyId[0] ? zKeyId : 0,
+                rc, zAudit);
+  }
+  if( fdDir>=0 ) close(fdDir);
+  walletKeysFree(aKey, nKey);
+  tdeSecureFree(aFile, nFile);
+  tdeSecureFree(aOut, nOut);
+  tdeSecureFree(aW, aW ? WALLET_KEY : 0);
+  tdeSecureFree(aW2, aW2 ? WALLET_KEY : 0);
+  tdeSecureFree(aCheck, aCheck ? WALLET_KEY : 0);
+  free(pOld);
+  free(pNew);
+  tdeConfigFree(pCfg);
   return rc;
 }
 
@@ -919,6 +1179,9 @@ static int walletReload(Wallet *w){
   if( hdr.kind==w->kind && hdr.kind==WALLET_KIND_PASSWORD ){
     bMatch = hdr.kdf.t==w->kdf.t && hdr.kdf.m==w->kdf.m && hdr.kdf.p==w->kdf.p
           && memcmp(hdr.kdf.aSalt, w->kdf.aSalt, WALLET_SALT)==0;
+  }else if( hdr.kind==w->kind && hdr.kind==WALLET_KIND_TPM ){
+    bMatch = hdr.nSealed==w->sealed.nBlob
+          && memcmp(aFile+WALLET_OVERHEAD+hdr.nCt, w->sealed.aBlob, hdr.nSealed)==0;
   }else if( hdr.kind==w->kind ){
     bMatch = tdeCtEqual(aFile+WALLET_OFS_KEYSECT, w->aW, WALLET_KEY);
   }
@@ -1014,9 +1277,14 @@ static int walletDescribe(TdeKeystore *p, char *zLoc, size_t nLoc, int *pbAutoLo
   size_t n;
   if( w==0 ) return tdeErr(TDE_MISUSE, "wallet: no handle");
   pthread_mutex_lock(&w->mutex);
-  if( pbAutoLogin ) *pbAutoLogin = w->kind==WALLET_KIND_AUTOLOGIN;
+  if( pbAutoLogin ) *pbAutoLogin = w->kind==WALLET_KIND_AUTOLOGIN || w->kind==WALLET_KIND_TPM;
   n = strlen(w->zPath);
   if( zLoc && nLoc>n ) memcpy(zLoc, w->zPath, n+1);
+  if( zLoc && nLoc>n && w->kind==WALLET_KIND_TPM ){
+    char zTpm[512];
+    tdeTpmDescribe(&w->sealed.tpm, zTpm, sizeof(zTpm));
+    snprintf(zLoc+n, nLoc-n, " (sealed: %s)", zTpm);
+  }
   pthread_mutex_unlock(&w->mutex);
   if( zLoc && nLoc<=n ){
     if( nLoc ) zLoc[0] = 0;
@@ -1100,7 +1368,7 @@ static int walletNewKey(TdeKeystore *p, char *zKeyId, size_t nKeyId){
   aNew[nNew-1].created = (int64_t)time(0);
   aNew[nNew-1].bRetired = 0;
 
-  rc = walletEncode(w->kind, &w->kdf, w->aW, aNew, nNew, &aFile, &nFile);
+  rc = walletEncode(w->kind, &w->kdf, w->aW, aNew, nNew, &w->sealed, &aFile, &nFile);
   if( rc!=TDE_OK ) goto newkey_out;
   rc = walletWriteFile(w->zPath, aFile, nFile, 0, &bSwitched);
   if( bSwitched ){
@@ -1182,7 +1450,7 @@ static int walletRetire(TdeKeystore *p, const char *zKeyId){
   if( aNew==0 ){ rc = tdeErr(TDE_NOMEM, "wallet %s: out of memory", w->zPath); goto retire_out; }
   memcpy(aNew, w->aKey, (size_t)nNew * sizeof(WalletKey));
   aNew[i].bRetired = 1;
-  rc = walletEncode(w->kind, &w->kdf, w->aW, aNew, nNew, &aFile, &nFile);
+  rc = walletEncode(w->kind, &w->kdf, w->aW, aNew, nNew, &w->sealed, &aFile, &nFile);
   if( rc!=TDE_OK ) goto retire_out;
   rc = walletWriteFile(w->zPath, aFile, nFile, 0, &bSwitched);
   if( bSwitched ){
