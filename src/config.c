@@ -246,6 +246,15 @@ int tdeConfigParse(const char *zText, const char *zName, const char *zDir, TdeCo
     while( zE>zB && configIsSpace(zE[-1]) ) zE--;
     z = zNext;
     if( zB==zE || *zB=='#' ) continue;
+    /* A '#' after a space or tab starts a trailing comment; a '#' right
+    ** after another character is part of the value ("a#b"). */
+    for(zEq=zB+1; zEq<zE; zEq++){
+      if( *zEq=='#' && (zEq[-1]==' ' || zEq[-1]=='\t') ){
+        zE = zEq;
+        while( zE>zB && configIsSpace(zE[-1]) ) zE--;
+        break;
+      }
+    }
 
     zEq = memchr(zB, '=', (size_t)(zE-zB));
     if( zEq==0 ){

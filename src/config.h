@@ -2,8 +2,10 @@
 ** Configuration file: which keystore to use and its parameters.
 **
 ** Format (docs in README "Configuration"): UTF-8 text, one `key = value`
-** per line; blank lines and lines starting with '#' are ignored; values are
-** taken verbatim after trimming spaces (no quoting, no escapes).  Keys are
+** per line; blank lines and lines starting with '#' are ignored, and a '#'
+** after a space or tab starts a comment to the end of the line (a '#' right
+** after another character is kept: "a#b"); values are taken verbatim after
+** trimming spaces (no quoting, no escapes).  Keys are
 ** lower-case.  A key may appear once.  Relative paths in values are
 ** resolved against the directory of the configuration file by
 ** tdeConfigPath().
