@@ -10,8 +10,8 @@
 ** resolved against the directory of the configuration file by
 ** tdeConfigPath().
 **
-** Generic keys:     keystore (required: wallet), password_file, password_env,
-**                   audit_log, audit_syslog
+** Generic keys:     keystore (required), password_file, password_env,
+**                   password_fd, audit_log, audit_syslog
 ** Provider keys:    declared by each provider (tde_keystore_methods.azKeys)
 **
 ** Unknown keys, missing values, duplicates and a missing `keystore` are

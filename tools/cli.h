@@ -139,6 +139,10 @@ const char *cliConfigPath(const Cli *pCli);
 ** password_env).  -1 if it cannot be read. */
 int cliConfigHasPasswordSource(const Cli *pCli);
 
+/* The value of zKey in the configuration (first occurrence, trailing
+** comment removed) into zOut: 1 found, 0 not there, -1 unreadable. */
+int cliConfigValue(const Cli *pCli, const char *zKey, char *zOut, size_t nOut);
+
 /* Read a password from the terminal without echo into zBuf (NUL-
 ** terminated, newline stripped).  Fails unless stdin is a terminal.  The
 ** caller wipes zBuf with explicit_bzero. */

@@ -113,7 +113,7 @@ def host_env():
     return env
 
 
-def run_pty(argv, cwd, env):
+def run_pty(argv, cwd, env, password=PASSWORD):
     """Run argv on a new pseudo-terminal; answer password prompts.
     Returns (exit status, output)."""
     pid, fd = pty.fork()
@@ -140,7 +140,7 @@ def run_pty(argv, cwd, env):
         out += chunk
         if re.search(rb"password: $", out[-200:], re.I) and out.count(b"assword: ") > answered:
             answered = out.count(b"assword: ")
-            os.write(fd, PASSWORD.encode() + b"\n")
+            os.write(fd, password.encode() + b"\n")
     os.close(fd)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
