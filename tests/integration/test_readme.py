@@ -37,6 +37,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import termios
+import time
 
 SRC = os.environ.get("TDE_SRC") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("TDE_BUILD") or os.path.join(SRC, "build")
@@ -114,8 +116,10 @@ def host_env():
 
 
 def run_pty(argv, cwd, env, password=PASSWORD):
-    """Run argv on a new pseudo-terminal; answer password prompts.
+    """Run argv on a new pseudo-terminal; answer password prompts (with
+    password, or with the items of a list in turn).
     Returns (exit status, output)."""
+    answers = list(password) if isinstance(password, (list, tuple)) else None
     pid, fd = pty.fork()
     if pid == 0:
         try:
@@ -140,7 +144,19 @@ def run_pty(argv, cwd, env, password=PASSWORD):
         out += chunk
         if re.search(rb"password: $", out[-200:], re.I) and out.count(b"assword: ") > answered:
             answered = out.count(b"assword: ")
-            os.write(fd, password.encode() + b"\n")
+            # Answer only once echo is off: the prompt is printed first,
+            # and tcsetattr(TCSAFLUSH) would discard an early answer.
+            for _ in range(500):
+                if not termios.tcgetattr(fd)[3] & termios.ECHO:
+                    break
+                time.sleep(0.01)
+            if answers is None:
+                reply = password
+            elif answers:
+                reply = answers.pop(0)
+            else:
+                reply = ""
+            os.write(fd, reply.encode() + b"\n")
     os.close(fd)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
