@@ -1,13 +1,20 @@
-# Thin wrapper over CMake.  The two commands a new user runs:
-#   make demo   - set up, build, and show encryption end to end
-#   make test   - set up, build, and run every test (also under ASan/UBSan)
+# Thin wrapper over CMake.  The commands a new user runs:
+#   make demo     - set up, build, and show encryption end to end
+#   make test     - set up, build, and run every test (also under ASan/UBSan)
+#   make install  - build, then install under PREFIX (default /usr/local;
+#                   DESTDIR honoured): CLI, tde.so, libsqlite-tde.so and .a,
+#                   header, sqlite-tde.pc
+#   make deb      - build, then a Debian package in $(BUILD)/deb/
 BUILD      ?= build
 BUILD_SAN  ?= build-asan
 JOBS       ?= 2
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDE_WERROR=ON
 NPM_DIR    = $(abspath $(BUILD))/npm
 
-.PHONY: all deps build build-asan test test-fast test-asan demo bench stress clean
+.PHONY: all deps build build-asan test test-fast test-asan demo bench stress clean \
+        install install-files deb deb-files
+PREFIX     ?= /usr/local
+DESTDIR    ?=
 
 all: build
 
@@ -58,6 +65,22 @@ bench: build
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN)
+
+# install-files and deb-files do the same without building first (the
+# tests call them on a build folder they did not make).  ldconfig runs
+# only for a real install as root, so the new shared library is found.
+install: build
+	@$(MAKE) --no-print-directory install-files
+install-files:
+	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix $(PREFIX)
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+# The package is made by dpkg-buildpackage (debhelper) from the files
+# $(BUILD) already holds; it lands in $(BUILD)/deb/.
+deb: build
+	@$(MAKE) --no-print-directory deb-files
+deb-files:
+	@debian/make-deb.sh $(abspath $(BUILD))
 
 # Long reliability runs (issue 7): the crash-consistency and concurrency
 # tests with TDE_STRESS=1 -- 5,000 kill -9 cycles per mode at page sizes

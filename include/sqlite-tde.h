@@ -122,6 +122,18 @@ TDE_API int tde_keystore_close(const char *zConfig);
 TDE_API int tde_keystore_create(const char *zConfig, const char *zPassword,
                                 char *zKeyIdOut, size_t nKeyIdOut);
 
+/* Change the password of a password wallet: zOldPassword (NULL: the
+** configuration's password source) must open it; the master keys are
+** written again under zNewPassword with a new random salt and, when
+** kdfT / kdfMKiB are not 0, a new Argon2id cost (passes 1..64, memory
+** 8192..1048576 KiB; 0 keeps the wallet's).  Crash-safe (the old or the
+** new wallet, never half of one); afterwards the old password fails.
+** Audited as keystore_passwd.  A password_file the configuration names is
+** not changed: update it.  TDE_UNSUPPORTED for auto-login wallets and other
+** keystores. */
+TDE_API int tde_keystore_passwd(const char *zConfig, const char *zOldPassword,
+                                const char *zNewPassword, uint32_t kdfT, uint32_t kdfMKiB);
+
 /* What tde_keystore_status() reports. */
 typedef struct tde_keystore_info {
   char zType[16];          /* "wallet" */

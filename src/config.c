@@ -33,7 +33,7 @@
 
 /* Keys every configuration may use, whatever the provider. */
 static const char *const azGenericKeys[] = {
-  "keystore", "password_file", "password_env", "audit_log", "audit_syslog", 0
+  "keystore", "password_file", "password_env", "password_fd", "audit_log", "audit_syslog", 0
 };
 
 /* Copy zSrc into zOut[nOut]; TDE_RANGE if it does not fit. */
@@ -151,6 +151,11 @@ int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName){
     }
   }
   /* Two password sources would make it unclear which one is used. */
+  if( configFind(p, "password_fd") && (pFile || pEnv) ){
+    const TdeConfigEntry *pFd = configFind(p, "password_fd");
+    return tdeErr(TDE_CONFIG, "%s:%d: 'password_fd' conflicts with '%s': set only one "
+                  "password source", zName, pFd->iLine, pFile ? "password_file" : "password_env");
+  }
   if( pFile && pEnv ){
     const TdeConfigEntry *pLater = pFile->iLine > pEnv->iLine ? pFile : pEnv;
     const TdeConfigEntry *pFirst = pLater==pFile ? pEnv : pFile;
@@ -216,6 +221,15 @@ int tdeConfigParseText(const char *zText, const char *zName, const char *zDir, T
     while( zE>zB && configIsSpace(zE[-1]) ) zE--;
     z = zNext;
     if( zB==zE || *zB=='#' ) continue;
+    /* A '#' after a space or tab starts a trailing comment; a '#' right
+    ** after another character is part of the value ("a#b"). */
+    for(zEq=zB+1; zEq<zE; zEq++){
+      if( *zEq=='#' && (zEq[-1]==' ' || zEq[-1]=='\t') ){
+        zE = zEq;
+        while( zE>zB && configIsSpace(zE[-1]) ) zE--;
+        break;
+      }
+    }
 
     zEq = memchr(zB, '=', (size_t)(zE-zB));
     if( zEq==0 ){
@@ -475,15 +489,76 @@ static int configPasswordEnv(const TdeConfig *p, const char *zVar, char **pz, si
   return TDE_OK;
 }
 
+/* password_fd = N: read the password from inherited file descriptor N (a
+** pipe a service manager or parent process wrote it to) up to end of file,
+** into secure memory; one trailing newline is removed.  The descriptor is
+** read once and left open (it is the caller's): after the keystore is open
+** nothing reads it again, and a second read finds it empty. */
+static int configPasswordFd(const TdeConfig *p, const char *zFd, char **pz, size_t *pn){
+  char *zBuf = 0, *zPw = 0, *zEnd = 0;
+  size_t n = 0;
+  long fd;
+  int rc;
+  struct stat st;
+
+  errno = 0;
+  fd = strtol(zFd, &zEnd, 10);
+  if( errno || zEnd==zFd || *zEnd || fd<0 || fd>INT_MAX ){
+    return tdeErr(TDE_CONFIG, "%s: password_fd must be a file descriptor number", p->zPath);
+  }
+  if( fstat((int)fd, &st)!=0 ){
+    return tdeErr(TDE_BADPASSWORD, "%s: password_fd %ld is not open in this process: %s",
+                  p->zPath, fd, strerror(errno));
+  }
+  zBuf = tdeSecureAlloc(TDE_PASSWORD_MAX + 1);
+  if( zBuf==0 ){ rc = tdeErr(TDE_NOMEM, "out of memory reading password"); goto pwfd_out; }
+  for(;;){
+    ssize_t k = read((int)fd, zBuf+n, TDE_PASSWORD_MAX + 1 - n);
+    if( k<0 ){
+      if( errno==EINTR ) continue;
+      rc = tdeErr(TDE_CONFIG, "%s: password_fd %ld: read failed: %s", p->zPath, fd, strerror(errno));
+      goto pwfd_out;
+    }
+    if( k==0 ) break;
+    n += (size_t)k;
+    if( n>TDE_PASSWORD_MAX ){
+      rc = tdeErr(TDE_CONFIG, "%s: password_fd %ld: longer than %d bytes", p->zPath, fd,
+                  TDE_PASSWORD_MAX);
+      goto pwfd_out;
+    }
+  }
+  if( n>0 && zBuf[n-1]=='\n' ){
+    n--;
+    if( n>0 && zBuf[n-1]=='\r' ) n--;
+  }
+  if( n==0 || memchr(zBuf, 0, n) ){
+    rc = tdeErr(TDE_BADPASSWORD, "%s: password_fd %ld gave %s", p->zPath, fd,
+                n ? "a password with a NUL byte" : "no password (empty, or already read)");
+    goto pwfd_out;
+  }
+  zPw = tdeSecureAlloc(n+1);
+  if( zPw==0 ){ rc = tdeErr(TDE_NOMEM, "out of memory reading password"); goto pwfd_out; }
+  memcpy(zPw, zBuf, n);
+  zPw[n] = 0;
+  *pz = zPw;
+  *pn = n;
+  rc = TDE_OK;
+pwfd_out:
+  tdeSecureFree(zBuf, TDE_PASSWORD_MAX + 1);
+  return rc;
+}
+
 int tdeConfigPassword(const TdeConfig *p, char **pz, size_t *pn){
-  const char *zEnv;
+  const char *zEnv, *zFd;
   if( p==0 || pz==0 || pn==0 ) return tdeErr(TDE_MISUSE, "tdeConfigPassword: bad arguments");
   *pz = 0;
   *pn = 0;
   if( tdeConfigGet(p, "password_file") ) return configPasswordFile(p, pz, pn);
   zEnv = tdeConfigGet(p, "password_env");
   if( zEnv ) return configPasswordEnv(p, zEnv, pz, pn);
-  return tdeErr(TDE_NOTFOUND, "%s: no password_file or password_env", p->zPath);
+  zFd = tdeConfigGet(p, "password_fd");
+  if( zFd ) return configPasswordFd(p, zFd, pz, pn);
+  return tdeErr(TDE_NOTFOUND, "%s: no password_file, password_env or password_fd", p->zPath);
 }
 
 /*

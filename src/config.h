@@ -2,14 +2,16 @@
 ** Configuration file: which keystore to use and its parameters.
 **
 ** Format (docs in README "Configuration"): UTF-8 text, one `key = value`
-** per line; blank lines and lines starting with '#' are ignored; values are
-** taken verbatim after trimming spaces (no quoting, no escapes).  Keys are
+** per line; blank lines and lines starting with '#' are ignored, and a '#'
+** after a space or tab starts a comment to the end of the line (a '#' right
+** after another character is kept: "a#b"); values are taken verbatim after
+** trimming spaces (no quoting, no escapes).  Keys are
 ** lower-case.  A key may appear once.  Relative paths in values are
 ** resolved against the directory of the configuration file by
 ** tdeConfigPath().
 **
-** Generic keys:     keystore (required: wallet), password_file, password_env,
-**                   audit_log, audit_syslog
+** Generic keys:     keystore (required), password_file, password_env,
+**                   password_fd, audit_log, audit_syslog
 ** Provider keys:    checked by each provider (tde_keystore_methods.xCheckConfig)
 **
 ** Unknown keys, missing values, duplicates and a missing `keystore` are

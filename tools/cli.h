@@ -3,7 +3,7 @@
 **
 **   sqlite-tde.c    main(), global options, command table, help, logging
 **   cli_util.c      messages, URIs, opening databases, passwords, files
-**   cmd_keystore.c  keystore create / status / list
+**   cmd_keystore.c  keystore create / status / list / passwd
 **   cmd_copy.c      encrypt / decrypt (VACUUM INTO a temp file, rename)
 **   cmd_db.c        status / verify / shell
 **   cmd_lifecycle.c rotate-master-key / migrate-keystore / keystore retire
@@ -54,6 +54,8 @@ struct CliArgs {
   char zToBuf[PATH_MAX];
   int bDropOld;              /* migrate-keystore --drop-old */
   int nStep;                 /* rekey --step N (0: default) */
+  uint32_t kdfT;             /* keystore passwd --kdf-t N (0: keep) */
+  uint32_t kdfM;             /* keystore passwd --kdf-m KIB (0: keep) */
 };
 
 /* One command.  zName is "encrypt" or "keystore create". */
@@ -72,6 +74,7 @@ struct CliCommand {
 #define CLI_OPT_MANY      0x04   /* nPos is a minimum: more positionals welcome */
 #define CLI_OPT_MIGRATE   0x08   /* accepts --to CFG and --drop-old */
 #define CLI_OPT_STEP      0x10   /* accepts --step N */
+#define CLI_OPT_KDF       0x20   /* accepts --kdf-t N and --kdf-m KIB */
 
 /* Commands (cmd_*.c). */
 int cliCmdKeystoreCreate(Cli*, const CliArgs*);
@@ -79,6 +82,7 @@ int cliCmdKeystoreStatus(Cli*, const CliArgs*);
 int cliCmdKeystoreList(Cli*, const CliArgs*);
 int cliCmdKeystoreSeal(Cli*, const CliArgs*);
 int cliCmdKeystoreUnseal(Cli*, const CliArgs*);
+int cliCmdKeystorePasswd(Cli*, const CliArgs*);
 int cliCmdEncrypt(Cli*, const CliArgs*);
 int cliCmdDecrypt(Cli*, const CliArgs*);
 int cliCmdStatus(Cli*, const CliArgs*);
@@ -140,6 +144,10 @@ const char *cliConfigPath(const Cli *pCli);
 /* Whether the configuration names a password source (password_file or
 ** password_env).  -1 if it cannot be read. */
 int cliConfigHasPasswordSource(const Cli *pCli);
+
+/* The value of zKey in the configuration (first occurrence, trailing
+** comment removed) into zOut: 1 found, 0 not there, -1 unreadable. */
+int cliConfigValue(const Cli *pCli, const char *zKey, char *zOut, size_t nOut);
 
 /* Read a password from the terminal without echo into zBuf (NUL-
 ** terminated, newline stripped).  Fails unless stdin is a terminal.  The

@@ -251,6 +251,30 @@ static int lineHasKey(const char *zLine, const char *zKey){
   return *zLine=='=';
 }
 
+int cliConfigValue(const Cli *pCli, const char *zKey, char *zOut, size_t nOut){
+  char zLine[1024];
+  FILE *in = fopen(cliConfigPath(pCli), "r");
+  int bFound = 0, bLineStart = 1;
+  zOut[0] = 0;
+  if( in==0 ) return -1;
+  while( !bFound && fgets(zLine, sizeof(zLine), in) ){
+    if( bLineStart && lineHasKey(zLine, zKey) ){
+      char *z = strchr(zLine, '=') + 1, *zEnd;
+      while( *z==' ' || *z=='\t' ) z++;
+      /* The library's rule: '#' after a space or tab starts a comment. */
+      for(zEnd=z; *zEnd && *zEnd!='\n' && *zEnd!='\r'; zEnd++){
+        if( *zEnd=='#' && zEnd>z && (zEnd[-1]==' ' || zEnd[-1]=='\t') ) break;
+      }
+      while( zEnd>z && (zEnd[-1]==' ' || zEnd[-1]=='\t') ) zEnd--;
+      snprintf(zOut, nOut, "%.*s", (int)(zEnd-z), z);
+      bFound = 1;
+    }
+    bLineStart = strchr(zLine, '\n')!=0;
+  }
+  fclose(in);
+  return bFound;
+}
+
 int cliConfigHasPasswordSource(const Cli *pCli){
   char zLine[1024];
   FILE *in = fopen(cliConfigPath(pCli), "r");
@@ -258,7 +282,8 @@ int cliConfigHasPasswordSource(const Cli *pCli){
   if( in==0 ) return -1;
   while( !bFound && fgets(zLine, sizeof(zLine), in) ){
     if( bLineStart ){
-      bFound = lineHasKey(zLine, "password_file") || lineHasKey(zLine, "password_env");
+      bFound = lineHasKey(zLine, "password_file") || lineHasKey(zLine, "password_env")
+            || lineHasKey(zLine, "password_fd");
     }
     bLineStart = strchr(zLine, '\n')!=0;
   }

@@ -3,8 +3,10 @@
 ** that look at one encrypted database.
 **
 ** shell replaces this process with the system sqlite3 binary.  The child
-** opens the keystore itself, so it can only be given a configuration whose
-** password source it can read: a password is never put on its argv.
+** opens the keystore itself: from the configuration's password_file or
+** password_fd, or from a password this process typed or took from
+** password_env and hands over through a pipe -- never on its argv, never
+** in its environment.
 */
 #include "cli.h"
 
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* ---- status ---------------------------------------------------------------- */
@@ -134,19 +137,89 @@ static int findExtension(char *zOut, size_t nOut){
   return CLI_FAIL;
 }
 
-/* The keystore must open without a password from us: the shell cannot be
-** handed one. */
-static int checkKeystoreForShell(Cli *pCli){
-  int trc = tde_keystore_open(pCli->zConfig, 0);
-  if( trc==TDE_OK ) return CLI_OK;
+/* How the sqlite3 child gets the keystore.  A password the child needs is
+** handed over through a pipe it reads with `.read /dev/fd/N`, a call of
+** tde_keystore_open(): never on its command line, never in its
+** environment (a password_env variable is removed before exec). */
+typedef struct ShellKey {
+  char zPw[CLI_PASSWORD_MAX];   /* password for the child; "" for none */
+  char zEnvVar[256];            /* password_env variable to remove */
+  int bChildReads;              /* password_fd: only the child may read it */
+} ShellKey;
+
+static int shellKeystore(Cli *pCli, ShellKey *k){
+  char zFd[32];
+  int trc;
+  if( cliConfigValue(pCli, "password_fd", zFd, sizeof(zFd))==1 ){
+    /* A descriptor can be read once: leave it to the child. */
+    k->bChildReads = 1;
+    return CLI_OK;
+  }
+  trc = tde_keystore_open(pCli->zConfig, 0);
+  if( trc==TDE_OK ){
+    if( cliConfigValue(pCli, "password_env", k->zEnvVar, sizeof(k->zEnvVar))==1 ){
+      const char *zVal = getenv(k->zEnvVar);
+      if( zVal && strlen(zVal)<sizeof(k->zPw) ){
+        memcpy(k->zPw, zVal, strlen(zVal)+1);
+      }else if( zVal ){
+        cliErr("the password in $%s is too long (at most %zu bytes)", k->zEnvVar, sizeof(k->zPw)-1);
+        return CLI_FAIL;
+      }
+    }
+    return CLI_OK;
+  }
   if( trc==TDE_BADPASSWORD && cliConfigHasPasswordSource(pCli)==0 ){
-    cliErr("the keystore needs a password, and the sqlite3 shell cannot be given one safely "
-           "(never on its command line): set password_file (mode 0600) or password_env "
-           "in %s", cliConfigPath(pCli));
-    return CLI_FAIL;
+    if( !isatty(STDIN_FILENO) ){
+      cliErr("the keystore needs a password: run on a terminal to be asked, or set "
+             "password_file (mode 0600), password_env or password_fd in %s", cliConfigPath(pCli));
+      return CLI_FAIL;
+    }
+    if( cliReadPassword("Keystore password: ", k->zPw, sizeof(k->zPw)) ) return CLI_FAIL;
+    trc = tde_keystore_open(pCli->zConfig, k->zPw);
+    if( trc==TDE_OK ) return CLI_OK;
   }
   cliErrDetail("cannot open the keystore", trc);
   return CLI_FAIL;
+}
+
+/* The pipe carrying the key command to the child: its read end (inherited
+** across exec) in *pFd; the write end is written and closed here.  The
+** child's `.read /dev/fd/N` runs
+**   SELECT 1 WHERE tde_keystore_open('CFG', x'HEX') IS NULL;
+** (no row, so nothing printed; hex, so any byte of the password is safe).
+** A pipe holds nothing once read; the shell's own buffers of the line are
+** freed without being wiped, which is why the process is non-dumpable. */
+static int shellKeyPipe(Cli *pCli, const char *zPw, int *pFd){
+  static const char zHex[] = "0123456789abcdef";
+  char zCmd[2*CLI_PASSWORD_MAX + PATH_MAX + 128];
+  char *zQuoted = sqlite3_mprintf("%Q", pCli->zConfig);
+  int aFd[2];
+  size_t n = 0, i;
+  ssize_t k;
+  *pFd = -1;
+  if( zQuoted==0 ){ cliErr("out of memory"); return CLI_FAIL; }
+  n = (size_t)snprintf(zCmd, sizeof(zCmd), "SELECT 1 WHERE tde_keystore_open(%s, x'", zQuoted);
+  sqlite3_free(zQuoted);
+  for(i=0; zPw[i] && n+8<sizeof(zCmd); i++){
+    zCmd[n++] = zHex[((unsigned char)zPw[i])>>4];
+    zCmd[n++] = zHex[((unsigned char)zPw[i])&15];
+  }
+  n += (size_t)snprintf(zCmd+n, sizeof(zCmd)-n, "') IS NULL;\n");
+  if( pipe(aFd)!=0 ){
+    explicit_bzero(zCmd, sizeof(zCmd));
+    cliErr("cannot make a pipe for the password: %s", strerror(errno));
+    return CLI_FAIL;
+  }
+  do{ k = write(aFd[1], zCmd, n); }while( k<0 && errno==EINTR );
+  explicit_bzero(zCmd, sizeof(zCmd));
+  close(aFd[1]);
+  if( k!=(ssize_t)n ){
+    cliErr("cannot write the password to the pipe: %s", k<0 ? strerror(errno) : "short write");
+    close(aFd[0]);
+    return CLI_FAIL;
+  }
+  *pFd = aFd[0];
+  return CLI_OK;
 }
 
 /* A dot-command argument in double quotes, backslash-escaping \ and ". */
@@ -167,30 +240,45 @@ static char *quoteDotArg(const char *z){
 ** positional argument in ARGS is run as SQL instead of being opened (and
 ** created) as a database file; the -cmd .open then replaces it with DB.
 */
+static char zShellArg0[] = "sqlite3", zShellCmdOpt[] = "-cmd", zShellMemory[] = ":memory:";
+
+/* Slots 2 and 4 are ours, and slot 6 when slot 5 is a third -cmd (the key
+** command); after that come the user's arguments. */
 static void freeShellArgv(char **azArgv){
   if( azArgv ){
     sqlite3_free(azArgv[2]);
     sqlite3_free(azArgv[4]);
+    if( azArgv[5]==zShellCmdOpt ) sqlite3_free(azArgv[6]);
     free(azArgv);
   }
 }
 
-static char **buildShellArgv(Cli *pCli, const char *zExt, const char *zDb, const CliArgs *pArgs){
-  static char zArg0[] = "sqlite3", zCmdOpt[] = "-cmd", zMemory[] = ":memory:";
-  char **azArgv = calloc((size_t)pArgs->nRest + 8, sizeof(char*));
+/* iKeyFd >= 0: a -cmd reading the key command from that descriptor
+** (shellKeyPipe), before the .open. */
+static char **buildShellArgv(Cli *pCli, const char *zExt, const char *zDb, const CliArgs *pArgs,
+                             int iKeyFd){
+  char **azArgv = calloc((size_t)pArgs->nRest + 10, sizeof(char*));
   char **azOut = 0;
   char *zQuoted = quoteDotArg(zExt);
   char *zUri = cliUri(pCli, zDb, TDE_VFS_NAME, 0);
   int i, n = 0;
 
   if( azArgv==0 || zQuoted==0 || zUri==0 ) goto done;
-  azArgv[n++] = zArg0;
-  azArgv[n++] = zCmdOpt;
+  azArgv[n++] = zShellArg0;
+  azArgv[n++] = zShellCmdOpt;
   azArgv[n++] = sqlite3_mprintf(".load %s", zQuoted);
-  azArgv[n++] = zCmdOpt;
+  azArgv[n++] = zShellCmdOpt;
   azArgv[n++] = sqlite3_mprintf(".open '%s'", zUri);   /* zUri is %-escaped: no quotes */
-  azArgv[n++] = zMemory;
   if( azArgv[2]==0 || azArgv[4]==0 ) goto done;
+  if( iKeyFd>=0 ){
+    /* Before the .open: slot 4 becomes the key command, slot 6 the .open. */
+    azArgv[6] = azArgv[4];
+    azArgv[4] = sqlite3_mprintf(".read /dev/fd/%d", iKeyFd);
+    azArgv[5] = zShellCmdOpt;
+    n = 7;
+    if( azArgv[4]==0 ) goto done;
+  }
+  azArgv[n++] = zShellMemory;
   for(i=0; i<pArgs->nRest; i++) azArgv[n++] = pArgs->azRest[i];
   azArgv[n] = 0;
   azOut = azArgv;
@@ -207,18 +295,29 @@ int cliCmdShell(Cli *pCli, const CliArgs *pArgs){
   char zExt[PATH_MAX];
   char **azArgv = 0;
   sqlite3 *db = 0;
+  ShellKey key;
+  int bLocked, iKeyFd = -1, rc = CLI_FAIL;
 
-  if( findExtension(zExt, sizeof(zExt)) ) return CLI_FAIL;
-  if( checkKeystoreForShell(pCli) ) return CLI_FAIL;
+  memset(&key, 0, sizeof(key));
+  bLocked = mlock(&key, sizeof(key))==0;
+  if( findExtension(zExt, sizeof(zExt)) ) goto done;
+  if( shellKeystore(pCli, &key) ) goto done;
   /* A new database is the shell's to create; an existing one must open. */
-  if( access(zDb, F_OK)==0 ){
-    if( cliOpenDb(pCli, zDb, 1, SQLITE_OPEN_READONLY, &db) ) return CLI_FAIL;
+  if( !key.bChildReads && access(zDb, F_OK)==0 ){
+    if( cliOpenDb(pCli, zDb, 1, SQLITE_OPEN_READONLY, &db) ) goto done;
     sqlite3_close(db);
   }
-  azArgv = buildShellArgv(pCli, zExt, zDb, pArgs);
+  if( key.zPw[0] && shellKeyPipe(pCli, key.zPw, &iKeyFd) ) goto done;
+  explicit_bzero(key.zPw, sizeof(key.zPw));
+  /* The child gets the password from the pipe, not from its environment. */
+  if( key.zEnvVar[0] && unsetenv(key.zEnvVar)!=0 ){
+    cliErr("cannot remove $%s from the environment: %s", key.zEnvVar, strerror(errno));
+    goto done;
+  }
+  azArgv = buildShellArgv(pCli, zExt, zDb, pArgs, iKeyFd);
   if( azArgv==0 ){
     cliErr("out of memory");
-    return CLI_FAIL;
+    goto done;
   }
   tde_keystore_close(pCli->zConfig);   /* wipe our copy of the keys */
   /* execve() makes the process dumpable again (the core-size limit of 0
@@ -226,14 +325,18 @@ int cliCmdShell(Cli *pCli, const CliArgs *pArgs){
   ** before the keystore opens. */
   if( setenv("SQLITE_TDE_NODUMP", "1", 1)!=0 ){
     cliErr("cannot set SQLITE_TDE_NODUMP: %s", strerror(errno));
-    freeShellArgv(azArgv);
-    return CLI_FAIL;
+    goto done;
   }
+  if( bLocked ) munlock(&key, sizeof(key));
   fflush(stdout);
   fflush(stderr);
   execvp(azArgv[0], azArgv);
   cliErr("cannot run sqlite3: %s (is the sqlite3 shell installed and on PATH?)",
          strerror(errno));
+done:
+  explicit_bzero(&key, sizeof(key));
+  if( bLocked ) munlock(&key, sizeof(key));
+  if( iKeyFd>=0 ) close(iKeyFd);
   freeShellArgv(azArgv);
-  return CLI_FAIL;
+  return rc;
 }

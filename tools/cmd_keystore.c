@@ -1,6 +1,6 @@
 /*
 ** sqlite-tde command-line tool: keystore create, keystore status,
-** keystore list, keystore seal and keystore unseal.
+** keystore list, keystore seal, keystore unseal and keystore passwd.
 **
 ** The wallet password of `keystore create` comes from the configuration's
 ** password source, else --auto-login means none, else it is typed twice on
@@ -8,6 +8,7 @@
 */
 #include "cli.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -164,4 +165,58 @@ int cliCmdKeystoreSeal(Cli *pCli, const CliArgs *pArgs){
 int cliCmdKeystoreUnseal(Cli *pCli, const CliArgs *pArgs){
   (void)pArgs;
   return keystoreSeal(pCli, 0);
+}
+
+/* keystore passwd: the current password from the configuration's source or
+** the terminal, the new one typed twice; both wiped. */
+int cliCmdKeystorePasswd(Cli *pCli, const CliArgs *pArgs){
+  char zOld[CLI_PASSWORD_MAX] = "", zNew[CLI_PASSWORD_MAX] = "", zNew2[CLI_PASSWORD_MAX] = "";
+  char zSrc[PATH_MAX];
+  const char *zOldArg = 0;
+  int rc = CLI_FAIL, trc, bLocked;
+  int bSource = cliConfigHasPasswordSource(pCli);
+
+  bLocked = mlock(zOld, sizeof(zOld))==0 && mlock(zNew, sizeof(zNew))==0
+         && mlock(zNew2, sizeof(zNew2))==0;
+  if( !isatty(STDIN_FILENO) ){
+    cliErr("keystore passwd asks for the new password on a terminal; standard input is not one");
+    goto done;
+  }
+  if( bSource<=0 ){
+    if( cliReadPassword("Current keystore password: ", zOld, sizeof(zOld)) ) goto done;
+    zOldArg = zOld;
+  }
+  if( cliReadPassword("New keystore password: ", zNew, sizeof(zNew)) ) goto done;
+  if( zNew[0]==0 ){
+    cliErr("the password must not be empty");
+    goto done;
+  }
+  if( cliReadPassword("Repeat the new password: ", zNew2, sizeof(zNew2)) ) goto done;
+  if( strcmp(zNew, zNew2)!=0 ){
+    cliErr("the passwords do not match; nothing changed");
+    goto done;
+  }
+  trc = tde_keystore_passwd(pCli->zConfig, zOldArg, zNew, pArgs->kdfT, pArgs->kdfM);
+  if( trc!=TDE_OK ){
+    cliErrDetail("cannot change the keystore password", trc);
+    goto done;
+  }
+  printf("keystore password changed\n");
+  if( cliConfigValue(pCli, "password_file", zSrc, sizeof(zSrc))==1 ){
+    cliErr("note: write the new password into password_file %s: the old one no longer opens "
+           "the wallet", zSrc);
+  }else if( cliConfigValue(pCli, "password_env", zSrc, sizeof(zSrc))==1 ){
+    cliErr("note: give the new password in $%s from now on", zSrc);
+  }
+  rc = CLI_OK;
+done:
+  explicit_bzero(zOld, sizeof(zOld));
+  explicit_bzero(zNew, sizeof(zNew));
+  explicit_bzero(zNew2, sizeof(zNew2));
+  if( bLocked ){
+    munlock(zOld, sizeof(zOld));
+    munlock(zNew, sizeof(zNew));
+    munlock(zNew2, sizeof(zNew2));
+  }
+  return rc;
 }

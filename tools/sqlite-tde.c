@@ -55,6 +55,21 @@ static const CliCommand aCommand[] = {
     "its PCRs as sealed).  Then remove wallet_seal from the configuration, move,\n"
     "and seal again on the new machine.  Crash-safe and audited.\n",
     0, 0, cliCmdKeystoreUnseal },
+  { "keystore passwd", "[--kdf-t N] [--kdf-m KIB]",
+    "change the wallet password (new salt, optionally a new Argon2id cost)",
+    "Change the password of the password wallet the configuration names.  The\n"
+    "current password comes from the configuration's password source, else it\n"
+    "is asked for; the new one is always typed twice on the terminal.  The\n"
+    "master keys are written again under the new password with a new random\n"
+    "salt (crash-safe: a new file, synced, renamed over the old one); the old\n"
+    "password stops working.  Audited as keystore_passwd.  A password_file in\n"
+    "the configuration is not changed: write the new password into it.\n"
+    "Processes that have the wallet open keep working; reopen them before they\n"
+    "change keys.\n"
+    "\nOptions:\n"
+    "  --kdf-t N     Argon2id passes for the new key, 1 to 64 (default: keep)\n"
+    "  --kdf-m KIB   Argon2id memory in KiB, 8192 to 1048576 (default: keep)\n",
+    0, CLI_OPT_KDF, cliCmdKeystorePasswd },
   { "status", "DB",
     "show the encryption status of a database",
     "Open DB through the tde VFS and print every row of the tde_status table\n"
@@ -279,6 +294,19 @@ static int parseArgs(Cli *pCli, const CliCommand *pCmd, int argc, char **argv, C
         pArgs->nStep = (int)n;
         continue;
       }
+      if( (pCmd->flags & CLI_OPT_KDF) && (strcmp(z, "--kdf-t")==0 || strcmp(z, "--kdf-m")==0) ){
+        int bT = z[6]=='t';
+        char *zEnd = 0;
+        unsigned long n;
+        if( i+1>=argc ) return usageError(pCmd, "%s needs a number", z);
+        n = strtoul(argv[++i], &zEnd, 10);
+        if( !zEnd || *zEnd || argv[i][0]=='-' || (bT ? (n<1 || n>64) : (n<8192 || n>1048576)) ){
+          return usageError(pCmd, bT ? "--kdf-t: a number of passes from 1 to 64"
+                                     : "--kdf-m: KiB from 8192 to 1048576");
+        }
+        if( bT ) pArgs->kdfT = (uint32_t)n; else pArgs->kdfM = (uint32_t)n;
+        continue;
+      }
       if( (pCmd->flags & CLI_OPT_MIGRATE) && strcmp(z, "--drop-old")==0 ){
         pArgs->bDropOld = 1;
         continue;
@@ -319,8 +347,10 @@ static void printKeystoreHelp(FILE *out){
     "       sqlite-tde [--config CFG] keystore list\n"
     "       sqlite-tde [--config CFG] keystore retire KEYID\n"
     "       sqlite-tde [--config CFG] keystore seal | unseal\n"
+    "       sqlite-tde [--config CFG] keystore passwd [--kdf-t N] [--kdf-m KIB]\n"
     "\n"
-    "Manage the keystore (wallet) that holds the master keys.  See\n"
+    "Manage the keystore that holds the master keys (a wallet, a PKCS#11 token\n"
+    "or a KMIP key manager, as the configuration says).  See\n"
     "'sqlite-tde keystore SUBCOMMAND --help'.\n");
 }
 

@@ -1584,3 +1584,143 @@ static int walletUnwrap(TdeKeystore *p, const char *zKeyId, uint8_t mech,
   if( rc!=TDE_OK ) tdeWipe(aDek, nDek);
   return rc;
 }
+
+/* ---- password change (tde_keystore_passwd) -------------------------------- */
+
+/*
+** Change the password of the password wallet cfg names: derive the wallet
+** key from zOld with the file's own parameters and check it, decrypt the
+** keys, then write them again under a wallet key derived from zNew with a
+** fresh random salt and the cost t / m (0: the file's).  Crash-safe like
+** every wallet write (new file, fsync, rename, directory fsync) and under
+** the directory lock rotation and retirement take, reading the file after
+** taking it, so no key another process just added is lost.  Audited as
+** keystore_passwd (with the new cost, never a password), success or not.
+** Processes that have the wallet open keep their keys; their next change
+** to it fails ("replaced by a different wallet") until they reopen it.
+*/
+static int walletPasswd(const TdeConfig *cfg, const char *zOld, const char *zNew,
+                        uint32_t t, uint32_t m){
+  Wallet *w = 0;               /* only zPath, for walletLockDir */
+  WalletKdf kdfCfg, kdfNew;
+  WalletHdr hdr;
+  WalletKey *aKey = 0;
+  int nKey = 0;
+  uint8_t *aOld = 0, *aNew = 0;  /* secure: old and new wallet keys */
+  uint8_t *aFile = 0, *aOut = 0;
+  size_t nFile = 0, nOut = 0;
+  int dfd = -1, bMatch = 0, bSwitched = 0;
+  int rc;
+  char zDetail[PATH_MAX + 64];
+  struct stat st;
+
+  zDetail[0] = 0;
+  w = calloc(1, sizeof(*w));
+  aOld = tdeSecureAlloc(WALLET_KEY);
+  aNew = tdeSecureAlloc(WALLET_KEY);
+  if( w==0 || aOld==0 || aNew==0 ){ rc = tdeErr(TDE_NOMEM, "wallet: out of memory"); goto passwd_out; }
+  rc = walletConfig(cfg, w->zPath, sizeof(w->zPath), &kdfCfg);
+  if( rc!=TDE_OK ) goto passwd_out;
+  if( zNew==0 || zNew[0]==0 ){
+    rc = tdeErr(TDE_BADPASSWORD, "wallet %s: the new password must not be empty", w->zPath);
+    goto passwd_out;
+  }
+  if( (t && (t<WALLET_KDF_T_MIN || t>WALLET_KDF_T_MAX))
+   || (m && (m<WALLET_KDF_M_MIN || m>WALLET_KDF_M_MAX)) ){
+    rc = tdeErr(TDE_RANGE, "wallet %s: Argon2id cost out of range (passes %d..%d, "
+                "memory %d..%d KiB)", w->zPath, WALLET_KDF_T_MIN, WALLET_KDF_T_MAX,
+                WALLET_KDF_M_MIN, WALLET_KDF_M_MAX);
+    goto passwd_out;
+  }
+  rc = walletLockDir(w, "changing the password", &dfd);
+  if( rc!=TDE_OK ) goto passwd_out;
+  rc = walletReadFile(w->zPath, &aFile, &nFile, &st);
+  if( rc!=TDE_OK ) goto passwd_out;
+  rc = walletParseHeader(w->zPath, aFile, nFile, &hdr);
+  if( rc!=TDE_OK ) goto passwd_out;
+  if( hdr.kind!=WALLET_KIND_PASSWORD ){
+    rc = tdeErr(TDE_UNSUPPORTED, "wallet %s is an auto-login wallet: it has no password "
+                "to change", w->zPath);
+    goto passwd_out;
+  }
+  if( zOld==0 ){
+    rc = tdeErr(TDE_BADPASSWORD, "wallet %s: the current password is needed", w->zPath);
+    goto passwd_out;
+  }
+  rc = walletArgon2(w->zPath, zOld, &hdr.kdf, aOld);
+  if( rc==TDE_OK ) rc = walletCheckMatches(aFile, aOld, &bMatch);
+  if( rc!=TDE_OK ) goto passwd_out;
+  if( !bMatch ){
+    rc = tdeErr(TDE_BADPASSWORD, "wallet %s: password incorrect", w->zPath);
+    goto passwd_out;
+  }
+  rc = walletDecrypt(w->zPath, aFile, &hdr, aOld, &aKey, &nKey);
+  if( rc!=TDE_OK ) goto passwd_out;
+
+  kdfNew.t = t ? t : hdr.kdf.t;
+  kdfNew.m = m ? m : hdr.kdf.m;
+  kdfNew.p = hdr.kdf.p;
+  rc = tdeRandom(kdfNew.aSalt, WALLET_SALT);
+  if( rc!=TDE_OK ){ rc = tdeErr(rc, "wallet: random number generator failed"); goto passwd_out; }
+  snprintf(zDetail, sizeof(zDetail), "wallet %s, Argon2id t=%u m=%u KiB p=%u", w->zPath,
+           (unsigned)kdfNew.t, (unsigned)kdfNew.m, (unsigned)kdfNew.p);
+  rc = walletArgon2(w->zPath, zNew, &kdfNew, aNew);
+  if( rc!=TDE_OK ) goto passwd_out;
+  rc = walletEncode(WALLET_KIND_PASSWORD, &kdfNew, aNew, aKey, nKey, &aOut, &nOut);
+  if( rc!=TDE_OK ) goto passwd_out;
+  rc = walletWriteFile(w->zPath, aOut, nOut, 0, &bSwitched);
+  if( rc==TDE_OK ){
+    tdeLog(TDE_LOG_INFO, "wallet %s: password changed (%d master keys kept; %s)",
+           w->zPath, nKey, zDetail);
+  }else if( bSwitched ){
+    tdeLog(TDE_LOG_WARNING, "wallet %s: the new password is in force, but: %s",
+           w->zPath, tde_last_error());
+  }
+
+passwd_out:
+  if( dfd>=0 ) close(dfd);     /* releases the flock */
+  walletAudit(cfg, "keystore_passwd", 0, rc, zDetail[0] ? zDetail : 0);
+  walletKeysFree(aKey, nKey);
+  tdeSecureFree(aOut, nOut);
+  tdeSecureFree(aFile, nFile);
+  tdeSecureFree(aNew, WALLET_KEY);
+  tdeSecureFree(aOld, WALLET_KEY);
+  free(w);
+  return rc;
+}
+
+int tde_keystore_passwd(const char *zConfig, const char *zOldPassword, const char *zNewPassword,
+                        uint32_t kdfT, uint32_t kdfMKiB){
+  char zPath[PATH_MAX];
+  TdeConfig *pCfg = 0;
+  const tde_keystore_methods *pM;
+  char *zPw = 0;
+  size_t nPw = 0;
+  int rc = tdeConfigLocate(zConfig, zPath, sizeof(zPath));
+  if( rc ) return rc;
+  rc = tdeConfigLoad(zPath, &pCfg);
+  if( rc ) return rc;
+  pM = tdeKeystoreByName(tdeConfigGet(pCfg, "keystore"));
+  if( pM!=&tdeWalletMethods ){
+    rc = tdeErr(TDE_UNSUPPORTED, "%s: keystore '%s' has no password sqlite-tde can change "
+                "(a token's PIN or a key manager's credentials are changed with its own tools)",
+                zPath, tdeConfigGet(pCfg, "keystore"));
+    goto done;
+  }
+  if( zOldPassword==0 ){
+    rc = tdeConfigPassword(pCfg, &zPw, &nPw);
+    if( rc==TDE_NOTFOUND ) rc = TDE_OK;
+    if( rc ) goto done;
+    zOldPassword = zPw;
+  }
+  rc = walletPasswd(pCfg, zOldPassword, zNewPassword, kdfT, kdfMKiB);
+  /* This process's open handle still holds the old salt: reopen on next use. */
+  if( rc==TDE_OK && tdeRegistryClose(zPath)==TDE_LOCKED ){
+    tdeLog(TDE_LOG_WARNING, "%s: the keystore stays open in this process with databases "
+           "using it; reopen it before changing its keys", zPath);
+  }
+done:
+  if( zPw ) tdeSecureFree(zPw, nPw+1);
+  tdeConfigFree(pCfg);
+  return rc;
+}

@@ -324,8 +324,11 @@ static void fnReserve(sqlite3_context *ctx, int argc, sqlite3_value **argv){
   sqlite3_result_int(ctx, n);
 }
 
+int tdeSqlFuncRegister(sqlite3 *db);   /* keys/sqlfunc.c: tde_keystore_open() */
+
 int tdeStatusRegister(sqlite3 *db){
   int rc = sqlite3_create_module(db, "tde_status", &tdeStatusModule, 0);
+  if( rc==SQLITE_OK ) rc = tdeSqlFuncRegister(db);
   if( rc==SQLITE_OK ){
     rc = sqlite3_create_function(db, "tde_version", 0, SQLITE_UTF8|SQLITE_DETERMINISTIC, 0,
                                  fnVersion, 0, 0);

@@ -169,15 +169,34 @@ static void test_comments_blank_crlf(void **state){
       "   # indented comment\r\n"
       "keystore=wallet\r\n"
       "\n"
-      "wallet = a # not a comment = kept\r\n"
+      "wallet = a#b.wallet    # trailing comment = with an equals sign\r\n"
       "audit_log = /x", &p), TDE_OK);          /* no final newline */
   assert_int_equal(p->nEntry, 3);
-  assert_string_equal(tdeConfigGet(p, "wallet"), "a # not a comment = kept");
+  assert_string_equal(tdeConfigGet(p, "wallet"), "a#b.wallet");   /* '#' inside a value stays */
   assert_string_equal(tdeConfigGet(p, "audit_log"), "/x");
   assert_int_equal(p->aEntry[0].iLine, 4);
   assert_int_equal(p->aEntry[1].iLine, 6);
   assert_int_equal(p->aEntry[2].iLine, 7);
   tdeConfigFree(p);
+}
+
+/* The README's own lines: a comment after a value, after a tab, and a
+** value that is only a comment is a missing value. */
+static void test_trailing_comments(void **state){
+  TdeConfig *p = 0;
+  (void)state;
+  assert_int_equal(loadText(
+      "keystore = wallet\t# the provider\n"
+      "wallet = /var/lib/myapp/tde.wallet        # relative paths: relative to this file\n"
+      "password_file = /etc/sqlite-tde/wallet.pw # or password_env = NAME\n", &p), TDE_OK);
+  assert_string_equal(tdeConfigGet(p, "keystore"), "wallet");
+  assert_string_equal(tdeConfigGet(p, "wallet"), "/var/lib/myapp/tde.wallet");
+  assert_string_equal(tdeConfigGet(p, "password_file"), "/etc/sqlite-tde/wallet.pw");
+  tdeConfigFree(p);
+  expectError("keystore = wallet\nwallet = # only a comment\n", TDE_CONFIG,
+              "tde.conf:2: missing value for 'wallet'");
+  expectError("keystore = wallet # comment\nwallet # = x\n", TDE_CONFIG,
+              "tde.conf:2: expected 'key = value'");
 }
 
 static void test_parse_from_memory(void **state){
@@ -350,6 +369,7 @@ int main(void){
     cmocka_unit_test(test_missing_keystore),
     cmocka_unit_test(test_unknown_provider),
     cmocka_unit_test(test_comments_blank_crlf),
+    cmocka_unit_test(test_trailing_comments),
     cmocka_unit_test(test_parse_from_memory),
     cmocka_unit_test(test_locate),
     cmocka_unit_test(test_password_file),

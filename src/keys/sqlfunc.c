@@ -1,0 +1,92 @@
+/*
+** SQL function tde_keystore_open(config [, password]): open a keystore for
+** the whole process from SQL, for hosts that cannot call the C API (Python,
+** Node, the sqlite3 shell).  Registered on every connection by
+** tdeStatusRegister(); it does the same as tde_keystore_open() in C, so
+** databases opened afterwards with that configuration find the keystore
+** open and need no password.
+**
+** config NULL means the default search ($SQLITE_TDE_CONFIG, then
+** /etc/sqlite-tde/tde.conf); password omitted or NULL means the
+** configuration's own password source.  The password is text, or a blob
+** (the sqlite3 shell's readfile('/dev/fd/N'), which `sqlite-tde shell` uses;
+** one trailing newline dropped).  Returns 'OPEN', or fails with the
+** library's reason (SQLITE_AUTH for a wrong or missing password).
+**
+** The password's text is overwritten in SQLite's memory once used (the
+** register holding it; for a bound parameter that is the bound copy).  What
+** SQLite keeps elsewhere is out of reach: the SQL text of the statement when
+** the password is a literal (and any trace or history the host keeps of
+** it), and the host's own string.  Hence: bind it as a parameter, never
+** splice it into SQL.  A C caller must not bind it SQLITE_STATIC from
+** read-only memory (it is written to); C programs call tde_keystore_open().
+**
+** Never logs or returns the password; DIRECTONLY, so a schema (a view or a
+** trigger in a database someone else wrote) cannot call it.
+*/
+#include "tde_int.h"
+#include "cipher/cipher.h"
+
+#include <stdio.h>
+
+static void fnKeystoreOpen(sqlite3_context *ctx, int argc, sqlite3_value **argv){
+  const char *zConfig = 0;
+  char *zPw = 0;                 /* SQLite's buffer of the password argument */
+  int nPw = 0, nUse = 0;
+  char *zCopy = 0;               /* NUL-terminated copy, in locked memory */
+  int rc;
+  char zMsg[1024];
+
+  if( sqlite3_value_type(argv[0])!=SQLITE_NULL ){
+    zConfig = (const char*)sqlite3_value_text(argv[0]);
+    if( zConfig==0 ){ sqlite3_result_error_nomem(ctx); goto done; }
+  }
+  if( argc>1 && sqlite3_value_type(argv[1])!=SQLITE_NULL ){
+    /* Text, or a blob such as readfile('/dev/fd/N') in the sqlite3 shell;
+    ** one trailing newline of a blob is not part of the password. */
+    int eType = sqlite3_value_type(argv[1]);
+    if( eType!=SQLITE_TEXT && eType!=SQLITE_BLOB ){
+      sqlite3_result_error(ctx, "tde_keystore_open: the password must be text", -1);
+      goto done;
+    }
+    zPw = eType==SQLITE_TEXT ? (char*)sqlite3_value_text(argv[1])
+                             : (char*)sqlite3_value_blob(argv[1]);
+    nPw = sqlite3_value_bytes(argv[1]);
+    if( zPw==0 && nPw>0 ){ sqlite3_result_error_nomem(ctx); goto done; }
+    nUse = nPw;
+    if( eType==SQLITE_BLOB && nUse>0 && zPw[nUse-1]=='\n' ) nUse--;
+    if( nUse==0 || memchr(zPw, 0, (size_t)nUse) ){
+      sqlite3_result_error(ctx, nUse ? "tde_keystore_open: the password holds a NUL byte"
+                                     : "tde_keystore_open: empty password", -1);
+      goto done;
+    }
+    zCopy = tdeSecureAlloc((size_t)nUse + 1);
+    if( zCopy==0 ){ sqlite3_result_error_nomem(ctx); goto done; }
+    memcpy(zCopy, zPw, (size_t)nUse);
+    zCopy[nUse] = 0;
+  }
+  rc = tde_keystore_open(zConfig, zCopy);
+  if( rc!=TDE_OK ){
+    const char *zDetail = tde_last_error();
+    snprintf(zMsg, sizeof(zMsg), "tde_keystore_open: %s",
+             zDetail && zDetail[0] ? zDetail : tde_errstr(rc));
+    sqlite3_result_error(ctx, zMsg, -1);
+    sqlite3_result_error_code(ctx, rc==TDE_BADPASSWORD || rc==TDE_NOKEY || rc==TDE_NOKEYSTORE
+                                   ? SQLITE_AUTH : SQLITE_ERROR);
+    goto done;
+  }
+  sqlite3_result_text(ctx, "OPEN", -1, SQLITE_STATIC);
+done:
+  if( zPw && nPw>0 ) tdeWipe(zPw, (size_t)nPw);
+  if( zCopy ) tdeSecureFree(zCopy, (size_t)nUse + 1);
+}
+
+int tdeSqlFuncRegister(sqlite3 *db){
+  int rc = sqlite3_create_function(db, "tde_keystore_open", 1, SQLITE_UTF8|SQLITE_DIRECTONLY,
+                                   0, fnKeystoreOpen, 0, 0);
+  if( rc==SQLITE_OK ){
+    rc = sqlite3_create_function(db, "tde_keystore_open", 2, SQLITE_UTF8|SQLITE_DIRECTONLY,
+                                 0, fnKeystoreOpen, 0, 0);
+  }
+  return rc;
+}

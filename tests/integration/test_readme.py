@@ -1,0 +1,291 @@
+#!/usr/bin/python3
+"""Run README.md's Quick start verbatim, so the README cannot rot.
+
+Every fenced block between "## Quick start" and the next "## " heading must
+be preceded by a marker line
+
+    <!-- test: KIND [ARG] [expect="TEXT"]... -->
+
+and is run, in README order, in one scratch folder (the working directory
+of every block):
+
+  file PATH   the block is written to PATH (mode 0600)
+  sh          bash -e -o pipefail, under a pseudo-terminal; a prompt ending
+              in "password: " is answered with the test password
+  sqlite3     the "$ " line is the command, the "sqlite> " lines its
+              standard input; every other line of the block must appear in
+              its output
+  c FILE      written to FILE, compiled against the build folder's library
+              (-lsqlite-tde), and run
+  python      /usr/bin/python3 (stdin: the test password)
+  node        node with better-sqlite3 from TDE_NPM_DIR (stdin: the password)
+
+expect="TEXT" must appear in the block's output.  The only change made to a
+block is the README's documented path rule: /etc/sqlite-tde/ and
+/var/lib/myapp/ become folders of the scratch folder, /usr/local/lib/sqlite-tde/
+and /usr/local/bin/ the build folder (which is first on PATH).  Any
+failure, a missing marker, an unknown kind or a missing tool fails the test.
+
+Environment: TDE_BUILD, TDE_SRC, TDE_TEST_TMP (set by ctest).
+"""
+import os
+import pty
+import re
+import select
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+
+SRC = os.environ.get("TDE_SRC") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("TDE_BUILD") or os.path.join(SRC, "build")
+TMP = os.environ.get("TDE_TEST_TMP") or tempfile.gettempdir()
+PASSWORD = "tde-test-pw-readme-4Gd8"
+TIMEOUT = 120
+
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL: " + msg, flush=True)
+
+
+def sections(text, heading):
+    """Lines of README.md from `## heading` to the next level-2 heading,
+    with their 1-based line numbers."""
+    lines = text.split("\n")
+    out, inside, fence = [], False, False
+    for i, line in enumerate(lines, 1):
+        if line.startswith("```"):
+            fence = not fence
+        if not fence and line.startswith("## "):
+            inside = line[3:].strip() == heading
+            continue
+        if inside:
+            out.append((i, line))
+    return out
+
+
+def blocks(numbered):
+    """(line, marker, body) for every fenced block; marker None if absent."""
+    res = []
+    i = 0
+    while i < len(numbered):
+        n, line = numbered[i]
+        if line.startswith("```"):
+            j = i - 1
+            while j >= 0 and numbered[j][1].strip() == "":
+                j -= 1
+            marker = None
+            if j >= 0:
+                m = re.fullmatch(r"\s*<!--\s*test:\s*(.*?)\s*-->\s*", numbered[j][1])
+                if m:
+                    marker = m.group(1)
+            body = []
+            i += 1
+            while i < len(numbered) and not numbered[i][1].startswith("```"):
+                body.append(numbered[i][1])
+                i += 1
+            res.append((n, marker, "\n".join(body) + "\n"))
+        i += 1
+    return res
+
+
+def substitute(text, scratch):
+    rules = [
+        ("/etc/sqlite-tde", os.path.join(scratch, "etc/sqlite-tde")),
+        ("/var/lib/myapp", os.path.join(scratch, "var/lib/myapp")),
+        ("/usr/local/lib/sqlite-tde", BUILD),
+        ("/usr/local/bin", BUILD),
+    ]
+    for a, b in rules:
+        # The folder itself or anything in it, never a longer name.
+        text = re.sub(re.escape(a) + r"(?=/|\b|$)(?![\w.-])", b.replace("\\", "\\\\"), text)
+    return text
+
+
+def host_env():
+    env = dict(os.environ)
+    env["PATH"] = BUILD + os.pathsep + env.get("PATH", "")
+    env.pop("SQLITE_TDE_CONFIG", None)
+    return env
+
+
+def run_pty(argv, cwd, env, password=PASSWORD):
+    """Run argv on a new pseudo-terminal; answer password prompts (with
+    password, or with the items of a list in turn).
+    Returns (exit status, output)."""
+    answers = list(password) if isinstance(password, (list, tuple)) else None
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(cwd)
+            os.execvpe(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    out = b""
+    answered = 0
+    while True:
+        r, _, _ = select.select([fd], [], [], TIMEOUT)
+        if not r:
+            os.kill(pid, 9)
+            out += b"\n[timed out]\n"
+            break
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if re.search(rb"password: $", out[-200:], re.I) and out.count(b"assword: ") > answered:
+            answered = out.count(b"assword: ")
+            # Answer only once echo is off: the prompt is printed first,
+            # and tcsetattr(TCSAFLUSH) would discard an early answer.
+            for _ in range(500):
+                if not termios.tcgetattr(fd)[3] & termios.ECHO:
+                    break
+                time.sleep(0.01)
+            if answers is None:
+                reply = password
+            elif answers:
+                reply = answers.pop(0)
+            else:
+                reply = ""
+            os.write(fd, reply.encode() + b"\n")
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+def run_plain(argv, cwd, env, stdin_text):
+    env = dict(env)
+    # A host that starts outside ctest must not find a terminal to prompt on.
+    p = subprocess.run(argv, cwd=cwd, env=env, input=stdin_text.encode(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=TIMEOUT, start_new_session=True)
+    return p.returncode, p.stdout.decode(errors="replace")
+
+
+def sanitize_flags():
+    cache = os.path.join(BUILD, "CMakeCache.txt")
+    try:
+        with open(cache) as f:
+            if re.search(r"^TDE_SANITIZE:BOOL=ON$", f.read(), re.M):
+                return ["-fsanitize=address,undefined"]
+    except OSError:
+        pass
+    return []
+
+
+def npm_dir():
+    cache = os.path.join(BUILD, "CMakeCache.txt")
+    with open(cache) as f:
+        m = re.search(r"^TDE_NPM_DIR:PATH=(.*)$", f.read(), re.M)
+    return m.group(1) if m else os.path.join(BUILD, "npm")
+
+
+def run_block(n, kind, args, body, scratch, env):
+    """Returns the block's output, or None after reporting a failure."""
+    where = "README.md:%d (%s)" % (n, kind)
+    if kind == "file":
+        path = substitute(args[0], scratch)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(body)
+        return ""
+    if kind == "sh":
+        script = os.path.join(scratch, "block-%d.sh" % n)
+        with open(script, "w") as f:
+            f.write(body)
+        rc, out = run_pty(["bash", "-e", "-o", "pipefail", script], scratch, env)
+    elif kind == "sqlite3":
+        lines = body.rstrip("\n").split("\n")
+        if not lines or not lines[0].startswith("$ "):
+            fail(where + ": the first line must be '$ COMMAND'")
+            return None
+        argv = shlex.split(lines[0][2:])
+        sql = "".join(l[len("sqlite> "):] + "\n" for l in lines[1:] if l.startswith("sqlite> "))
+        rc, out = run_plain(argv, scratch, env, sql)
+        for l in lines[1:]:
+            if not l.startswith("sqlite> ") and l.strip() and l not in out.split("\n"):
+                fail(where + ": output line %r not printed; got:\n%s" % (l, out))
+                return None
+    elif kind == "c":
+        src = os.path.join(scratch, args[0])
+        with open(src, "w") as f:
+            f.write(body)
+        exe = os.path.join(scratch, "readme-c-app")
+        cenv = dict(env)
+        cenv.pop("LD_PRELOAD", None)
+        cmd = (["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", src, "-o", exe,
+                "-I" + os.path.join(SRC, "include"), "-L" + BUILD, "-Wl,-rpath," + BUILD,
+                "-lsqlite-tde", "-lsqlite3"] + sanitize_flags())
+        p = subprocess.run(cmd, cwd=scratch, env=cenv, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=TIMEOUT)
+        if p.returncode != 0:
+            fail(where + ": does not compile:\n" + p.stdout.decode(errors="replace"))
+            return None
+        rc, out = run_plain([exe], scratch, env, "")
+    elif kind == "python":
+        rc, out = run_plain(["/usr/bin/python3", "-c", body], scratch, env, PASSWORD + "\n")
+    elif kind == "node":
+        node = shutil.which("node")
+        if not node:
+            fail(where + ": node not found (scripts/deps.sh installs nodejs)")
+            return None
+        nenv = dict(env)
+        nenv["NODE_PATH"] = os.path.join(npm_dir(), "node", "node_modules")
+        rc, out = run_plain([node, "-e", body], scratch, nenv, PASSWORD + "\n")
+    else:
+        fail(where + ": unknown test kind %r" % kind)
+        return None
+    if rc != 0:
+        fail(where + ": exit status %d; output:\n%s" % (rc, out))
+        return None
+    return out
+
+
+def main():
+    with open(os.path.join(SRC, "README.md")) as f:
+        text = f.read()
+    numbered = sections(text, "Quick start")
+    found = blocks(numbered)
+    if len(found) < 6:
+        fail("README.md Quick start: only %d code blocks found" % len(found))
+    os.makedirs(TMP, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="readme-", dir=TMP)
+    env = host_env()
+    ran = 0
+    for n, marker, body in found:
+        if marker is None:
+            fail("README.md:%d: code block without a '<!-- test: KIND -->' marker" % n)
+            continue
+        words = shlex.split(marker)
+        kind = words[0]
+        args = [w for w in words[1:] if not w.startswith("expect=")]
+        expects = [w[len("expect="):] for w in words[1:] if w.startswith("expect=")]
+        body = substitute(body, scratch)
+        out = run_block(n, kind, args, body, scratch, env)
+        if out is None:
+            continue
+        for e in expects:
+            if e not in out:
+                fail("README.md:%d (%s): expected %r in the output:\n%s" % (n, kind, e, out))
+        if PASSWORD in out:
+            fail("README.md:%d (%s): the test password appeared in the output" % (n, kind))
+        ran += 1
+        print("ok   README.md:%d %s%s" % (n, kind, (" " + args[0]) if args else ""), flush=True)
+    print("%d README blocks run, %d failures" % (ran, len(failures)))
+    if failures:
+        sys.exit(1)
+    if os.environ.get("TDE_KEEP_SCRATCH") != "1":
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
