@@ -4,12 +4,13 @@
 ** and tde_verify().
 **
 ** New databases need TDE_RESERVE_BYTES reserved at the end of every page
-** before SQLite writes page 1.  An auto-extension does it for the main
-** database of every connection opened through tde (SQLITE_FCNTL_RESERVE_BYTES
-** only applies while the database is empty, so it is harmless on existing
-** ones).  Databases ATTACHed later get it from SELECT tde_reserve('schema');
-** without it, the first write fails with a message saying so -- nothing is
-** ever written in plaintext.
+** before SQLite writes page 1.  The shim asks for them itself, for the main
+** database and for every ATTACHed one (vfs.c, tdeMainRequestReserve); the
+** auto-extension also does it for the main database of every connection
+** (SQLITE_FCNTL_RESERVE_BYTES only applies while the database is empty, so
+** it is harmless on existing ones), and SELECT tde_reserve('schema') stays
+** for compatibility.  A page 1 without them is refused -- nothing is ever
+** written in plaintext.
 */
 #include "vfs/vfs_int.h"
 #include "keystore/keystore.h"
@@ -55,13 +56,20 @@ int tde_register(int makeDefault){
       tdeVfs.iVersion = pOrig->iVersion < 3 ? pOrig->iVersion : 3;
       tdeVfs.szOsFile = pOrig->szOsFile + (int)sizeof(TdeFile);
       tdeVfs.mxPathname = pOrig->mxPathname;
-      rc = sqlite3_vfs_register(&tdeVfs, makeDefault);
-      if( rc==SQLITE_OK ) rc = sqlite3_auto_extension((void(*)(void))tdeConnInit);
-      if( rc==SQLITE_OK ) tdeRegistered = 1;
+      tdeRegistered = 1;
     }
-  }else if( makeDefault ){
-    rc = sqlite3_vfs_register(&tdeVfs, 1);
   }
+  /* Every call makes the state whole again: sqlite3_shutdown() clears the
+  ** auto-extensions and sqlite3_initialize() makes the unix VFS the default
+  ** again.  Both calls below do nothing when already done (the auto-
+  ** extension list holds each entry once; registering a registered VFS only
+  ** moves it).  New databases get their reserved bytes without the
+  ** auto-extension (vfs.c, tdeMainRequestReserve); it adds the SQL
+  ** functions and the tde_status table to each connection. */
+  if( rc==SQLITE_OK && (makeDefault || sqlite3_vfs_find(TDE_VFS_NAME)!=&tdeVfs) ){
+    rc = sqlite3_vfs_register(&tdeVfs, makeDefault);
+  }
+  if( rc==SQLITE_OK ) rc = sqlite3_auto_extension((void(*)(void))tdeConnInit);
   sqlite3_mutex_leave(pMutex);
   if( rc ) return tdeErr(TDE_ERROR, "cannot register the tde VFS (SQLite error %d)", rc);
   return TDE_OK;
@@ -161,10 +169,10 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
   if( sqlite3_file_control(db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile)!=SQLITE_OK || !pFile ){
     return tdeErr(TDE_NOTFOUND, "no database '%s'", zSchema);
   }
-  if( pFile->pMethods!=&tdeIoMethods || ((TdeFile*)pFile)->eKind!=TDE_KIND_MAIN ){
+  p = tdeMainOfDb(db, zSchema);
+  if( !p ){
     return tdeErr(TDE_PLAINTEXT, "database '%s' is not opened through the tde VFS", zSchema);
   }
-  p = (TdeFile*)pFile;
   /* Hold a read transaction so no writer changes pages under us, and ask
   ** SQLite for the page size and count (page 1 may live only in the WAL). */
   rc = sqlite3_exec(db, "BEGIN", 0, 0, 0);
@@ -199,21 +207,28 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
       goto done;
     }
   }
-  tdeMainPageCount(p, &nPage);
+  rc = tdeMainPageCount(p, &nPage);
+  if( rc ){ trc = tdeErr(TDE_IO, "cannot read the size of '%s' (SQLite error %d)", zSchema, rc); goto done; }
+  {
+    /* Bytes past the last whole page: a page cut short (a truncated file)
+    ** or junk appended.  SQLite never writes part of a page. */
+    sqlite3_int64 sz = 0;
+    rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+    if( rc ){ trc = tdeErr(TDE_IO, "cannot read the size of '%s' (SQLite error %d)", zSchema, rc); goto done; }
+    if( sz>TDE_HEADER_BYTES && (sz-TDE_HEADER_BYTES)%p->pgsz!=0 ){
+      if( pBadPage ) *pBadPage = nPage+1;
+      trc = tdeErr(TDE_AUTH, "page %lld is only partly present (%lld of %u bytes: the file was "
+                   "truncated, or has junk appended after its last page)", (long long)(nPage+1),
+                   (long long)((sz-TDE_HEADER_BYTES)%p->pgsz), p->pgsz);
+      goto done;
+    }
+  }
   aPage = sqlite3_malloc((int)p->pgsz);
   if( !aPage ){ trc = TDE_NOMEM; goto done; }
-  {
-    sqlite3_file *pJrnl = 0;
-    bWal = sqlite3_file_control(db, zSchema, SQLITE_FCNTL_JOURNAL_POINTER, &pJrnl)==SQLITE_OK
-        && pJrnl && pJrnl->pMethods==&tdeIoMethods && ((TdeFile*)pJrnl)->eKind==TDE_KIND_WAL;
-  }
+  bWal = p->pWalFile!=0;
   if( bWal ){
-    sqlite3_file *pJ = 0;
-    sqlite3_file_control(db, zSchema, SQLITE_FCNTL_JOURNAL_POINTER, &pJ);
-    if( pJ ){
-      uint32_t mx = tdeWalIndexMxFrame(p), nBackfill = tdeWalIndexBackfill(p);
-      if( nBackfill<mx ) tdeWalPageList((TdeFile*)pJ, nBackfill+1, mx, &aWalPg, &nWalPg);
-    }
+    uint32_t mx = tdeWalIndexMxFrame(p), nBackfill = tdeWalIndexBackfill(p);
+    if( nBackfill<mx ) tdeWalPageList(p->pWalFile, nBackfill+1, mx, &aWalPg, &nWalPg);
   }
   iLockPage = (sqlite3_int64)(0x40000000 / p->pgsz) + 1;
   for(i=1; i<=nPage; i++){
@@ -261,10 +276,8 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
     }
   }
   {
-    sqlite3_file *pJrnl = 0;
-    if( sqlite3_file_control(db, zSchema, SQLITE_FCNTL_JOURNAL_POINTER, &pJrnl)==SQLITE_OK
-     && pJrnl && pJrnl->pMethods==&tdeIoMethods && ((TdeFile*)pJrnl)->eKind==TDE_KIND_WAL ){
-      rc = tdeWalVerify((TdeFile*)pJrnl, tdeWalIndexMxFrame(p), &nFrames, &iBad);
+    if( p->pWalFile ){
+      rc = tdeWalVerify(p->pWalFile, tdeWalIndexMxFrame(p), &nFrames, &iBad);
       if( pnChecked ) *pnChecked += nFrames;
       if( rc==SQLITE_IOERR_AUTH ){
         trc = tdeErr(TDE_AUTH, "WAL %s %lld failed authentication",
@@ -297,10 +310,10 @@ static int tdeUnderWriteLock(sqlite3 *db, const char *zSchema,
   if( sqlite3_file_control(db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile)!=SQLITE_OK || !pFile ){
     return tdeErr(TDE_NOTFOUND, "no database '%s'", zSchema);
   }
-  if( pFile->pMethods!=&tdeIoMethods || ((TdeFile*)pFile)->eKind!=TDE_KIND_MAIN ){
+  p = tdeMainOfDb(db, zSchema);
+  if( !p ){
     return tdeErr(TDE_PLAINTEXT, "database '%s' is not opened through the tde VFS", zSchema);
   }
-  p = (TdeFile*)pFile;
   if( !sqlite3_get_autocommit(db) ){
     return tdeErr(TDE_MISUSE, "a transaction is open on this connection; commit it first");
   }
@@ -365,11 +378,10 @@ static int opRekeyBegin(TdeFile *p, void *pArg){
 ** another connection holds them.
 */
 static int rekeyLock(sqlite3 *db, const char *zSchema, TdeFile *p, int *pbWal){
-  sqlite3_file *pJrnl = 0;
   int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0);
+  TDE_UNUSED(zSchema);
   if( rc ) return rc;
-  sqlite3_file_control(db, zSchema, SQLITE_FCNTL_JOURNAL_POINTER, &pJrnl);
-  *pbWal = pJrnl && pJrnl->pMethods==&tdeIoMethods && ((TdeFile*)pJrnl)->eKind==TDE_KIND_WAL;
+  *pbWal = p->pWalFile!=0;
   if( !*pbWal ){
     sqlite3_exec(db, "COMMIT", 0, 0, 0);
     return sqlite3_exec(db, "BEGIN EXCLUSIVE", 0, 0, 0);
@@ -386,7 +398,6 @@ static void rekeyUnlock(sqlite3 *db, TdeFile *p, int bWal){
 
 int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
                  tde_progress_fn xProgress, void *pArg){
-  sqlite3_file *pFile = 0;
   TdeFile *p;
   sqlite3_int64 nDone = 0, nPages = 0;
   int trc, rc, bClean = 0, bFinished = 0, nBusy = 0;
@@ -394,8 +405,8 @@ int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
   if( nPagesPerStep<1 ) nPagesPerStep = 1024;
   trc = tdeUnderWriteLock(db, zSchema, opRekeyBegin, 0);
   if( trc ) return trc;
-  sqlite3_file_control(db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile);
-  p = (TdeFile*)pFile;
+  p = tdeMainOfDb(db, zSchema);
+  if( !p ) return tdeErr(TDE_PLAINTEXT, "database '%s' is not opened through the tde VFS", zSchema);
 
   /* Steps, each a short locked transaction (see rekeyLock); the last one,
   ** after a pass found nothing left (and in WAL mode the WAL was emptied),

@@ -177,12 +177,11 @@ static int statusClose(sqlite3_vtab_cursor *pCur){
 
 static void statusLoad(StatusCursor *c){
   const char *zSchema = sqlite3_db_name(c->db, c->iDb);
-  sqlite3_file *pFile = 0;
+  TdeFile *p;
   if( !zSchema ) return;
-  if( sqlite3_file_control(c->db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile)!=SQLITE_OK ) pFile = 0;
-  tdeStatusFill(pFile && pFile->pMethods ? (TdeFile*)pFile : 0, &c->row);
-  if( pFile && pFile->pMethods!=&tdeIoMethods ) c->row.bEncrypted = 0;
-  c->pFile = c->row.bEncrypted ? (TdeFile*)pFile : 0;
+  p = tdeMainOfDb(c->db, zSchema);     /* also below other VFSes */
+  tdeStatusFill(p, &c->row);
+  c->pFile = c->row.bEncrypted ? p : 0;
 }
 
 static int statusFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
@@ -296,6 +295,9 @@ static const sqlite3_module tdeStatusModule = {
   statusColumn,       /* xColumn */
   statusRowid,        /* xRowid */
   0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0   /* xUpdate .. xShadowName */
+#if SQLITE_VERSION_NUMBER >= 3044000
+  , 0                 /* xIntegrity (the module is iVersion 0: never called) */
+#endif
 };
 
 /* ---- SQL functions ------------------------------------------------------ */

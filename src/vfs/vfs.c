@@ -52,6 +52,9 @@ static int tdeShmUnmap(sqlite3_file*, int deleteFlag);
 static int tdeFetch(sqlite3_file*, sqlite3_int64 iOfst, int iAmt, void **pp);
 static int tdeUnfetch(sqlite3_file*, sqlite3_int64 iOfst, void *p);
 
+static void tdeMainListAdd(TdeFile*);
+static void tdeMainListRemove(TdeFile*);
+
 static int tdeVfsOpen(sqlite3_vfs*, const char *, sqlite3_file*, int, int*);
 static int tdeVfsDelete(sqlite3_vfs*, const char *zName, int syncDir);
 static int tdeVfsAccess(sqlite3_vfs*, const char *zName, int flags, int *);
@@ -553,6 +556,98 @@ static int tdeHeaderReadFailed(TdeFile *p, sqlite3_int64 iOfst, int iAmt){
   return SQLITE_IOERR_AUTH;
 }
 
+/* All n bytes zero. */
+static int tdeIsZero(const uint8_t *a, uint32_t n){
+  uint32_t i;
+  for(i=0; i<n && a[i]==0; i++){}
+  return i==n;
+}
+
+/*
+** The database size in pages committed on disk, into *pn: the in-header
+** size of the authenticated page 1 (offset 28, valid when the
+** version-valid-for number at 92 equals the change counter at 24, as
+** SQLite's file format says), and in WAL mode at least the size SQLite's
+** WAL index names (unauthenticated, so it may only make the answer larger,
+** which is stricter).  0 when the file holds no whole page 1 yet (nothing
+** committed).  UINT32_MAX when page 1 fails authentication or its size is
+** not valid: then no page counts as never written.  Uses p->aBuf.
+*/
+static int tdeMainCommittedPages(TdeFile *p, uint32_t pgsz, uint32_t *pn){
+  int rc, bShort;
+  uint32_t n;
+  *pn = UINT32_MAX;
+  rc = tdeScratch(p);
+  if( rc ) return rc;
+  rc = tdeRealRead(p, p->aBuf, (int)pgsz, TDE_HEADER_BYTES, &bShort);
+  if( rc ) return rc;
+  if( bShort ){
+    n = 0;
+  }else if( tdeOpenPage(p, p->aBuf, pgsz, 1, 0)==SQLITE_OK ){
+    n = memcmp(p->aBuf+24, p->aBuf+92, 4)==0 ? tdeGet32(p->aBuf+28) : UINT32_MAX;
+  }else{
+    p->nAuthFail--;   /* reported, if at all, by the read of page 1 itself */
+    n = tdeRekeyLookup(p, 1, pgsz, p->aBuf)==SQLITE_OK && memcmp(p->aBuf+24, p->aBuf+92, 4)==0
+        ? tdeGet32(p->aBuf+28) : UINT32_MAX;
+  }
+  if( n!=UINT32_MAX && p->pShm0 ){
+    uint32_t nWal;
+    memcpy(&nWal, (const void*)((const volatile uint8_t*)p->pShm0 + 20), sizeof(nWal));
+    if( nWal>n ) n = nWal;
+  }
+  tdeWipe(p->aBuf, pgsz);
+  *pn = n;
+  return SQLITE_OK;
+}
+
+/*
+** Page pgno read as all zeros from inside the file.  SQLite legitimately
+** reads such a page when a spilled transaction extended the file past a
+** page it has not written yet: that is exactly a page beyond the size
+** committed before the transaction's first write (or, outside a write,
+** beyond the size committed on disk now).  *pbHole set if so; anywhere
+** else the page is damage and fails authentication as usual.
+*/
+static int tdeMainIsHole(TdeFile *p, uint32_t pgno, uint32_t pgsz, int *pbHole){
+  uint32_t nCommitted;
+  int rc;
+  *pbHole = 0;
+  if( p->bTxnBase ){
+    nCommitted = p->nTxnBase;
+  }else{
+    rc = tdeMainCommittedPages(p, pgsz, &nCommitted);
+    if( rc ) return rc;
+  }
+  if( pgno>nCommitted ){
+    *pbHole = 1;
+  }else{
+    tdeLog(TDE_LOG_ERROR, "%s: database page %u is all zeros inside the committed database "
+           "size (%u pages): erased or damaged", tdeFileName(p), pgno, nCommitted);
+  }
+  return SQLITE_OK;
+}
+
+/*
+** A read of page pgno came back short.  A page the file ends inside of is
+** damage (a truncated file), never a short read: fail it like a bad tag.
+** Past the last whole page, SQLite's short-read contract: zero-filled,
+** SQLITE_IOERR_SHORT_READ.
+*/
+static int tdeMainShortPage(TdeFile *p, uint8_t *zBuf, int iAmt, uint32_t pgno, uint32_t pgsz){
+  sqlite3_int64 sz = 0;
+  sqlite3_int64 iStart = TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz;
+  int rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  memset(zBuf, 0, (size_t)iAmt);
+  if( rc ) return rc;
+  if( sz>iStart ){
+    p->nAuthFail++;
+    tdeLog(TDE_LOG_ERROR, "%s: database page %u is only partly present (the file ends %lld bytes "
+           "into it: truncated)", tdeFileName(p), pgno, (long long)(sz-iStart));
+    return SQLITE_IOERR_AUTH;
+  }
+  return SQLITE_IOERR_SHORT_READ;
+}
+
 static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   int rc, bShort;
   rc = tdeMainEnsureKeys(p, 0);
@@ -567,9 +662,25 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
     uint32_t pgno = (uint32_t)(iOfst/iAmt) + 1;
     rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);
     if( rc ) return rc;
-    if( bShort ){
-      memset(zBuf, 0, (size_t)iAmt);
-      return SQLITE_IOERR_SHORT_READ;
+    if( bShort && pgno==1 && p->pgsz!=(uint32_t)iAmt ){
+      /* Page 1 asked for at a size the file is not written in: another
+      ** connection created the database (or changed its page size) after
+      ** this one assumed SQLite's default.  Serve what is there, as the
+      ** unix VFS does; SQLite reads the real size from the header. */
+      rc = tdeScratch(p);
+      if( rc ) return rc;
+      rc = tdeMainDiscoverPgsz(p);
+      if( rc==SQLITE_OK && p->pgsz!=(uint32_t)iAmt ) goto by_page;
+      if( rc!=SQLITE_OK && rc!=SQLITE_IOERR_SHORT_READ ){ memset(zBuf, 0, (size_t)iAmt); return rc; }
+    }
+    if( bShort ) return tdeMainShortPage(p, zBuf, iAmt, pgno, (uint32_t)iAmt);
+    if( p->pgsz==(uint32_t)iAmt && tdeIsZero(zBuf, (uint32_t)iAmt) ){
+      int bHole = 0;
+      rc = tdeMainIsHole(p, pgno, (uint32_t)iAmt, &bHole);
+      if( rc ) return rc;
+      if( bHole ) return SQLITE_OK;   /* zeros, as SQLite left them */
+      p->nAuthFail++;
+      return SQLITE_IOERR_AUTH;
     }
     rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, 0);
     if( rc==SQLITE_IOERR_AUTH ){
@@ -578,10 +689,7 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
       p->nAuthFail--;
       rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);
       if( rc ) return rc;
-      if( bShort ){
-        memset(zBuf, 0, (size_t)iAmt);
-        return SQLITE_IOERR_SHORT_READ;
-      }
+      if( bShort ) return tdeMainShortPage(p, zBuf, iAmt, pgno, (uint32_t)iAmt);
       rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, p->pgsz ? "database" : 0);
       if( rc==SQLITE_IOERR_AUTH && p->pgsz==(uint32_t)iAmt
        && tdeRekeyLookup(p, pgno, (uint32_t)iAmt, zBuf)==SQLITE_OK ){
@@ -637,9 +745,25 @@ by_page:
       rc = tdeRealRead(p, p->aBuf, (int)pgsz, (sqlite3_int64)(pgno-1)*pgsz + TDE_HEADER_BYTES, &bShort);
       if( rc ) return rc;
       if( bShort ){
-        /* Past the last whole page: what was read stays, the rest is zero. */
+        /* Past the last whole page: what was read stays, the rest is zero;
+        ** a page the file ends inside of fails (tdeMainShortPage). */
+        rc = tdeMainShortPage(p, p->aBuf, (int)pgsz, pgno, pgsz);
         memset(zBuf+nDone, 0, (size_t)(iAmt-nDone));
-        return SQLITE_IOERR_SHORT_READ;
+        if( rc==SQLITE_IOERR_AUTH ) memset(zBuf, 0, (size_t)iAmt);
+        return rc;
+      }
+      if( pgno>1 && tdeIsZero(p->aBuf, pgsz) ){
+        int bHole = 0;
+        rc = tdeMainIsHole(p, pgno, pgsz, &bHole);
+        if( rc==SQLITE_OK && bHole ){
+          memset(zBuf+nDone, 0, (size_t)n);
+          nDone += n;
+          continue;
+        }
+        memset(zBuf, 0, (size_t)iAmt);
+        if( rc ) return rc;
+        p->nAuthFail++;
+        return SQLITE_IOERR_AUTH;
       }
       rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, bRetried || pgno!=1 ? "database" : 0);
       if( rc==SQLITE_IOERR_AUTH && tdeRekeyLookup(p, pgno, pgsz, p->aBuf)==SQLITE_OK ){
@@ -667,8 +791,9 @@ by_page:
 
 static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   uint32_t pgno;
-  int rc = tdeMainEnsureKeys(p, 1);
-  if( rc ) return rc;
+  int rc;
+  /* Refuse what cannot be written before anything is: a new database's
+  ** header is created only for a write that will succeed. */
   if( !tdeValidPgsz(iAmt) || iOfst%iAmt!=0 ){
     tdeLog(TDE_LOG_ERROR, "%s: refusing a %d-byte write at offset %lld that is not a whole page",
            tdeFileName(p), iAmt, (long long)iOfst);
@@ -693,11 +818,20 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
     }
     if( zBuf[20]<TDE_RESERVE_BYTES ){
       tdeLog(TDE_LOG_ERROR, "%s: the database has %d reserved bytes per page, sqlite-tde needs %d; "
-             "a new ATTACHed database needs SELECT tde_reserve('schema') before its first write, "
-             "and a plaintext database must be converted with `sqlite-tde encrypt`",
-             tdeFileName(p), zBuf[20], TDE_RESERVE_BYTES);
+             "a plaintext database must be converted with `sqlite-tde encrypt` (a new database "
+             "gets them from the shim; if this one did not, SELECT tde_reserve('schema') before "
+             "its first write)", tdeFileName(p), zBuf[20], TDE_RESERVE_BYTES);
       return SQLITE_IOERR_WRITE;
     }
+  }
+  rc = tdeMainEnsureKeys(p, 1);
+  if( rc ) return rc;
+  if( !p->bTxnBase ){
+    /* First write since the lock or the last commit: remember what was
+    ** committed, before page 1 on disk changes (tdeMainIsHole). */
+    rc = tdeMainCommittedPages(p, (uint32_t)iAmt, &p->nTxnBase);
+    if( rc ) return rc;
+    p->bTxnBase = 1;
   }
   if( p->bCkpt && p->bCkptValid && pgno!=p->ckptPgno ){
     /* The checkpoint copies the frame page it just read to the position
@@ -764,6 +898,8 @@ static int tdeStandbyRefuse(TdeFile *p){
 static int tdeClose(sqlite3_file *pFile){
   TdeFile *p = (TdeFile*)pFile;
   int rc = SQLITE_OK;
+  if( p->eKind==TDE_KIND_MAIN ) tdeMainListRemove(p);
+  if( p->eKind==TDE_KIND_WAL && p->pMain && p->pMain->pWalFile==p ) p->pMain->pWalFile = 0;
   if( p->eKind==TDE_KIND_WAL ){
     rc = tdeWalFlush(p);
     tdeWalFree(p);
@@ -852,6 +988,9 @@ static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
       rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
       if( rc ) return rc;
       *pSize = (p->pKeys && sz>TDE_HEADER_BYTES) ? sz - TDE_HEADER_BYTES : 0;
+      /* Whole pages only: a page the file ends inside of is damage, which
+      ** the read of it reports (tdeMainShortPage). */
+      if( p->pgsz ) *pSize -= *pSize % p->pgsz;
       return SQLITE_OK;
     }
     case TDE_KIND_WAL:
@@ -867,9 +1006,50 @@ static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
   }
 }
 
+/*
+** New databases need TDE_RESERVE_BYTES reserved at the end of every page
+** before SQLite lays out page 1, and SQLite takes that number only from the
+** header of an existing database or from SQLITE_FCNTL_RESERVE_BYTES on the
+** connection.  SQLite names the connection of every main file it opens
+** (SQLITE_FCNTL_PDB, for the main database and for each ATTACH alike), so
+** the shim asks that connection itself, before SQLite's first transaction
+** on the file (its first SHARED lock) and before any PRAGMA on it (so
+** PRAGMA page_size sees the reserve, as it would with tde_reserve()).
+** This needs no auto-extension, so it also holds under VFSes stacked above
+** tde and after sqlite3_shutdown()/sqlite3_initialize().  The page size
+** stays free: the reserve does not fix it.  An existing database keeps the
+** reserve its page 1 records.  Called with the connection's mutex held
+** (SQLite's call into the VFS); the file control re-enters it.
+*/
+static int tdeMainRequestReserve(TdeFile *p){
+  sqlite3 *db = p->pDb;
+  sqlite3_int64 sz = 0;
+  const char *zSchema = 0;
+  int rc, n = TDE_RESERVE_BYTES;
+  p->bReserveDue = 0;
+  if( !db || !p->zName ) return SQLITE_OK;
+  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  if( rc ) return rc;
+  if( sz>TDE_HEADER_BYTES ) return SQLITE_OK;
+  if( sqlite3_libversion_number()>=3039000 ){
+    for(int i=0; (zSchema = sqlite3_db_name(db, i))!=0; i++){
+      if( sqlite3_db_filename(db, zSchema)==p->zName ) break;
+    }
+  }else if( sqlite3_db_filename(db, "main")==p->zName ){
+    zSchema = "main";     /* SQLite before 3.39 cannot list schemas: main only */
+  }
+  if( zSchema ) sqlite3_file_control(db, zSchema, SQLITE_FCNTL_RESERVE_BYTES, &n);
+  return SQLITE_OK;
+}
+
 static int tdeLock(sqlite3_file *pFile, int eLock){
   TdeFile *p = (TdeFile*)pFile;
-  int rc = p->pReal->pMethods->xLock(p->pReal, eLock);
+  int rc;
+  if( p->bReserveDue && eLock==SQLITE_LOCK_SHARED ){
+    rc = tdeMainRequestReserve(p);
+    if( rc ) return rc;
+  }
+  rc = p->pReal->pMethods->xLock(p->pReal, eLock);
   /* A write transaction starts: seal with the newest data key (another
   ** process may have begun a rekey). */
   if( rc==SQLITE_OK && eLock>=SQLITE_LOCK_RESERVED && p->eKind==TDE_KIND_MAIN ){
@@ -883,6 +1063,7 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
   return rc;
 }
 static int tdeUnlock(sqlite3_file *pFile, int eLock){
+  ((TdeFile*)pFile)->bTxnBase = 0;
   return REALFILE(pFile)->pMethods->xUnlock(REALFILE(pFile), eLock);
 }
 static int tdeCheckReservedLock(sqlite3_file *pFile, int *pResOut){
@@ -894,8 +1075,18 @@ static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
   sqlite3_file *pReal = p->pReal;
   int rc;
   switch( op ){
+    case SQLITE_FCNTL_PDB:
+      if( p->eKind==TDE_KIND_MAIN ){
+        p->pDb = *(sqlite3**)pArg;
+        p->bReserveDue = 1;
+      }
+      break;
     case SQLITE_FCNTL_PRAGMA: {
       char **azArg = (char**)pArg;
+      if( p->bReserveDue ){
+        rc = tdeMainRequestReserve(p);
+        if( rc ) return rc;
+      }
       if( p->eKind==TDE_KIND_MAIN && azArg[1] && sqlite3_stricmp(azArg[1], "tde_status")==0 ){
         if( azArg[2] ){
           azArg[0] = sqlite3_mprintf("tde_status takes no argument");
@@ -912,6 +1103,11 @@ static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
         return pReal->pMethods->xFileControl(pReal, op, &sz);
       }
       if( p->eKind==TDE_KIND_JOURNAL || p->eKind==TDE_KIND_TEMP ) return SQLITE_OK;
+      break;
+    case SQLITE_FCNTL_COMMIT_PHASETWO:
+      /* Committed (also with locking_mode=EXCLUSIVE, which keeps the lock):
+      ** the next write starts from the new committed size. */
+      p->bTxnBase = 0;
       break;
     case SQLITE_FCNTL_MMAP_SIZE:
       /* Never map encrypted files: SQLite would read ciphertext. */
@@ -958,6 +1154,7 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   if( rc==SQLITE_OK && offset<=1 && offset+n>1 && (flags & SQLITE_SHM_EXCLUSIVE) ){
     p->bCkpt = (flags & SQLITE_SHM_LOCK)!=0;   /* WAL_CKPT_LOCK is slot 1 */
     p->bCkptValid = 0;
+    p->bTxnBase = 0;    /* a checkpoint's writes are a transaction of their own */
   }
   /* WAL write lock taken: remember what is committed, for the standby
   ** hook (the WAL index changes before a restart or truncation). */
@@ -1022,12 +1219,93 @@ static int tdeKindOf(int flags){
   return TDE_KIND_TEMP;   /* temp db, temp journal, transient db, subjournal */
 }
 
+/* ---- registry of open main files --------------------------------------- */
+
+/*
+** Every open tde main file, so a journal or WAL finds its database however
+** many VFSes sit above tde (sqlite3_database_file_object() returns the
+** topmost VFS's file, not ours).  Keyed by path; among several connections
+** to one path, SQLite's own layout decides: the pager allocates a
+** database's name and its journal and WAL names in one block, so the main
+** file whose name lies closest below the journal's name is its own.
+** Pointers are only compared, never followed outside a registered name.
+*/
+static TdeFile *tdeMainList;
+
+static sqlite3_mutex *tdeMainListMutex(void){
+  return sqlite3_mutex_alloc(SQLITE_MUTEX_STATIC_VFS2);
+}
+
+static void tdeMainListAdd(TdeFile *p){
+  sqlite3_mutex *m = tdeMainListMutex();
+  sqlite3_mutex_enter(m);
+  p->pNextMain = tdeMainList;
+  tdeMainList = p;
+  sqlite3_mutex_leave(m);
+}
+
+static void tdeMainListRemove(TdeFile *p){
+  sqlite3_mutex *m = tdeMainListMutex();
+  sqlite3_mutex_enter(m);
+  for(TdeFile **pp=&tdeMainList; *pp; pp=&(*pp)->pNextMain){
+    if( *pp==p ){ *pp = p->pNextMain; break; }
+  }
+  p->pNextMain = 0;
+  sqlite3_mutex_leave(m);
+}
+
+TdeFile *tdeMainFind(const char *zName){
+  static const char *const azSuffix[] = { "-journal", "-wal" };
+  sqlite3_mutex *m;
+  TdeFile *pBest = 0;
+  size_t nName, nDb = 0;
+  if( !zName ) return 0;
+  nName = strlen(zName);
+  for(size_t i=0; i<TDE_ARRAY_SIZE(azSuffix); i++){
+    size_t n = strlen(azSuffix[i]);
+    if( nName>n && strcmp(zName+nName-n, azSuffix[i])==0 ){ nDb = nName-n; break; }
+  }
+  if( !nDb ) return 0;
+  m = tdeMainListMutex();
+  sqlite3_mutex_enter(m);
+  for(TdeFile *q=tdeMainList; q; q=q->pNextMain){
+    if( !q->zName || strlen(q->zName)!=nDb || memcmp(q->zName, zName, nDb)!=0 ) continue;
+    if( !pBest ){ pBest = q; continue; }
+    {
+      uintptr_t j = (uintptr_t)zName, a = (uintptr_t)q->zName, b = (uintptr_t)pBest->zName;
+      if( a<j && (b>j || a>b) ) pBest = q;
+    }
+  }
+  sqlite3_mutex_leave(m);
+  return pBest;
+}
+
+TdeFile *tdeMainOfDb(sqlite3 *db, const char *zSchema){
+  sqlite3_file *pFile = 0;
+  const char *zDb;
+  sqlite3_mutex *m;
+  TdeFile *pFound = 0;
+  if( sqlite3_file_control(db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile)!=SQLITE_OK || !pFile ) return 0;
+  if( pFile->pMethods==&tdeIoMethods ){
+    return ((TdeFile*)pFile)->eKind==TDE_KIND_MAIN ? (TdeFile*)pFile : 0;
+  }
+  /* Another VFS above tde: SQLite's name for the file is the one tde got. */
+  zDb = sqlite3_db_filename(db, zSchema);
+  if( !zDb ) return 0;
+  m = tdeMainListMutex();
+  sqlite3_mutex_enter(m);
+  for(TdeFile *q=tdeMainList; q && !pFound; q=q->pNextMain){
+    if( q->zName==zDb ) pFound = q;
+  }
+  sqlite3_mutex_leave(m);
+  return pFound;
+}
+
 /* WAL and rollback journal: key them from their main database. */
 static int tdeOpenDependent(TdeFile *p, const char *zName){
-  sqlite3_file *pMainFile = sqlite3_database_file_object(zName);
-  TdeFile *pMain = (TdeFile*)pMainFile;
+  TdeFile *pMain = tdeMainFind(zName);
   int rc;
-  if( !pMainFile || pMainFile->pMethods!=&tdeIoMethods || pMain->eKind!=TDE_KIND_MAIN ){
+  if( !pMain ){
     tdeLog(TDE_LOG_ERROR, "%s: its database is not open through the tde VFS", zName);
     return SQLITE_CANTOPEN;
   }
@@ -1141,6 +1419,8 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
     goto fail;
   }
   pFile->pMethods = &tdeIoMethods;
+  if( p->eKind==TDE_KIND_MAIN && zName ) tdeMainListAdd(p);
+  if( p->eKind==TDE_KIND_WAL ) p->pMain->pWalFile = p;
   return SQLITE_OK;
 
 fail:

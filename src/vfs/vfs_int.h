@@ -108,7 +108,28 @@ struct TdeFile {
   int bCkptValid;
   uint32_t ckptPgno, ckptPgsz;
   uint8_t *aCkptPlain, *aCkptCipher;   /* TDE_MAX_PAGE each, heap */
+  /* main: the database size (pages) committed before this connection's
+  ** current write to the file began, read from the authenticated page 1
+  ** on disk at the first write; an all-zero page beyond it is a page SQLite
+  ** never wrote (a spilled transaction extended the file past it). */
+  int bTxnBase;
+  uint32_t nTxnBase;
+  /* main: the registry of open main files (tdeMainFind), which finds the
+  ** main file of a journal or WAL under any stack of VFSes above tde. */
+  TdeFile *pNextMain;
+  TdeFile *pWalFile;          /* main: its open WAL, if any (set by the WAL) */
+  /* main: the connection SQLite named (SQLITE_FCNTL_PDB), and whether the
+  ** reserved bytes of a new database are still to be requested from it. */
+  sqlite3 *pDb;
+  int bReserveDue;
 };
+
+/* The open main file whose journal or WAL is zName ("DB-journal",
+** "DB-wal"), or NULL.  Works whatever VFS sits above tde. */
+TdeFile *tdeMainFind(const char *zName);
+/* The tde main file of schema zSchema of db, or NULL if it is not opened
+** through tde (directly or below other VFSes). */
+TdeFile *tdeMainOfDb(sqlite3 *db, const char *zSchema);
 
 extern const sqlite3_io_methods tdeIoMethods;
 extern sqlite3_vfs tdeVfs;

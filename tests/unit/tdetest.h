@@ -118,8 +118,11 @@ static inline void quietLog(void *pArg, int level, const char *zMsg){
 /* Open (creating) zPath through tde with configuration zConfig.  SQLite
 ** result code; *pDb is set even on failure (close it), and is NULL when
 ** the URI could not be allocated (SQLITE_NOMEM, under test_malloc.c). */
+/* The VFS openTdeCfg names: "tde", or a VFS a test stacked above it. */
+static const char *zTdetestVfs = "tde";
+
 static inline int openTdeCfg(const char *zPath, const char *zConfig, sqlite3 **pDb){
-  char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zConfig);
+  char *zUri = sqlite3_mprintf("file:%s?vfs=%s&tde_config=%s", zPath, zTdetestVfs, zConfig);
   int rc;
   if( zUri==0 ){ *pDb = 0; return SQLITE_NOMEM; }
   rc = sqlite3_open_v2(zUri, pDb, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_URI, 0);
