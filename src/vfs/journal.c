@@ -702,11 +702,13 @@ static int jRecLoad(TdeFile *p, struct TdeJrnl *j, int i, sqlite3_int64 r){
     memset(a+4+n, 0, TDE_TRAILER_SIZE);
     tdePut32(a+4+P, jCksum(tdeGet32(h->a+12), a+4, P));
     j->eCache = JR_OK;
-  }else if( bCovered && !bShort ){
+  }else if( bCovered ){
+    /* Synced before the header counted it: damage, or the journal was cut. */
     tdeWipe(a, P + 8);
     p->nAuthFail++;
-    tdeLog(TDE_LOG_ERROR, "%s: journal record at offset %lld (page %u) failed authentication",
-           jName(p), (long long)r, pgno);
+    tdeLog(TDE_LOG_ERROR, "%s: journal record at offset %lld (page %u) %s", jName(p),
+           (long long)r, pgno, bShort ? "is cut short although its header counts it"
+                                      : "failed authentication");
     return SQLITE_IOERR_AUTH;
   }else if( bAuth ){
     /* Authentic page, checksum field torn: SQLite must reject the record. */
