@@ -1,235 +1,988 @@
 /*
 ** Rollback journals under the tde shim (docs/FORMAT.md "Rollback
-** journal").  SQLite writes its journal at arbitrary offsets and lengths
-** and relies on one property of the device: a write that is torn by a
-** power loss damages only the sectors it was writing.  An encrypted block
-** that must be re-sealed whole to change a few bytes of it would break
-** that -- a torn re-seal would destroy journal records that were already
-** synced.  So every 512-byte block of the journal has two slots:
+** journal").  The journal keeps SQLite's layout and size: a header sector
+** at offset 0 (and at later sector boundaries after a journal sync in the
+** middle of a transaction), then records of (page number, page image,
+** checksum).  SQLite writes each record once and rewrites only headers.
 **
-**   pair j at file offset j * TDE_JPAIR:   slot 0 | slot 1
-**   slot = sealed(seq u64 || len u16 || 6 zero bytes || 512 data bytes) + trailer
+**   header sector at h (H bytes): slot 0 (112) | slot 1 (112) | zeros
+**   record at r = h + H + k*(P+8):
+**     pgno (4, plain) | page sealed in place, trailer in its reserved
+**     bytes (P) | first 4 bytes of the record's GCM tag (4)
 **
-** A block is changed by sealing its new content with seq+1 into the slot
-** that does not hold the newest valid version; the old version stays
-** intact until the new one is complete.  Reads take the valid slot with
-** the larger seq.  The logical size is that of the last pair; a last pair
-** with no valid slot is a torn append and does not count.  A pair before
-** the last with no valid slot was tampered with: SQLITE_IOERR_AUTH.
+** SQLite's checksum is never stored: it is recomputed on read from the
+** authenticated page and the authenticated header's cksumInit.  A record
+** is written with one pwrite (the page number and page are held until the
+** checksum arrives); nothing is read before it is written.  Header
+** rewrites go to the slot not holding the newest version, except those
+** that invalidate the magic, which zero both slots.
+**
+** A journal left by the previous format (two 576-byte slots per 512-byte
+** block) is read with the old rules until the first write or truncation.
 **
 ** Keys: the database's data key (another process may have to play a hot
-** journal back), so the page cipher of this handle seals slots.
+** journal back), so the page cipher of this handle seals.
+** Must never: return bytes that did not authenticate (torn records read as
+** page number 0, which ends SQLite's playback); store a checksum SQLite
+** computed from plaintext.
 */
 #include "vfs/vfs_int.h"
 
-#define JBLOCK      512                                  /* journal bytes per block */
-#define JPLAIN      (16 + JBLOCK)                        /* seq, len, pad, data */
-#define JSLOT       (JPLAIN + TDE_TRAILER_SIZE)          /* stored slot */
-#define JPAIR       (2 * JSLOT)
+#define JHDR        28                                   /* SQLite's header bytes */
+#define JSLOT_PLAIN 64                                   /* seq, header, id, epoch, reserved */
+#define JSLOT       (JSLOT_PLAIN + TDE_TRAILER_SIZE)     /* stored slot: 112 */
+#define JSLOTS      (2 * JSLOT)
+#define JID_BYTES   16
+#define JH_AAD      (2 + TDE_DBID_BYTES + 8 + 1)
+#define JR_AAD      (2 + TDE_DBID_BYTES + JID_BYTES + 8 + 4 + 4)
+#define JNREC_ALL   0xffffffffu                          /* nRec: count from the file size */
 
-/* The newest valid version of one block. */
-typedef struct JBlock {
-  int iSlot;            /* slot holding it, -1 if none is valid */
-  int bPresent;         /* any byte of the pair exists */
-  int bZero;            /* every byte present is zero: never written */
+static const uint8_t aJMagic[8] = { 0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7 };
+
+/* Journal formats. */
+#define JF_UNKNOWN 0
+#define JF_NEW     1
+#define JF_OLD     2   /* previous format: read only */
+
+/* A decoded header. */
+#define JH_NONE    0   /* no valid slot: reads as zeros */
+#define JH_OK      1
+#define JH_DAMAGED 2   /* newest valid version not hot, other slot destroyed */
+typedef struct JHdr {
+  sqlite3_int64 iOff;
+  int eState;
+  int iSlot;           /* slot holding the newest version, -1 if none */
+  int bZero;           /* both slots are zero bytes */
   uint64_t seq;
-  uint32_t len;
-  uint8_t aData[JBLOCK];
-} JBlock;
+  uint8_t a[JHDR];     /* SQLite's header bytes (zero if JH_NONE) */
+} JHdr;
 
-static void journalAad(TdeFile *p, sqlite3_int64 j, uint8_t *aad){
-  aad[0] = 'J';
-  memcpy(aad+1, p->dbid, TDE_DBID_BYTES);
-  tdePut64(aad+1+TDE_DBID_BYTES, (uint64_t)j);
+/* Record states in the read cache. */
+#define JR_OK      1   /* authentic */
+#define JR_TORN    2   /* failed, may be torn: reads as page number 0 */
+#define JR_BADCK   3   /* authentic page, checksum field torn */
+
+struct TdeJrnl {
+  int eFmt;
+  int bId;                     /* aId known (from the header at 0) */
+  uint8_t aId[JID_BYTES];      /* journal id */
+  uint32_t nSector, pgsz;      /* H and P from the header at 0 */
+  JHdr *aSeg;                  /* headers in file order; aSeg[0] at 0 */
+  int nSeg, nSegAlloc;
+  int bOwn;                    /* this handle wrote the header at 0 */
+  sqlite3_int64 iOwnEnd;       /* ... and every byte below this offset */
+  int ePend;                   /* 0, 1: page number held, 2: record sealed in aBuf */
+  sqlite3_int64 iPend;         /* record offset of what is held */
+  uint32_t pendCk;             /* checksum SQLite must send for it */
+  sqlite3_int64 iCache;        /* record decoded in aBuf (-1 none) */
+  int eCache;
+  /* The super-journal record (multi-database commit), as SQLite sees it:
+  ** lock-page number || name || length || checksum || magic. */
+  int eSup;                    /* 0 not looked for, 1 none, 2 aSup valid, 3 being written */
+  int nSupName;                /* name bytes; -1 while the name is awaited */
+  int iSupStage;               /* writing: parts received (marker, name, length, checksum) */
+  sqlite3_int64 iSup;          /* its offset */
+  uint8_t *aSup;               /* nSupName + 20 bytes, heap */
+};
+
+static const char *jName(TdeFile *p){ return p->zName ? p->zName : "(journal)"; }
+
+static uint32_t jCksum(uint32_t init, const uint8_t *aPage, uint32_t pgsz){
+  uint32_t ck = init;
+  int i = (int)pgsz - 200;
+  while( i>0 ){ ck += aPage[i]; i -= 200; }
+  return ck;
 }
-#define JAAD_BYTES (1 + TDE_DBID_BYTES + 8)
 
-static int journalPhys(TdeFile *p, sqlite3_int64 *pPhys){
-  return p->pReal->pMethods->xFileSize(p->pReal, pPhys);
+static int jIsHot(const uint8_t *a){ return memcmp(a, aJMagic, 8)==0; }
+
+static void jHdrAad(TdeFile *p, sqlite3_int64 h, int iSlot, uint8_t *aad){
+  aad[0] = 'J'; aad[1] = 'H';
+  memcpy(aad+2, p->dbid, TDE_DBID_BYTES);
+  tdePut64(aad+2+TDE_DBID_BYTES, (uint64_t)h);
+  aad[2+TDE_DBID_BYTES+8] = (uint8_t)iSlot;
 }
 
-/* Load pair j: the newest slot that authenticates. */
-static int journalLoad(TdeFile *p, sqlite3_int64 j, sqlite3_int64 phys, JBlock *b){
-  uint8_t *aPair = p->aBuf;                 /* JPAIR bytes */
-  uint8_t *aPlain = p->aBuf + JPAIR;        /* JPLAIN bytes */
-  uint8_t aad[JAAD_BYTES];
-  sqlite3_int64 start = j * JPAIR;
-  sqlite3_int64 avail = phys - start;
-  int bShort, rc;
+static void jRecAad(TdeFile *p, const uint8_t *aId, sqlite3_int64 r, uint32_t pgno,
+                    uint32_t pgsz, uint8_t *aad){
+  aad[0] = 'J'; aad[1] = 'R';
+  memcpy(aad+2, p->dbid, TDE_DBID_BYTES);
+  memcpy(aad+2+TDE_DBID_BYTES, aId, JID_BYTES);
+  tdePut64(aad+2+TDE_DBID_BYTES+JID_BYTES, (uint64_t)r);
+  tdePut32(aad+10+TDE_DBID_BYTES+JID_BYTES, pgno);
+  tdePut32(aad+14+TDE_DBID_BYTES+JID_BYTES, pgsz);
+}
 
-  b->iSlot = -1;
-  b->bPresent = avail>0;
-  b->bZero = 0;
-  b->seq = 0;
-  b->len = 0;
-  memset(b->aData, 0, JBLOCK);
-  if( avail<=0 ) return SQLITE_OK;
-  if( avail>JPAIR ) avail = JPAIR;
-  rc = tdeRealRead(p, aPair, (int)avail, start, &bShort);
-  if( rc ) return rc;
-  {
-    sqlite3_int64 i;
-    for(i=0; i<avail && aPair[i]==0; i++){}
-    b->bZero = i==avail;
+static int jAllZero(const uint8_t *a, size_t n){
+  uint8_t acc = 0;
+  for(size_t i=0; i<n; i++) acc |= a[i];
+  return acc==0;
+}
+
+static int jState(TdeFile *p, struct TdeJrnl **pj){
+  if( !p->pJrnl ){
+    p->pJrnl = sqlite3_malloc(sizeof(*p->pJrnl));
+    if( !p->pJrnl ) return SQLITE_NOMEM;
+    memset(p->pJrnl, 0, sizeof(*p->pJrnl));
+    p->pJrnl->iCache = -1;
   }
-  journalAad(p, j, aad);
-  for(int s=0; s<2; s++){
-    const uint8_t *aSlot = aPair + s*JSLOT;
-    uint64_t seq;
-    uint32_t len;
-    if( (s+1)*JSLOT > avail ) break;
-    if( tdeOpen(p, aad, sizeof(aad), aSlot, JPLAIN, aSlot+JPLAIN, aPlain)!=TDE_OK ){
-      continue;
-    }
-    seq = tdeGet64(aPlain);
-    len = tdeGet16(aPlain+8);
-    if( len>JBLOCK ) continue;
-    if( b->iSlot<0 || seq>b->seq ){
-      b->iSlot = s;
-      b->seq = seq;
-      b->len = len;
-      memcpy(b->aData, aPlain+16, JBLOCK);
-    }
-  }
-  tdeWipe(aPlain, JPLAIN);
-  return SQLITE_OK;
+  *pj = p->pJrnl;
+  return tdeScratch(p);
 }
 
-/* Remember that pair j now holds two valid versions: after the next sync
-** the older one is erased (see tdeJournalSync). */
-static int journalNoteRewrite(TdeFile *p, sqlite3_int64 j){
-  if( p->nJDirty>0 && p->aJDirty[p->nJDirty-1]==j ) return SQLITE_OK;
-  if( p->nJDirty==p->nJDirtyAlloc ){
-    int n = p->nJDirtyAlloc ? p->nJDirtyAlloc*2 : 16;
-    sqlite3_int64 *a = sqlite3_realloc64(p->aJDirty, sizeof(sqlite3_int64)*(sqlite3_uint64)n);
+/* Forget every header at or after offset h. */
+static void jSegCut(struct TdeJrnl *j, sqlite3_int64 h){
+  while( j->nSeg>0 && j->aSeg[j->nSeg-1].iOff>=h ) j->nSeg--;
+  if( j->nSeg==0 ){ j->bId = 0; j->nSector = j->pgsz = 0; }
+}
+
+static int jSegPush(struct TdeJrnl *j, const JHdr *h){
+  if( j->nSeg==j->nSegAlloc ){
+    int n = j->nSegAlloc ? j->nSegAlloc*2 : 8;
+    JHdr *a = sqlite3_realloc64(j->aSeg, sizeof(JHdr)*(sqlite3_uint64)n);
     if( !a ) return SQLITE_NOMEM;
-    p->aJDirty = a;
-    p->nJDirtyAlloc = n;
+    j->aSeg = a;
+    j->nSegAlloc = n;
   }
-  p->aJDirty[p->nJDirty++] = j;
+  j->aSeg[j->nSeg++] = *h;
   return SQLITE_OK;
+}
+
+static int jValidGeometry(uint32_t nSector, uint32_t pgsz){
+  return nSector>=512 && nSector<=65536 && (nSector & (nSector-1))==0 && tdeValidPgsz(pgsz);
 }
 
 /*
-** Sync, then erase the older version of every block rewritten since the
-** last sync.  The older version exists only so that a write torn by a
-** crash falls back to it; once the newer one is durable it is no longer
-** needed, and leaving it would let someone who damages the newer one
-** bring back stale journal content without an error.  The erasures are
-** made durable by the next sync (until then a crash leaves a stale but
-** consistent older version, as before the sync).
+** Decode the header at h from disk into *pH.  For h > 0 the journal id of
+** the header at 0 must be known and is required.  At h = 0 a valid header
+** sets the journal id and geometry.
 */
-int tdeJournalSync(TdeFile *p, int flags){
-  static const uint8_t aZero[JSLOT];
-  JBlock *b;
-  sqlite3_int64 phys = 0;
-  int rc = p->pReal->pMethods->xSync(p->pReal, flags);
-  if( rc || p->nJDirty==0 ) return rc;
-  rc = tdeScratch(p);
+static int jHdrLoad(TdeFile *p, struct TdeJrnl *j, sqlite3_int64 h, JHdr *pH){
+  uint8_t *aRaw = p->aBuf + TDE_MAX_PAGE;            /* JSLOTS bytes */
+  uint8_t *aPlain = aRaw + JSLOTS;                    /* JSLOT_PLAIN bytes */
+  uint8_t aad[JH_AAD];
+  uint8_t aId[JID_BYTES] = { 0 };
+  int abBad[2] = { 0, 0 };
+  int bShort, rc;
+
+  memset(pH, 0, sizeof(*pH));
+  pH->iOff = h;
+  pH->iSlot = -1;
+  j->iCache = -1;
+  rc = tdeRealRead(p, aRaw, JSLOTS, h, &bShort);
   if( rc ) return rc;
-  b = sqlite3_malloc(sizeof(*b));
-  if( !b ) return SQLITE_NOMEM;
-  rc = journalPhys(p, &phys);
-  for(int i=0; rc==SQLITE_OK && i<p->nJDirty; i++){
-    sqlite3_int64 j = p->aJDirty[i];
-    rc = journalLoad(p, j, phys, b);
-    if( rc==SQLITE_OK && b->iSlot>=0 && (j+1)*JPAIR<=phys ){
-      rc = p->pReal->pMethods->xWrite(p->pReal, aZero, JSLOT, j*JPAIR + (1-b->iSlot)*JSLOT);
+  pH->bZero = jAllZero(aRaw, JSLOTS);
+  for(int s=0; s<2; s++){
+    const uint8_t *aSlot = aRaw + s*JSLOT;
+    uint64_t seq;
+    if( jAllZero(aSlot, JSLOT) ) continue;
+    jHdrAad(p, h, s, aad);
+    if( tdeOpen(p, aad, sizeof(aad), aSlot, JSLOT_PLAIN, aSlot+JSLOT_PLAIN, aPlain)!=TDE_OK
+     || (h>0 && (!j->bId || !tdeCtEqual(aPlain+8+JHDR, j->aId, JID_BYTES))) ){
+      abBad[s] = 1;
+      continue;
+    }
+    seq = tdeGet64(aPlain);
+    if( pH->iSlot<0 || seq>pH->seq ){
+      pH->iSlot = s;
+      pH->seq = seq;
+      memcpy(pH->a, aPlain+8, JHDR);
+      memcpy(aId, aPlain+8+JHDR, JID_BYTES);
     }
   }
-  p->nJDirty = 0;
-  tdeWipe(b, sizeof(*b));
-  sqlite3_free(b);
-  return rc;
-}
-
-void tdeJournalFree(TdeFile *p){
-  sqlite3_free(p->aJDirty);
-  p->aJDirty = 0;
-  p->nJDirty = p->nJDirtyAlloc = 0;
-}
-
-/* Seal a new version of block j into the slot not holding the newest. */
-static int journalStore(TdeFile *p, sqlite3_int64 j, const JBlock *pOld,
-                        const uint8_t *aData, uint32_t len){
-  uint8_t *aPlain = p->aBuf + JPAIR;
-  uint8_t *aSlot = p->aBuf;
-  uint8_t aad[JAAD_BYTES];
-  int iSlot = pOld->iSlot==0 ? 1 : 0;
-  int rc;
-  memset(aPlain, 0, 16);
-  tdePut64(aPlain, pOld->seq + 1);
-  tdePut16(aPlain+8, (uint16_t)len);
-  memcpy(aPlain+16, aData, len);
-  memset(aPlain+16+len, 0, JBLOCK - len);
-  journalAad(p, j, aad);
-  rc = tdeSeal(p, aad, sizeof(aad), aPlain, JPLAIN, aSlot, aSlot+JPLAIN);
-  tdeWipe(aPlain, JPLAIN);
-  if( rc ) return SQLITE_IOERR_WRITE;
-  rc = p->pReal->pMethods->xWrite(p->pReal, aSlot, JSLOT, j*JPAIR + iSlot*JSLOT);
-  if( rc==SQLITE_OK && pOld->iSlot>=0 ) rc = journalNoteRewrite(p, j);
-  return rc;
-}
-
-/* Logical size: full blocks before the last pair, plus the last pair's
-** length if it holds a valid version (a torn first append does not). */
-static int journalSize(TdeFile *p, sqlite3_int64 phys, sqlite3_int64 *pSize, JBlock *b){
-  sqlite3_int64 nPair = (phys + JPAIR - 1) / JPAIR;
-  int rc;
-  *pSize = 0;
-  if( nPair==0 ) return SQLITE_OK;
-  rc = journalLoad(p, nPair-1, phys, b);
-  if( rc ) return rc;
-  *pSize = (nPair-1)*JBLOCK + (b->iSlot>=0 ? b->len : 0);
+  tdeWipe(aPlain, JSLOT_PLAIN);
+  if( pH->iSlot<0 ){
+    memset(pH->a, 0, JHDR);
+    pH->eState = JH_NONE;
+    return SQLITE_OK;
+  }
+  pH->eState = JH_OK;
+  if( !jIsHot(pH->a) && abBad[1-pH->iSlot] ){
+    /* A hot version may have been destroyed: never read this as "no
+    ** journal" silently. */
+    pH->eState = JH_DAMAGED;
+    p->nAuthFail++;
+    tdeLog(TDE_LOG_ERROR, "%s: journal header at offset %lld is damaged (one slot fails "
+           "authentication); if the database cannot be opened, this journal was tampered "
+           "with or torn while its header was rewritten", jName(p), (long long)h);
+    return SQLITE_OK;
+  }
+  if( h==0 ){
+    uint32_t nSector = tdeGet32(pH->a+20), pgsz = tdeGet32(pH->a+24);
+    if( !jValidGeometry(nSector, pgsz) ){
+      pH->eState = JH_DAMAGED;
+      tdeLog(TDE_LOG_ERROR, "%s: journal header names sector size %u and page size %u",
+             jName(p), nSector, pgsz);
+      return SQLITE_OK;
+    }
+    memcpy(j->aId, aId, JID_BYTES);
+    j->bId = 1;
+    j->nSector = nSector;
+    j->pgsz = pgsz;
+  }
   return SQLITE_OK;
 }
 
-int tdeJournalFileSize(TdeFile *p, sqlite3_int64 *pSize){
-  sqlite3_int64 phys = 0;
-  JBlock *b;
-  int rc = tdeScratch(p);
+/* Make sure the header at 0 is known (aSeg[0]). */
+static int jHdr0(TdeFile *p, struct TdeJrnl *j){
+  JHdr h;
+  int rc;
+  if( j->nSeg>0 ) return SQLITE_OK;
+  rc = jHdrLoad(p, j, 0, &h);
   if( rc ) return rc;
-  rc = journalPhys(p, &phys);
+  return jSegPush(j, &h);
+}
+
+/* Offset just past segment i's records, or -1 if it extends to the end of
+** the file (not hot, or nRec counted from the file size). */
+static sqlite3_int64 jSegNext(const struct TdeJrnl *j, int i){
+  const JHdr *h = &j->aSeg[i];
+  uint32_t nRec;
+  sqlite3_int64 end, H = j->nSector;
+  if( h->eState!=JH_OK || !jIsHot(h->a) ) return -1;
+  nRec = tdeGet32(h->a+8);
+  if( nRec==JNREC_ALL ) return -1;
+  end = h->iOff + H + (sqlite3_int64)nRec * (j->pgsz + 8);
+  return ((end-1)/H + 1) * H;
+}
+
+/*
+** Find the segment holding offset iOff: *piSeg (its header is aSeg[i]),
+** decoding later headers as SQLite's playback would reach them.  Requires
+** a valid header at 0.
+*/
+static int jSegFind(TdeFile *p, struct TdeJrnl *j, sqlite3_int64 iOff, int *piSeg){
+  int i = 0;
+  for(;;){
+    sqlite3_int64 next = jSegNext(j, i);
+    JHdr h;
+    int rc;
+    if( next<0 || iOff<next ){ *piSeg = i; return SQLITE_OK; }
+    if( i+1<j->nSeg && j->aSeg[i+1].iOff==next ){ i++; continue; }
+    jSegCut(j, j->aSeg[i].iOff + 1);
+    rc = jHdrLoad(p, j, next, &h);
+    if( rc ) return rc;
+    if( h.eState!=JH_OK ){
+      /* No header where SQLite looks next: it stops there; so do we. */
+      rc = jSegPush(j, &h);
+      if( rc ) return rc;
+      *piSeg = i+1;
+      return SQLITE_OK;
+    }
+    rc = jSegPush(j, &h);
+    if( rc ) return rc;
+    i++;
+  }
+}
+
+/* ---- the super-journal record ----------------------------------------- */
+
+/* The page number SQLite writes as the marker of the record (its lock page). */
+static uint32_t jLockPgno(const struct TdeJrnl *j){
+  return 0x40000000u / (j->pgsz ? j->pgsz : 4096) + 1;
+}
+
+/* MAC of a stored super-journal record (version, name, length) at iSup. */
+static int jSupMac(TdeFile *p, struct TdeJrnl *j, sqlite3_int64 iSup, const uint8_t *aStored,
+                   int nName, uint8_t mac[12]){
+  uint8_t pre[4+JID_BYTES+8] = { 'J', '1', 'S', 0 };
+  uint8_t full[32];
+  const uint8_t *ap[2] = { pre, aStored };
+  const size_t an[2] = { sizeof(pre), (size_t)nName + 8 };
+  const TdeDekVer *d;
+  int rc;
+  if( !p->pMain || !p->pMain->pKeys ) return SQLITE_IOERR;
+  d = tdeKeysFind(p->pMain->pKeys, tdeGet32(aStored));
+  if( !d || !d->pWalHmac ) return SQLITE_NOTFOUND;
+  memcpy(pre+4, j->aId, JID_BYTES);
+  tdePut64(pre+4+JID_BYTES, (uint64_t)iSup);
+  rc = tdeHmacCompute(d->pWalHmac, ap, an, 2, full);
+  memcpy(mac, full, 12);
+  tdeWipe(full, sizeof(full));
+  return rc ? SQLITE_IOERR : SQLITE_OK;
+}
+
+/* Turn the stored record (in aSup) into SQLite's bytes, in place. */
+static void jSupLogical(struct TdeJrnl *j){
+  uint8_t *a = j->aSup;
+  uint32_t ck = 0;
+  int n = j->nSupName;
+  for(int i=0; i<n; i++) ck += a[4+i];
+  tdePut32(a, jLockPgno(j));
+  tdePut32(a+8+n, ck);
+  memcpy(a+12+n, aJMagic, 8);
+}
+
+/* A super-journal write from SQLite (the record being written in parts). */
+static int jSupWrite(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int n, sqlite3_int64 off){
+  sqlite3_int64 s = j->iSup;
+  int nName = j->nSupName;
+  if( j->iSupStage==1 && off==s+4 && n>0 && n<=65536 ){
+    j->aSup = sqlite3_malloc(n + 20);
+    if( !j->aSup ) return SQLITE_NOMEM;
+    memcpy(j->aSup+4, z, (size_t)n);
+    j->nSupName = n;
+    j->iSupStage = 2;
+    return SQLITE_OK;
+  }
+  if( j->iSupStage==2 && off==s+4+nName && n==4 && tdeGet32(z)==(uint32_t)nName ){
+    memcpy(j->aSup+4+nName, z, 4);
+    j->iSupStage = 3;
+    return SQLITE_OK;
+  }
+  if( j->iSupStage==3 && off==s+8+nName && n==4 ){
+    uint32_t ck = 0;
+    for(int i=0; i<nName; i++) ck += j->aSup[4+i];
+    if( ck!=tdeGet32(z) ) return SQLITE_IOERR_WRITE;
+    j->iSupStage = 4;
+    return SQLITE_OK;
+  }
+  if( j->iSupStage==4 && off==s+12+nName && n==8 && memcmp(z, aJMagic, 8)==0 ){
+    TdePageCipher *c = tdeCipherForSeal(p);
+    int rc;
+    if( !c ) return SQLITE_IOERR_WRITE;
+    tdePut32(j->aSup, tdePageCipherVersion(c));
+    rc = jSupMac(p, j, s, j->aSup, nName, j->aSup+8+nName);
+    if( rc ) return SQLITE_IOERR_WRITE;
+    rc = p->pReal->pMethods->xWrite(p->pReal, j->aSup, nName+20, s);
+    if( rc ) return rc;
+    if( s + nName + 20 > j->iOwnEnd ) j->iOwnEnd = s + nName + 20;
+    jSupLogical(j);
+    j->eSup = 2;
+    j->ePend = 0;
+    return SQLITE_OK;
+  }
+  tdeLog(TDE_LOG_ERROR, "%s: unexpected write of %d bytes at %lld inside the super-journal record",
+         jName(p), n, (long long)off);
+  return SQLITE_IOERR_WRITE;
+}
+
+/* Look for a super-journal record at the end of a journal this handle did
+** not write: its length field is 16 bytes before the end. */
+static int jSupFind(TdeFile *p, struct TdeJrnl *j){
+  sqlite3_int64 sz = 0, s;
+  uint8_t aTail[16], mac[12];
+  uint32_t n;
+  int bShort, rc;
+  if( j->eSup ) return SQLITE_OK;
+  j->eSup = 1;
+  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   if( rc ) return rc;
-  b = sqlite3_malloc(sizeof(*b));
-  if( !b ) return SQLITE_NOMEM;
-  rc = journalSize(p, phys, pSize, b);
-  tdeWipe(b, sizeof(*b));
-  sqlite3_free(b);
+  if( sz < (sqlite3_int64)j->nSector + 21 ) return SQLITE_OK;
+  rc = tdeRealRead(p, aTail, 16, sz-16, &bShort);
+  if( rc || bShort ) return rc;
+  n = tdeGet32(aTail);
+  s = sz - 20 - (sqlite3_int64)n;
+  if( n==0 || n>65536 || s<(sqlite3_int64)j->nSector ) return SQLITE_OK;
+  j->aSup = sqlite3_malloc((int)n + 20);
+  if( !j->aSup ) return SQLITE_NOMEM;
+  rc = tdeRealRead(p, j->aSup, (int)n + 20, s, &bShort);
+  if( rc==SQLITE_OK && !bShort && jSupMac(p, j, s, j->aSup, (int)n, mac)==SQLITE_OK
+   && tdeCtEqual(mac, j->aSup+8+n, 12) ){
+    j->nSupName = (int)n;
+    j->iSup = s;
+    jSupLogical(j);
+    j->eSup = 2;
+    return SQLITE_OK;
+  }
+  sqlite3_free(j->aSup);
+  j->aSup = 0;
   return rc;
 }
 
-static int journalBad(TdeFile *p, sqlite3_int64 j){
-  p->nAuthFail++;
-  tdeLog(TDE_LOG_ERROR, "%s: journal block %lld failed authentication in both slots",
-         p->zName ? p->zName : "(journal)", (long long)j);
-  return SQLITE_IOERR_AUTH;
+static void jSupForget(struct TdeJrnl *j){
+  sqlite3_free(j->aSup);
+  j->aSup = 0;
+  j->eSup = 0;
+  j->nSupName = 0;
+  j->iSupStage = 0;
+}
+
+/* ---- writing ----------------------------------------------------------- */
+
+/* Write what is held (a page number, or a sealed record without its
+** checksum field): SQLite is doing something else in between. */
+static int jFlush(TdeFile *p, struct TdeJrnl *j){
+  int rc, n;
+  if( !j || j->ePend==0 ) return SQLITE_OK;
+  if( j->ePend==3 ){
+    j->ePend = 0;
+    jSupForget(j);
+    tdeLog(TDE_LOG_ERROR, "%s: super-journal record left incomplete", jName(p));
+    return SQLITE_IOERR_WRITE;
+  }
+  n = j->ePend==1 ? 4 : (int)(4 + j->pgsz);
+  j->ePend = 0;
+  rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, n, j->iPend);
+  tdeWipe(p->aBuf, (size_t)n);
+  if( rc==SQLITE_OK && j->iPend + n > j->iOwnEnd ) j->iOwnEnd = j->iPend + n;
+  return rc;
+}
+
+int tdeJournalFlush(TdeFile *p){
+  return jFlush(p, p->pJrnl);
+}
+
+/* SQLite writes a new header sector (or its first chunk) at h. */
+static int jWriteNewHeader(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int n, sqlite3_int64 h){
+  uint8_t *aOut = p->aBuf;
+  uint8_t *aPlain = p->aBuf + TDE_MAX_PAGE;
+  uint8_t aad[JH_AAD];
+  JHdr hdr;
+  int rc;
+  if( h==0 ){
+    uint32_t nSector = tdeGet32(z+20), pgsz = tdeGet32(z+24);
+    if( !jValidGeometry(nSector, pgsz) || (uint32_t)n>nSector ){
+      tdeLog(TDE_LOG_ERROR, "%s: unexpected journal header (sector size %u, page size %u, %d bytes)",
+             jName(p), nSector, pgsz, n);
+      return SQLITE_IOERR_WRITE;
+    }
+    j->nSeg = 0;
+    if( tdeRandom(j->aId, JID_BYTES)!=TDE_OK ) return SQLITE_IOERR_WRITE;
+    j->bId = 1;
+    j->nSector = nSector;
+    j->pgsz = pgsz;
+    j->bOwn = 1;
+    j->iOwnEnd = 0;
+  }else{
+    jSegCut(j, h);
+    if( !j->bId || (uint32_t)n>j->nSector ) return SQLITE_IOERR_WRITE;
+  }
+  memset(&hdr, 0, sizeof(hdr));
+  hdr.iOff = h;
+  hdr.eState = JH_OK;
+  hdr.iSlot = 0;
+  hdr.seq = 1;
+  memcpy(hdr.a, z, JHDR);
+  memset(aOut, 0, (size_t)n);
+  memset(aPlain, 0, JSLOT_PLAIN);
+  tdePut64(aPlain, hdr.seq);
+  memcpy(aPlain+8, hdr.a, JHDR);
+  memcpy(aPlain+8+JHDR, j->aId, JID_BYTES);
+  /* aPlain+8+JHDR+16: journal epoch (8), 0 in format v1 -- the hook for
+  ** binding a journal to the database epoch; then 4 reserved bytes. */
+  jHdrAad(p, h, 0, aad);
+  rc = tdeSeal(p, aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
+  tdeWipe(aPlain, JSLOT_PLAIN);
+  if( rc ) return SQLITE_IOERR_WRITE;
+  rc = jSegPush(j, &hdr);
+  if( rc ) return rc;
+  rc = p->pReal->pMethods->xWrite(p->pReal, aOut, n, h);
+  if( rc==SQLITE_OK && j->bOwn && h + j->nSector > j->iOwnEnd ) j->iOwnEnd = h + j->nSector;
+  return rc;
+}
+
+/* SQLite rewrites bytes [iIn, iIn+n) of the header of segment i. */
+static int jWriteHeaderEdit(TdeFile *p, struct TdeJrnl *j, int i, const uint8_t *z, int n, int iIn){
+  JHdr *h = &j->aSeg[i];
+  uint8_t aNew[JHDR];
+  uint8_t *aOut = p->aBuf;
+  uint8_t *aPlain = p->aBuf + TDE_MAX_PAGE;
+  uint8_t aad[JH_AAD];
+  int iSlot, rc;
+  if( h->eState==JH_DAMAGED ){
+    p->nAuthFail++;
+    return SQLITE_IOERR_AUTH;
+  }
+  memcpy(aNew, h->a, JHDR);
+  memcpy(aNew+iIn, z, (size_t)n);
+  jSegCut(j, h->iOff + 1);
+  if( !jIsHot(aNew) ){
+    /* The header stops being a journal header: zero both slots, so no
+    ** older hot version survives (docs/FORMAT.md). */
+    memset(aOut, 0, JSLOTS);
+    rc = p->pReal->pMethods->xWrite(p->pReal, aOut, JSLOTS, h->iOff);
+    if( rc ) return rc;
+    h->eState = JH_NONE;
+    h->iSlot = -1;
+    memset(h->a, 0, JHDR);
+    if( h->iOff==0 ){ j->bOwn = 0; }
+    return SQLITE_OK;
+  }
+  if( h->eState!=JH_OK || !j->bId ){
+    tdeLog(TDE_LOG_ERROR, "%s: journal header rewrite at offset %lld without a header",
+           jName(p), (long long)h->iOff);
+    return SQLITE_IOERR_WRITE;
+  }
+  iSlot = h->iSlot==0 ? 1 : 0;
+  memset(aPlain, 0, JSLOT_PLAIN);
+  tdePut64(aPlain, h->seq + 1);
+  memcpy(aPlain+8, aNew, JHDR);
+  memcpy(aPlain+8+JHDR, j->aId, JID_BYTES);
+  jHdrAad(p, h->iOff, iSlot, aad);
+  rc = tdeSeal(p, aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
+  tdeWipe(aPlain, JSLOT_PLAIN);
+  if( rc ) return SQLITE_IOERR_WRITE;
+  rc = p->pReal->pMethods->xWrite(p->pReal, aOut, JSLOT, h->iOff + iSlot*JSLOT);
+  if( rc ) return rc;
+  h->seq++;
+  h->iSlot = iSlot;
+  memcpy(h->a, aNew, JHDR);
+  return SQLITE_OK;
+}
+
+static int jOldRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
+static int jOldSize(TdeFile *p, sqlite3_int64 *pSize);
+static int jOldDetect(TdeFile *p, int *pbOld);
+
+/* Learn the format of a journal this handle did not start. */
+static int jDetect(TdeFile *p, struct TdeJrnl *j){
+  int rc, bOld = 0;
+  if( j->eFmt!=JF_UNKNOWN ) return SQLITE_OK;
+  rc = jHdr0(p, j);
+  if( rc ) return rc;
+  if( j->aSeg[0].eState==JH_NONE && !j->aSeg[0].bZero ){
+    rc = jOldDetect(p, &bOld);
+    if( rc ) return rc;
+  }
+  j->eFmt = bOld ? JF_OLD : JF_NEW;
+  if( bOld ){
+    tdeLog(TDE_LOG_WARNING, "%s: journal in the previous format; reading it once to play it back",
+           jName(p));
+  }
+  return SQLITE_OK;
+}
+
+int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
+  const uint8_t *z = zBuf;
+  struct TdeJrnl *j;
+  sqlite3_int64 H;
+  int i, rc = jState(p, &j);
+  if( rc ) return rc;
+  j->iCache = -1;
+
+  /* The page of a record whose page number is held. */
+  if( j->ePend==1 && iOfst==j->iPend+4 && (uint32_t)iAmt==j->pgsz ){
+    uint32_t pgno = tdeGet32(p->aBuf);
+    uint32_t n = j->pgsz - TDE_TRAILER_SIZE;
+    uint8_t aad[JR_AAD];
+    jRecAad(p, j->aId, j->iPend, pgno, j->pgsz, aad);
+    rc = tdeSeal(p, aad, sizeof(aad), z, n, p->aBuf+4, p->aBuf+4+n);
+    if( rc ){
+      j->ePend = 0;
+      tdeLog(TDE_LOG_ERROR, "%s: sealing journal record at %lld failed: %s", jName(p),
+             (long long)j->iPend, tde_last_error());
+      return SQLITE_IOERR_WRITE;
+    }
+    j->pendCk = jCksum(tdeGet32(j->aSeg[j->nSeg-1].a+12), z, j->pgsz);
+    j->ePend = 2;
+    return SQLITE_OK;
+  }
+  /* Its checksum: store the tag prefix instead, and the record at once. */
+  if( j->ePend==2 && iOfst==j->iPend+4+j->pgsz && iAmt==4 ){
+    uint8_t *aCk = p->aBuf + 4 + j->pgsz;
+    int n = (int)(8 + j->pgsz);
+    j->ePend = 0;
+    if( tdeGet32(z)!=j->pendCk ){
+      tdeLog(TDE_LOG_ERROR, "%s: SQLite's journal checksum at %lld is not the one the shim "
+             "computes (layout mismatch); refusing the write", jName(p), (long long)iOfst);
+      tdeWipe(p->aBuf, (size_t)n);
+      return SQLITE_IOERR_WRITE;
+    }
+    memcpy(aCk, aCk - TDE_TRAILER_SIZE + 24, 4);
+    rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, n, j->iPend);
+    if( rc==SQLITE_OK && j->iPend + n > j->iOwnEnd ) j->iOwnEnd = j->iPend + n;
+    tdeWipe(p->aBuf, (size_t)n);
+    return rc;
+  }
+  if( j->ePend==3 ) return jSupWrite(p, j, z, iAmt, iOfst);
+  rc = jFlush(p, j);
+  if( rc ) return rc;
+  if( j->eSup==2 && iOfst < j->iSup + j->nSupName + 20 && iOfst + iAmt > j->iSup ) jSupForget(j);
+  if( j->eSup==1 ) j->eSup = 0;
+
+  if( iOfst==0 && iAmt>=512 ){
+    jSupForget(j);
+    j->eFmt = JF_NEW;
+    return jWriteNewHeader(p, j, z, iAmt, 0);
+  }
+  if( j->eFmt==JF_OLD ){
+    /* SQLite finalizes a journal it played back (or starts over at 0): from
+    ** here on it is a journal of this format. */
+    j->eFmt = JF_NEW;
+    j->nSeg = 0;
+  }
+  rc = jDetect(p, j);
+  if( rc ) return rc;
+  j->eFmt = JF_NEW;
+  rc = jHdr0(p, j);
+  if( rc ) return rc;
+  if( j->aSeg[0].eState==JH_NONE && iOfst<JHDR ){
+    /* Zeroing a header that is already absent (PERSIST after a crash). */
+    return jWriteHeaderEdit(p, j, 0, z, iAmt, (int)iOfst);
+  }
+  if( !j->bId ){
+    tdeLog(TDE_LOG_ERROR, "%s: journal write of %d bytes at %lld before its header",
+           jName(p), iAmt, (long long)iOfst);
+    return j->aSeg[0].eState==JH_DAMAGED ? SQLITE_IOERR_AUTH : SQLITE_IOERR_WRITE;
+  }
+  H = j->nSector;
+  if( iAmt==4 && j->bOwn && iOfst>=j->iOwnEnd && tdeGet32(z)==jLockPgno(j) ){
+    /* The lock page is never journaled: this starts the super-journal
+    ** record, held until complete and stored with one write. */
+    jSupForget(j);
+    j->ePend = 3;
+    j->iSup = iOfst;
+    j->nSupName = -1;
+    j->iSupStage = 1;
+    return SQLITE_OK;
+  }
+  if( iOfst%H==0 && iAmt>=512 && (uint32_t)iAmt<=j->nSector ){
+    return jWriteNewHeader(p, j, z, iAmt, iOfst);
+  }
+  rc = jSegFind(p, j, iOfst, &i);
+  if( rc ) return rc;
+  {
+    JHdr *h = &j->aSeg[i];
+    sqlite3_int64 iIn = iOfst - h->iOff;
+    if( iIn<H ){
+      if( iIn+iAmt<=JHDR ) return jWriteHeaderEdit(p, j, i, z, iAmt, (int)iIn);
+      if( iIn>=JHDR && iIn+iAmt<=H ){
+        /* Later chunks of a header sector: padding SQLite never reads. */
+        memset(p->aBuf, 0, (size_t)iAmt);
+        rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, iAmt, iOfst);
+        if( rc==SQLITE_OK && j->bOwn && iOfst+iAmt > j->iOwnEnd ) j->iOwnEnd = iOfst+iAmt;
+        return rc;
+      }
+    }else if( iAmt==4 && i==j->nSeg-1 && h->eState==JH_OK
+           && (iIn-H) % (sqlite3_int64)(j->pgsz+8)==0 ){
+      /* A record's page number: held until its page arrives. */
+      memcpy(p->aBuf, z, 4);
+      j->iPend = iOfst;
+      j->ePend = 1;
+      return SQLITE_OK;
+    }else if( iAmt==4 && i==j->nSeg-1 && h->eState==JH_OK && iIn-H>=j->pgsz+4
+           && (iIn-H-4-j->pgsz) % (sqlite3_int64)(j->pgsz+8)==0 ){
+      /* A checksum arriving after its record was written (never seen from
+      ** SQLite, which writes the three parts in a row): the tag prefix. */
+      uint8_t aTag[4];
+      int bShort;
+      rc = tdeRealRead(p, aTag, 4, iOfst - TDE_TRAILER_SIZE + 24, &bShort);
+      if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_WRITE;
+      if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aTag, 4, iOfst);
+      if( rc==SQLITE_OK && j->bOwn && iOfst+4 > j->iOwnEnd ) j->iOwnEnd = iOfst+4;
+      return rc;
+    }
+  }
+  tdeLog(TDE_LOG_ERROR, "%s: unexpected journal write of %d bytes at offset %lld",
+         jName(p), iAmt, (long long)iOfst);
+  return SQLITE_IOERR_WRITE;
+}
+
+/* ---- reading ----------------------------------------------------------- */
+
+/*
+** Decode the record at r of segment i into aBuf as SQLite's bytes:
+** pgno (4) || page (P) || checksum (4).
+*/
+static int jRecLoad(TdeFile *p, struct TdeJrnl *j, int i, sqlite3_int64 r){
+  const JHdr *h = &j->aSeg[i];
+  uint32_t P = j->pgsz, n = P - TDE_TRAILER_SIZE, pgno, nRec = 0;
+  uint8_t *a = p->aBuf;
+  uint8_t aad[JR_AAD];
+  uint8_t aTag[4];
+  int bShort, rc, bAuth, bCovered;
+  sqlite3_int64 k = (r - h->iOff - j->nSector) / (P + 8);
+
+  if( j->iCache==r ) return SQLITE_OK;
+  j->iCache = -1;
+  if( h->eState==JH_OK && jIsHot(h->a) ) nRec = tdeGet32(h->a+8);
+  bCovered = (j->bOwn && r + P + 8 <= j->iOwnEnd)
+          || (nRec!=0 && nRec!=JNREC_ALL && k<(sqlite3_int64)nRec);
+  rc = tdeRealRead(p, a, (int)(P + 8), r, &bShort);
+  if( rc ) return rc;
+  pgno = tdeGet32(a);
+  memcpy(aTag, a + 4 + n + 24, 4);
+  bAuth = 0;
+  if( !bShort ){
+    jRecAad(p, j->aId, r, pgno, P, aad);
+    bAuth = tdeOpen(p, aad, sizeof(aad), a+4, n, a+4+n, a+4)==TDE_OK;
+  }
+  if( bAuth && tdeCtEqual(aTag, a+4+P, 4) ){
+    memset(a+4+n, 0, TDE_TRAILER_SIZE);
+    tdePut32(a+4+P, jCksum(tdeGet32(h->a+12), a+4, P));
+    j->eCache = JR_OK;
+  }else if( bCovered ){
+    /* Synced before the header counted it: damage, or the journal was cut. */
+    tdeWipe(a, P + 8);
+    p->nAuthFail++;
+    tdeLog(TDE_LOG_ERROR, "%s: journal record at offset %lld (page %u) %s", jName(p),
+           (long long)r, pgno, bShort ? "is cut short although its header counts it"
+                                      : "failed authentication");
+    return SQLITE_IOERR_AUTH;
+  }else if( bAuth ){
+    /* Authentic page, checksum field torn: SQLite must reject the record. */
+    memset(a+4+n, 0, TDE_TRAILER_SIZE);
+    tdePut32(a+4+P, ~jCksum(tdeGet32(h->a+12), a+4, P));
+    j->eCache = JR_BADCK;
+  }else{
+    /* Torn (or cut short): page number 0 ends SQLite's playback. */
+    memset(a, 0, P + 8);
+    j->eCache = bShort ? JR_TORN + 10 : JR_TORN;
+  }
+  j->iCache = r;
+  return SQLITE_OK;
 }
 
 int tdeJournalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   uint8_t *z = zBuf;
-  sqlite3_int64 phys = 0, size = 0;
-  JBlock *b;
-  int nDone = 0;
-  int rc = tdeScratch(p);
+  struct TdeJrnl *j;
+  sqlite3_int64 H;
+  int nDone = 0, bShort = 0;
+  int rc = jState(p, &j);
+  if( rc ) return rc;
+  rc = jFlush(p, j);
+  if( rc ) return rc;
+  rc = jDetect(p, j);
+  if( rc ) return rc;
+  if( j->eFmt==JF_OLD ) return jOldRead(p, zBuf, iAmt, iOfst);
+  rc = jHdr0(p, j);
+  if( rc ) return rc;
+  if( j->aSeg[0].eState==JH_DAMAGED ){ rc = SQLITE_IOERR_AUTH; goto done; }
+  if( j->aSeg[0].eState==JH_NONE || !j->bId ){
+    /* No journal header: the journal reads as zeros, as SQLite left it. */
+    sqlite3_int64 sz = 0;
+    memset(z, 0, (size_t)iAmt);
+    rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+    if( rc ) return rc;
+    return iOfst + iAmt > sz ? SQLITE_IOERR_SHORT_READ : SQLITE_OK;
+  }
+  H = j->nSector;
+  if( !j->bOwn ){
+    rc = jSupFind(p, j);
+    if( rc ) goto done;
+  }
+  if( j->eSup==2 && iOfst>=j->iSup ){
+    /* Inside the super-journal record (SQLite reads it from the end). */
+    sqlite3_int64 nSup = j->nSupName + 20, iIn = iOfst - j->iSup;
+    memset(z, 0, (size_t)iAmt);
+    if( iIn<nSup ) memcpy(z, j->aSup+iIn, (size_t)(nSup-iIn < iAmt ? nSup-iIn : iAmt));
+    return iIn + iAmt > nSup ? SQLITE_IOERR_SHORT_READ : SQLITE_OK;
+  }
+  while( nDone<iAmt ){
+    sqlite3_int64 off = iOfst + nDone;
+    sqlite3_int64 iIn;
+    int n = iAmt - nDone, i;
+    JHdr *h;
+    if( j->bOwn && off>=j->iOwnEnd ){
+      /* Past everything this handle wrote of its journal: nothing of it. */
+      memset(z+nDone, 0, (size_t)n);
+      bShort = 1;
+      break;
+    }
+    rc = jSegFind(p, j, off, &i);
+    if( rc ) goto done;
+    h = &j->aSeg[i];
+    iIn = off - h->iOff;
+    if( h->eState==JH_DAMAGED ){ rc = SQLITE_IOERR_AUTH; goto done; }
+    if( iIn<H ){
+      if( n > H - iIn ) n = (int)(H - iIn);
+      memset(z+nDone, 0, (size_t)n);
+      if( iIn<JHDR ) memcpy(z+nDone, h->a+iIn, (size_t)(JHDR-iIn < n ? JHDR-iIn : n));
+    }else{
+      sqlite3_int64 next = jSegNext(j, i);
+      sqlite3_int64 rel = iIn - H;
+      sqlite3_int64 r = off - rel % (j->pgsz + 8);
+      int iRec = (int)(off - r);
+      if( next>=0 && r + j->pgsz + 8 > next ){
+        /* Between the last record of a segment and the next header. */
+        n = (int)(n < next - off ? n : next - off);
+        memset(z+nDone, 0, (size_t)n);
+      }else{
+        if( n > (int)(j->pgsz + 8) - iRec ) n = (int)(j->pgsz + 8) - iRec;
+        rc = jRecLoad(p, j, i, r);
+        if( rc ) goto done;
+        memcpy(z+nDone, p->aBuf + iRec, (size_t)n);
+        if( j->eCache==JR_TORN + 10 && bShort==0 ) bShort = 2;
+      }
+    }
+    nDone += n;
+  }
+done:
+  if( rc ){ memset(z, 0, (size_t)iAmt); return rc; }
+  if( bShort==2 ){
+    /* A record cut by the end of the file: a short read only for bytes
+    ** past the end, as without encryption. */
+    sqlite3_int64 sz = 0;
+    rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+    if( rc ){ memset(z, 0, (size_t)iAmt); return rc; }
+    bShort = iOfst + iAmt > sz;
+  }
+  return bShort ? SQLITE_IOERR_SHORT_READ : SQLITE_OK;
+}
+
+int tdeJournalFileSize(TdeFile *p, sqlite3_int64 *pSize){
+  struct TdeJrnl *j;
+  int rc = jState(p, &j);
+  if( rc ) return rc;
+  rc = jFlush(p, j);
+  if( rc ) return rc;
+  if( j->eFmt==JF_UNKNOWN ){
+    rc = jDetect(p, j);
+    if( rc ) return rc;
+  }
+  if( j->eFmt==JF_OLD ) return jOldSize(p, pSize);
+  return p->pReal->pMethods->xFileSize(p->pReal, pSize);
+}
+
+int tdeJournalTruncate(TdeFile *p, sqlite3_int64 size){
+  struct TdeJrnl *j;
+  int rc = jState(p, &j);
+  if( rc ) return rc;
+  rc = jFlush(p, j);
+  if( rc ) return rc;
+  j->iCache = -1;
+  if( size==0 || j->eFmt!=JF_NEW ){
+    /* Empty, or a journal of unknown or the previous format: what stays is
+    ** read afresh. */
+    j->eFmt = size==0 ? JF_NEW : JF_UNKNOWN;
+    j->nSeg = 0;
+    j->bId = 0;
+    j->bOwn = 0;
+    j->iOwnEnd = 0;
+    jSupForget(j);
+  }else{
+    /* PERSIST mode cutting what lies past its journal (journal_size_limit,
+    ** the end of a super-journal record). */
+    jSegCut(j, size);
+    if( j->iOwnEnd > size ) j->iOwnEnd = size;
+    if( j->eSup==2 && size < j->iSup + j->nSupName + 20 ) jSupForget(j);
+    if( j->eSup==1 ) j->eSup = 0;
+  }
+  return p->pReal->pMethods->xTruncate(p->pReal, size);
+}
+
+int tdeJournalSync(TdeFile *p, int flags){
+  int rc = jFlush(p, p->pJrnl);
+  if( rc ) return rc;
+  return p->pReal->pMethods->xSync(p->pReal, flags);
+}
+
+void tdeJournalFree(TdeFile *p){
+  if( p->pJrnl ){
+    sqlite3_free(p->pJrnl->aSeg);
+    sqlite3_free(p->pJrnl->aSup);
+    tdeWipe(p->pJrnl, sizeof(*p->pJrnl));
+    sqlite3_free(p->pJrnl);
+    p->pJrnl = 0;
+  }
+}
+
+/* ---- the previous format (read only) ------------------------------------
+** Every 512-byte block j was stored at j * 1152 as two slots of
+** sealed(seq u64 || len u16 || 6 zero bytes || 512 data bytes) + trailer,
+** associated data 'J' || database id || j.  The newest valid slot holds the
+** block; the last pair may be a torn append; an earlier pair of zeros was
+** never written and reads as zeros.
+*/
+#define OBLOCK 512
+#define OPLAIN (16 + OBLOCK)
+#define OSLOT  (OPLAIN + TDE_TRAILER_SIZE)
+#define OPAIR  (2 * OSLOT)
+#define OAAD   (1 + TDE_DBID_BYTES + 8)
+
+typedef struct OBlock {
+  int iSlot, bZero;
+  uint32_t len;
+  uint8_t aData[OBLOCK];
+} OBlock;
+
+static int oLoad(TdeFile *p, sqlite3_int64 jb, sqlite3_int64 phys, OBlock *b){
+  uint8_t *aPair = p->aBuf, *aPlain = p->aBuf + OPAIR;
+  uint8_t aad[OAAD];
+  sqlite3_int64 avail = phys - jb*OPAIR;
+  uint64_t best = 0;
+  int bShort, rc;
+  b->iSlot = -1; b->bZero = 0; b->len = 0;
+  memset(b->aData, 0, OBLOCK);
+  if( avail<=0 ) return SQLITE_OK;
+  if( avail>OPAIR ) avail = OPAIR;
+  rc = tdeRealRead(p, aPair, (int)avail, jb*OPAIR, &bShort);
+  if( rc ) return rc;
+  b->bZero = jAllZero(aPair, (size_t)avail);
+  aad[0] = 'J';
+  memcpy(aad+1, p->dbid, TDE_DBID_BYTES);
+  tdePut64(aad+1+TDE_DBID_BYTES, (uint64_t)jb);
+  for(int s=0; s<2; s++){
+    const uint8_t *aSlot = aPair + s*OSLOT;
+    if( (s+1)*OSLOT > avail ) break;
+    if( tdeOpen(p, aad, sizeof(aad), aSlot, OPLAIN, aSlot+OPLAIN, aPlain)!=TDE_OK ) continue;
+    if( tdeGet16(aPlain+8)>OBLOCK ) continue;
+    if( b->iSlot<0 || tdeGet64(aPlain)>best ){
+      b->iSlot = s;
+      best = tdeGet64(aPlain);
+      b->len = tdeGet16(aPlain+8);
+      memcpy(b->aData, aPlain+16, OBLOCK);
+    }
+  }
+  tdeWipe(aPlain, OPLAIN);
+  return SQLITE_OK;
+}
+
+static int oSize(TdeFile *p, sqlite3_int64 phys, sqlite3_int64 *pSize, OBlock *b){
+  sqlite3_int64 nPair = (phys + OPAIR - 1) / OPAIR;
+  int rc;
+  *pSize = 0;
+  if( nPair==0 ) return SQLITE_OK;
+  rc = oLoad(p, nPair-1, phys, b);
+  if( rc ) return rc;
+  *pSize = (nPair-1)*OBLOCK + (b->iSlot>=0 ? b->len : 0);
+  return SQLITE_OK;
+}
+
+static int jOldDetect(TdeFile *p, int *pbOld){
+  sqlite3_int64 phys = 0;
+  OBlock *b;
+  int rc = p->pReal->pMethods->xFileSize(p->pReal, &phys);
+  *pbOld = 0;
+  if( rc || phys<OSLOT ) return rc;
+  b = sqlite3_malloc(sizeof(*b));
+  if( !b ) return SQLITE_NOMEM;
+  rc = oLoad(p, 0, phys, b);
+  *pbOld = rc==SQLITE_OK && b->iSlot>=0;
+  tdeWipe(b, sizeof(*b));
+  sqlite3_free(b);
+  return rc;
+}
+
+static int jOldSize(TdeFile *p, sqlite3_int64 *pSize){
+  sqlite3_int64 phys = 0;
+  OBlock *b;
+  int rc = p->pReal->pMethods->xFileSize(p->pReal, &phys);
   if( rc ) return rc;
   b = sqlite3_malloc(sizeof(*b));
   if( !b ) return SQLITE_NOMEM;
-  rc = journalPhys(p, &phys);
-  if( rc==SQLITE_OK ) rc = journalSize(p, phys, &size, b);
+  rc = oSize(p, phys, pSize, b);
+  tdeWipe(b, sizeof(*b));
+  sqlite3_free(b);
+  return rc;
+}
+
+static int jOldRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
+  uint8_t *z = zBuf;
+  sqlite3_int64 phys = 0, size = 0;
+  OBlock *b;
+  int nDone = 0;
+  int rc = p->pReal->pMethods->xFileSize(p->pReal, &phys);
+  if( rc ) return rc;
+  b = sqlite3_malloc(sizeof(*b));
+  if( !b ) return SQLITE_NOMEM;
+  rc = oSize(p, phys, &size, b);
   while( rc==SQLITE_OK && nDone<iAmt ){
     sqlite3_int64 off = iOfst + nDone;
-    sqlite3_int64 j = off / JBLOCK;
-    uint32_t iIn = (uint32_t)(off % JBLOCK);
-    uint32_t n = JBLOCK - iIn;
+    uint32_t iIn = (uint32_t)(off % OBLOCK);
+    uint32_t n = OBLOCK - iIn;
     if( n > (uint32_t)(iAmt-nDone) ) n = (uint32_t)(iAmt-nDone);
     if( off>=size ) break;
-    rc = journalLoad(p, j, phys, b);
+    rc = oLoad(p, off / OBLOCK, phys, b);
     if( rc ) break;
-    /* A pair of zeros was never written (a power loss kept later writes
-    ** but not this one): it reads as zeros, as the file would without us.
-    ** Non-zero bytes that do not authenticate are damage. */
-    if( b->iSlot<0 && !b->bZero ){ rc = journalBad(p, j); break; }
+    if( b->iSlot<0 && !b->bZero ){
+      p->nAuthFail++;
+      tdeLog(TDE_LOG_ERROR, "%s: journal block %lld (previous format) failed authentication",
+             jName(p), (long long)(off / OBLOCK));
+      rc = SQLITE_IOERR_AUTH;
+      break;
+    }
     memcpy(z+nDone, b->aData+iIn, n);
     nDone += (int)n;
   }
@@ -237,98 +990,8 @@ int tdeJournalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   sqlite3_free(b);
   if( rc ){ memset(z, 0, (size_t)iAmt); return rc; }
   if( nDone<iAmt ){
-    if( iOfst + nDone < size ) nDone = (int)(size - iOfst);
     memset(z+nDone, 0, (size_t)(iAmt-nDone));
     return SQLITE_IOERR_SHORT_READ;
   }
   return SQLITE_OK;
-}
-
-int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
-  const uint8_t *z = zBuf;
-  sqlite3_int64 phys = 0, size = 0, nPair, jLast;
-  JBlock *b;
-  uint8_t *aNew;
-  int nDone = 0;
-  int rc = tdeScratch(p);
-  if( rc ) return rc;
-  b = sqlite3_malloc(sizeof(*b) + JBLOCK);
-  if( !b ) return SQLITE_NOMEM;
-  aNew = (uint8_t*)&b[1];
-  rc = journalPhys(p, &phys);
-  if( rc==SQLITE_OK ) rc = journalSize(p, phys, &size, b);
-  if( rc ) goto done;
-  nPair = (phys + JPAIR - 1) / JPAIR;
-  jLast = size ? (size-1)/JBLOCK : -1;
-
-  /* Writing past a partial last block: make that block full first, since
-  ** only the last block may be short. */
-  if( jLast>=0 && size%JBLOCK!=0 && iOfst/JBLOCK > jLast ){
-    rc = journalLoad(p, jLast, phys, b);
-    if( rc ) goto done;
-    if( b->iSlot<0 ){ rc = journalBad(p, jLast); goto done; }
-    rc = journalStore(p, jLast, b, b->aData, JBLOCK);
-    if( rc ) goto done;
-  }
-
-  while( nDone<iAmt ){
-    sqlite3_int64 off = iOfst + nDone;
-    sqlite3_int64 j = off / JBLOCK;
-    uint32_t iIn = (uint32_t)(off % JBLOCK);
-    uint32_t n = JBLOCK - iIn;
-    uint32_t nNew;
-    if( n > (uint32_t)(iAmt-nDone) ) n = (uint32_t)(iAmt-nDone);
-    rc = journalLoad(p, j, phys, b);
-    if( rc ) goto done;
-    if( b->iSlot<0 && b->bPresent && !b->bZero && j<nPair-1 ){
-      /* Only the last pair may be invalid (a torn append). */
-      rc = journalBad(p, j);
-      goto done;
-    }
-    if( b->iSlot<0 ){ b->seq = 0; b->len = 0; memset(b->aData, 0, JBLOCK); }
-    memcpy(aNew, b->aData, JBLOCK);
-    memcpy(aNew+iIn, z+nDone, n);
-    nNew = iIn + n > b->len ? iIn + n : b->len;
-    rc = journalStore(p, j, b, aNew, nNew);
-    if( rc ) goto done;
-    nDone += (int)n;
-  }
-
-done:
-  tdeWipe(b, sizeof(*b) + JBLOCK);
-  sqlite3_free(b);
-  return rc;
-}
-
-int tdeJournalTruncate(TdeFile *p, sqlite3_int64 size){
-  sqlite3_int64 phys = 0, cur = 0, j;
-  uint32_t nKeep;
-  JBlock *b;
-  int rc = tdeScratch(p);
-  if( rc ) return rc;
-  if( size==0 ) return p->pReal->pMethods->xTruncate(p->pReal, 0);
-  b = sqlite3_malloc(sizeof(*b));
-  if( !b ) return SQLITE_NOMEM;
-  rc = journalPhys(p, &phys);
-  if( rc==SQLITE_OK ) rc = journalSize(p, phys, &cur, b);
-  if( rc ) goto done;
-  if( size>=cur ){
-    /* SQLite does not grow journals by truncation; nothing to do. */
-    goto done;
-  }
-  j = (size-1) / JBLOCK;
-  nKeep = (uint32_t)(size - j*JBLOCK);
-  rc = journalLoad(p, j, phys, b);
-  if( rc ) goto done;
-  if( b->iSlot<0 ){ rc = journalBad(p, j); goto done; }
-  if( b->len!=nKeep ){
-    memset(b->aData+nKeep, 0, JBLOCK-nKeep);
-    rc = journalStore(p, j, b, b->aData, nKeep);
-    if( rc ) goto done;
-  }
-  rc = p->pReal->pMethods->xTruncate(p->pReal, (j+1)*JPAIR);
-done:
-  tdeWipe(b, sizeof(*b));
-  sqlite3_free(b);
-  return rc;
 }

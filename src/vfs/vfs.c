@@ -904,6 +904,7 @@ static int tdeClose(sqlite3_file *pFile){
     rc = tdeWalFlush(p);
     tdeWalFree(p);
   }
+  if( p->eKind==TDE_KIND_JOURNAL ) rc = tdeJournalFlush(p);
   tdeJournalFree(p);
   if( p->pReal->pMethods ){
     int rc2 = p->pReal->pMethods->xClose(p->pReal);
@@ -1133,11 +1134,10 @@ static int tdeSectorSize(sqlite3_file *pFile){
 static int tdeDeviceCharacteristics(sqlite3_file *pFile){
   TdeFile *p = (TdeFile*)pFile;
   int dc = p->pReal->pMethods->xDeviceCharacteristics(p->pReal) & ~TDE_IOCAP_CLEAR;
-  /* Journals and temp files re-seal whole blocks: no powersafe overwrite
-  ** for them (journals are crash-safe through their two slots per block).
-  ** The main file and the WAL keep what the VFS below says: pages and
-  ** frames are written whole. */
-  if( p->eKind==TDE_KIND_JOURNAL || p->eKind==TDE_KIND_TEMP ) dc &= ~SQLITE_IOCAP_POWERSAFE_OVERWRITE;
+  /* Temp files re-seal whole blocks: no powersafe overwrite for them.
+  ** The main file, the WAL and the journal keep what the VFS below says:
+  ** pages, frames and journal records are written whole, in place. */
+  if( p->eKind==TDE_KIND_TEMP ) dc &= ~SQLITE_IOCAP_POWERSAFE_OVERWRITE;
   return dc;
 }
 

@@ -3,7 +3,7 @@
 **   vfs.c        the VFS object, open/close dispatch, the main database
 **                file (header region + encrypted pages), method table;
 **   wal.c        WAL files: encrypted frame pages, authenticated headers;
-**   journal.c    rollback journals: two-slot encrypted blocks;
+**   journal.c    rollback journals: SQLite's layout, records sealed in place;
 **   blockfile.c  temporary files: fixed-size encrypted blocks;
 **   status.c     PRAGMA tde_status, the tde_status table, SQL functions;
 **   api.c        registration, extension entry point, public C API.
@@ -90,8 +90,7 @@ struct TdeFile {
   uint8_t dbid[TDE_DBID_BYTES];   /* binds pages/blocks to the database */
   uint32_t pgsz;              /* main: page size last seen, 0 if unknown */
   uint32_t nBlock;            /* block files: plaintext bytes per block */
-  sqlite3_int64 *aJDirty;     /* journal: pairs rewritten since the last sync */
-  int nJDirty, nJDirtyAlloc;
+  struct TdeJrnl *pJrnl;      /* journal: layout state (journal.c), NULL until used */
   uint8_t *aBuf;              /* scratch: TDE_MAX_PAGE + 2 blocks */
   TdeWal wal;                 /* WAL only */
   TdeFile *pMain;             /* WAL, journal: their main file (closed after them) */
@@ -199,6 +198,7 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
 int tdeJournalTruncate(TdeFile *p, sqlite3_int64 size);
 int tdeJournalFileSize(TdeFile *p, sqlite3_int64 *pSize);
 int tdeJournalSync(TdeFile *p, int flags);
+int tdeJournalFlush(TdeFile *p);     /* write a record held in memory (before close) */
 void tdeJournalFree(TdeFile *p);
 
 /* Temporary files (blockfile.c) */

@@ -450,6 +450,27 @@ static void test_no_plaintext_anywhere(void **state){
     assert_non_null(a);
     scan(a, n, "-journal copied while its transaction was open");
     nJournalCopied = (sqlite3_int64)n;
+    {
+      /* docs/FORMAT.md "Rollback journal": the header sector (512 bytes
+      ** here) is sealed -- SQLite's magic and checksum nonce never appear --
+      ** and each record is page number || sealed page || checksum field,
+      ** where the page number is stored as is and the checksum field is the
+      ** first 4 bytes of the record's GCM tag, never SQLite's checksum (a
+      ** sum of plaintext bytes). */
+      sqlite3_int64 P = QINT(dj, "PRAGMA page_size"), nPage = QINT(dj, "PRAGMA page_count");
+      int nRec = 0;
+      assert_null(memmem(a, n, "\xd9\xd5\x05\xf9\x20\xa1\x63\xd7", 8));
+      for(size_t r=512; r + (size_t)P + 8 <= n; r += (size_t)P + 8){
+        uint32_t pgno = ((uint32_t)a[r]<<24) | ((uint32_t)a[r+1]<<16) | ((uint32_t)a[r+2]<<8) | a[r+3];
+        assert_true(pgno>=1 && pgno<=(uint32_t)nPage);
+        assert_memory_equal(a + r + 4 + P, a + r + 4 + P - 48 + 24, 4);
+        nRec++;
+      }
+      printf("#   -journal: %d records (page %lld bytes); page numbers as is, checksum fields = tag prefixes\n",
+             nRec, (long long)P);
+      assert_true(nRec >= 30);
+      assert_true((n - 512) % (size_t)(P + 8) == 0);
+    }
     free(a);
     captureOpenFiles();
     EXEC(dj, "ROLLBACK");

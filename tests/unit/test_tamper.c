@@ -699,6 +699,188 @@ static void test_tamper_hot_journal(void **state){
   }
 }
 
+/* ---- the journal format: plain size, records, header slots ---------------- */
+
+/*
+** The same crash image with a hot journal as above, made through tde or
+** (bTde = 0) by plain SQLite with the same 48 reserved bytes per page, so
+** both pagers lay the journal out identically.  Returns the files' bytes.
+*/
+static void hotJournalImage(const char *zName, int bTde, unsigned char **paDb, size_t *pnDb,
+                            unsigned char **paJ, size_t *pnJ, uint64_t *phGood){
+  char zDb[PATH_MAX], zJ[PATH_MAX+16];
+  sqlite3 *db = 0;
+  pid_t pid;
+  int st = 0;
+  pathOf(zDb, zName);
+  snprintf(zJ, sizeof(zJ), "%s-journal", zDb);
+  removeDb(zDb);
+  if( bTde ){
+    assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  }else{
+    int nReserve = 48;
+    assert_int_equal(sqlite3_open_v2(zDb, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE, "unix"), SQLITE_OK);
+    exec(db, "PRAGMA page_size=1024");
+    assert_int_equal(sqlite3_file_control(db, "main", SQLITE_FCNTL_RESERVE_BYTES, &nReserve), SQLITE_OK);
+  }
+  exec(db, "PRAGMA page_size=1024");
+  exec(db, "PRAGMA journal_mode=DELETE");
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, k INT, v TEXT)");
+  exec(db, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<30) "
+           "INSERT INTO t SELECT i, i, printf('committed %d %.800c', i, char(65 + i % 26)) FROM c");
+  assert_int_equal(contentSum(db, phGood), SQLITE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  fflush(stdout);
+  pid = fork();
+  assert_true(pid >= 0);
+  if( pid==0 ){
+    sqlite3 *c = 0;
+    if( bTde ? openTdeCfg(zDb, zCfg, &c) : sqlite3_open_v2(zDb, &c, SQLITE_OPEN_READWRITE, "unix") ) _exit(2);
+    if( sqlite3_exec(c, "PRAGMA cache_size=1; BEGIN; UPDATE t SET v = printf('uncommitted %d %.800c', id, 'z')",
+                     0, 0, 0) ) _exit(3);
+    _exit(0);
+  }
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st)==0);
+  *paDb = readAll(zDb, pnDb);
+  *paJ = readAll(zJ, pnJ);
+  assert_non_null(*paDb);
+  assert_non_null(*paJ);
+  removeDb(zDb);
+}
+
+static uint32_t get32(const unsigned char *a){
+  return ((uint32_t)a[0]<<24) | ((uint32_t)a[1]<<16) | ((uint32_t)a[2]<<8) | a[3];
+}
+
+/* Probe the tde image with journal aJ (nJ bytes). */
+static int probeJournal(const unsigned char *aDb, size_t nDb, const unsigned char *aJ, size_t nJ,
+                        uint64_t *pH){
+  char zDst[PATH_MAX], zDstJ[PATH_MAX+16];
+  pathOf(zDst, "jf-damaged.db");
+  snprintf(zDstJ, sizeof(zDstJ), "%s-journal", zDst);
+  removeDb(zDst);
+  writeAll(zDst, aDb, nDb);
+  writeAll(zDstJ, aJ, nJ);
+  return probe(zDst, pH);
+}
+
+/*
+** docs/FORMAT.md "Rollback journal": the journal is exactly as long as
+** plain SQLite's for the same transaction, records lie where SQLite put
+** them with the page number as is and the tag prefix in the checksum
+** field, and every damage to a record or to the header is an error or
+** leaves the correct rollback -- never other rows.
+*/
+static void test_tamper_journal_format(void **state){
+  unsigned char *aDb, *aJ, *aPDb, *aPJ, *b;
+  size_t nDb, nJ, nPDb, nPJ;
+  uint64_t hGood = 0, hPlain = 0, h;
+  long aRec[512];
+  int nRec = 0, nSeg = 0, nDetected = 0, nCases = 0;
+  uint32_t H, P;
+  (void)state;
+  hotJournalImage("jf-tde.db", 1, &aDb, &nDb, &aJ, &nJ, &hGood);
+  hotJournalImage("jf-plain.db", 0, &aPDb, &nPDb, &aPJ, &nPJ, &hPlain);
+  printf("# hot journal of the same transaction: plain SQLite %zu bytes, tde %zu bytes\n", nPJ, nJ);
+  assert_true(nJ==nPJ);
+  assert_true(hGood==hPlain);
+
+  /* The record layout, from plain SQLite's journal (plaintext headers). */
+  H = get32(aPJ+20);
+  P = get32(aPJ+24);
+  assert_int_equal(P, 1024);
+  for(size_t hOff=0; hOff+H<=nPJ && memcmp(aPJ+hOff, "\xd9\xd5\x05\xf9\x20\xa1\x63\xd7", 8)==0; ){
+    uint32_t n = get32(aPJ+hOff+8);
+    size_t end;
+    assert_true(n!=0xffffffffu);
+    for(uint32_t k=0; k<n && nRec<512; k++){
+      long r = (long)(hOff + H + k*(P+8));
+      aRec[nRec++] = r;
+      /* The page number is stored as is; the checksum field is the tag
+      ** prefix, never SQLite's checksum. */
+      assert_true(memcmp(aJ+r, aPJ+r, 4)==0);
+      assert_true(memcmp(aJ+r+4+P, aJ+r+4+P-48+24, 4)==0);
+    }
+    nSeg++;
+    end = hOff + H + (size_t)n*(P+8);
+    hOff = ((end-1)/H + 1)*H;
+  }
+  printf("# plain layout: sector %u, page %u, %d hot segments, %d records\n", H, P, nSeg, nRec);
+  assert_true(nRec >= 8);
+  assert_true(nSeg >= 2);
+  /* The plain SQLite journal magic never appears: headers are sealed. */
+  for(size_t i=0; i+8<=nJ; i++) assert_true(memcmp(aJ+i, "\xd9\xd5\x05\xf9\x20\xa1\x63\xd7", 8)!=0);
+
+  /* The undamaged image rolls back. */
+  assert_int_equal(probeJournal(aDb, nDb, aJ, nJ, &h), P_OK);
+  assert_true(h==hGood);
+
+  b = malloc(nJ);
+  assert_non_null(b);
+  /* A flipped byte in any part of a record, and a record moved: errors. */
+  for(int iRec=0; iRec<nRec; iRec += (iRec<4 ? 1 : 7)){
+    static const int aPart[] = { 3, 4, 500, 4+1024-49, 4+1024-44, 4+1024-44+12, 4+1024-44+24,
+                                 4+1024-44+40, 4+1024-1, 4+1024, 4+1024+3 };
+    for(size_t k=0; k<sizeof(aPart)/sizeof(aPart[0]); k++){
+      int out;
+      memcpy(b, aJ, nJ);
+      b[aRec[iRec] + aPart[k]] ^= 0x10;
+      out = probeJournal(aDb, nDb, b, nJ, &h);
+      nCases++;
+      if( out==P_OK ) fail_msg("record at %ld, byte %d flipped: no error", aRec[iRec], aPart[k]);
+      nDetected++;
+    }
+  }
+  for(int iRec=0; iRec+1<nRec; iRec += 5){
+    int out;
+    memcpy(b, aJ, nJ);
+    if( aRec[iRec+1]!=aRec[iRec]+(long)(P+8) ) continue;
+    memcpy(b+aRec[iRec], aJ+aRec[iRec+1], P+8);
+    memcpy(b+aRec[iRec+1], aJ+aRec[iRec], P+8);
+    out = probeJournal(aDb, nDb, b, nJ, &h);
+    nCases++;
+    if( out==P_OK ) fail_msg("records at %ld and %ld swapped: no error", aRec[iRec], aRec[iRec+1]);
+    nDetected++;
+  }
+  printf("# journal records: %d damaged or moved, %d detected\n", nCases, nDetected);
+
+  /* Header 0: slot 0 holds the first version (not hot), slot 1 the record
+  ** count (hot).  Damage to the older slot changes nothing; damage to the
+  ** newer one, or slot 0 copied over it, or a torn rewrite of it, is an
+  ** error (a hot version may have been destroyed). */
+  {
+    static const struct { const char *zWhat; int iOff; int eKind; } aCase[] = {
+      { "slot 0 flipped", 10, 0 },
+      { "slot 0 trailer flipped", 64+30, 0 },
+      { "slot 1 flipped", 112+10, 1 },
+      { "slot 1 trailer flipped", 112+64+30, 1 },
+      { "slot 0 copied over slot 1", 0, 2 },
+      { "slot 1 rewrite torn (second half old zeros)", 112+56, 3 },
+      { "slot 1 rewrite torn (first half only garbage)", 112, 4 },
+      { "padding byte flipped", 300, 0 },
+    };
+    for(size_t i=0; i<sizeof(aCase)/sizeof(aCase[0]); i++){
+      int out;
+      memcpy(b, aJ, nJ);
+      switch( aCase[i].eKind ){
+        case 0: case 1: b[aCase[i].iOff] ^= 0x01; break;
+        case 2: memcpy(b+112, aJ, 112); break;
+        case 3: memset(b+aCase[i].iOff, 0, 56); break;
+        case 4: for(int k=0; k<56; k++) b[aCase[i].iOff+k] = (unsigned char)(k*37+1); break;
+      }
+      out = probeJournal(aDb, nDb, b, nJ, &h);
+      printf("# journal header %-46s %s%s\n", aCase[i].zWhat, azOutcome[out],
+             out==P_OK ? (h==hGood ? " (correct rollback)" : " (WRONG ROWS)") : "");
+      if( out==P_OK && h!=hGood ) fail_msg("journal header %s: wrong rows", aCase[i].zWhat);
+      if( aCase[i].eKind>=1 && out==P_OK ) fail_msg("journal header %s: no error", aCase[i].zWhat);
+      if( aCase[i].eKind==0 && out!=P_OK ) fail_msg("journal header %s: %s", aCase[i].zWhat, azOutcome[out]);
+    }
+  }
+  free(b);
+  free(aDb); free(aJ); free(aPDb); free(aPJ);
+}
+
 /* ---- crash images ----------------------------------------------------------- */
 
 /*
@@ -790,6 +972,7 @@ int main(void){
     cmocka_unit_test(test_tamper_rollback),
     cmocka_unit_test(test_tamper_wal),
     cmocka_unit_test(test_tamper_hot_journal),
+    cmocka_unit_test(test_tamper_journal_format),
     cmocka_unit_test(test_crash_images_control),
     cmocka_unit_test(test_crash_images_delete),
     cmocka_unit_test(test_crash_images_wal),
