@@ -1282,6 +1282,13 @@ static void versions(void){
     p = prep(db, "PRAGMA cipher_version");
     outStr("sqlcipher", sqlite3_step(p)==SQLITE_ROW ? (const char*)sqlite3_column_text(p, 0) : "?");
     sqlite3_finalize(p);
+    /* the provider is known once a key is set (a throwaway one, in memory) */
+    exec(db, "PRAGMA key = 'versions'");
+    p = prep(db, "PRAGMA cipher_provider");
+    if( sqlite3_step(p)==SQLITE_ROW && sqlite3_column_text(p, 0) ){
+      outStr("crypto_provider", (const char*)sqlite3_column_text(p, 0));
+    }
+    sqlite3_finalize(p);
     p = prep(db, "PRAGMA cipher_provider_version");
     if( sqlite3_step(p)==SQLITE_ROW && sqlite3_column_text(p, 0) ){
       outStr("crypto", (const char*)sqlite3_column_text(p, 0));

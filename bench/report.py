@@ -221,6 +221,27 @@ def per_condition_rows(res, io=False):
     return rows
 
 
+STANDBY_HEAD = ["repeat", "mode", "workload", "rows/s", "lag max (txn / bytes / s)",
+                "lag at end (txn / bytes / s)", "caught up after (s)", "ship lock mean / max (ms)"]
+STANDBY_TEXT = ("Condition standby: a shipper (50 ms capture cycles) and a standby on 127.0.0.1 "
+                "attached during the run; lag = captured on the primary but not yet acknowledged "
+                "(applied) by the standby, sampled every 50 ms from the shipper's state file.")
+
+
+def standby_rows(res):
+    rows = []
+    for ob in res["observations"]:
+        q = ob.get("result") or {}
+        if "standby_lag_txn_max" not in q:
+            continue
+        rows.append((ob["repeat"], ob["mode"], ob["workload"], num(q.get("rows_per_s")),
+                     "%d / %d / %s" % (q["standby_lag_txn_max"], q["standby_lag_bytes_max"], num(q["standby_lag_s_max"])),
+                     "%d / %d / %s" % (q["standby_lag_txn_end"], q["standby_lag_bytes_end"], num(q["standby_lag_s_end"])),
+                     num(q.get("standby_catchup_s")),
+                     "%s / %s" % (num(q.get("ship_lock_ms_avg")), num(q.get("ship_lock_ms_max")))))
+    return rows
+
+
 def conditions_text(res):
     return [(c["name"], ("not measured: " + c["skipped"]) if c["skipped"] else c["label"])
             for c in res["conditions"]]
@@ -366,6 +387,9 @@ def md_report(res):
         rows.append([w, mn, c] + cells)
     L += md_table(["workload", "mode", "condition", "bytes written (wchar)", "bytes to storage",
                    "pwrites", "preads", "journal bytes", "WAL bytes"], rows) + [""]
+    sb = standby_rows(res)
+    if sb:
+        L += ["## Standby lag", "", STANDBY_TEXT, ""] + md_table(STANDBY_HEAD, sb) + [""]
     L += ["## Method", "", method_text(res), "", "Conditions:", ""]
     L += ["- %s: %s" % c for c in conditions_text(res)]
     L += ["", "## Environment", ""]
@@ -604,6 +628,10 @@ def html_report(res):
                                   for r in rr])
     P.append(h_table(["workload", "mode", "condition", "bytes written (wchar)", "bytes to storage",
                       "pwrites", "preads", "journal bytes", "WAL bytes"], rows, left=3))
+    sb = standby_rows(res)
+    if sb:
+        P.append("<h2>Standby lag</h2><p>%s</p>" % e(STANDBY_TEXT))
+        P.append(h_table(STANDBY_HEAD, sb, left=3))
     P.append("<h2>Method</h2><p>%s</p><h3>Conditions</h3><ul>%s</ul>" % (
         e(method_text(res)), "".join("<li><b>%s</b>: %s</li>" % (e(a), e(b)) for a, b in conditions_text(res))))
     P.append("<h2>Environment</h2>")

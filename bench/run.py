@@ -1,14 +1,17 @@
 #!/usr/bin/python3
-"""sqlite-tde benchmark kit: orchestrator and report writer.
+"""sqlite-tde benchmark kit: orchestrator.
 
 Installed next to the driver as sqlite-tde-bench.py; `sqlite-tde bench ARGS`
 and `sqlite-tde-bench ARGS` run it.  It sets up every condition in a scratch
-folder (keystores, the sqlcipher key), builds each condition's data set once
-with the same seed, then runs the workloads round robin: per repeat and
-workload the conditions run in an order shuffled with the printed seed, each
-run in a fresh driver process on a fresh copy of its data set.  It writes
-results.json (every raw observation), report.md and a self-contained
-report.html (inline SVG, no network) into the output folder.
+folder (keystores, the peers' passphrase), builds each condition's data set
+once with the same seed in rollback mode (a copy converted for WAL), then
+runs the workloads round robin: per repeat, journal mode and workload the
+conditions run in an order shuffled with the printed seed, each run in a
+fresh driver process on a fresh copy of its data set.  It computes the
+statistics and the targets, writes results.json (every raw observation) and
+has report.py (installed as sqlite_tde_bench_report.py) write report.md and
+a self-contained report.html into the output folder.  On stdout: the
+options, the headline table and one line counting the targets.
 
 Standard library only (Debian's /usr/bin/python3).  It never reads or prints
 key material: the wallet password and the sqlcipher passphrase are random,
@@ -304,7 +307,7 @@ def setup_condition(name, work, opt):
         else:
             c.label = "SQLCipher %s on SQLite %s%s, its defaults, PRAGMA key" % (
                 v.get("sqlcipher", "?"), v.get("sqlite", "?"),
-                ", %s" % v["crypto"] if v.get("crypto") else "")
+                ", crypto %s %s" % (v.get("crypto_provider", ""), v["crypto"]) if v.get("crypto") else "")
             if name == "sqlcipher":
                 c.label = "old peer (a decade old): " + c.label
         return c
@@ -322,9 +325,11 @@ def setup_condition(name, work, opt):
         rc, out = run_cli(cli, c.config, ["keystore", "create", "--auto-login"])
         c.label = "wallet (auto-login)"
         if name == "standby":
+            # Shipping needs WAL: the condition runs in the WAL modes only.
             c.standby = True
-            c.label = "standby (auto-login wallet; sqlite-tde ship to a standby on 127.0.0.1, 50 ms cycles)"
-            if any(m["journal"] != "WAL" for m in opt.modes):
+            c.label = ("standby (auto-login wallet; sqlite-tde ship to a standby on 127.0.0.1, 50 ms "
+                       "cycles; WAL modes only)")
+            if not any(m["journal"] == "WAL" for m in opt.modes):
                 c.skip = "shipping needs journal_mode WAL (--journal %s)" % opt.journal
     elif name == "wallet-password":
         write_private(os.path.join(d, "wallet.pw"), secrets.token_urlsafe(24) + "\n")
@@ -1129,13 +1134,14 @@ def bench_main(argv):
     kib_default = -opt.cache_size if opt.cache_size < 0 else opt.cache_size * opt.page_size // 1024
     opt.cache_all = -max(2 * max(sizes + [0]) // 1024 + 16384, kib_default)
     obs, failures = [], []
-    total = opt.repeats * len(workloads) * len(live) * len(opt.modes)
+    total = opt.repeats * len(workloads) * sum(
+        1 for c in live for m in opt.modes if not (c.standby and m["journal"] != "WAL"))
     rng = random.Random(opt.seed)
     k, t_start = 0, time.time()
     for rep in range(opt.repeats):
         for mode in opt.modes:
             for w in workloads:
-                order = list(live)
+                order = [c for c in live if not (c.standby and mode["journal"] != "WAL")]
                 rng.shuffle(order)
                 for pos, c in enumerate(order):
                     k += 1
