@@ -5,10 +5,11 @@
 ** sqlite-tde-bench.py) builds the data sets, copies them per run,
 ** interleaves the conditions and writes the reports.
 **
-**   sqlite-tde-bench driver --op build|run --workload W --db PATH
+**   sqlite-tde-bench driver --op build|convert|run|versions --workload W --db PATH
 **       [--config CFG | --plain | --keyfile F] [--seconds S] [--seed N]
 **       [--rows N] [--scale N] [--threads N] [--journal MODE]
 **       [--synchronous MODE] [--page-size N] [--cache-size N] [--rat-rows N]
+**       [--txn-rows N]
 **   sqlite-tde-bench [report options]   runs sqlite-tde-bench.py next to it
 **
 ** Modelled on SQLite's test/speedtest1.c: fixed, printed PRNG seeds, every
@@ -16,9 +17,13 @@
 ** logical data, and a checksum of everything read, verified against the
 ** value the generator predicts, so that a fast wrong answer fails the run.
 **
-** The same source builds sqlite-tde-bench-sqlcipher against Debian's
-** libsqlcipher (-DBENCH_SQLCIPHER): the peer condition.  That binary never
-** links the tde library (both export SQLite's symbols).
+** The same source builds the peer drivers (-DBENCH_SQLCIPHER): against
+** Debian's libsqlcipher 3 (sqlite-tde-bench-sqlcipher), the SQLCipher 4
+** amalgamation (sqlite-tde-bench-sqlcipher4) and the SQLite3 Multiple
+** Ciphers amalgamation (sqlite-tde-bench-sqlite3mc, also -DBENCH_SQLITE3MC).
+** A peer binary never links the tde library (both export SQLite's symbols).
+**
+** Every run counts its I/O around the timed part (see "I/O accounting").
 **
 ** It must never report a figure from a run whose checksum did not verify:
 ** it exits 1 with a message instead.
@@ -61,11 +66,12 @@ typedef struct Opt {
   const char *zSync;
   int nPageSize;
   int nCacheSize;
+  int nTxnRows;             /* rows of t2: update-all, update-rows, delete-rows */
 } Opt;
 
 static Opt g = {
   "run", "insert", 0, 0, 0, 2.0, 20261130, 200000, 1, 1, 10000,
-  "WAL", "NORMAL", 4096, -2000
+  "WAL", "NORMAL", 4096, -2000, 25000
 };
 #ifdef BENCH_SQLCIPHER
 static char g_zKey[256];     /* sqlcipher passphrase */
@@ -202,13 +208,310 @@ static double sharedCleanKib(void){
   return v;
 }
 
+static void outIo(void);
 static void outEnd(void){
   struct rusage ru;
+  outIo();
   getrusage(RUSAGE_SELF, &ru);
   outNum("maxrss_kib", (double)ru.ru_maxrss);
   outNum("shared_clean_kib", sharedCleanKib());
   printf("}\n");
   fflush(stdout);
+}
+
+/* ---- I/O accounting ------------------------------------------------------- */
+
+/*
+** Two views of what a run writes, both taken around the timed part only:
+**
+** 1. /proc/self/io of the driver process (all threads): wchar/rchar (bytes
+**    passed to write/read-family system calls), syscw/syscr (how many such
+**    calls) and write_bytes/read_bytes (what reached the block layer; 0 on
+**    tmpfs, and write_bytes counts page-cache write-back, which may happen
+**    after the run).
+**
+** 2. A counting VFS ("benchcount") that the driver registers as the default
+**    VFS before anything else, so it sits at the bottom of every stack: tde
+**    registers over it, SQLCipher's codec sits in the pager above it, and
+**    SQLite3 Multiple Ciphers' VFS is created over it.  It counts xRead and
+**    xWrite calls and bytes per file kind (database, rollback journal, WAL,
+**    temporary files), which the unix VFS turns into one pread/pwrite each.
+**
+** Why a counting shim and not `strace -c`: strace stops the process at
+** every system call, which changes the timing it is supposed to explain, so
+** it would need a second, untimed run per observation (twice the run time,
+** and a second run that may not do the same work as the timed one when the
+** workload is bounded by time).  The shim costs one indirect call and two
+** relaxed atomic additions per I/O, the same in every condition, and counts
+** exactly the run that is timed.  What it cannot see -- fstat, fsync's
+** cost, shm page mapping -- is what /proc/self/io and the time show.
+*/
+enum { IO_DB, IO_JOURNAL, IO_WAL, IO_TEMP, IO_NKIND };
+static const char *const g_azIoKind[IO_NKIND] = { "db", "journal", "wal", "temp" };
+typedef struct IoCounts {
+  uint64_t nWrite[IO_NKIND], nWriteByte[IO_NKIND];
+  uint64_t nRead[IO_NKIND], nReadByte[IO_NKIND];
+  uint64_t nSync;
+} IoCounts;
+static IoCounts g_cnt;                 /* updated with relaxed atomics */
+
+typedef struct IoSnap {
+  IoCounts vfs;
+  double aProc[6];                     /* rchar wchar syscr syscw read_bytes write_bytes */
+  int bProc;                           /* /proc/self/io was readable */
+} IoSnap;
+static const char *const g_azProcIo[6] = {
+  "rchar", "wchar", "syscr", "syscw", "read_bytes", "write_bytes"
+};
+static IoSnap g_io0, g_ioDelta;
+static int g_bIoDone = 0;              /* g_ioDelta holds the timed part */
+static double g_nIoOps = 0;            /* units of work in the timed part */
+
+typedef struct CntFile {
+  sqlite3_file base;                   /* first: SQLite's view */
+  int iKind;                           /* IO_* */
+  /* the real file follows (szOsFile = real + sizeof(CntFile)) */
+} CntFile;
+#define CNT_REAL(p) ((sqlite3_file*)(((CntFile*)(p)) + 1))
+static sqlite3_vfs *g_pCntRoot = 0;    /* the VFS below: unix */
+
+static void cntAdd(uint64_t *p, uint64_t n){ __atomic_fetch_add(p, n, __ATOMIC_RELAXED); }
+
+static int cntClose(sqlite3_file *pFile);
+static int cntRead(sqlite3_file *pFile, void *zBuf, int iAmt, sqlite3_int64 iOfst);
+static int cntWrite(sqlite3_file *pFile, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
+static int cntTruncate(sqlite3_file *pFile, sqlite3_int64 size);
+static int cntSync(sqlite3_file *pFile, int flags);
+static int cntFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize);
+static int cntLock(sqlite3_file *pFile, int eLock);
+static int cntUnlock(sqlite3_file *pFile, int eLock);
+static int cntCheckReservedLock(sqlite3_file *pFile, int *pResOut);
+static int cntFileControl(sqlite3_file *pFile, int op, void *pArg);
+static int cntSectorSize(sqlite3_file *pFile);
+static int cntDeviceCharacteristics(sqlite3_file *pFile);
+static int cntShmMap(sqlite3_file *pFile, int iPg, int pgsz, int bExtend, void volatile **pp);
+static int cntShmLock(sqlite3_file *pFile, int offset, int n, int flags);
+static void cntShmBarrier(sqlite3_file *pFile);
+static int cntShmUnmap(sqlite3_file *pFile, int deleteFlag);
+static int cntFetch(sqlite3_file *pFile, sqlite3_int64 iOfst, int iAmt, void **pp);
+static int cntUnfetch(sqlite3_file *pFile, sqlite3_int64 iOfst, void *p);
+
+static const sqlite3_io_methods g_cntIo = {
+  3,                          /* iVersion */
+  cntClose,                   /* xClose */
+  cntRead,                    /* xRead */
+  cntWrite,                   /* xWrite */
+  cntTruncate,                /* xTruncate */
+  cntSync,                    /* xSync */
+  cntFileSize,                /* xFileSize */
+  cntLock,                    /* xLock */
+  cntUnlock,                  /* xUnlock */
+  cntCheckReservedLock,       /* xCheckReservedLock */
+  cntFileControl,             /* xFileControl */
+  cntSectorSize,              /* xSectorSize */
+  cntDeviceCharacteristics,   /* xDeviceCharacteristics */
+  cntShmMap,                  /* xShmMap */
+  cntShmLock,                 /* xShmLock */
+  cntShmBarrier,              /* xShmBarrier */
+  cntShmUnmap,                /* xShmUnmap */
+  cntFetch,                   /* xFetch */
+  cntUnfetch                  /* xUnfetch */
+};
+
+static int cntClose(sqlite3_file *pFile){
+  sqlite3_file *r = CNT_REAL(pFile);
+  return r->pMethods ? r->pMethods->xClose(r) : SQLITE_OK;
+}
+static int cntRead(sqlite3_file *pFile, void *zBuf, int iAmt, sqlite3_int64 iOfst){
+  CntFile *p = (CntFile*)pFile;
+  cntAdd(&g_cnt.nRead[p->iKind], 1);
+  cntAdd(&g_cnt.nReadByte[p->iKind], (uint64_t)iAmt);
+  return CNT_REAL(pFile)->pMethods->xRead(CNT_REAL(pFile), zBuf, iAmt, iOfst);
+}
+static int cntWrite(sqlite3_file *pFile, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
+  CntFile *p = (CntFile*)pFile;
+  cntAdd(&g_cnt.nWrite[p->iKind], 1);
+  cntAdd(&g_cnt.nWriteByte[p->iKind], (uint64_t)iAmt);
+  return CNT_REAL(pFile)->pMethods->xWrite(CNT_REAL(pFile), zBuf, iAmt, iOfst);
+}
+static int cntTruncate(sqlite3_file *pFile, sqlite3_int64 size){
+  return CNT_REAL(pFile)->pMethods->xTruncate(CNT_REAL(pFile), size);
+}
+static int cntSync(sqlite3_file *pFile, int flags){
+  cntAdd(&g_cnt.nSync, 1);
+  return CNT_REAL(pFile)->pMethods->xSync(CNT_REAL(pFile), flags);
+}
+static int cntFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
+  return CNT_REAL(pFile)->pMethods->xFileSize(CNT_REAL(pFile), pSize);
+}
+static int cntLock(sqlite3_file *pFile, int eLock){
+  return CNT_REAL(pFile)->pMethods->xLock(CNT_REAL(pFile), eLock);
+}
+static int cntUnlock(sqlite3_file *pFile, int eLock){
+  return CNT_REAL(pFile)->pMethods->xUnlock(CNT_REAL(pFile), eLock);
+}
+static int cntCheckReservedLock(sqlite3_file *pFile, int *pResOut){
+  return CNT_REAL(pFile)->pMethods->xCheckReservedLock(CNT_REAL(pFile), pResOut);
+}
+static int cntFileControl(sqlite3_file *pFile, int op, void *pArg){
+  return CNT_REAL(pFile)->pMethods->xFileControl(CNT_REAL(pFile), op, pArg);
+}
+static int cntSectorSize(sqlite3_file *pFile){
+  return CNT_REAL(pFile)->pMethods->xSectorSize(CNT_REAL(pFile));
+}
+static int cntDeviceCharacteristics(sqlite3_file *pFile){
+  return CNT_REAL(pFile)->pMethods->xDeviceCharacteristics(CNT_REAL(pFile));
+}
+static int cntShmMap(sqlite3_file *pFile, int iPg, int pgsz, int bExtend, void volatile **pp){
+  sqlite3_file *r = CNT_REAL(pFile);
+  if( r->pMethods->iVersion<2 || !r->pMethods->xShmMap ) return SQLITE_IOERR_SHMMAP;
+  return r->pMethods->xShmMap(r, iPg, pgsz, bExtend, pp);
+}
+static int cntShmLock(sqlite3_file *pFile, int offset, int n, int flags){
+  return CNT_REAL(pFile)->pMethods->xShmLock(CNT_REAL(pFile), offset, n, flags);
+}
+static void cntShmBarrier(sqlite3_file *pFile){
+  CNT_REAL(pFile)->pMethods->xShmBarrier(CNT_REAL(pFile));
+}
+static int cntShmUnmap(sqlite3_file *pFile, int deleteFlag){
+  sqlite3_file *r = CNT_REAL(pFile);
+  if( r->pMethods->iVersion<2 || !r->pMethods->xShmUnmap ) return SQLITE_OK;
+  return r->pMethods->xShmUnmap(r, deleteFlag);
+}
+static int cntFetch(sqlite3_file *pFile, sqlite3_int64 iOfst, int iAmt, void **pp){
+  sqlite3_file *r = CNT_REAL(pFile);
+  if( r->pMethods->iVersion<3 || !r->pMethods->xFetch ){ *pp = 0; return SQLITE_OK; }
+  return r->pMethods->xFetch(r, iOfst, iAmt, pp);
+}
+static int cntUnfetch(sqlite3_file *pFile, sqlite3_int64 iOfst, void *p){
+  sqlite3_file *r = CNT_REAL(pFile);
+  if( r->pMethods->iVersion<3 || !r->pMethods->xUnfetch ) return SQLITE_OK;
+  return r->pMethods->xUnfetch(r, iOfst, p);
+}
+
+static int cntOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile, int flags, int *pOutFlags){
+  CntFile *p = (CntFile*)pFile;
+  sqlite3_file *r = CNT_REAL(pFile);
+  int rc;
+  (void)pVfs;
+  if( flags & SQLITE_OPEN_MAIN_DB ) p->iKind = IO_DB;
+  /* 0x4000: SQLITE_OPEN_SUPER_JOURNAL (MASTER_JOURNAL in SQLCipher 3's headers) */
+  else if( flags & (SQLITE_OPEN_MAIN_JOURNAL|0x00004000) ) p->iKind = IO_JOURNAL;
+  else if( flags & SQLITE_OPEN_WAL ) p->iKind = IO_WAL;
+  else p->iKind = IO_TEMP;     /* temp db and journal, transient db, statement journal */
+  memset(r, 0, (size_t)g_pCntRoot->szOsFile);
+  rc = g_pCntRoot->xOpen(g_pCntRoot, zName, r, flags, pOutFlags);
+  p->base.pMethods = r->pMethods ? &g_cntIo : 0;
+  return rc;
+}
+static int cntDelete(sqlite3_vfs *v, const char *z, int s){ (void)v; return g_pCntRoot->xDelete(g_pCntRoot, z, s); }
+static int cntAccess(sqlite3_vfs *v, const char *z, int f, int *o){ (void)v; return g_pCntRoot->xAccess(g_pCntRoot, z, f, o); }
+static int cntFullPathname(sqlite3_vfs *v, const char *z, int n, char *o){ (void)v; return g_pCntRoot->xFullPathname(g_pCntRoot, z, n, o); }
+static void *cntDlOpen(sqlite3_vfs *v, const char *z){ (void)v; return g_pCntRoot->xDlOpen(g_pCntRoot, z); }
+static void cntDlError(sqlite3_vfs *v, int n, char *z){ (void)v; g_pCntRoot->xDlError(g_pCntRoot, n, z); }
+static void (*cntDlSym(sqlite3_vfs *v, void *p, const char *z))(void){ (void)v; return g_pCntRoot->xDlSym(g_pCntRoot, p, z); }
+static void cntDlClose(sqlite3_vfs *v, void *p){ (void)v; g_pCntRoot->xDlClose(g_pCntRoot, p); }
+static int cntRandomness(sqlite3_vfs *v, int n, char *z){ (void)v; return g_pCntRoot->xRandomness(g_pCntRoot, n, z); }
+static int cntSleep(sqlite3_vfs *v, int n){ (void)v; return g_pCntRoot->xSleep(g_pCntRoot, n); }
+static int cntCurrentTime(sqlite3_vfs *v, double *p){ (void)v; return g_pCntRoot->xCurrentTime(g_pCntRoot, p); }
+static int cntGetLastError(sqlite3_vfs *v, int n, char *z){ (void)v; return g_pCntRoot->xGetLastError(g_pCntRoot, n, z); }
+static int cntCurrentTimeInt64(sqlite3_vfs *v, sqlite3_int64 *p){ (void)v; return g_pCntRoot->xCurrentTimeInt64(g_pCntRoot, p); }
+
+static sqlite3_vfs g_cntVfs = {
+  2, 0, 0, 0, "benchcount", 0,
+  cntOpen, cntDelete, cntAccess, cntFullPathname,
+  cntDlOpen, cntDlError, cntDlSym, cntDlClose,
+  cntRandomness, cntSleep, cntCurrentTime, cntGetLastError,
+  cntCurrentTimeInt64, 0, 0, 0
+};
+
+/* Register the counting VFS over the current default (unix), as the new
+** default when makeDefault. */
+static void cntRegister(int makeDefault){
+  int rc;
+  /* "unix" by name: SQLite3 Multiple Ciphers makes its own VFS the
+  ** default at initialisation, and the counter must sit below it. */
+  g_pCntRoot = sqlite3_vfs_find("unix");
+  if( !g_pCntRoot ) die("no unix VFS");
+  g_cntVfs.szOsFile = (int)sizeof(CntFile) + g_pCntRoot->szOsFile;
+  g_cntVfs.mxPathname = g_pCntRoot->mxPathname;
+  rc = sqlite3_vfs_register(&g_cntVfs, makeDefault);
+  if( rc!=SQLITE_OK ) die("registering the counting VFS: %s", sqlite3_errstr(rc));
+}
+
+static void ioSnap(IoSnap *p){
+  FILE *f = fopen("/proc/self/io", "r");
+  char zLine[128];
+  int k;
+  memset(p, 0, sizeof(*p));
+  for(k=0; k<IO_NKIND; k++){
+    p->vfs.nWrite[k] = __atomic_load_n(&g_cnt.nWrite[k], __ATOMIC_RELAXED);
+    p->vfs.nWriteByte[k] = __atomic_load_n(&g_cnt.nWriteByte[k], __ATOMIC_RELAXED);
+    p->vfs.nRead[k] = __atomic_load_n(&g_cnt.nRead[k], __ATOMIC_RELAXED);
+    p->vfs.nReadByte[k] = __atomic_load_n(&g_cnt.nReadByte[k], __ATOMIC_RELAXED);
+  }
+  p->vfs.nSync = __atomic_load_n(&g_cnt.nSync, __ATOMIC_RELAXED);
+  if( !f ) return;
+  while( fgets(zLine, sizeof(zLine), f) ){
+    for(k=0; k<6; k++){
+      size_t n = strlen(g_azProcIo[k]);
+      if( strncmp(zLine, g_azProcIo[k], n)==0 && zLine[n]==':' ){
+        p->aProc[k] = strtod(zLine + n + 1, 0);
+        p->bProc = 1;
+      }
+    }
+  }
+  fclose(f);
+}
+/* Start of the timed part. */
+static void ioStart(void){ ioSnap(&g_io0); }
+/* End of the timed part: nOps units of work were done in it (rows,
+** transactions, scans, observations), so that time-bounded workloads can
+** be compared per unit of work. */
+static void ioStop(double nOps){
+  IoSnap s;
+  int k;
+  ioSnap(&s);
+  for(k=0; k<IO_NKIND; k++){
+    g_ioDelta.vfs.nWrite[k] = s.vfs.nWrite[k] - g_io0.vfs.nWrite[k];
+    g_ioDelta.vfs.nWriteByte[k] = s.vfs.nWriteByte[k] - g_io0.vfs.nWriteByte[k];
+    g_ioDelta.vfs.nRead[k] = s.vfs.nRead[k] - g_io0.vfs.nRead[k];
+    g_ioDelta.vfs.nReadByte[k] = s.vfs.nReadByte[k] - g_io0.vfs.nReadByte[k];
+  }
+  g_ioDelta.vfs.nSync = s.vfs.nSync - g_io0.vfs.nSync;
+  for(k=0; k<6; k++) g_ioDelta.aProc[k] = s.aProc[k] - g_io0.aProc[k];
+  g_ioDelta.bProc = s.bProc && g_io0.bProc;
+  g_nIoOps = nOps;
+  g_bIoDone = 1;
+}
+
+/* The timed part's I/O in the run's JSON object (nothing when the
+** workload did not call ioStop). */
+static void outIo(void){
+  uint64_t nW = 0, nWB = 0, nR = 0, nRB = 0;
+  char zKey[64];
+  int k;
+  if( !g_bIoDone ) return;
+  for(k=0; k<IO_NKIND; k++){
+    nW += g_ioDelta.vfs.nWrite[k]; nWB += g_ioDelta.vfs.nWriteByte[k];
+    nR += g_ioDelta.vfs.nRead[k]; nRB += g_ioDelta.vfs.nReadByte[k];
+    snprintf(zKey, sizeof(zKey), "vfs_%s_writes", g_azIoKind[k]);
+    outNum(zKey, (double)g_ioDelta.vfs.nWrite[k]);
+    snprintf(zKey, sizeof(zKey), "vfs_%s_write_bytes", g_azIoKind[k]);
+    outNum(zKey, (double)g_ioDelta.vfs.nWriteByte[k]);
+    snprintf(zKey, sizeof(zKey), "vfs_%s_reads", g_azIoKind[k]);
+    outNum(zKey, (double)g_ioDelta.vfs.nRead[k]);
+  }
+  outNum("vfs_writes", (double)nW);
+  outNum("vfs_write_bytes", (double)nWB);
+  outNum("vfs_reads", (double)nR);
+  outNum("vfs_read_bytes", (double)nRB);
+  outNum("vfs_syncs", (double)g_ioDelta.vfs.nSync);
+  for(k=0; k<6; k++){
+    snprintf(zKey, sizeof(zKey), "io_%s", g_azProcIo[k]);
+    outNum(zKey, g_ioDelta.bProc ? g_ioDelta.aProc[k] : -1.0);
+  }
+  outNum("io_ops", g_nIoOps);
 }
 
 /* ---- database helpers ------------------------------------------------------ */
@@ -266,9 +569,9 @@ static sqlite3 *openDb(const char *zPath, int bCreate){
     sqlite3_free(z);
   }
 #endif
-#ifdef BENCH_SQLCIPHER
+#if defined(BENCH_SQLCIPHER) && !defined(BENCH_SQLITE3MC)
   /* SQLCipher ties the page size to its cipher page size (default 1024 in
-  ** 3.x): set it on every open, or the file does not decode. */
+  ** 3.x, 4096 in 4.x): set it on every open, or the file does not decode. */
   snprintf(zSql, sizeof(zSql), "PRAGMA cipher_page_size=%d", g.nPageSize);
   exec(db, zSql);
 #else
@@ -308,6 +611,8 @@ static void dropOsCacheDb(const char *zDb){
   snprintf(z, sizeof(z), "%s-journal", zDb); dropOsCache(z);
 }
 
+#define T2_BASE 1000000000000LL   /* t2 row id uses generator id T2_BASE + id */
+
 /* ---- data set --------------------------------------------------------------- */
 
 static void insertT1Range(sqlite3 *db, sqlite3_stmt *pIns, int64_t iFirst, int64_t n){
@@ -337,7 +642,8 @@ static void buildDataSet(void){
            "CREATE TABLE pgbench_branches(bid INTEGER PRIMARY KEY, bbalance INTEGER, filler TEXT);"
            "CREATE TABLE pgbench_tellers(tid INTEGER PRIMARY KEY, bid INTEGER, tbalance INTEGER, filler TEXT);"
            "CREATE TABLE pgbench_accounts(aid INTEGER PRIMARY KEY, bid INTEGER, abalance INTEGER, filler TEXT);"
-           "CREATE TABLE pgbench_history(tid INTEGER, bid INTEGER, aid INTEGER, delta INTEGER, mtime INTEGER, filler TEXT);");
+           "CREATE TABLE pgbench_history(tid INTEGER, bid INTEGER, aid INTEGER, delta INTEGER, mtime INTEGER, filler TEXT);"
+           "CREATE TABLE t2(id INTEGER PRIMARY KEY, a INTEGER NOT NULL, b TEXT NOT NULL);");
   exec(db, "BEGIN");
   p = prep(db, "INSERT INTO t1(id,a,b) VALUES(?,?,?)");
   for(id=1; id<=g.nRows; id+=10000){
@@ -366,6 +672,17 @@ static void buildDataSet(void){
     stepDone(db, p, "accounts");
   }
   sqlite3_finalize(p);
+  /* t2: the table of the update and delete workloads */
+  p = prep(db, "INSERT INTO t2(id,a,b) VALUES(?,?,?)");
+  for(id=1; id<=g.nTxnRows; id++){
+    char z[101];
+    valB(T2_BASE + id, z);
+    sqlite3_bind_int64(p, 1, id);
+    sqlite3_bind_int64(p, 2, valA(T2_BASE + id));
+    sqlite3_bind_text(p, 3, z, 100, SQLITE_TRANSIENT);
+    stepDone(db, p, "insert t2");
+  }
+  sqlite3_finalize(p);
   exec(db, "COMMIT");
   if( sqlite3_stricmp(g.zJournal, "WAL")==0 ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
   check(db, sqlite3_close(db), "close");
@@ -373,6 +690,19 @@ static void buildDataSet(void){
   outStr("op", "build");
   outNum("rows", (double)g.nRows);
   outNum("scale", g.nScale);
+  outEnd();
+}
+
+/* Switch a built data set (a copy) to --journal: the orchestrator builds
+** each data set once in rollback mode and converts a copy for WAL. */
+static void convertDataSet(void){
+  sqlite3 *db = openDb(g.zDb, 0);
+  (void)one(db, "SELECT count(*) FROM t1");
+  if( sqlite3_stricmp(g.zJournal, "WAL")==0 ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  check(db, sqlite3_close(db), "close");
+  outBegin();
+  outStr("op", "convert");
+  outStr("journal", g.zJournal);
   outEnd();
 }
 
@@ -386,7 +716,9 @@ static void wInsert(void){
   Samples lat = {0};
   int64_t iNext = g.nRows + 1, nDone = 0, id;
   uint64_t sumExp = 0, sumGot = 0;
-  double t0 = now(), t, tEnd;
+  double t0, t, tEnd;
+  ioStart();
+  t0 = now();
   do{
     exec(db, "BEGIN");
     insertT1Range(db, pIns, iNext, 500);
@@ -397,6 +729,7 @@ static void wInsert(void){
     nDone += 500;
   }while( now() - t0 < g.rSeconds );
   tEnd = now();
+  ioStop((double)nDone);
   sqlite3_finalize(pIns);
   /* checksum: every inserted row read back */
   for(id=g.nRows+1; id<iNext; id++) sumExp += expectedRow(id);
@@ -433,8 +766,10 @@ static void wDeleteReplenish(void){
   Rng rng = { g.iSeed ^ 0xde1e7e };
   int64_t nDone = 0, i0, nChk = 0;
   uint64_t sumGot = 0, sumExp = 0;
-  double t0 = now(), tA, t, tEnd;
+  double t0, tA, t, tEnd;
   if( g.nRows < 1000 ) die("delete-replenish needs --rows >= 1000");
+  ioStart();
+  t0 = now();
   do{
     i0 = 1 + (int64_t)(rngNext(&rng) % (uint64_t)(g.nRows - 999));
     tA = now();
@@ -451,6 +786,7 @@ static void wDeleteReplenish(void){
     nDone += 1000;
   }while( now() - t0 < g.rSeconds );
   tEnd = now();
+  ioStop((double)nDone);
   sqlite3_finalize(pIns);
   sqlite3_finalize(pDel);
   /* checksum: the whole table is as built */
@@ -510,11 +846,13 @@ static void wScan(int bCold){
   double t0 = now();
   for(id=1; id<=g.nRows; id++) sumExp += expectedRow(id);
   if( !bCold ){ double x = scanOnce(0, &sum, &nRow); (void)x; }   /* warm the OS cache */
+  ioStart();
   t0 = now();
   do{
     samplesAdd(&s, scanOnce(bCold, &sum, &nRow));
     if( sum!=sumExp || nRow!=g.nRows ) die("scan: checksum mismatch (%lld rows)", (long long)nRow);
   }while( now() - t0 < g.rSeconds || s.n < 3 );
+  ioStop((double)s.n);
   outBegin();
   outNum("s_per_scan", pct(&s, 0.5));
   outNum("scans", (double)s.n);
@@ -532,6 +870,7 @@ static void wBounce(void){
   char z[101];
   double t0 = now(), t;
   valB(1, z);
+  ioStart();
   do{
     sqlite3 *db;
     sqlite3_stmt *p;
@@ -546,6 +885,7 @@ static void wBounce(void){
     check(db, sqlite3_close(db), "close");
     samplesAdd(&s, (now() - t) * 1000);
   }while( (now() - t0 < g.rSeconds || s.n < 5) && s.n < 500 );
+  ioStop((double)s.n);
   outBegin();
   outNum("bounce_ms", pct(&s, 0.5));
   outNum("bounce_ms_min", pct(&s, 0.0));
@@ -555,7 +895,7 @@ static void wBounce(void){
   outEnd();
 }
 
-/* row-at-a-time (seed 003): nRatRows single-row inserts, then as many
+/* row-at-a-time (the Oracle column-encryption test): nRatRows single-row inserts, then as many
 ** deletes by a non-indexed predicate (name = 'eygle'||i), one commit each
 ** phase, as in the PL/SQL loops of the seed. */
 static void wRowAtATime(void){
@@ -567,6 +907,7 @@ static void wRowAtATime(void){
   exec(db, "CREATE TABLE rat(id INTEGER, name TEXT)");
   pIns = prep(db, "INSERT INTO rat VALUES(?,?)");
   pDel = prep(db, "DELETE FROM rat WHERE name=?");
+  ioStart();
   t0 = now();
   exec(db, "BEGIN");
   for(i=1; i<=g.nRatRows; i++){
@@ -589,6 +930,7 @@ static void wRowAtATime(void){
   }
   exec(db, "COMMIT");
   t2 = now() - tc;
+  ioStop(2.0 * g.nRatRows);
   if( nDel!=g.nRatRows || one(db, "SELECT count(*) FROM rat")!=0 ) die("row-at-a-time: delete count");
   sqlite3_finalize(pIns);
   sqlite3_finalize(pDel);
@@ -682,6 +1024,7 @@ static void wTpcb(int bRw){
     if( pthread_create(&aW[i].tid, 0, tpcbThread, &aW[i]) ) die("pthread_create");
   }
   pthread_barrier_wait(&g_barrier);      /* every connection is open */
+  ioStart();
   t0 = now();
   g_tStop = t0 + g.rSeconds;
   pthread_barrier_wait(&g_barrier);      /* go */
@@ -692,6 +1035,7 @@ static void wTpcb(int bRw){
     free(aW[i].lat.a);
   }
   t1 = now();
+  ioStop((double)nTx);
   free(aW);
   if( nBad ) die("tpcb: %lld reads returned a wrong balance", (long long)nBad);
   if( bRw ){
@@ -720,6 +1064,185 @@ static void wTpcb(int bRw){
   outEnd();
 }
 
+/* ---- write-heavy workloads on t2 and the whole file -------------------------- */
+
+/* t2 row id holds valA(T2_BASE + id), valB(T2_BASE + id): its own values,
+** from the same generator as t1. */
+
+/* The checksum t2 row id must give after a workload added da to a and,
+** when bRot, rotated b left by one character. */
+static uint64_t expectedT2(int64_t id, int64_t da, int bRot){
+  char z[101], r[101];
+  valB(T2_BASE + id, z);
+  if( bRot ){
+    memcpy(r, z + 1, 99);
+    r[99] = z[0];
+    r[100] = 0;
+    memcpy(z, r, sizeof(z));
+  }
+  return rowHash(id, valA(T2_BASE + id) + da, z, 100);
+}
+
+/* Sum of row hashes of table zTab (t1 or t2) and its row count. */
+static uint64_t sumTable(sqlite3 *db, const char *zTab, int64_t *pnRow){
+  char zSql[64];
+  sqlite3_stmt *p;
+  uint64_t sum = 0;
+  snprintf(zSql, sizeof(zSql), "SELECT id,a,b FROM %s", zTab);
+  p = prep(db, zSql);
+  *pnRow = 0;
+  while( sqlite3_step(p)==SQLITE_ROW ){
+    sum += rowHash(sqlite3_column_int64(p, 0), sqlite3_column_int64(p, 1),
+                   (const char*)sqlite3_column_text(p, 2), (size_t)sqlite3_column_bytes(p, 2));
+    (*pnRow)++;
+  }
+  check(db, sqlite3_finalize(p), zSql);
+  return sum;
+}
+
+/* Verify t2 against what the workload should have left; die otherwise. */
+static uint64_t checkT2(sqlite3 *db, int64_t da, int bRot, const char *zWho){
+  int64_t n = 0, id;
+  uint64_t got = sumTable(db, "t2", &n), want = 0;
+  for(id=1; id<=g.nTxnRows; id++) want += expectedT2(id, da, bRot);
+  if( n!=g.nTxnRows || got!=want ){
+    die("%s: checksum mismatch in t2 (%lld rows, %016llx != %016llx)", zWho, (long long)n,
+        (unsigned long long)got, (unsigned long long)want);
+  }
+  return got;
+}
+
+/* The ids 1..nTxnRows in an order shuffled with the seed (Fisher-Yates). */
+static int64_t *shuffledIds(uint64_t iSalt){
+  int64_t *a = malloc(sizeof(int64_t) * (size_t)g.nTxnRows);
+  Rng rng = { g.iSeed ^ iSalt };
+  int64_t i;
+  if( !a ) die("out of memory");
+  for(i=0; i<g.nTxnRows; i++) a[i] = i + 1;
+  for(i=g.nTxnRows-1; i>0; i--){
+    int64_t j = (int64_t)(rngNext(&rng) % (uint64_t)(i + 1)), t = a[i];
+    a[i] = a[j]; a[j] = t;
+  }
+  return a;
+}
+
+/* vacuum: VACUUM of the whole data set (t1, its index, t2 and the pgbench
+** tables: about 50 MB at the default sizes); afterwards t1 and t2 must
+** hold exactly what was built and PRAGMA quick_check must say ok. */
+static void wVacuum(void){
+  sqlite3 *db = openDb(g.zDb, 0);
+  int64_t nPage = one(db, "PRAGMA page_count"), nPgsz = one(db, "PRAGMA page_size");
+  int64_t n = 0, id;
+  uint64_t sum1, sum1Exp = 0, sum2;
+  double t0, t1;
+  sqlite3_stmt *p;
+  ioStart();
+  t0 = now();
+  exec(db, "VACUUM");
+  t1 = now();
+  ioStop(1);
+  sum1 = sumTable(db, "t1", &n);
+  for(id=1; id<=g.nRows; id++) sum1Exp += expectedRow(id);
+  if( n!=g.nRows || sum1!=sum1Exp ) die("vacuum: checksum mismatch in t1");
+  sum2 = checkT2(db, 0, 0, "vacuum");
+  p = prep(db, "PRAGMA quick_check");
+  if( sqlite3_step(p)!=SQLITE_ROW || strcmp((const char*)sqlite3_column_text(p, 0), "ok")!=0 ){
+    die("vacuum: quick_check: %s", sqlite3_column_text(p, 0) ? (const char*)sqlite3_column_text(p, 0) : sqlite3_errmsg(db));
+  }
+  check(db, sqlite3_finalize(p), "quick_check");
+  check(db, sqlite3_close(db), "close");
+  outBegin();
+  outNum("vacuum_s", t1 - t0);
+  outNum("db_mb", (double)(nPage * nPgsz) / 1e6);
+  outNum("mb_per_s", (double)(nPage * nPgsz) / 1e6 / (t1 - t0));
+  outU64("checksum", sum1 ^ sum2);
+  outEnd();
+}
+
+/* update-all: one UPDATE of every row of t2 (a+1, b rotated), one
+** transaction. */
+static void wUpdateAll(void){
+  sqlite3 *db = openDb(g.zDb, 0);
+  double t0, t1;
+  uint64_t sum;
+  int nChange;
+  (void)one(db, "SELECT count(*) FROM sqlite_master");
+  ioStart();
+  t0 = now();
+  exec(db, "UPDATE t2 SET a=a+1, b=substr(b,2)||substr(b,1,1)");
+  nChange = sqlite3_changes(db);
+  t1 = now();
+  ioStop((double)g.nTxnRows);
+  if( nChange!=g.nTxnRows ) die("update-all: %d rows changed, not %d", nChange, g.nTxnRows);
+  sum = checkT2(db, 1, 1, "update-all");
+  check(db, sqlite3_close(db), "close");
+  outBegin();
+  outNum("update_s", t1 - t0);
+  outNum("rows", (double)g.nTxnRows);
+  outU64("checksum", sum);
+  outEnd();
+}
+
+/* update-rows / delete-rows: single-row statements on t2 by primary key
+** in a shuffled order, each in its own (autocommit) transaction, until all
+** nTxnRows rows are done or --seconds have passed (each transaction syncs:
+** 25,000 of them take minutes on a slow disk).  Afterwards exactly the
+** rows done must show the change and no other row. */
+static void wRowTxns(int bDelete){
+  sqlite3 *db = openDb(g.zDb, 0);
+  sqlite3_stmt *p = prep(db, bDelete ? "DELETE FROM t2 WHERE id=?" : "UPDATE t2 SET a=a+1 WHERE id=?");
+  int64_t *aId = shuffledIds(bDelete ? 0xde1e7eULL : 0x0dda7eULL);
+  const char *zWho = bDelete ? "delete-rows" : "update-rows";
+  Samples lat = {0};
+  uint64_t sum = 0xcbf29ce484222325ULL;
+  double t0, t1, t;
+  int64_t i, nDone;
+  (void)one(db, "SELECT count(*) FROM sqlite_master");
+  ioStart();
+  t0 = now();
+  for(nDone=0; nDone<g.nTxnRows && (nDone==0 || now() - t0 < g.rSeconds); nDone++){
+    t = now();
+    sqlite3_bind_int64(p, 1, aId[nDone]);
+    stepDone(db, p, zWho);
+    if( sqlite3_changes(db)!=1 ){
+      die("%s: id %lld: %d rows changed", zWho, (long long)aId[nDone], sqlite3_changes(db));
+    }
+    samplesAdd(&lat, (now() - t) * 1000);
+  }
+  t1 = now();
+  ioStop((double)nDone);
+  check(db, sqlite3_finalize(p), zWho);
+  {
+    /* what t2 must hold now: the rows done changed (or gone), the rest as built */
+    char *aDone = calloc((size_t)g.nTxnRows + 1, 1);
+    int64_t nRow = 0, nWant = 0;
+    uint64_t got, want = 0;
+    if( !aDone ) die("out of memory");
+    for(i=0; i<nDone; i++) aDone[aId[i]] = 1;
+    for(i=1; i<=g.nTxnRows; i++){
+      if( bDelete && aDone[i] ) continue;
+      want += expectedT2(i, aDone[i] ? 1 : 0, 0);
+      nWant++;
+    }
+    got = sumTable(db, "t2", &nRow);
+    free(aDone);
+    if( nRow!=nWant || got!=want ) die("%s: checksum mismatch in t2 (%lld rows, %lld expected)",
+                                       zWho, (long long)nRow, (long long)nWant);
+    sum = got;
+  }
+  free(aId);
+  check(db, sqlite3_close(db), "close");
+  outBegin();
+  outNum("rows_per_s", (double)nDone / (t1 - t0));
+  outNum("rows", (double)nDone);
+  outNum("elapsed_s", t1 - t0);
+  outNum("txn_ms_p50", pct(&lat, 0.5));
+  outNum("txn_ms_p99", pct(&lat, 0.99));
+  outU64("checksum", sum);
+  outEnd();
+  free(lat.a);
+}
+
 /* ---- main ------------------------------------------------------------------------ */
 
 #ifdef BENCH_SQLCIPHER
@@ -739,13 +1262,37 @@ static void versions(void){
   outBegin();
   outStr("op", "versions");
   outStr("sqlite", sqlite3_libversion());
-#ifdef BENCH_SQLCIPHER
+#if defined(BENCH_SQLITE3MC)
+  {
+    sqlite3 *db = 0;
+    sqlite3_stmt *p;
+    sqlite3_open(":memory:", &db);
+    outStr("sqlite3mc", sqlite3mc_version());
+    p = prep(db, "SELECT sqlite3mc_config('default:cipher')");
+    outStr("cipher", sqlite3_step(p)==SQLITE_ROW && sqlite3_column_text(p, 0) ?
+                     (const char*)sqlite3_column_text(p, 0) : "?");
+    sqlite3_finalize(p);
+    sqlite3_close(db);
+  }
+#elif defined(BENCH_SQLCIPHER)
   {
     sqlite3 *db = 0;
     sqlite3_stmt *p;
     sqlite3_open(":memory:", &db);
     p = prep(db, "PRAGMA cipher_version");
     outStr("sqlcipher", sqlite3_step(p)==SQLITE_ROW ? (const char*)sqlite3_column_text(p, 0) : "?");
+    sqlite3_finalize(p);
+    /* the provider is known once a key is set (a throwaway one, in memory) */
+    exec(db, "PRAGMA key = 'versions'");
+    p = prep(db, "PRAGMA cipher_provider");
+    if( sqlite3_step(p)==SQLITE_ROW && sqlite3_column_text(p, 0) ){
+      outStr("crypto_provider", (const char*)sqlite3_column_text(p, 0));
+    }
+    sqlite3_finalize(p);
+    p = prep(db, "PRAGMA cipher_provider_version");
+    if( sqlite3_step(p)==SQLITE_ROW && sqlite3_column_text(p, 0) ){
+      outStr("crypto", (const char*)sqlite3_column_text(p, 0));
+    }
     sqlite3_finalize(p);
     sqlite3_close(db);
   }
@@ -773,6 +1320,7 @@ static int driver(int argc, char **argv){
     else if( ARG("--scale") ) g.nScale = atoi(v);
     else if( ARG("--threads") ) g.nThreads = atoi(v);
     else if( ARG("--rat-rows") ) g.nRatRows = atoi(v);
+    else if( ARG("--txn-rows") ) g.nTxnRows = atoi(v);
     else if( ARG("--journal") ) g.zJournal = v;
     else if( ARG("--synchronous") ) g.zSync = v;
     else if( ARG("--page-size") ) g.nPageSize = atoi(v);
@@ -783,16 +1331,25 @@ static int driver(int argc, char **argv){
   }
   if( strcmp(g.zOp, "versions")==0 ){ versions(); return 0; }
   if( !g.zDb ) die("--db is required");
-  if( g.nRows < 1 || g.nScale < 1 || g.nThreads < 1 || g.nRatRows < 1 ) die("sizes must be >= 1");
+  if( g.nRows < 1 || g.nScale < 1 || g.nThreads < 1 || g.nRatRows < 1 || g.nTxnRows < 1 ) die("sizes must be >= 1");
 #ifdef BENCH_SQLCIPHER
   if( !g.zKeyFile ) die("--keyfile is required for sqlcipher");
   readKeyFile();
+#  ifdef BENCH_SQLITE3MC
+  /* its cipher VFS over the counter, as the default */
+  cntRegister(0);
+  if( sqlite3mc_vfs_create("benchcount", 1)!=SQLITE_OK ) die("sqlite3mc_vfs_create failed");
+#  else
+  cntRegister(1);
+#  endif
 #else
+  cntRegister(1);     /* tde registers over the default: the counter */
   if( g.zKeyFile ) die("--keyfile: only the sqlcipher driver takes a key");
   tde_register(0);
 #endif
   if( strcmp(g.zOp, "build")==0 ){ buildDataSet(); return 0; }
-  if( strcmp(g.zOp, "run")!=0 ) die("--op build|run|versions");
+  if( strcmp(g.zOp, "convert")==0 ){ convertDataSet(); return 0; }
+  if( strcmp(g.zOp, "run")!=0 ) die("--op build|convert|run|versions");
   if( strcmp(g.zWorkload, "insert")==0 ) wInsert();
   else if( strcmp(g.zWorkload, "delete-replenish")==0 ) wDeleteReplenish();
   else if( strcmp(g.zWorkload, "cold-scan")==0 ) wScan(1);
@@ -801,6 +1358,10 @@ static int driver(int argc, char **argv){
   else if( strcmp(g.zWorkload, "row-at-a-time")==0 ) wRowAtATime();
   else if( strcmp(g.zWorkload, "tpcb-select")==0 ) wTpcb(0);
   else if( strcmp(g.zWorkload, "tpcb-rw")==0 ) wTpcb(1);
+  else if( strcmp(g.zWorkload, "vacuum")==0 ) wVacuum();
+  else if( strcmp(g.zWorkload, "update-all")==0 ) wUpdateAll();
+  else if( strcmp(g.zWorkload, "update-rows")==0 ) wRowTxns(0);
+  else if( strcmp(g.zWorkload, "delete-rows")==0 ) wRowTxns(1);
   else die("unknown workload %s", g.zWorkload);
   return 0;
 }

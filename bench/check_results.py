@@ -4,8 +4,10 @@
     check_results.py RESULTS.json [SCHEMA.json]
 
 A validator for the subset of JSON Schema the schema uses (type, enum,
-required, properties, items), standard library only.  Prints every
-violation with its JSON path; exits 0 when there is none.
+required, properties, items), standard library only, plus the checks a
+schema cannot say: every journal mode of options.modes has observations and
+summary rows, and each row's journal and cache flag agree with its mode.
+Prints every violation with its JSON path; exits 0 when there is none.
 """
 import json
 import os
@@ -43,6 +45,24 @@ def check(v, s, path, errs):
             check(x, s["items"], "%s[%d]" % (path, i), errs)
 
 
+def check_modes(data, errs):
+    modes = {m["name"]: m for m in data["options"]["modes"]}
+    for what in ("observations", "summary"):
+        seen = set()
+        for i, r in enumerate(data[what]):
+            m = modes.get(r["mode"])
+            if m is None:
+                errs.append("$.%s[%d]: mode %r not in options.modes" % (what, i, r["mode"]))
+                continue
+            seen.add(r["mode"])
+            if r["journal"] != m["journal"] or r["cached"] != m["cached"]:
+                errs.append("$.%s[%d]: journal %s / cached %s do not match mode %s"
+                            % (what, i, r["journal"], r["cached"], r["mode"]))
+        for name in modes:
+            if name not in seen:
+                errs.append("$.%s: no row for journal mode %s" % (what, name))
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__.strip(), file=sys.stderr)
@@ -55,6 +75,8 @@ def main(argv):
         schema = json.load(f)
     errs = []
     check(data, schema, "$", errs)
+    if not errs:
+        check_modes(data, errs)
     for e in errs:
         print("schema: " + e)
     return 1 if errs else 0

@@ -1,14 +1,17 @@
 #!/usr/bin/python3
-"""sqlite-tde benchmark kit: orchestrator and report writer.
+"""sqlite-tde benchmark kit: orchestrator.
 
 Installed next to the driver as sqlite-tde-bench.py; `sqlite-tde bench ARGS`
 and `sqlite-tde-bench ARGS` run it.  It sets up every condition in a scratch
-folder (keystores, the sqlcipher key), builds each condition's data set once
-with the same seed, then runs the workloads round robin: per repeat and
-workload the conditions run in an order shuffled with the printed seed, each
-run in a fresh driver process on a fresh copy of its data set.  It writes
-results.json (every raw observation), report.md and a self-contained
-report.html (inline SVG, no network) into the output folder.
+folder (keystores, the peers' passphrase), builds each condition's data set
+once with the same seed in rollback mode (a copy converted for WAL), then
+runs the workloads round robin: per repeat, journal mode and workload the
+conditions run in an order shuffled with the printed seed, each run in a
+fresh driver process on a fresh copy of its data set.  It computes the
+statistics and the targets, writes results.json (every raw observation) and
+has report.py (installed as sqlite_tde_bench_report.py) write report.md and
+a self-contained report.html into the output folder.  On stdout: the
+options, the headline table and one line counting the targets.
 
 Standard library only (Debian's /usr/bin/python3).  It never reads or prints
 key material: the wallet password and the sqlcipher passphrase are random,
@@ -31,8 +34,13 @@ import subprocess
 import sys
 import time
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+try:
+    import sqlite_tde_bench_report as report    # installed name, next to this file
+except ImportError:
+    import report                               # bench/report.py in the source tree
 
 # workload -> list of (metric, label, unit, better); the first is the headline.
 HIGHER, LOWER = "higher", "lower"
@@ -54,17 +62,70 @@ METRICS = {
     "tpcb-rw": [("tps", "tpcb read/write", "tps", HIGHER),
                 ("lat_ms_p50", "tpcb read/write latency p50", "ms", LOWER),
                 ("lat_ms_p99", "tpcb read/write latency p99", "ms", LOWER)],
+    "vacuum": [("vacuum_s", "VACUUM of the whole file", "s", LOWER)],
+    "update-all": [("update_s", "one UPDATE of every row of t2", "s", LOWER)],
+    "update-rows": [("rows_per_s", "single-row UPDATEs, a transaction each", "rows/s", HIGHER),
+                    ("txn_ms_p50", "single-row UPDATE transaction p50", "ms", LOWER)],
+    "delete-rows": [("rows_per_s", "single-row DELETEs, a transaction each", "rows/s", HIGHER),
+                    ("txn_ms_p50", "single-row DELETE transaction p50", "ms", LOWER)],
 }
+# What each workload does, for --help and the report.
+DESCRIPTIONS = {
+    "insert": "500-row batches into t1, one commit per batch, for --seconds",
+    "delete-replenish": "delete 1,000 consecutive rows of t1 and insert them again, per transaction",
+    "cold-scan": "full scan of t1 on a new connection after dropping the OS cache",
+    "warm-scan": "full scan of t1 on a new connection, OS cache warm",
+    "bounce": "keystore close, open, key unwrap, first query, close",
+    "row-at-a-time": "--rat-rows single-row inserts, then as many deletes by a non-indexed column",
+    "tpcb-select": "pgbench select-only transactions, --threads threads",
+    "tpcb-rw": "pgbench TPC-B-like read/write transactions, --threads threads",
+    "vacuum": "VACUUM of the whole data set (about 50 MB at the default sizes)",
+    "update-all": "one UPDATE of every row of t2 (--txn-rows rows, default 25,000)",
+    "update-rows": "single-row UPDATEs of t2 by key, each its own transaction, up to --txn-rows or --seconds",
+    "delete-rows": "single-row DELETEs from t2 by key, each its own transaction, up to --txn-rows or --seconds",
+}
+# Per-run I/O of the timed part, per unit of work (see "I/O accounting" in
+# bench.c): derived from the driver's counters by io_per_op().
+IO_METRICS = [("wchar_per_op", "bytes written (wchar)", "B/op", LOWER),
+              ("write_bytes_per_op", "bytes to storage (write_bytes)", "B/op", LOWER),
+              ("pwrites_per_op", "pwrite calls", "1/op", LOWER),
+              ("preads_per_op", "pread calls", "1/op", LOWER),
+              ("journal_bytes_per_op", "rollback journal bytes written", "B/op", LOWER),
+              ("wal_bytes_per_op", "WAL bytes written", "B/op", LOWER)]
+# The unit of work of each workload's io_ops.
+OP_UNIT = {"insert": "row", "delete-replenish": "row", "cold-scan": "scan", "warm-scan": "scan",
+           "bounce": "open", "row-at-a-time": "row", "tpcb-select": "txn", "tpcb-rw": "txn",
+           "vacuum": "VACUUM", "update-all": "row", "update-rows": "row", "delete-rows": "row"}
 BASE_WORKLOADS = ["insert", "delete-replenish", "cold-scan", "warm-scan", "bounce",
-                  "row-at-a-time", "tpcb-select", "tpcb-rw"]
+                  "row-at-a-time", "tpcb-select", "tpcb-rw", "vacuum", "update-all",
+                  "update-rows", "delete-rows"]
 # Workloads whose checksum must be the same in every run of every condition.
-DETERMINISTIC = {"delete-replenish", "cold-scan", "warm-scan", "bounce", "row-at-a-time"}
-ALL_CONDITIONS = ["plain", "wallet", "wallet-password", "pkcs11", "kmip", "sqlcipher"]
+DETERMINISTIC = {"delete-replenish", "cold-scan", "warm-scan", "bounce", "row-at-a-time",
+                 "vacuum", "update-all"}
+WRITE_WORKLOADS = {"insert", "delete-replenish", "row-at-a-time", "tpcb-rw", "vacuum",
+                   "update-all", "update-rows", "delete-rows"}
+ALL_CONDITIONS = ["plain", "wallet", "wallet-password", "pkcs11", "kmip", "sqlcipher",
+                  "sqlcipher4", "sqlite3mc"]
+PEER_CONDITIONS = ["sqlcipher", "sqlcipher4", "sqlite3mc"]
+CONDITION_HELP = {
+    "plain": "stock SQLite, unix VFS: the baseline",
+    "wallet": "sqlite-tde, auto-login wallet",
+    "wallet-password": "sqlite-tde, password wallet (password_file, default Argon2id cost)",
+    "pkcs11": "sqlite-tde, PKCS#11 keystore on a SoftHSM token the kit creates",
+    "kmip": "sqlite-tde, KMIP keystore on a PyKMIP server the kit starts (mutual TLS)",
+    "sqlcipher": "old peer: Debian's SQLCipher 3.4.1 (SQLite 3.15.2)",
+    "sqlcipher4": "current peer: SQLCipher 4 amalgamation, OpenSSL libcrypto",
+    "sqlite3mc": "current peer: SQLite3 Multiple Ciphers amalgamation, its default cipher",
+    "standby": "auto-login wallet with sqlite-tde ship to a standby on 127.0.0.1 (WAL only)",
+}
+# Journal modes: JOURNAL or JOURNAL+cached (cache_size large enough for the
+# whole data set); DELETE, SQLite's default, first.
+DEFAULT_MODES = "DELETE,WAL"
 # Run only when named in --conditions: the auto-login wallet with a standby
 # attached on 127.0.0.1 (sqlite-tde ship + standby), its lag sampled.
 EXTRA_CONDITIONS = ["standby"]
 TDE_CONDITIONS = ["wallet", "wallet-password", "pkcs11", "kmip"]
-# Throughput workloads of the ">= 0.97" target.
+# Throughput workloads of the ">= 0.97" target (encryption overhead, WAL).
 THROUGHPUT_TARGET = ["insert", "delete-replenish", "row-at-a-time", "tpcb-select", "tpcb-rw"]
 BOUNCE_TARGET_MS = {"wallet": 2.0, "pkcs11": 10.0, "kmip": 50.0}
 
@@ -223,21 +284,32 @@ def setup_condition(name, work, opt):
     if name == "plain":
         c.label = "plain (stock unix VFS)"
         return c
-    if name == "sqlcipher":
-        c.driver = os.path.join(opt.build, "sqlite-tde-bench-sqlcipher")
+    if name in PEER_CONDITIONS:
+        c.driver = os.path.join(opt.build, "sqlite-tde-bench-" + name)
         if not os.access(c.driver, os.X_OK):
-            c.skip = ("sqlite-tde-bench-sqlcipher not built (install libsqlcipher-dev "
-                      "and re-run cmake)")
+            c.skip = "%s not built (%s; re-run cmake)" % (
+                os.path.basename(c.driver),
+                "install libsqlcipher-dev" if name == "sqlcipher" else
+                "scripts/deps.sh caches its amalgamation in TDE_NPM_DIR")
             return c
         c.keyfile = os.path.join(d, "passphrase")
         write_private(c.keyfile, secrets.token_hex(32) + "\n")
         try:
             v = json.loads(subprocess.run([c.driver, "driver", "--op", "versions"],
                                           capture_output=True, text=True, timeout=60).stdout)
-            c.label = "sqlcipher %s (SQLite %s)" % (v.get("sqlcipher", "?"), v.get("sqlite", "?"))
-            c.versions = v
         except (ValueError, subprocess.SubprocessError) as ex:
-            c.skip = "sqlcipher driver does not run: %s" % ex
+            c.skip = "%s driver does not run: %s" % (name, ex)
+            return c
+        c.versions = v
+        if name == "sqlite3mc":
+            c.label = "%s on SQLite %s, cipher %s (its default), PRAGMA key" % (
+                v.get("sqlite3mc", "?"), v.get("sqlite", "?"), v.get("cipher", "?"))
+        else:
+            c.label = "SQLCipher %s on SQLite %s%s, its defaults, PRAGMA key" % (
+                v.get("sqlcipher", "?"), v.get("sqlite", "?"),
+                ", crypto %s %s" % (v.get("crypto_provider", ""), v["crypto"]) if v.get("crypto") else "")
+            if name == "sqlcipher":
+                c.label = "old peer (a decade old): " + c.label
         return c
     c.config = os.path.join(d, "tde.conf")
     user_cfg = {"pkcs11": opt.pkcs11_config, "kmip": opt.kmip_config}.get(name)
@@ -253,9 +325,11 @@ def setup_condition(name, work, opt):
         rc, out = run_cli(cli, c.config, ["keystore", "create", "--auto-login"])
         c.label = "wallet (auto-login)"
         if name == "standby":
+            # Shipping needs WAL: the condition runs in the WAL modes only.
             c.standby = True
-            c.label = "standby (auto-login wallet; sqlite-tde ship to a standby on 127.0.0.1, 50 ms cycles)"
-            if opt.journal.upper() != "WAL":
+            c.label = ("standby (auto-login wallet; sqlite-tde ship to a standby on 127.0.0.1, 50 ms "
+                       "cycles; WAL modes only)")
+            if not any(m["journal"] == "WAL" for m in opt.modes):
                 c.skip = "shipping needs journal_mode WAL (--journal %s)" % opt.journal
     elif name == "wallet-password":
         write_private(os.path.join(d, "wallet.pw"), secrets.token_urlsafe(24) + "\n")
@@ -322,11 +396,29 @@ def setup_condition(name, work, opt):
 
 # ---- driver runs -------------------------------------------------------------------
 
-def common_args(opt):
+def common_args(opt, mode):
     return ["--seed", str(opt.seed), "--rows", str(opt.rows), "--scale", str(opt.scale),
-            "--journal", opt.journal, "--synchronous", opt.synchronous,
-            "--page-size", str(opt.page_size), "--cache-size", str(opt.cache_size),
-            "--rat-rows", str(opt.rat_rows)]
+            "--journal", mode["journal"], "--synchronous", opt.synchronous,
+            "--page-size", str(opt.page_size), "--cache-size", str(mode_cache(opt, mode)),
+            "--rat-rows", str(opt.rat_rows), "--txn-rows", str(opt.txn_rows)]
+
+
+def parse_modes(spec):
+    """"DELETE,WAL,DELETE+cached" -> [{"name", "journal", "cached"}]."""
+    out = []
+    for m in spec.split(","):
+        j, _, extra = m.strip().partition("+")
+        j = j.upper()
+        if j not in ("DELETE", "WAL", "TRUNCATE", "PERSIST") or extra not in ("", "cached"):
+            raise ValueError("journal mode %r: use DELETE, WAL, TRUNCATE or PERSIST, optionally "
+                             "with +cached" % m)
+        out.append({"name": j + ("+cached" if extra else ""), "journal": j, "cached": bool(extra)})
+    return out
+
+
+def mode_cache(opt, mode):
+    """cache_size of a mode: --cache-size, or large enough for the whole data set."""
+    return opt.cache_all if mode["cached"] else opt.cache_size
 
 
 def call_driver(c, args, timeout):
@@ -411,16 +503,16 @@ def standby_stop(procs):
                 p.wait()
 
 
-def run_one(c, workload, opt, work):
+def run_one(c, workload, mode, opt, work):
     run_db = os.path.join(work, c.name, "run.db")
     remove_db(run_db)
-    shutil.copyfile(c.dataset, run_db)
+    shutil.copyfile(c.datasets[mode["journal"]], run_db)
     if c.standby:
-        return run_one_standby(c, workload, opt, work, run_db)
-    return run_one_driver(c, workload, opt, work, run_db)
+        return run_one_standby(c, workload, mode, opt, work, run_db)
+    return run_one_driver(c, workload, mode, opt, work, run_db)
 
 
-def run_one_standby(c, workload, opt, work, run_db):
+def run_one_standby(c, workload, mode, opt, work, run_db):
     """The driver run with a standby attached: lag sampled every 50 ms while
     it runs, at its end, and the time until the standby caught up."""
     procs, d = standby_start(c, opt, work, run_db)
@@ -436,7 +528,7 @@ def run_one_standby(c, workload, opt, work, run_db):
     th = threading.Thread(target=sample, daemon=True)
     th.start()
     try:
-        r = run_one_driver(c, workload, opt, work, run_db, keep=True)
+        r = run_one_driver(c, workload, mode, opt, work, run_db, keep=True)
         t_end = time.time()
         stop.append(1)
         th.join()
@@ -473,8 +565,8 @@ def run_one_standby(c, workload, opt, work, run_db):
                 pass
 
 
-def run_one_driver(c, workload, opt, work, run_db, keep=False):
-    args = ["--op", "run", "--db", run_db, "--seconds", str(opt.seconds)] + common_args(opt)
+def run_one_driver(c, workload, mode, opt, work, run_db, keep=False):
+    args = ["--op", "run", "--db", run_db, "--seconds", str(opt.seconds)] + common_args(opt, mode)
     b = base_of(workload)
     args += ["--workload", b]
     if b != workload:
@@ -493,151 +585,324 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def bootstrap_ratio(xs, ys, rng, n=2000):
-    """95% CI of median(xs)/median(ys), resampling runs with replacement."""
-    if not xs or not ys or median(ys) == 0:
+def bootstrap(xs, ys, rng, f, n=2000):
+    """95% interval of f(median(xs), median(ys)), resampling runs with replacement."""
+    if not xs or not ys:
         return (float("nan"), float("nan"))
     rs = []
     for _ in range(n):
-        a = [xs[rng.randrange(len(xs))] for _ in xs]
-        b = [ys[rng.randrange(len(ys))] for _ in ys]
-        mb = statistics.median(b)
-        if mb:
-            rs.append(statistics.median(a) / mb)
+        a = statistics.median([xs[rng.randrange(len(xs))] for _ in xs])
+        b = statistics.median([ys[rng.randrange(len(ys))] for _ in ys])
+        v = f(a, b)
+        if v == v:
+            rs.append(v)
+    if not rs:
+        return (float("nan"), float("nan"))
     rs.sort()
     return (rs[int(0.025 * (len(rs) - 1))], rs[int(0.975 * (len(rs) - 1))])
 
 
-def verdict(ratio, lo, hi, better):
-    if ratio != ratio:
+def ratio_of(a, b):
+    return a / b if b else float("nan")
+
+
+def bootstrap_ratio(xs, ys, rng, n=2000):
+    """95% CI of median(xs)/median(ys)."""
+    return bootstrap(xs, ys, rng, ratio_of, n)
+
+
+# An interval counts as "narrow enough" to call a difference absent when it
+# lies within +-5 % of no change; anything wider that still includes 1 is
+# undecided.
+NARROW = 0.05
+
+
+def verdict(ratio, lo, hi, better, n):
+    """Verdict of a ratio condition/plain with its 95% interval.
+
+    "penalty X %" / "faster X %" when the interval excludes no change;
+    "no measurable penalty" only when it includes no change and lies within
+    +-5 % of it; otherwise "undecided".  Under 3 runs per side there is no
+    real interval: always undecided."""
+    if ratio != ratio or lo != lo or hi != hi:
         return "n/a"
-    if better == HIGHER:
-        if hi >= 1.0:
-            return "no measurable penalty"
-        return "penalty %.1f %%" % ((1 - ratio) * 100)
-    if lo <= 1.0:
+    if n < 3:
+        return "undecided"
+    good_lo, good_hi = (lo, hi) if better == HIGHER else (1 / hi if hi else float("inf"),
+                                                          1 / lo if lo else float("inf"))
+    pct = (1 - ratio) * 100 if better == HIGHER else (ratio - 1) * 100
+    if good_hi < 1.0:
+        return "penalty %.0f %%" % pct
+    if good_lo > 1.0:
+        return "faster %.0f %%" % -pct
+    if lo >= 1 - NARROW and hi <= 1 + NARROW:
         return "no measurable penalty"
-    return "penalty %.1f %%" % ((ratio - 1) * 100)
+    return "undecided"
 
 
-def analyse(obs, conds, workloads, opt):
+def io_per_op(r):
+    """The per-unit-of-work I/O figures of one run (IO_METRICS)."""
+    ops = r.get("io_ops") or 0
+    if ops <= 0:
+        return {}
+    out = {}
+    if r.get("io_wchar", -1) >= 0:
+        out["wchar_per_op"] = r["io_wchar"] / ops
+        out["write_bytes_per_op"] = r["io_write_bytes"] / ops
+    if "vfs_writes" in r:
+        out["pwrites_per_op"] = r["vfs_writes"] / ops
+        out["preads_per_op"] = r["vfs_reads"] / ops
+        out["journal_bytes_per_op"] = r["vfs_journal_write_bytes"] / ops
+        out["wal_bytes_per_op"] = r["vfs_wal_write_bytes"] / ops
+    return out
+
+
+def metrics_of(workload):
+    return METRICS[base_of(workload)] + IO_METRICS
+
+
+def analyse(obs, conds, workloads, modes, opt):
+    """Summary rows: per workload, mode, metric and condition."""
     rng = random.Random(opt.seed ^ 0xB007)
     vals = {}
     for o in obs:
         if "error" in o:
             continue
-        for m, _, _, _ in METRICS[base_of(o["workload"])]:
-            if m in o["result"]:
-                vals.setdefault((o["workload"], m, o["condition"]), []).append(o["result"][m])
-        vals.setdefault((o["workload"], "maxrss_kib", o["condition"]), []).append(
-            o["result"].get("maxrss_kib", 0))
-        if o["result"].get("shared_clean_kib", -1) >= 0:
-            vals.setdefault((o["workload"], "shared_clean_kib", o["condition"]), []).append(
-                o["result"]["shared_clean_kib"])
+        res = dict(o["result"])
+        res.update(io_per_op(res))
+        k = (o["workload"], o["mode"])
+        for m, _, _, _ in metrics_of(o["workload"]):
+            if m in res:
+                vals.setdefault(k + (m, o["condition"]), []).append(res[m])
+        vals.setdefault(k + ("maxrss_kib", o["condition"]), []).append(res.get("maxrss_kib", 0))
+        if res.get("shared_clean_kib", -1) >= 0:
+            vals.setdefault(k + ("shared_clean_kib", o["condition"]), []).append(res["shared_clean_kib"])
     rows = []
-    for w in workloads:
-        for m, label, unit, better in METRICS[base_of(w)]:
-            base = vals.get((w, m, "plain"), [])
-            for c in conds:
-                xs = vals.get((w, m, c.name), [])
-                if not xs:
-                    continue
-                r = {"workload": w, "metric": m, "label": label, "unit": unit, "better": better,
-                     "condition": c.name, "n": len(xs), "median": median(xs), "min": min(xs),
-                     "max": max(xs), "headline": m == METRICS[base_of(w)][0][0]}
-                if c.name != "plain" and base:
-                    r["ratio"] = median(xs) / median(base) if median(base) else float("nan")
-                    r["ci_low"], r["ci_high"] = bootstrap_ratio(xs, base, rng)
-                    r["verdict"] = verdict(r["ratio"], r["ci_low"], r["ci_high"], better)
-                    if min(len(xs), len(base)) < 3:
-                        r["verdict"] += " (under 3 runs: no real interval)"
-                    # performance index: plain = 100, higher is better
-                    r["index"] = 100 * (r["ratio"] if better == HIGHER else
-                                        (1 / r["ratio"] if r["ratio"] else float("nan")))
-                elif c.name == "plain":
-                    r["ratio"], r["ci_low"], r["ci_high"], r["verdict"], r["index"] = 1.0, 1.0, 1.0, "baseline", 100.0
-                rows.append(r)
+    for mode in modes:
+        for w in workloads:
+            for m, label, unit, better in metrics_of(w):
+                base = vals.get((w, mode["name"], m, "plain"), [])
+                for c in conds:
+                    xs = vals.get((w, mode["name"], m, c.name), [])
+                    if not xs:
+                        continue
+                    r = {"workload": w, "mode": mode["name"], "journal": mode["journal"],
+                         "cached": mode["cached"], "metric": m, "label": label, "unit": unit,
+                         "better": better, "condition": c.name, "n": len(xs), "median": median(xs),
+                         "min": min(xs), "max": max(xs),
+                         "headline": m == METRICS[base_of(w)][0][0], "io": m in dict((x[0], 1) for x in IO_METRICS)}
+                    if c.name != "plain" and base:
+                        r["ratio"] = ratio_of(median(xs), median(base))
+                        r["ci_low"], r["ci_high"] = bootstrap_ratio(xs, base, rng)
+                        r["diff"] = median(xs) - median(base)
+                        r["diff_low"], r["diff_high"] = bootstrap(xs, base, rng, lambda a, b: a - b)
+                        r["verdict"] = verdict(r["ratio"], r["ci_low"], r["ci_high"], better,
+                                               min(len(xs), len(base)))
+                        r["index"] = 100 * (r["ratio"] if better == HIGHER else
+                                            (1 / r["ratio"] if r["ratio"] else float("nan")))
+                    elif c.name == "plain":
+                        r.update({"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0, "diff": 0.0,
+                                  "diff_low": 0.0, "diff_high": 0.0, "verdict": "baseline",
+                                  "index": 100.0})
+                    rows.append(r)
     return rows, vals
 
 
-def targets(rows, vals, conds, workloads, opt):
-    """Each target of issue 6, per condition: met / missed / not measured."""
+def judge(lo, hi, limit, better):
+    """met / missed / undecided: a target is met when the whole 95% interval
+    meets it, missed when the whole interval misses it."""
+    if lo != lo or hi != hi:
+        return None
+    if better == HIGHER:
+        return "met" if lo >= limit else ("missed" if hi < limit else "undecided")
+    return "met" if hi <= limit else ("missed" if lo > limit else "undecided")
+
+
+def targets(rows, vals, conds, workloads, modes, opt):
+    """Every target, per condition and mode: met / missed / undecided / not measured."""
     rng = random.Random(opt.seed ^ 0x7A6E7)
-    by = {(r["workload"], r["metric"], r["condition"]): r for r in rows}
+    by = {(r["workload"], r["mode"], r["metric"], r["condition"]): r for r in rows}
     names = [c.name for c in conds if not c.skip]
+    mnames = [m["name"] for m in modes]
     out = []
 
-    def add(target, cond, w, figure, met):
-        out.append({"target": target, "condition": cond, "workload": w, "figure": figure,
-                    "status": "not measured" if met is None else ("met" if met else "MISSED")})
-    for cn in [n for n in TDE_CONDITIONS if n in names]:
-        for w in workloads:
-            b = base_of(w)
-            if b in THROUGHPUT_TARGET:
-                m = METRICS[b][0][0]
-                r = by.get((w, m, cn))
-                if r and "ratio" in r:
-                    add("throughput ratio >= 0.97", cn, w, "%.3f [%.3f, %.3f]" % (
-                        r["ratio"], r["ci_low"], r["ci_high"]), r["ratio"] >= 0.97)
-            for m in ("commit_ms_p50", "lat_ms_p50"):
-                if b in ("insert", "delete-replenish", "tpcb-rw") and (w, m, cn) in by:
-                    r = by[(w, m, cn)]
-                    add("commit latency p50 ratio <= 1.03", cn, w, "%.3f [%.3f, %.3f]" % (
-                        r["ratio"], r["ci_low"], r["ci_high"]), r["ratio"] <= 1.03)
-            for wl, lim in (("cold-scan", 1.10), ("warm-scan", 1.30)):
-                if w == wl and (w, "s_per_scan", cn) in by:
-                    r = by[(w, "s_per_scan", cn)]
-                    add("%s time ratio <= %.2f" % (wl, lim), cn, w, "%.3f [%.3f, %.3f]" % (
-                        r["ratio"], r["ci_low"], r["ci_high"]), r["ratio"] <= lim)
-        if "bounce" in workloads and ("bounce", "bounce_ms", cn) in by and \
-                ("bounce", "bounce_ms", "plain") in by:
-            d = by[("bounce", "bounce_ms", cn)]["median"] - by[("bounce", "bounce_ms", "plain")]["median"]
-            lim = BOUNCE_TARGET_MS.get(cn)
-            add(("bounce adds <= %g ms" % lim) if lim is not None else
-                "bounce: no target (password KDF by design)", cn, "bounce",
-                "+%.3f ms" % d, None if lim is None else d <= lim)
-        # peak resident memory
-        worst, worst_w, worst_sh = None, None, None
-        for w in workloads:
-            a, p = vals.get((w, "maxrss_kib", cn)), vals.get((w, "maxrss_kib", "plain"))
-            if a and p:
-                d = median(a) - median(p)
-                if worst is None or d > worst:
-                    worst, worst_w = d, w
-                    sa, sp = vals.get((w, "shared_clean_kib", cn)), vals.get((w, "shared_clean_kib", "plain"))
-                    worst_sh = median(sa) - median(sp) if sa and sp else None
-        if worst is not None:
-            # Judged on the peak RSS as measured; the share of it that is
-            # library code mapped read-only (shared with every process using
-            # libcrypto) is shown, not subtracted.
-            add("peak RSS within 2 MiB of plain", cn, worst_w,
-                "+%.0f KiB (worst workload)%s" % (
-                    worst, "" if worst_sh is None else
-                    "; shared clean pages (library code) at the end of the run +%.0f KiB" % worst_sh),
-                worst <= 2048)
-    # keystore location makes no difference: other keystores vs the auto-login wallet
+    def jd(lo, hi, limit, better):
+        # under 3 runs per side the bootstrap interval is no real interval
+        return "undecided" if opt.repeats < 3 and lo == lo else judge(lo, hi, limit, better)
+
+    def add(group, target, cond, w, mode, figure, status):
+        out.append({"group": group, "target": target, "condition": cond, "workload": w,
+                    "mode": mode, "figure": figure, "status": status or "not measured"})
+
+    def ci(r):
+        return "%.2f [%.2f, %.2f]" % (r["ratio"], r["ci_low"], r["ci_high"])
+
+    # 1. Rollback journal at plain SQLite's cost (wallet; the journal format
+    #    does not depend on where the key is kept).
+    G1 = "rollback journal at plain cost"
     if "wallet" in names:
-        for cn in [n for n in ("wallet-password", "pkcs11", "kmip") if n in names]:
+        for mode in [m for m in modes if m["journal"] == "DELETE" and not m["cached"]]:
             for w in workloads:
                 b = base_of(w)
-                if b not in THROUGHPUT_TARGET:
+                m, _, _, better = METRICS[b][0]
+                r = by.get((w, mode["name"], m, "wallet"))
+                if not r or b == "bounce":
                     continue
-                m = METRICS[b][0][0]
-                xs, ys = vals.get((w, m, cn)), vals.get((w, m, "wallet"))
-                if xs and ys:
-                    lo, hi = bootstrap_ratio(xs, ys, rng)
-                    add("keystore location: no difference beyond noise (vs wallet)", cn, w,
-                        "%.3f [%.3f, %.3f]" % (median(xs) / median(ys), lo, hi), lo <= 1.0 <= hi)
-    # faster than the sqlcipher peer on every workload
-    if "sqlcipher" in names:
+                if b in ("vacuum", "update-all"):
+                    add(G1, "time ratio <= 1.30", "wallet", w, mode["name"], ci(r),
+                        jd(r["ci_low"], r["ci_high"], 1.30, LOWER))
+                elif better == HIGHER:
+                    add(G1, "throughput ratio >= 0.90", "wallet", w, mode["name"], ci(r),
+                        jd(r["ci_low"], r["ci_high"], 0.90, HIGHER))
+                else:
+                    add(G1, "throughput ratio >= 0.90 (time ratio <= 1.11)", "wallet", w,
+                        mode["name"], ci(r), jd(r["ci_low"], r["ci_high"], 1 / 0.90, LOWER))
+        for mode in [m for m in modes if not m["cached"]]:
+            for w in workloads:
+                r = by.get((w, mode["name"], "wchar_per_op", "wallet"))
+                p = by.get((w, mode["name"], "wchar_per_op", "plain"))
+                if r and p and p["median"] > 0:
+                    add(G1, "bytes written <= 1.05x plain", "wallet", w, mode["name"], ci(r),
+                        jd(r["ci_low"], r["ci_high"], 1.05, LOWER))
+                r = by.get((w, mode["name"], "journal_bytes_per_op", "wallet"))
+                p = by.get((w, mode["name"], "journal_bytes_per_op", "plain"))
+                if mode["journal"] == "DELETE" and r and p and p["median"] > 0:
+                    lo, hi = r["ci_low"], r["ci_high"]
+                    st = ("undecided" if opt.repeats < 3 else "met" if lo >= 0.99 and hi <= 1.01 else
+                          "missed" if lo > 1.01 or hi < 0.99 else "undecided")
+                    add(G1, "journal bytes equal to plain's (within 1 %)", "wallet", w,
+                        mode["name"], ci(r), st)
+        if not any(m["journal"] == "DELETE" and m["cached"] for m in modes):
+            add(G1, "everything cached: ahead of SQLCipher 4", "wallet", "write workloads",
+                "DELETE+cached", "not run (add --cached)", None)
+        if "sqlcipher4" in names:
+            for mode in [m for m in modes if m["journal"] == "DELETE" and m["cached"]]:
+                for w in workloads:
+                    if base_of(w) not in WRITE_WORKLOADS:
+                        continue
+                    m, _, unit, better = METRICS[base_of(w)][0]
+                    xs = vals.get((w, mode["name"], m, "wallet"))
+                    ys = vals.get((w, mode["name"], m, "sqlcipher4"))
+                    if xs and ys:
+                        lo, hi = bootstrap_ratio(xs, ys, rng)
+                        rr = ratio_of(median(xs), median(ys))
+                        add(G1, "everything cached: ahead of SQLCipher 4", "wallet", w,
+                            mode["name"], "%.2f [%.2f, %.2f] (wallet / sqlcipher4, %s)" % (
+                                rr, lo, hi, unit), jd(lo, hi, 1.0, better))
+    # 2. Encryption overhead targets, set for WAL mode, per keystore.
+    G2 = "encryption overhead (WAL)"
+    wal = [m for m in modes if m["journal"] == "WAL" and not m["cached"]]
+    for mode in wal:
+        mn = mode["name"]
         for cn in [n for n in TDE_CONDITIONS if n in names]:
             for w in workloads:
-                m, _, _, better = METRICS[base_of(w)][0]
-                a, s = by.get((w, m, cn)), by.get((w, m, "sqlcipher"))
-                if a and s:
-                    faster = a["median"] > s["median"] if better == HIGHER else a["median"] < s["median"]
-                    add("faster than sqlcipher", cn, w, "%.4g vs %.4g %s" % (
-                        a["median"], s["median"], METRICS[base_of(w)][0][2]), faster)
+                b = base_of(w)
+                if b in THROUGHPUT_TARGET:
+                    r = by.get((w, mn, METRICS[b][0][0], cn))
+                    if r and "ratio" in r:
+                        add(G2, "throughput ratio >= 0.97", cn, w, mn, ci(r),
+                            jd(r["ci_low"], r["ci_high"], 0.97, HIGHER))
+                for m in ("commit_ms_p50", "lat_ms_p50"):
+                    r = by.get((w, mn, m, cn))
+                    if b in ("insert", "delete-replenish", "tpcb-rw") and r:
+                        add(G2, "commit latency p50 ratio <= 1.03", cn, w, mn, ci(r),
+                            jd(r["ci_low"], r["ci_high"], 1.03, LOWER))
+                for wl, lim in (("cold-scan", 1.10), ("warm-scan", 1.30)):
+                    r = by.get((w, mn, "s_per_scan", cn))
+                    if w == wl and r:
+                        add(G2, "%s time ratio <= %.2f" % (wl, lim), cn, w, mn, ci(r),
+                            jd(r["ci_low"], r["ci_high"], lim, LOWER))
+            r = by.get(("bounce", mn, "bounce_ms", cn))
+            if r and "diff" in r:
+                lim = BOUNCE_TARGET_MS.get(cn)
+                add(G2, ("bounce adds <= %g ms" % lim) if lim is not None else
+                    "bounce: no target (password KDF by design)", cn, "bounce", mn,
+                    "%+.2f ms [%+.2f, %+.2f]" % (r["diff"], r["diff_low"], r["diff_high"]),
+                    None if lim is None else jd(r["diff_low"], r["diff_high"], lim, LOWER))
+            worst, worst_w, worst_sh = None, None, None
+            for w in workloads:
+                a, p = vals.get((w, mn, "maxrss_kib", cn)), vals.get((w, mn, "maxrss_kib", "plain"))
+                if a and p:
+                    d = median(a) - median(p)
+                    if worst is None or d > worst:
+                        worst, worst_w = d, w
+                        sa = vals.get((w, mn, "shared_clean_kib", cn))
+                        sp = vals.get((w, mn, "shared_clean_kib", "plain"))
+                        worst_sh = median(sa) - median(sp) if sa and sp else None
+            if worst is not None:
+                # Judged on the peak RSS as measured (the figure is exact, no
+                # interval); the share that is library code mapped read-only
+                # is shown, not subtracted.
+                add(G2, "peak RSS within 2 MiB of plain", cn, worst_w, mn,
+                    "%+.0f KiB (worst workload)%s" % (
+                        worst, "" if worst_sh is None else
+                        "; shared clean pages (library code) %+.0f KiB" % worst_sh),
+                    "met" if worst <= 2048 else "missed")
+        if "wallet" in names:
+            for cn in [n for n in ("wallet-password", "pkcs11", "kmip") if n in names]:
+                for w in workloads:
+                    b = base_of(w)
+                    if b not in THROUGHPUT_TARGET:
+                        continue
+                    m = METRICS[b][0][0]
+                    xs, ys = vals.get((w, mn, m, cn)), vals.get((w, mn, m, "wallet"))
+                    if xs and ys:
+                        lo, hi = bootstrap_ratio(xs, ys, rng)
+                        st = ("undecided" if min(len(xs), len(ys)) < 3 else
+                              "met" if lo <= 1.0 <= hi else "missed")
+                        add(G2, "keystore location: no difference beyond noise (vs wallet)", cn, w,
+                            mn, "%.2f [%.2f, %.2f]" % (ratio_of(median(xs), median(ys)), lo, hi), st)
+        for peer in [p for p in ("sqlcipher4",) if p in names]:
+            for cn in [n for n in ("wallet",) if n in names]:
+                for w in workloads:
+                    m, _, unit, better = METRICS[base_of(w)][0]
+                    xs, ys = vals.get((w, mn, m, cn)), vals.get((w, mn, m, peer))
+                    if xs and ys:
+                        lo, hi = bootstrap_ratio(xs, ys, rng)
+                        add(G2, "faster than %s" % peer, cn, w, mn, "%.3g [%.3g, %.3g] (%s / %s, %s)" % (
+                            ratio_of(median(xs), median(ys)), lo, hi, cn, peer, unit),
+                            jd(lo, hi, 1.0, better))
+    if opt.baseline:
+        out += baseline_targets(rows, opt, wal)
+    elif wal:
+        add("encryption overhead (WAL)", "nothing slower in WAL mode than the baseline run", "wallet",
+            "all", wal[0]["name"], "no --baseline results.json given", None)
+    return out
+
+
+def baseline_targets(rows, opt, wal):
+    """Nothing slower in WAL mode: the wallet/plain ratio of each headline
+    figure against the same figure in an earlier results.json."""
+    out = []
+    try:
+        with open(opt.baseline) as f:
+            old = json.load(f)
+    except (OSError, ValueError) as ex:
+        return [{"group": "encryption overhead (WAL)", "target": "nothing slower in WAL mode than the baseline run",
+                 "condition": "wallet", "workload": "all", "mode": "WAL",
+                 "figure": "cannot read %s: %s" % (opt.baseline, ex), "status": "not measured"}]
+    prev = {}
+    for r in old.get("summary", []):
+        if r.get("condition") == "wallet" and r.get("headline") and r.get("ratio") is not None \
+                and r.get("mode", old.get("options", {}).get("journal")) == "WAL":
+            prev[r["workload"]] = r
+    for mode in wal:
+        for r in rows:
+            if r["mode"] != mode["name"] or r["condition"] != "wallet" or not r["headline"]:
+                continue
+            p = prev.get(r["workload"])
+            if not p:
+                continue
+            g_new = r["ratio"] if r["better"] == HIGHER else 1 / r["ratio"]
+            g_lo = r["ci_low"] if r["better"] == HIGHER else 1 / r["ci_high"]
+            g_hi = r["ci_high"] if r["better"] == HIGHER else 1 / r["ci_low"]
+            g_old = p["ratio"] if r["better"] == HIGHER else 1 / p["ratio"]
+            st = "met" if g_lo >= g_old else ("missed" if g_hi < g_old else "undecided")
+            out.append({"group": "encryption overhead (WAL)",
+                        "target": "nothing slower in WAL mode than the baseline run",
+                        "condition": "wallet", "workload": r["workload"], "mode": mode["name"],
+                        "figure": "%.2f [%.2f, %.2f] against %.2f before (relative speed)" % (
+                            g_new, g_lo, g_hi, g_old), "status": st})
     return out
 
 
@@ -671,309 +936,16 @@ def environment(opt, conds):
     env["sqlite_tde"] = v.get("sqlite_tde")
     env["openssl"] = v.get("openssl")
     for c in conds:
-        if c.name == "sqlcipher" and getattr(c, "versions", None):
-            env["sqlcipher"] = c.versions.get("sqlcipher")
-            env["sqlcipher_sqlite"] = c.versions.get("sqlite")
+        v = getattr(c, "versions", None)
+        if c.name in PEER_CONDITIONS and v:
+            env[c.name] = v.get("sqlite3mc" if c.name == "sqlite3mc" else "sqlcipher")
+            env[c.name + "_sqlite"] = v.get("sqlite")
     try:
         env["git_commit"] = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
                                            capture_output=True, text=True).stdout.strip() or None
     except OSError:
         env["git_commit"] = None
     return env
-
-
-# ---- reports -----------------------------------------------------------------------------
-
-def fmt(v):
-    if v is None or v != v:
-        return "n/a"
-    a = abs(v)
-    if a >= 1000:
-        return "{:,.0f}".format(v)
-    if a >= 10:
-        return "%.1f" % v
-    if a >= 0.1:
-        return "%.3f" % v
-    return "%.4g" % v
-
-
-def limitations(res):
-    o, env, lim = res["options"], res["environment"], []
-    lim.append("%d repeats per condition and workload, %.3g s per timed workload; the ratios' "
-               "95%% intervals are bootstrap intervals over those runs only (runs on one machine, "
-               "one day)." % (o["repeats"], o["seconds"]))
-    if o["seconds"] < 10:
-        lim.append("Short runs: below 10 s per workload, SQLite's checkpoints and the OS's "
-                   "write-back may fall inside some runs and not others; use --seconds 10 or "
-                   "300 (the Oracle report's duration) for a steadier figure.")
-    fsname = env.get("filesystem", "?")
-    lim.append("Output folder on file system %s (%s). Cold scans drop the OS cache with "
-               "fsync + posix_fadvise(POSIX_FADV_DONTNEED) on the database files; a hypervisor "
-               "or disk cache below the guest is not dropped." % (fsname, env.get("device", "?")))
-    if fsname in ("tmpfs", "ramfs"):
-        lim.append("The output folder is in memory (tmpfs): cold-scan equals warm-scan.")
-    by = {(r["workload"], r["metric"], r["condition"]): r for r in res["summary"]}
-    c, w = by.get(("cold-scan", "s_per_scan", "plain")), by.get(("warm-scan", "s_per_scan", "plain"))
-    if c and w and c["median"] < 1.5 * w["median"]:
-        lim.append("Plain cold scans took %s s against %s s warm: the storage below the guest "
-                   "is fast or cached, so cold-scan mostly measures CPU cost here, not disk "
-                   "reads." % (fmt(c["median"]), fmt(w["median"])))
-    lim.append("Bounce is measured in one process: before each observation the driver calls "
-               "tde_keystore_close() so that the open pays the keystore open and the data-key "
-               "unwrap again; process start and library loading are not included. "
-               "wallet-password pays Argon2id at its default cost on every bounce, by design.")
-    lim.append("Data set: %d rows in t1 (about %d MB with its index) and pgbench scale %d; "
-               "the cache size is %d (SQLite's PRAGMA cache_size); the tpcb data fits the OS "
-               "cache." % (o["rows"], o["rows"] * 160 // 1000000, o["scale"], o["cache_size"]))
-    for c in res["conditions"]:
-        if c["skipped"]:
-            lim.append("Condition %s not measured: %s" % (c["name"], c["skipped"]))
-    if env.get("sqlcipher"):
-        lim.append("The sqlcipher peer is Debian's libsqlcipher %s with its own SQLite %s "
-                   "(plain and sqlite-tde use SQLite %s): part of any difference is SQLite's "
-                   "version. It runs with its defaults (AES-256-CBC, HMAC-SHA1, PBKDF2 for "
-                   "the passphrase) and PRAGMA key with a random passphrase."
-                   % (env["sqlcipher"], env.get("sqlcipher_sqlite"), env.get("sqlite")))
-    if res["failures"]:
-        lim.append("%d runs failed (listed under raw measurements); their conditions have "
-                   "fewer observations." % len(res["failures"]))
-    try:
-        la = float(env.get("load_average_end", "0").split()[1])
-    except (ValueError, IndexError):
-        la = 0.0
-    if la > 0.5 * (env.get("cores") or 1):
-        lim.append("The machine was not idle: 5-minute load average %s at the end on %s cores "
-                   "(other processes competed for the CPU). Interleaving spreads that noise over "
-                   "all conditions, but it widens the intervals." % (env.get("load_average_end"), env.get("cores")))
-    lim.append("Checksums: %s." % res["checksums"])
-    return lim
-
-
-def headline_rows(res):
-    return [r for r in res["summary"] if r["headline"] or r["metric"] in ("commit_ms_p50",)]
-
-
-def md_report(res):
-    o, env = res["options"], res["environment"]
-    L = ["# sqlite-tde benchmark report", "",
-         "Generated %s by `%s`." % (res["generated"], res["command"]), "",
-         "## Environment", "",
-         "| | |", "|---|---|"]
-    for k in ("cpu_model", "aes_ni", "cores", "mem_total", "load_average_start", "load_average_end",
-              "kernel", "filesystem", "device",
-              "openssl", "sqlite", "sqlite_tde", "sqlcipher", "sqlcipher_sqlite", "git_commit"):
-        if k in env:
-            L.append("| %s | %s |" % (k, env[k]))
-    L += ["", "## Method", "",
-          "Seed %d (data, workloads and the shuffled run order; bootstrap seed derived from it). "
-          "%d repeats; per repeat and workload the conditions run in a shuffled order; every run "
-          "is a new process on a fresh copy of its condition's data set (built once with the same "
-          "seed). journal_mode=%s, synchronous=%s, page_size=%d, cache_size=%d, %.3g s per timed "
-          "workload, t1 rows %d, tpcb scale %d, row-at-a-time rows %d, tpcb threads %s."
-          % (o["seed"], o["repeats"], o["journal"], o["synchronous"], o["page_size"],
-             o["cache_size"], o["seconds"], o["rows"], o["scale"], o["rat_rows"], o["threads"]),
-          "", "Conditions:", ""]
-    for c in res["conditions"]:
-        L.append("- **%s**: %s" % (c["name"], ("skipped: " + c["skipped"]) if c["skipped"] else c["label"]))
-    live = [c["name"] for c in res["conditions"] if not c["skipped"] and c["name"] != "plain"]
-    S = {(r["workload"], r["metric"], r["condition"]): r for r in res["summary"]}
-    L += ["", "## Headline", "",
-          "Median over runs per condition; in brackets the ratio to plain and its 95% bootstrap "
-          "interval; a verdict when the interval excludes no penalty.", "",
-          "| workload | figure | plain | " + " | ".join(live) + " |",
-          "|---|---|---:|" + "---|" * len(live)]
-    for r in headline_rows(res):
-        if r["condition"] != "plain":
-            continue
-        cells = []
-        for cn in live:
-            y = S.get((r["workload"], r["metric"], cn))
-            if not y or "ratio" not in y:
-                cells.append("n/a")
-                continue
-            cells.append("%s (%.2f [%.2f, %.2f])%s" % (
-                fmt(y["median"]), y["ratio"], y["ci_low"], y["ci_high"],
-                "" if y["verdict"].startswith("no measurable") else " " + y["verdict"]))
-        L.append("| %s | %s (%s, %s is better) | %s | %s |" % (
-            r["workload"], r["metric"], r["unit"], r["better"], fmt(r["median"]), " | ".join(cells)))
-    L += ["", "### Per condition", "",
-          "Median (min-max) over runs; ratio = condition / plain with its 95% bootstrap interval.", "",
-          "| workload | metric | condition | median | min | max | ratio [95% CI] | verdict |",
-          "|---|---|---|---:|---:|---:|---|---|"]
-    for r in headline_rows(res):
-        L.append("| %s | %s (%s, %s is better) | %s | %s | %s | %s | %s | %s |" % (
-            r["workload"], r["metric"], r["unit"], r["better"], r["condition"], fmt(r["median"]),
-            fmt(r["min"]), fmt(r["max"]),
-            "%.3f [%.3f, %.3f]" % (r["ratio"], r["ci_low"], r["ci_high"]) if "ratio" in r else "n/a",
-            r.get("verdict", "n/a")))
-    L += ["", "## Targets (issue 6)", "", "| target | condition | workload | figure | status |",
-          "|---|---|---|---|---|"]
-    for t in res["targets"]:
-        L.append("| %s | %s | %s | %s | %s |" % (t["target"], t["condition"], t["workload"],
-                                                  t["figure"], t["status"]))
-    L += ["", "## All figures", "", "| workload | metric | condition | n | median | min | max | ratio [95% CI] | index (plain=100) | verdict |",
-          "|---|---|---|---:|---:|---:|---:|---|---:|---|"]
-    for r in res["summary"]:
-        L.append("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |" % (
-            r["workload"], r["metric"], r["condition"], r["n"], fmt(r["median"]), fmt(r["min"]),
-            fmt(r["max"]),
-            "%.3f [%.3f, %.3f]" % (r["ratio"], r["ci_low"], r["ci_high"]) if "ratio" in r else "n/a",
-            fmt(r.get("index")), r.get("verdict", "n/a")))
-    sb = [ob for ob in res["observations"] if "result" in ob and "standby_lag_txn_max" in ob["result"]]
-    if sb:
-        L += ["", "## Standby lag", "",
-              "Condition standby: a shipper (50 ms capture cycles) and a standby on 127.0.0.1 attached "
-              "during the run; lag = captured on the primary but not yet acknowledged (applied) by the "
-              "standby, sampled every 50 ms from the shipper's state file.", "",
-              "| repeat | workload | rows/s | lag max (txn / bytes / s) | lag at end (txn / bytes / s) | "
-              "caught up after | ship lock mean / max ms |", "|---:|---|---:|---|---|---:|---|"]
-        for ob in sb:
-            q = ob["result"]
-            L.append("| %d | %s | %s | %d / %d / %.3f | %d / %d / %.3f | %s s | %.3f / %.3f |" % (
-                ob["repeat"], ob["workload"], fmt(q.get("rows_per_s")), q["standby_lag_txn_max"],
-                q["standby_lag_bytes_max"], q["standby_lag_s_max"], q["standby_lag_txn_end"],
-                q["standby_lag_bytes_end"], q["standby_lag_s_end"], fmt(q["standby_catchup_s"]),
-                q["ship_lock_ms_avg"], q["ship_lock_ms_max"]))
-    L += ["", "## Limitations", ""] + ["- " + x for x in res["limitations"]]
-    L += ["", "## Raw measurements", "",
-          "Every observation, with its per-operation samples, is in results.json.", "",
-          "| # | repeat | workload | condition | headline | maxrss KiB | checksum |", "|---:|---:|---|---|---:|---:|---|"]
-    for i, ob in enumerate(res["observations"]):
-        m = METRICS[base_of(ob["workload"])][0][0]
-        if "error" in ob:
-            L.append("| %d | %d | %s | %s | FAILED: %s | | |" % (i + 1, ob["repeat"], ob["workload"],
-                     ob["condition"], ob["error"].replace("|", "/").replace("\n", " ")[:200]))
-        else:
-            L.append("| %d | %d | %s | %s | %s %s | %s | %s |" % (
-                i + 1, ob["repeat"], ob["workload"], ob["condition"], fmt(ob["result"].get(m)),
-                METRICS[base_of(ob["workload"])][0][2], ob["result"].get("maxrss_kib"),
-                ob["result"].get("checksum")))
-    return "\n".join(L) + "\n"
-
-
-COLORS = {"plain": "#777777", "wallet": "#1f77b4", "wallet-password": "#2ca02c", "pkcs11": "#9467bd",
-          "kmip": "#8c564b", "sqlcipher": "#d62728"}
-
-
-def svg_bars(title, items, unit):
-    """Horizontal bars: items = [(label, condition, median, min, max)]."""
-    if not items:
-        return ""
-    h, top, lw, bw = 18, 26, 260, 360
-    vmax = max(max(i[4], i[2]) for i in items) or 1
-    H = top + h * len(items) + 10
-    s = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">'
-         % (lw + bw + 110, H), '<text x="4" y="14" font-weight="bold">%s (%s)</text>' % (html.escape(title), html.escape(unit))]
-    for k, (label, cond, med, lo, hi) in enumerate(items):
-        y = top + k * h
-        w = bw * med / vmax
-        s.append('<text x="%d" y="%d" text-anchor="end">%s</text>' % (lw - 4, y + 12, html.escape(label)))
-        s.append('<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>' % (lw, y + 2, w, h - 5, COLORS.get(cond, "#444")))
-        s.append('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="black"/>' % (
-            lw + bw * lo / vmax, lw + bw * hi / vmax, y + h // 2, y + h // 2))
-        s.append('<text x="%.1f" y="%d">%s</text>' % (lw + max(w, bw * hi / vmax) + 4, y + 12, fmt(med)))
-    s.append("</svg>")
-    return "\n".join(s)
-
-
-def svg_diverging(title, items, center, unit):
-    """items = [(label, cond, value, lo, hi)] around center (0 % or index 100)."""
-    if not items:
-        return ""
-    h, top, lw, bw = 18, 26, 300, 420
-    span = max([abs(v - center) for i in items for v in i[2:5] if v == v] + [1e-9]) * 1.1
-    H = top + h * len(items) + 10
-    cx = lw + bw / 2
-    s = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">'
-         % (lw + bw + 80, H), '<text x="4" y="14" font-weight="bold">%s</text>' % html.escape(title),
-         '<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#999"/>' % (cx, cx, top, H - 6)]
-    for k, (label, cond, v, lo, hi) in enumerate(items):
-        if v != v:
-            continue
-        y = top + k * h
-        x = cx + (v - center) / span * bw / 2
-        s.append('<text x="%d" y="%d" text-anchor="end">%s</text>' % (lw - 4, y + 12, html.escape(label)))
-        s.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"/>' % (
-            min(x, cx), y + 2, abs(x - cx), h - 5, COLORS.get(cond, "#444")))
-        if lo == lo and hi == hi:
-            s.append('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="black"/>' % (
-                cx + (lo - center) / span * bw / 2, cx + (hi - center) / span * bw / 2, y + h // 2, y + h // 2))
-        s.append('<text x="%d" y="%d">%s%s</text>' % (lw + bw + 4, y + 12, fmt(v), unit))
-    s.append("</svg>")
-    return "\n".join(s)
-
-
-def html_report(res, md):
-    rows = res["summary"]
-    parts = []
-    dml = [w for w in res["options"]["workloads"] if base_of(w) in THROUGHPUT_TARGET]
-    lat = [w for w in res["options"]["workloads"] if base_of(w) not in THROUGHPUT_TARGET]
-    parts.append("<h2>DML throughput</h2>")
-    for w in dml:
-        r0 = [r for r in rows if r["workload"] == w and r["headline"]]
-        if r0:
-            parts.append(svg_bars(w + ": " + r0[0]["label"], [(r["condition"], r["condition"], r["median"], r["min"], r["max"]) for r in r0], r0[0]["unit"]))
-    parts.append("<h2>Latency and restart</h2>")
-    for w in dml + lat:
-        for r0 in [[r for r in rows if r["workload"] == w and r["metric"] == m]
-                   for m in ("commit_ms_p50", "lat_ms_p50", "s_per_scan", "bounce_ms")]:
-            if r0:
-                parts.append(svg_bars(w + ": " + r0[0]["label"], [(r["condition"], r["condition"], r["median"], r["min"], r["max"]) for r in r0], r0[0]["unit"]))
-    heads = [r for r in rows if r["headline"] and r["condition"] != "plain" and "ratio" in r]
-    rel = []
-    for r in heads:
-        sgn = 1 if r["better"] == HIGHER else -1
-        # performance change in %: positive = faster than plain
-        conv = (lambda x: (x - 1) * 100) if sgn > 0 else (lambda x: (1 / x - 1) * 100 if x else float("nan"))
-        lo, hi = sorted([conv(r["ci_low"]), conv(r["ci_high"])])
-        rel.append(("%s / %s" % (r["workload"], r["condition"]), r["condition"], conv(r["ratio"]), lo, hi))
-    parts.append("<h2>Relative change against plain</h2><p>Performance change in % (positive: faster "
-                 "than plain), whiskers: 95% bootstrap interval.</p>")
-    parts.append(svg_diverging("performance change vs plain", rel, 0.0, " %"))
-    parts.append("<h2>Performance index (plain = 100)</h2>")
-    parts.append(svg_diverging("performance index", [("%s / %s" % (r["workload"], r["condition"]), r["condition"],
-                                                      r.get("index", float("nan")), float("nan"), float("nan")) for r in heads], 100.0, ""))
-    body = "\n".join(parts)
-    md_html = md_to_html(md)
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>sqlite-tde benchmark report</title>"
-            "<style>body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1em}"
-            "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}"
-            "td{text-align:right}td:first-child{text-align:left}svg{display:block;margin:6px 0}</style>"
-            "</head><body>\n" + md_html.replace("<!--CHARTS-->", body) + "\n</body></html>\n")
-
-
-def md_to_html(md):
-    """Just enough Markdown for our own report: headings, tables, lists, paragraphs."""
-    out, table = [], False
-    for line in md.splitlines():
-        esc = html.escape(line)
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if all(set(c) <= set("-:") for c in cells):
-                continue
-            if not table:
-                out.append("<table>")
-                table = True
-                out.append("<tr>" + "".join("<th>%s</th>" % html.escape(c) for c in cells) + "</tr>")
-            else:
-                out.append("<tr>" + "".join("<td>%s</td>" % html.escape(c).replace("**", "") for c in cells) + "</tr>")
-            continue
-        if table:
-            out.append("</table>")
-            table = False
-        if line.startswith("## "):
-            if line[3:] == "Targets (issue 6)":
-                out.append("<h2>Charts</h2><!--CHARTS-->")
-            out.append("<h2>%s</h2>" % html.escape(line[3:]))
-        elif line.startswith("# "):
-            out.append("<h1>%s</h1>" % html.escape(line[2:]))
-        elif line.startswith("- "):
-            out.append("<li>%s</li>" % esc[2:].replace("**", ""))
-        elif line.strip():
-            out.append("<p>%s</p>" % esc.replace("`", ""))
-    if table:
-        out.append("</table>")
-    return "\n".join(out)
 
 
 def no_nan(x):
@@ -997,39 +969,107 @@ def main(argv):
             stop()
 
 
+def help_epilog():
+    L = ["workloads (--workloads, comma-separated; default all):"]
+    for w in BASE_WORKLOADS:
+        L.append("  %-17s %s" % (w, DESCRIPTIONS[w]))
+    L += ["", "conditions (--conditions; plain always runs):"]
+    for c in ALL_CONDITIONS + EXTRA_CONDITIONS:
+        L.append("  %-17s %s%s" % (c, CONDITION_HELP[c], " (only when named)" if c in EXTRA_CONDITIONS else ""))
+    L += ["", "journal modes (--journal, default %s): DELETE (SQLite's default), WAL, TRUNCATE," % DEFAULT_MODES,
+          "  PERSIST; MODE+cached runs MODE with cache_size large enough for the whole data set",
+          "  (--cached adds DELETE+cached).",
+          "", "stdout: the headline table and one line 'targets: N met, M missed, K undecided';",
+          "every figure, target and limitation is in report.md / report.html / results.json."]
+    return "\n".join(L)
+
+
+def stdout_table(res):
+    """The headline table for the terminal: wallet (and the peers) against
+    plain, per workload and journal mode."""
+    live = [c["name"] for c in res["conditions"] if not c["skipped"] and c["name"] != "plain"]
+    show = [c for c in ("wallet", "sqlcipher4", "sqlite3mc") if c in live] or live[:3]
+    S = {(r["workload"], r["mode"], r["metric"], r["condition"]): r for r in res["summary"]}
+    modes = [m["name"] for m in res["options"]["modes"]]
+    head = "%-17s %-14s %14s" % ("workload", "mode", "plain") + "".join(" %22s" % c for c in show)
+    L = ["speed relative to plain (1.00x = as fast; higher is better), or the time added:",
+         head, "-" * len(head)]
+    for w in res["options"]["workloads"]:
+        m, _, unit, _ = METRICS[base_of(w)][0]
+        for mn in modes:
+            p = S.get((w, mn, m, "plain"))
+            if not p:
+                continue
+            cells = []
+            for c in show:
+                r = S.get((w, mn, m, c))
+                if not r or r.get("ratio") is None:
+                    cells.append(" %22s" % "n/a")
+                elif report.absolute_change(r):
+                    cells.append(" %22s" % ("%+.3g %s %s" % (r["diff"], unit, short_verdict(r["verdict"]))))
+                else:
+                    cells.append(" %22s" % ("%.2fx %s" % (report.goodness(r)[0], short_verdict(r["verdict"]))))
+            L.append("%-17s %-14s %14s" % (w, mn, report.num(p["median"]) + " " + unit)
+                     + "".join(cells))
+    return "\n".join(L)
+
+
+def short_verdict(v):
+    return {"no measurable penalty": "same", "undecided": "undecided", "baseline": ""}.get(
+        v, v.replace("penalty ", "-").replace("faster ", "+").replace(" %", "%"))
+
+
 def bench_main(argv):
     ap = argparse.ArgumentParser(prog="sqlite-tde bench",
                                  description="Benchmark sqlite-tde against plain SQLite and peers; "
-                                             "writes report.md, report.html and results.json.")
+                                             "writes report.md, report.html and results.json.",
+                                 epilog=help_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
-    ap.add_argument("--build", default=HERE, help="folder with sqlite-tde, sqlite-tde-bench[-sqlcipher]")
-    ap.add_argument("--quick", action="store_true", help="smallest run (tests, demo): seconds 0.2, "
-                    "2 repeats, 5,000 rows, 500 row-at-a-time rows, threads 1,2")
+    ap.add_argument("--build", default=HERE, help="folder with sqlite-tde and the sqlite-tde-bench* drivers")
+    ap.add_argument("--quick", action="store_true", help="smallest run (tests, demo): seconds 0.1, "
+                    "2 repeats, 5,000 rows, 300 row-at-a-time and t2 rows, threads 1; figures only "
+                    "show that the kit works")
     ap.add_argument("--seconds", type=float, default=2.0, help="duration of each timed workload (default 2; 10 or 300 for a steadier figure)")
-    ap.add_argument("--repeats", type=int, default=5, help="runs per condition and workload (default 5)")
+    ap.add_argument("--repeats", type=int, default=5, help="runs per condition, workload and mode (default 5)")
     ap.add_argument("--seed", type=int, default=20261130, help="seed of data, workloads and run order")
     ap.add_argument("--rows", type=int, default=200000, help="rows of the scan/DML table t1 (default 200,000)")
     ap.add_argument("--scale", type=int, default=1, help="tpcb scale factor (100,000 accounts each)")
     ap.add_argument("--threads", default="1,2,4", help="tpcb thread counts (default 1,2,4)")
     ap.add_argument("--rat-rows", type=int, default=10000, help="row-at-a-time rows (default 10,000)")
-    ap.add_argument("--journal", default="WAL", help="journal_mode (default WAL)")
+    ap.add_argument("--txn-rows", type=int, default=25000, help="rows of t2 for update-all, update-rows "
+                    "and delete-rows (default 25,000)")
+    ap.add_argument("--journal", default=DEFAULT_MODES, help="journal modes, comma-separated, run in "
+                    "this order (default %s)" % DEFAULT_MODES)
+    ap.add_argument("--cached", action="store_true", help="also run DELETE+cached: rollback mode with "
+                    "cache_size large enough for the whole data set (same as adding it to --journal)")
     ap.add_argument("--synchronous", default="NORMAL", help="synchronous (default NORMAL)")
     ap.add_argument("--page-size", type=int, default=4096)
-    ap.add_argument("--cache-size", type=int, default=-65536, help="PRAGMA cache_size (default -65536: 64 MiB, so that the tpcb data fits SQLite's cache as the targets assume)")
+    ap.add_argument("--cache-size", type=int, default=-65536, help="PRAGMA cache_size of the modes without "
+                    "+cached (default -65536: 64 MiB; SQLite's own default is -2000)")
     ap.add_argument("--conditions", default=",".join(ALL_CONDITIONS),
                     help="comma-separated (default %s; also: %s)" % (",".join(ALL_CONDITIONS), ",".join(EXTRA_CONDITIONS)))
     ap.add_argument("--workloads", default=",".join(BASE_WORKLOADS))
+    ap.add_argument("--baseline", help="an earlier results.json: judge 'nothing slower in WAL mode' against it")
     ap.add_argument("--pkcs11-config", help="use this existing pkcs11 tde configuration")
     ap.add_argument("--kmip-config", help="use this existing kmip tde configuration")
     opt = ap.parse_args(argv)
     if opt.quick:
-        for k, v in (("seconds", 0.2), ("repeats", 2), ("rows", 5000), ("rat_rows", 500)):
+        for k, v in (("seconds", 0.1), ("repeats", 2), ("rows", 5000), ("rat_rows", 300),
+                     ("txn_rows", 300)):
             if getattr(opt, k) == ap.get_default(k):
                 setattr(opt, k, v)
         if opt.threads == ap.get_default("threads"):
-            opt.threads = "1,2"
+            opt.threads = "1"
     if opt.repeats < 1:
         ap.error("--repeats must be >= 1")
+    if opt.cached and "DELETE+cached" not in opt.journal.split(","):
+        opt.journal += ",DELETE+cached"
+    try:
+        opt.modes = parse_modes(opt.journal)
+    except ValueError as ex:
+        ap.error(str(ex))
+    if len({m["name"] for m in opt.modes}) != len(opt.modes):
+        ap.error("--journal names a mode twice")
     opt.load_start = "%.2f %.2f %.2f" % os.getloadavg()
     opt.build = os.path.abspath(opt.build)
     opt.out = os.path.abspath(opt.out)
@@ -1044,53 +1084,81 @@ def bench_main(argv):
         elif w in METRICS or base_of(w) in METRICS:
             workloads.append(w)
         else:
-            ap.error("unknown workload %s" % w)
+            ap.error("unknown workload %s (see --help)" % w)
     names = opt.conditions.split(",")
     if "plain" not in names:
         names.insert(0, "plain")
-    print("sqlite-tde bench: seed %d, %d repeats, %.3g s per workload, rows %d, scale %d, "
-          "journal_mode=%s synchronous=%s page_size=%d cache_size=%d" % (
-              opt.seed, opt.repeats, opt.seconds, opt.rows, opt.scale, opt.journal,
-              opt.synchronous, opt.page_size, opt.cache_size), flush=True)
-    conds = []
     for n in names:
         if n not in ALL_CONDITIONS + EXTRA_CONDITIONS:
-            ap.error("unknown condition %s" % n)
+            ap.error("unknown condition %s (see --help)" % n)
+    print("sqlite-tde bench: seed %d, %d repeats, %.3g s per timed workload, rows %d, t2 rows %d, "
+          "scale %d, journal modes %s, synchronous=%s page_size=%d cache_size=%d" % (
+              opt.seed, opt.repeats, opt.seconds, opt.rows, opt.txn_rows, opt.scale,
+              ",".join(m["name"] for m in opt.modes), opt.synchronous, opt.page_size,
+              opt.cache_size), flush=True)
+    conds = []
+    for n in names:
         c = setup_condition(n, work, opt)
-        print("  condition %-16s %s" % (n, ("SKIPPED: " + c.skip) if c.skip else c.label), flush=True)
+        progress("  condition %-16s %s" % (n, ("SKIPPED: " + c.skip) if c.skip else c.label))
         conds.append(c)
     live = [c for c in conds if not c.skip]
-    # one data set per condition, same seed: identical logical content
+    # One data set per condition, same seed: identical logical content.  It
+    # is built in rollback mode; a copy converted by the driver serves WAL.
+    journals = []
+    for m in opt.modes:
+        if m["journal"] not in journals:
+            journals.append(m["journal"])
     for c in live:
-        c.dataset = os.path.join(work, c.name, "data.db")
+        c.datasets = {}
+        d = os.path.join(work, c.name)
         progress("building data set for %s" % c.name)
         try:
-            call_driver(c, ["--op", "build", "--db", c.dataset] + common_args(opt), timeout=3600)
-        except (RuntimeError, subprocess.SubprocessError, ValueError) as ex:
+            base = os.path.join(d, "data-DELETE.db")
+            call_driver(c, ["--op", "build", "--db", base] + common_args(opt, {"journal": "DELETE", "cached": False}),
+                        timeout=3600)
+            for j in journals:
+                if j == "DELETE":
+                    c.datasets[j] = base
+                    continue
+                c.datasets[j] = os.path.join(d, "data-%s.db" % j)
+                shutil.copyfile(base, c.datasets[j])
+                call_driver(c, ["--op", "convert", "--db", c.datasets[j]] +
+                            common_args(opt, {"journal": j, "cached": False}), timeout=600)
+        except (RuntimeError, subprocess.SubprocessError, ValueError, OSError) as ex:
             c.skip = "data set build failed: %s" % ex
     live = [c for c in live if not c.skip]
+    # "everything cached": one cache_size for every condition, twice the
+    # largest data set (VACUUM rewrites every page) in KiB, and never less
+    # than the default modes' cache.
+    sizes = [os.path.getsize(p) for c in live for p in c.datasets.values()]
+    kib_default = -opt.cache_size if opt.cache_size < 0 else opt.cache_size * opt.page_size // 1024
+    opt.cache_all = -max(2 * max(sizes + [0]) // 1024 + 16384, kib_default)
     obs, failures = [], []
-    total = opt.repeats * len(workloads) * len(live)
+    total = opt.repeats * len(workloads) * sum(
+        1 for c in live for m in opt.modes if not (c.standby and m["journal"] != "WAL"))
     rng = random.Random(opt.seed)
     k, t_start = 0, time.time()
     for rep in range(opt.repeats):
-        for w in workloads:
-            order = list(live)
-            rng.shuffle(order)
-            for pos, c in enumerate(order):
-                k += 1
-                eta = (time.time() - t_start) / max(k - 1, 1) * (total - k + 1) if k > 1 else 0
-                progress("[%d/%d] repeat %d/%d  %-18s %-16s  eta %ds" % (
-                    k, total, rep + 1, opt.repeats, w, c.name, eta))
-                ob = {"repeat": rep + 1, "workload": w, "condition": c.name, "position": pos}
-                try:
-                    ob["result"] = run_one(c, w, opt, work)
-                except (RuntimeError, subprocess.SubprocessError, ValueError, OSError) as ex:
-                    ob["error"] = str(ex)
-                    failures.append(ob)
-                obs.append(ob)
+        for mode in opt.modes:
+            for w in workloads:
+                order = [c for c in live if not (c.standby and mode["journal"] != "WAL")]
+                rng.shuffle(order)
+                for pos, c in enumerate(order):
+                    k += 1
+                    eta = (time.time() - t_start) / max(k - 1, 1) * (total - k + 1) if k > 1 else 0
+                    progress("[%d/%d] repeat %d/%d  %-13s %-18s %-16s  eta %ds" % (
+                        k, total, rep + 1, opt.repeats, mode["name"], w, c.name, eta))
+                    ob = {"repeat": rep + 1, "workload": w, "mode": mode["name"],
+                          "journal": mode["journal"], "cached": mode["cached"],
+                          "cache_size": mode_cache(opt, mode), "condition": c.name, "position": pos}
+                    try:
+                        ob["result"] = run_one(c, w, mode, opt, work)
+                    except (RuntimeError, subprocess.SubprocessError, ValueError, OSError) as ex:
+                        ob["error"] = str(ex)
+                        failures.append(ob)
+                    obs.append(ob)
     progress("done in %.0f s\n" % (time.time() - t_start))
-    # checksums of deterministic workloads agree across every run and condition
+    # checksums of deterministic workloads agree across every run, mode and condition
     bad = []
     for w in workloads:
         if base_of(w) in DETERMINISTIC:
@@ -1098,40 +1166,41 @@ def bench_main(argv):
             if len(sums) > 1:
                 bad.append(w)
     checks = ("all checksums verified in the driver; deterministic workloads (%s) agree across "
-              "every run and condition" % ", ".join(sorted(DETERMINISTIC)) if not bad else
+              "every run, journal mode and condition" % ", ".join(sorted(DETERMINISTIC)) if not bad else
               "MISMATCH between conditions in %s" % ", ".join(bad))
-    summary, vals = analyse(obs, live, workloads, opt)
+    summary, vals = analyse(obs, live, workloads, opt.modes, opt)
     res = {
         "schema_version": SCHEMA_VERSION,
         "generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "command": "sqlite-tde bench " + " ".join(argv),
         "options": {"seed": opt.seed, "repeats": opt.repeats, "seconds": opt.seconds,
                     "rows": opt.rows, "scale": opt.scale, "threads": opt.threads,
-                    "rat_rows": opt.rat_rows, "journal": opt.journal, "synchronous": opt.synchronous,
+                    "rat_rows": opt.rat_rows, "txn_rows": opt.txn_rows, "journal": opt.journal,
+                    "modes": opt.modes, "synchronous": opt.synchronous,
                     "page_size": opt.page_size, "cache_size": opt.cache_size,
-                    "workloads": workloads, "quick": opt.quick},
+                    "cache_size_cached": opt.cache_all, "workloads": workloads, "quick": opt.quick,
+                    "baseline": opt.baseline},
         "environment": environment(opt, conds),
         "conditions": [{"name": c.name, "label": c.label, "skipped": c.skip} for c in conds],
         "checksums": checks,
         "observations": obs,
-        "failures": [{"repeat": f["repeat"], "workload": f["workload"], "condition": f["condition"],
-                      "error": f["error"]} for f in failures],
+        "failures": [{"repeat": f["repeat"], "workload": f["workload"], "mode": f["mode"],
+                      "condition": f["condition"], "error": f["error"]} for f in failures],
         "summary": summary,
     }
-    res["targets"] = targets(summary, vals, live, workloads, opt)
-    res["limitations"] = limitations(res)
-    md = md_report(res)
+    res["targets"] = targets(summary, vals, live, workloads, opt.modes, opt)
+    res["limitations"] = report.limitations(res)
+    res = no_nan(res)
     with open(os.path.join(opt.out, "results.json"), "w") as f:
-        json.dump(no_nan(res), f, indent=1, allow_nan=False)
-    with open(os.path.join(opt.out, "report.md"), "w") as f:
-        f.write(md)
-    with open(os.path.join(opt.out, "report.html"), "w") as f:
-        f.write(html_report(res, md))
+        json.dump(res, f, indent=1, allow_nan=False)
+    report.write_reports(res, opt.out)
     shutil.rmtree(work, ignore_errors=True)
-    print("sqlite-tde bench: wrote %s/report.md, report.html, results.json" % opt.out)
-    for t in res["targets"]:
-        if t["status"] == "MISSED":
-            print("  target missed: %s, %s, %s: %s" % (t["target"], t["condition"], t["workload"], t["figure"]))
+    print(stdout_table(res))
+    n = {s: sum(1 for t in res["targets"] if t["status"] == s) for s in ("met", "missed", "undecided")}
+    print("targets: %d met, %d missed, %d undecided (details: %s/report.html)" % (
+        n["met"], n["missed"], n["undecided"], opt.out))
+    if opt.quick or opt.seconds < 2 or opt.repeats < 3:
+        print("quick run: figures show that the kit works, not what encryption costs")
     if failures or bad:
         print("sqlite-tde bench: %d runs failed%s" % (len(failures), ", checksum mismatch" if bad else ""),
               file=sys.stderr)

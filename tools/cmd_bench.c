@@ -5,7 +5,8 @@
 ** $SQLITE_TDE_BENCH): it links its own copy of the library to drive the
 ** workloads and runs the report writer.  This command only finds it and
 ** replaces this process with it, passing every argument through, so that
-** `sqlite-tde bench --help` shows the kit's own options.
+** `sqlite-tde bench --help` shows the kit's own options, workloads and
+** conditions.
 */
 #include "cli.h"
 

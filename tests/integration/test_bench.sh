@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Integration test of the benchmark kit: `sqlite-tde bench --quick` writes
-# report.md, report.html and results.json, the JSON matches
-# bench/results.schema.json, every run succeeded (each driver run verifies
-# its own checksum), the reports hold their sections and the HTML loads
-# nothing from the network.
+# Integration test of the benchmark kit: `sqlite-tde bench --quick` runs
+# every condition (the old and the two current peers included) in both
+# journal modes (DELETE, then WAL) and writes report.md, report.html and
+# results.json; the JSON matches bench/results.schema.json, every run
+# succeeded (each driver run verifies its own checksum), every run carries
+# its journal mode and its I/O counts (consistent with each other), the
+# peers are labelled with their versions, stdout holds the headline table
+# and one targets line, the reports hold their sections and the HTML loads
+# nothing from the network.  (The report's rendering: test_bench_report.sh.)
 #
 # Environment (set by ctest): TDE_BUILD, TDE_SRC, TDE_TEST_TMP.
 set -uo pipefail
@@ -25,6 +29,11 @@ RC=$?
 if [ "$RC" = 0 ]; then ok "sqlite-tde bench --quick exits 0"; else
   bad "sqlite-tde bench --quick exited $RC"; tail -20 "$WORK/stderr.txt"; tail -20 "$WORK/stdout.txt"; fi
 grep -q 'seed 20261130' "$WORK/stdout.txt" && ok "prints its seed" || bad "seed not printed"
+grep -qE '^targets: [0-9]+ met, [0-9]+ missed, [0-9]+ undecided' "$WORK/stdout.txt" \
+  && ok "prints the targets summary line" || bad "no targets summary line"
+grep -qE '^vacuum +DELETE' "$WORK/stdout.txt" && grep -qE '^vacuum +WAL' "$WORK/stdout.txt" \
+  && ok "prints the headline table, both journal modes" || bad "no headline table"
+grep -qi 'target missed' "$WORK/stdout.txt" && bad "prints single targets on stdout" || ok "no per-target lines on stdout"
 
 for f in report.md report.html results.json; do
   if [ -s "$OUT/$f" ]; then ok "$f written"; else bad "$f missing or empty"; fi
@@ -43,23 +52,50 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 errs = []
 live = [c["name"] for c in r["conditions"] if not c["skipped"]]
-# scripts/deps.sh installs SoftHSM, PyKMIP and libsqlcipher: every condition
-# must run (a missing package fails here, loudly).
-for need in ("plain", "wallet", "wallet-password", "pkcs11", "kmip", "sqlcipher"):
+# scripts/deps.sh installs SoftHSM, PyKMIP and libsqlcipher, and caches the
+# SQLCipher 4 and SQLite3MC amalgamations: every condition must run (a
+# missing package fails here, loudly).
+for need in ("plain", "wallet", "wallet-password", "pkcs11", "kmip", "sqlcipher", "sqlcipher4", "sqlite3mc"):
     if need not in live:
-        errs.append("condition %s did not run" % need)
+        errs.append("condition %s did not run: %s" % (need, [c["skipped"] for c in r["conditions"] if c["name"] == need]))
+lab = {c["name"]: c["label"] for c in r["conditions"]}
+for name, want in (("sqlcipher4", "SQLCipher 4.5.5"), ("sqlite3mc", "SQLite3 Multiple Ciphers"),
+                   ("sqlcipher", "old peer")):
+    if want not in lab.get(name, "") or "SQLite 3." not in lab.get(name, ""):
+        errs.append("condition %s label %r lacks %r or its SQLite version" % (name, lab.get(name), want))
+modes = [m["name"] for m in r["options"]["modes"]]
+if modes != ["DELETE", "WAL"]:
+    errs.append("journal modes %s, expected DELETE then WAL by default" % modes)
+for o in r["observations"]:
+    q = o.get("result")
+    if not q:
+        continue
+    where = "%s/%s/%s" % (o["workload"], o["mode"], o["condition"])
+    if q["io_ops"] <= 0:
+        errs.append("%s: io_ops %s" % (where, q["io_ops"]))
+    # the unix VFS makes one pwrite per xWrite: the syscall bytes cover the VFS bytes
+    if q["io_wchar"] >= 0 and q["io_wchar"] < q["vfs_write_bytes"]:
+        errs.append("%s: wchar %d < VFS bytes written %d" % (where, q["io_wchar"], q["vfs_write_bytes"]))
+    if o["workload"] in ("insert", "update-all", "update-rows", "delete-rows", "vacuum"):
+        kind = "vfs_journal_write_bytes" if o["journal"] == "DELETE" else "vfs_wal_write_bytes"
+        if q[kind] <= 0 or q["vfs_writes"] <= 0:
+            errs.append("%s: no %s counted" % (where, kind))
+        if o["journal"] == "WAL" and q["vfs_journal_write_bytes"] != 0:
+            errs.append("%s: rollback journal bytes in WAL mode" % where)
 if r["failures"]:
     errs.append("%d failed runs: %s" % (len(r["failures"]), r["failures"][0]["error"][:200]))
 if "MISMATCH" in r["checksums"]:
     errs.append(r["checksums"])
-want = r["options"]["repeats"] * len(r["options"]["workloads"]) * len(live)
+want = r["options"]["repeats"] * len(r["options"]["workloads"]) * len(live) * len(modes)
 if len(r["observations"]) != want:
     errs.append("%d observations, expected %d" % (len(r["observations"]), want))
 for c in r["conditions"]:
     if c["skipped"] and not c["skipped"].strip():
         errs.append("condition %s skipped without a reason" % c["name"])
-if not any(t["status"] in ("met", "MISSED") for t in r["targets"]):
-    errs.append("no target evaluated")
+if not r["targets"] or any(t["status"] not in ("met", "missed", "undecided", "not measured") for t in r["targets"]):
+    errs.append("targets missing or with an unknown status")
+if not any(s["metric"] == "wchar_per_op" and s["condition"] == "wallet" and s.get("ratio") for s in r["summary"]):
+    errs.append("no bytes-written ratio for wallet")
 for e in errs:
     print("  FAIL  " + e)
 print("  ok    results.json content: %d observations, conditions %s" % (len(r["observations"]), ", ".join(live)) if not errs else "")
@@ -74,7 +110,7 @@ if env -u LD_PRELOAD pgrep -f "$OUT/work/kmip/pki/server.conf" >/dev/null; then
   env -u LD_PRELOAD pkill -f "$OUT/work/kmip/pki/server.conf"
 else ok "the bench stopped its PyKMIP server"; fi
 
-for s in '## Environment' '## Headline' '## Targets' '## Limitations' '## Raw measurements'; do
+for s in '## Verdicts' '## Targets' '## Headline figures' '## Bytes and I/O' '## Environment' '## Limitations' '## Raw measurements'; do
   grep -q "^$s" "$OUT/report.md" && ok "report.md has $s" || bad "report.md lacks $s"
 done
 grep -q '<svg' "$OUT/report.html" && ok "report.html has inline SVG charts" || bad "no SVG in report.html"
