@@ -83,12 +83,13 @@ int tdeSha256(const uint8_t *p, size_t n, uint8_t out[32]);
 ** pages with per-session subkeys, so that a GCM nonce never repeats under a
 ** key:
 **
-**   at creation the object draws a random 12-byte session salt S and sets a
-**   96-bit counter C to zero;
+**   on its first seal the object starts a session: a 12-byte salt S and a
+**   64-bit counter start R from the kernel (getrandom);
 **   subkey  K_S = HKDF-SHA256(ikm=DEK, salt=none,
 **                             info="sqlite-tde v1 page subkey" || S)
-**   each seal uses IV = C (big-endian, 12 bytes) and then increments C; the
-**   object draws a fresh S (and subkey) before C could wrap.
+**   the i-th seal of the session uses IV = 0 (4 bytes) || R + i mod 2^64
+**   (8 bytes, big-endian); a new session starts after 2^32 seals and in a
+**   child process (atfork counter or a changed getpid()).
 **
 ** Trailer (TDE_TRAILER_SIZE = 48 bytes), appended to the ciphertext:
 **   [0..12)   S, session salt
@@ -117,6 +118,10 @@ typedef struct TdePageCipher TdePageCipher;
 int  tdePageCipherNew(const uint8_t dek[32], uint32_t keyVersion, TdePageCipher **pp);
 void tdePageCipherFree(TdePageCipher *p);
 uint32_t tdePageCipherVersion(const TdePageCipher *p);
+/* Sessions (salts) this object has started so far. */
+uint64_t tdePageCipherSessions(const TdePageCipher *p);
+/* Tests only: pretend the current session has sealed nSeals pages. */
+void tdePageCipherAgeSession(TdePageCipher *p, uint64_t nSeals);
 
 /* Encrypt n bytes of pt into ct (may alias) and fill trailer. */
 int tdePageSeal(TdePageCipher *p, const uint8_t *aad, size_t nAad,

@@ -15,19 +15,28 @@
 ** cleanses them when they are freed.
 **
 ** This file must never reuse an IV under a subkey: the counter is consumed
-** before the encryption that uses it, a new salt is drawn before it could
-** wrap, and a forked child starts a new session on its first seal (parent
-** and child would otherwise continue the same salt and counter).  It must
-** never return plaintext that failed authentication, and never print or
-** log key bytes.
+** before the encryption that uses it, a session ends after
+** PAGE_SESSION_SEALS seals (long before its 64-bit counter could come back
+** to its start), and a child process starts a new session on its first
+** seal (parent and child would otherwise continue the same salt and
+** counter) -- detected by an atfork counter and by getpid(), because a raw
+** clone() runs no atfork handler.  Session salts and counter starts come
+** from the kernel (getrandom), not from OpenSSL's user-space DRBG, whose
+** state a VM snapshot or process checkpoint restores identically; the
+** bound this gives is docs/FORMAT.md "Nonce uniqueness".  It must never
+** return plaintext that failed authentication, and never print or log key
+** bytes.
 */
 #include "tde_int.h"
 #include "cipher/cipher.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -36,6 +45,9 @@
 #define PAGE_TAG_BYTES  16
 #define PAGE_KEY_BYTES  32
 #define PAGE_OPEN_SLOTS 8          /* LRU of keyed open contexts */
+/* Seals per session: each session's 64-bit counter range is at most this
+** long, which is what the reuse bound of docs/FORMAT.md counts. */
+#define PAGE_SESSION_SEALS ((uint64_t)1 << 32)
 
 /* Trailer offsets, as docs/FORMAT.md and cipher.h lay them out. */
 #define TRL_SALT      0
@@ -67,13 +79,18 @@ struct TdePageCipher {
   PageSecret *pSecret;               /* DEK, scratch subkey */
   EVP_CIPHER *pAlg;                  /* fetched AES-256-GCM */
 
-  /* Sealing session: created on the first seal, replaced before the
-  ** 96-bit counter (ctrHi:ctrLo) could wrap. */
+  /* Sealing session: created on the first seal, replaced after
+  ** PAGE_SESSION_SEALS seals and in a child process.  IV = ctrHi || ctrLo;
+  ** ctrLo starts at a random value and advances by one per seal (mod
+  ** 2^64), ctrHi is 0 (format version 1). */
   EVP_CIPHER_CTX *pSealCtx;
   int bSealReady;                    /* pSealCtx keyed for aSealSalt */
   uint64_t iForkGen;                 /* pageForkGen when the session began */
-  uint32_t ctrHi;                    /* counter bits 95..64 */
-  uint64_t ctrLo;                    /* counter bits 63..0 */
+  pid_t iPid;                        /* getpid() when the session began */
+  uint32_t ctrHi;                    /* IV bits 95..64 */
+  uint64_t ctrLo;                    /* IV bits 63..0: the session counter */
+  uint64_t nSealed;                  /* seals in this session */
+  uint64_t nSessions;                /* sessions this object has started */
   uint8_t aSealSalt[PAGE_SALT_BYTES];
 
   uint64_t iClock;                   /* LRU clock */
@@ -97,6 +114,26 @@ static void pageForkRegister(void){
 }
 static uint64_t pageForkNow(void){
   return (uint64_t)atomic_load_explicit(&pageForkGen, memory_order_relaxed);
+}
+
+/*
+** n bytes from the kernel's generator (getrandom(2), blocking only until
+** the kernel pool is first initialised).  TDE_CRYPTO if it fails; p is then
+** wiped, so a partial fill is never used.
+*/
+static int pageKernelRandom(void *p, size_t n){
+  uint8_t *a = p;
+  size_t i = 0;
+  while( i<n ){
+    ssize_t got = getrandom(a+i, n-i, 0);
+    if( got<0 ){
+      if( errno==EINTR ) continue;
+      tdeWipe(p, n);
+      return tdeErr(TDE_CRYPTO, "getrandom failed (errno %d)", errno);
+    }
+    i += (size_t)got;
+  }
+  return TDE_OK;
 }
 
 /* TDE_CRYPTO with OpenSSL's latest error as detail; clears its queue. */
@@ -149,12 +186,12 @@ static EVP_CIPHER_CTX *pageNewCtx(TdePageCipher *p, int enc){
 }
 
 /*
-** Start a sealing session: draw a fresh salt, key the seal context with
-** its subkey, reset the counter.  On failure bSealReady stays 0, so no
-** seal happens until a later call succeeds.
+** Start a sealing session: draw a fresh salt and counter start from the
+** kernel, key the seal context with the salt's subkey.  On failure
+** bSealReady stays 0, so no seal happens until a later call succeeds.
 */
 static int pageNewSession(TdePageCipher *p){
-  uint8_t aSalt[PAGE_SALT_BYTES];
+  uint8_t aRand[PAGE_SALT_BYTES + 8];   /* salt || counter start */
   int rc;
 
   p->bSealReady = 0;
@@ -162,16 +199,21 @@ static int pageNewSession(TdePageCipher *p){
     p->pSealCtx = pageNewCtx(p, 1);
     if( p->pSealCtx==NULL ) return pageSslErr("seal context");
   }
-  rc = tdeRandom(aSalt, sizeof(aSalt));
+  rc = pageKernelRandom(aRand, sizeof(aRand));
   if( rc ) return rc;
-  rc = pageKeyCtx(p, aSalt, p->pSealCtx, 1);
-  if( rc ) return rc;
-  memcpy(p->aSealSalt, aSalt, PAGE_SALT_BYTES);
-  p->ctrHi = 0;
-  p->ctrLo = 0;
-  p->iForkGen = pageForkNow();
-  p->bSealReady = 1;
-  return TDE_OK;
+  rc = pageKeyCtx(p, aRand, p->pSealCtx, 1);
+  if( rc==TDE_OK ){
+    memcpy(p->aSealSalt, aRand, PAGE_SALT_BYTES);
+    p->ctrHi = 0;
+    p->ctrLo = tdeGet64(aRand + PAGE_SALT_BYTES);
+    p->nSealed = 0;
+    p->iForkGen = pageForkNow();
+    p->iPid = getpid();
+    p->nSessions++;
+    p->bSealReady = 1;
+  }
+  tdeWipe(aRand, sizeof(aRand));
+  return rc;
 }
 
 /*
@@ -286,6 +328,14 @@ uint32_t tdePageCipherVersion(const TdePageCipher *p){
   return p->keyVersion;
 }
 
+uint64_t tdePageCipherSessions(const TdePageCipher *p){
+  return p->nSessions;
+}
+
+void tdePageCipherAgeSession(TdePageCipher *p, uint64_t nSeals){
+  if( p->bSealReady ) p->nSealed = nSeals;
+}
+
 /*
 ** Seal n bytes of pt into ct (may be the same buffer) and write the
 ** trailer.  The counter value is consumed before encryption starts, so a
@@ -309,7 +359,8 @@ int tdePageSeal(TdePageCipher *p, const uint8_t *aad, size_t nAad,
     rc = tdeErr(TDE_RANGE, "tdePageSeal: length too large");
     goto seal_out;
   }
-  if( !p->bSealReady || p->iForkGen!=pageForkNow() ){
+  if( !p->bSealReady || p->nSealed>=PAGE_SESSION_SEALS
+   || p->iForkGen!=pageForkNow() || p->iPid!=getpid() ){
     rc = pageNewSession(p);
     if( rc ) goto seal_out;
   }
@@ -320,9 +371,10 @@ int tdePageSeal(TdePageCipher *p, const uint8_t *aad, size_t nAad,
   tdePut64(t + TRL_IV + 4, p->ctrLo);
   tdePut32(t + TRL_VERSION, p->keyVersion);
   tdePut32(t + TRL_RESERVED, 0);
-  /* Consume the counter now.  When all 96 bits wrap, retire the session:
-  ** the next seal draws a new salt (practically unreachable). */
-  if( ++p->ctrLo==0 && ++p->ctrHi==0 ) p->bSealReady = 0;
+  /* Consume the counter now (mod 2^64: a session's PAGE_SESSION_SEALS
+  ** values from its random start never repeat). */
+  p->ctrLo++;
+  p->nSealed++;
 
   if( EVP_EncryptInit_ex(pCtx, NULL, NULL, NULL, t + TRL_IV)!=1
    || !pageAad(pCtx, aad, nAad, t)

@@ -184,8 +184,22 @@ void tdeCiphersFree(TdeFile *p){
 int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size_t n,
             uint8_t *ct, uint8_t *trailer){
   TdePageCipher *c = tdeCipherForSeal(p);
+  TdeDbKeys *k = fileKeys(p);
+  uint64_t nBefore;
+  int rc;
   if( !c ) return TDE_NOKEY;
-  return tdePageSeal(c, aad, nAad, pt, n, ct, trailer);
+  nBefore = tdePageCipherSessions(c);
+  rc = tdePageSeal(c, aad, nAad, pt, n, ct, trailer);
+  if( k && tdePageCipherSessions(c)!=nBefore ){
+    /* Sessions under the current data key, for tde_status (the nonce bound
+    ** of docs/FORMAT.md counts sessions). */
+    if( k->nSessionsVersion!=tdePageCipherVersion(c) ){
+      k->nSessionsVersion = tdePageCipherVersion(c);
+      k->nSessions = 0;
+    }
+    k->nSessions += tdePageCipherSessions(c) - nBefore;
+  }
+  return rc;
 }
 
 int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size_t n,

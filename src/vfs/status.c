@@ -29,7 +29,11 @@ typedef struct TdeStatusRow {
   int bRekey;                 /* a rekey is in progress */
   char zMasterKeys[1024];     /* every master key wrapping the current data key */
   TdeReplStatus repl;         /* standby / primary role and lag (repl/state.c) */
+  sqlite3_int64 nSessions;    /* sealing sessions under the current data key */
 } TdeStatusRow;
+
+/* Sessions one data key may start (docs/FORMAT.md "Nonce uniqueness"). */
+#define TDE_SESSION_LIMIT ((sqlite3_int64)1 << 48)
 
 static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
   memset(r, 0, sizeof(*r));
@@ -61,6 +65,7 @@ static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
     r->seq = (sqlite3_int64)k->hdr.seq;
     snprintf(r->zConfig, sizeof(r->zConfig), "%s", k->zConfig);
     r->bRekey = tdeRekeyInProgress(k);
+    r->nSessions = k->nSessionsVersion==k->hdr.curVersion ? (sqlite3_int64)k->nSessions : 0;
     for(int i=0, n=0; i<k->hdr.nEntry; i++){
       const TdeWrapEntry *e = &k->hdr.aEntry[i];
       const tde_keystore_methods *pM = tdeKeystoreByType(e->ksType);
@@ -82,11 +87,13 @@ char *tdeStatusPragma(TdeFile *p){
   tdeStatusFill(p, r);
   z = sqlite3_mprintf("encrypted=%d cipher=%s keystore=%s keystore_status=%s master_key=%s "
                       "data_key_version=%lld page_size=%lld database_id=%s header_slot=%d "
-                      "header_seq=%lld auth_failures=%lld rekey_in_progress=%d master_keys=%s",
+                      "header_seq=%lld auth_failures=%lld rekey_in_progress=%d master_keys=%s "
+                      "nonce_sessions=%lld nonce_session_limit=%lld",
                       r->bEncrypted, r->zCipher, r->zKeystore, r->zKsStatus,
                       r->zMasterKey[0] ? r->zMasterKey : "-", r->keyVersion, r->pgsz,
                       r->zDbid[0] ? r->zDbid : "-", r->iSlot, r->seq, r->nAuthFail,
-                      r->bRekey, r->zMasterKeys[0] ? r->zMasterKeys : "-");
+                      r->bRekey, r->zMasterKeys[0] ? r->zMasterKeys : "-",
+                      r->nSessions, r->bEncrypted ? TDE_SESSION_LIMIT : 0);
   if( z && r->repl.zRole[0] && strcmp(r->repl.zRole, "none")!=0 ){
     const TdeReplStatus *q = &r->repl;
     z = sqlite3_mprintf("%z role=%s repl_state=%s peer=%s shipped_seq=%lld acked_seq=%lld "
@@ -124,7 +131,8 @@ enum { COL_SCHEMA, COL_FILE, COL_ENCRYPTED, COL_CIPHER, COL_KEYSTORE, COL_KEYSTO
        COL_MASTER_KEY, COL_KEY_VERSION, COL_PAGE_SIZE, COL_PAGES, COL_DBID, COL_SLOT,
        COL_SEQ, COL_CONFIG, COL_AUTH_FAILURES, COL_REKEY, COL_PAGES_BY_VERSION, COL_MASTER_KEYS,
        COL_ROLE, COL_REPL_STATE, COL_PEER, COL_SHIPPED, COL_ACKED, COL_RECEIVED, COL_APPLIED,
-       COL_TLAG_TXN, COL_TLAG_BYTES, COL_TLAG_SEC, COL_ALAG_TXN, COL_ALAG_BYTES, COL_ALAG_SEC };
+       COL_TLAG_TXN, COL_TLAG_BYTES, COL_TLAG_SEC, COL_ALAG_TXN, COL_ALAG_BYTES, COL_ALAG_SEC,
+       COL_NONCE_SESSIONS, COL_NONCE_LIMIT };
 
 static int statusConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                          sqlite3_vtab **ppVtab, char **pzErr){
@@ -138,7 +146,8 @@ static int statusConnect(sqlite3 *db, void *pAux, int argc, const char *const *a
     "rekey_in_progress INT, pages_by_version TEXT, master_keys TEXT, "
     "role TEXT, repl_state TEXT, peer TEXT, shipped_seq INT, acked_seq INT, received_seq INT, "
     "applied_seq INT, transport_lag_txn INT, transport_lag_bytes INT, transport_lag_seconds REAL, "
-    "apply_lag_txn INT, apply_lag_bytes INT, apply_lag_seconds REAL)");
+    "apply_lag_txn INT, apply_lag_bytes INT, apply_lag_seconds REAL, "
+    "nonce_sessions INT, nonce_session_limit INT)");
   if( rc ) return rc;
   v = sqlite3_malloc(sizeof(*v));
   if( !v ) return SQLITE_NOMEM;
@@ -231,6 +240,8 @@ static int statusColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i){
     case COL_AUTH_FAILURES: if( r->bEncrypted ) sqlite3_result_int64(ctx, r->nAuthFail); else sqlite3_result_null(ctx); break;
     case COL_REKEY:    if( r->bEncrypted ) sqlite3_result_int(ctx, r->bRekey); else sqlite3_result_null(ctx); break;
     case COL_MASTER_KEYS: resultText(ctx, r->zMasterKeys); break;
+    case COL_NONCE_SESSIONS: if( r->keyVersion ) sqlite3_result_int64(ctx, r->nSessions); else sqlite3_result_null(ctx); break;
+    case COL_NONCE_LIMIT: if( r->bEncrypted ) sqlite3_result_int64(ctx, TDE_SESSION_LIMIT); else sqlite3_result_null(ctx); break;
     default:
       if( i>=COL_ROLE && r->bEncrypted ){
         /* Replication (repl/state.c): NULL where the role has no such figure. */

@@ -578,7 +578,8 @@ static void test_page_wrong_key_or_version(void **state){
   tdePageCipherFree(NULL);
 }
 
-/* Salts differ between objects; IVs are the counter 0,1,2,... per object. */
+/* Salts differ between objects; IVs are 0 || R, R+1, R+2, ... per object
+** (R the session's random counter start). */
 static void test_page_salts_and_ivs(void **state){
   enum { NSEAL = 20000 };
   TdePageCipher *pA = NULL, *pB = NULL;
@@ -592,8 +593,9 @@ static void test_page_salts_and_ivs(void **state){
   assert_int_equal(tdePageSeal(pA, NULL, 0, data, sizeof(data), data, tA), TDE_OK);
   assert_int_equal(tdePageSeal(pB, NULL, 0, data, sizeof(data), data, tB), TDE_OK);
   assert_memory_not_equal(tA, tB, 12);                /* different sessions */
-  assert_true(allZero(tA + 12, 12));                  /* first IV is 0 */
-  assert_true(allZero(tB + 12, 12));
+  assert_int_equal(tdeGet32(tA + 12), 0);             /* IV bits 95..64 */
+  assert_int_equal(tdeGet32(tB + 12), 0);
+  assert_true(tdeGet64(tA + 16)!=tdeGet64(tB + 16));  /* random starts (2^-64) */
   memcpy(saltA, tA, 12);
 
   /* strictly increasing counter => all IVs distinct; salt fixed */
@@ -601,7 +603,7 @@ static void test_page_salts_and_ivs(void **state){
     assert_int_equal(tdePageSeal(pA, NULL, 0, data, sizeof(data), data, t), TDE_OK);
     assert_memory_equal(t, saltA, 12);
     assert_int_equal(tdeGet32(t + 12), 0);
-    assert_int_equal(tdeGet64(t + 16), i);
+    assert_int_equal(tdeGet64(t + 16), tdeGet64(tA + 16) + i);
     assert_int_equal(tdeTrailerVersion(t), TEST_VERSION);
   }
   tdePageCipherFree(pA);
@@ -639,9 +641,9 @@ static void test_page_fork(void **state){
 
   assert_int_equal(tdePageSeal(p, NULL, 0, data, sizeof(data), data, tParent), TDE_OK);
   assert_memory_equal(tParent, tBefore, 12);            /* parent continues */
-  assert_int_equal(tdeGet64(tParent + 16), 1);
+  assert_int_equal(tdeGet64(tParent + 16), tdeGet64(tBefore + 16) + 1);
   assert_memory_not_equal(tChild, tBefore, 12);         /* child: new salt */
-  assert_true(allZero(tChild + 12, 12));
+  assert_int_equal(tdeGet32(tChild + 12), 0);
   tdePageCipherFree(p);
 }
 

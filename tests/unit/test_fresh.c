@@ -1,0 +1,193 @@
+/*
+** Issue 14 (format version 2, freshness) tests.  This file holds the nonce
+** hardening tests (docs/FORMAT.md "Nonce uniqueness"):
+**
+**  - a child made by a raw clone() (no atfork handler runs) must not
+**    continue its parent's sealing session: the getpid() check;
+**  - session counters start at a random 64-bit value, never 0 in
+**    practice, and a session ends after 2^32 seals;
+**  - tde_status counts the sessions a connection's handles start under the
+**    current data key (one per write transaction's journal in rollback
+**    mode, one per WAL handle in WAL mode) against the 2^48 limit.
+**
+** Each assertion fails on the code before this change: it continued the
+** session in a raw-clone child, started every counter at 0, and had no
+** session count.
+*/
+#include "tdetest.h"
+
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "tde_int.h"
+#include "cipher/cipher.h"
+
+static const uint8_t aTestDek[32] = {
+  0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00,
+  0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10
+};
+
+static sqlite3_int64 queryInt64(sqlite3 *db, const char *zSql){
+  sqlite3_stmt *p = 0;
+  sqlite3_int64 v = -1;
+  if( sqlite3_prepare_v2(db, zSql, -1, &p, 0)!=SQLITE_OK ) fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
+  if( sqlite3_step(p)==SQLITE_ROW && sqlite3_column_type(p, 0)!=SQLITE_NULL ) v = sqlite3_column_int64(p, 0);
+  sqlite3_finalize(p);
+  return v;
+}
+
+/* A child of clone() without CLONE_* sharing flags, made by the raw system
+** call so glibc's fork handlers (pthread_atfork) never run in it. */
+static pid_t rawClone(void){
+  return (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, 0UL, 0UL, 0UL);
+}
+
+static void test_raw_clone_new_session(void **state){
+  TdePageCipher *p = NULL;
+  uint8_t data[32] = {0}, tBefore[TDE_TRAILER_SIZE], tChild[TDE_TRAILER_SIZE];
+  uint8_t tParent[TDE_TRAILER_SIZE];
+  int aPipe[2], status = 0;
+  pid_t pid;
+  (void)state;
+  assert_int_equal(tdePageCipherNew(aTestDek, 1, &p), TDE_OK);
+  assert_int_equal(tdePageSeal(p, NULL, 0, data, sizeof(data), data, tBefore), TDE_OK);
+  assert_int_equal(pipe(aPipe), 0);
+  pid = rawClone();
+  assert_true(pid>=0);
+  if( pid==0 ){
+    uint8_t t[TDE_TRAILER_SIZE];
+    int ok = tdePageSeal(p, NULL, 0, data, sizeof(data), data, t)==TDE_OK
+          && write(aPipe[1], t, sizeof(t))==(ssize_t)sizeof(t);
+    _exit(ok ? 0 : 1);
+  }
+  close(aPipe[1]);
+  assert_int_equal(read(aPipe[0], tChild, sizeof(tChild)), (ssize_t)sizeof(tChild));
+  close(aPipe[0]);
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status)==0);
+
+  /* The child started its own session: another salt, another counter. */
+  assert_memory_not_equal(tChild, tBefore, 12);
+  assert_true(tdeGet64(tChild + 16)!=tdeGet64(tBefore + 16) + 1);
+  /* The parent continues its own. */
+  assert_int_equal(tdePageSeal(p, NULL, 0, data, sizeof(data), data, tParent), TDE_OK);
+  assert_memory_equal(tParent, tBefore, 12);
+  assert_int_equal(tdeGet64(tParent + 16), tdeGet64(tBefore + 16) + 1);
+  assert_int_equal(tdePageCipherSessions(p), 1);
+  tdePageCipherFree(p);
+}
+
+/* 64 sessions: counter starts are random (pairwise distinct, none 0), the
+** IV's top 32 bits are 0 in format version 1, salts pairwise distinct. */
+static void test_random_counter_start(void **state){
+  enum { N = 64 };
+  uint8_t aT[N][TDE_TRAILER_SIZE];
+  uint8_t data[16] = {0};
+  (void)state;
+  for(int i=0; i<N; i++){
+    TdePageCipher *p = NULL;
+    assert_int_equal(tdePageCipherNew(aTestDek, 1, &p), TDE_OK);
+    assert_int_equal(tdePageSeal(p, NULL, 0, data, sizeof(data), data, aT[i]), TDE_OK);
+    tdePageCipherFree(p);
+    assert_int_equal(tdeGet32(aT[i] + 12), 0);
+    assert_true(tdeGet64(aT[i] + 16)!=0);
+    for(int j=0; j<i; j++){
+      assert_memory_not_equal(aT[i], aT[j], 12);
+      assert_true(tdeGet64(aT[i] + 16)!=tdeGet64(aT[j] + 16));
+    }
+  }
+}
+
+/* After 2^32 seals a session ends: the next seal has a new salt and a new
+** random counter start, and still opens. */
+static void test_session_cap(void **state){
+  TdePageCipher *p = NULL;
+  uint8_t data[40], t1[TDE_TRAILER_SIZE], t2[TDE_TRAILER_SIZE], t3[TDE_TRAILER_SIZE], out[40];
+  (void)state;
+  memset(data, 0x5a, sizeof(data));
+  assert_int_equal(tdePageCipherNew(aTestDek, 1, &p), TDE_OK);
+  assert_int_equal(tdePageSeal(p, NULL, 0, data, sizeof(data), out, t1), TDE_OK);
+  tdePageCipherAgeSession(p, ((uint64_t)1 << 32) - 1);
+  assert_int_equal(tdePageSeal(p, NULL, 0, data, sizeof(data), out, t2), TDE_OK);
+  assert_memory_equal(t1, t2, 12);                       /* seal 2^32: same session */
+  assert_int_equal(tdePageCipherSessions(p), 1);
+  assert_int_equal(tdePageSeal(p, NULL, 0, data, sizeof(data), out, t3), TDE_OK);
+  assert_memory_not_equal(t3, t2, 12);                   /* seal 2^32 + 1: a new one */
+  assert_true(tdeGet64(t3 + 16)!=tdeGet64(t2 + 16) + 1);
+  assert_int_equal(tdePageCipherSessions(p), 2);
+  {
+    uint8_t back[40];
+    assert_int_equal(tdePageOpen(p, NULL, 0, out, sizeof(data), t3, back), TDE_OK);
+    assert_memory_equal(back, data, sizeof(data));
+  }
+  tdePageCipherFree(p);
+}
+
+/* tde_status: sessions counted as FORMAT.md's bound counts them. */
+static void test_status_sessions(void **state){
+  char zDb[PATH_MAX];
+  sqlite3 *db = 0;
+  sqlite3_int64 n0, n1;
+  (void)state;
+
+  /* Rollback mode: one new session per write transaction (its journal). */
+  pathOf(zDb, "sessions-delete.db");
+  removeDb(zDb);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "CREATE TABLE t(a INTEGER PRIMARY KEY, b BLOB);"
+           "INSERT INTO t VALUES(1, randomblob(3000)), (2, randomblob(3000));");
+  assert_int_equal(queryInt64(db, "SELECT nonce_session_limit FROM tde_status WHERE schema='main'"),
+                   (sqlite3_int64)1 << 48);
+  n0 = queryInt64(db, "SELECT nonce_sessions FROM tde_status WHERE schema='main'");
+  assert_true(n0>=1);
+  for(int i=0; i<5; i++) exec(db, "UPDATE t SET b=randomblob(3000) WHERE a=1");
+  n1 = queryInt64(db, "SELECT nonce_sessions FROM tde_status WHERE schema='main'");
+  assert_int_equal(n1 - n0, 5);
+  {
+    /* The PRAGMA says the same. */
+    sqlite3_stmt *p = 0;
+    char zWant[64];
+    snprintf(zWant, sizeof(zWant), "nonce_sessions=%lld nonce_session_limit=%lld",
+             (long long)n1, (long long)1 << 48);
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA tde_status", -1, &p, 0), SQLITE_OK);
+    assert_int_equal(sqlite3_step(p), SQLITE_ROW);
+    assert_non_null(strstr((const char*)sqlite3_column_text(p, 0), zWant));
+    sqlite3_finalize(p);
+  }
+  sqlite3_close(db);
+
+  /* WAL mode: the WAL handle's session lasts; transactions add none. */
+  pathOf(zDb, "sessions-wal.db");
+  removeDb(zDb);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "PRAGMA journal_mode=WAL; CREATE TABLE t(a INTEGER PRIMARY KEY, b BLOB);"
+           "INSERT INTO t VALUES(1, randomblob(3000));");
+  n0 = queryInt64(db, "SELECT nonce_sessions FROM tde_status WHERE schema='main'");
+  assert_true(n0>=1);
+  for(int i=0; i<5; i++) exec(db, "UPDATE t SET b=randomblob(3000) WHERE a=1");
+  n1 = queryInt64(db, "SELECT nonce_sessions FROM tde_status WHERE schema='main'");
+  assert_int_equal(n1, n0);
+  sqlite3_close(db);
+}
+
+static int groupSetup(void **state){
+  (void)state;
+  return tdetestGroupSetup("tdefresh", 0);
+}
+
+static int groupTeardown(void **state){
+  (void)state;
+  tdetestScratchRemove();
+  return 0;
+}
+
+int main(void){
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_raw_clone_new_session),
+    cmocka_unit_test(test_random_counter_start),
+    cmocka_unit_test(test_session_cap),
+    cmocka_unit_test(test_status_sessions),
+  };
+  return cmocka_run_group_tests_name("fresh", tests, groupSetup, groupTeardown);
+}
