@@ -56,6 +56,11 @@ const char cliStandbyHelp[] =
   "database is refused.  With the key, DB serves read-only queries through\n"
   "the tde VFS while it is applied; writes fail with SQLITE_READONLY.\n"
   "Runs until SIGINT or SIGTERM.\n"
+  "\n--accept-rewind (with --listen): a standby that refused its primary because\n"
+  "the primary's history went back (sequence behind this copy, an older base copy,\n"
+  "another history: state 'diverged') accepts the next base copy once.  Written\n"
+  "to the audit log (repl_audit_log, default DB-tdestandby-audit).  A new standby\n"
+  "names its primary: repl_primary_database_id and/or repl_peer_pubkey_sha256.\n"
   "\n--promote: with the standby stopped, apply the last complete transaction\n"
   "received and make DB an ordinary encrypted database (writable, WAL mode).\n"
   "\n--status: role, peer, shipped/acknowledged (primary) or received/applied\n"
@@ -103,7 +108,7 @@ static int usage(const char *zCmd, const char *zMsg, const char *zArg){
     fprintf(stderr, "usage: sqlite-tde [--config CFG] ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N]\n"
                     "                  (--repl-config FILE | --insecure-no-tls) DB\n");
   }else{
-    fprintf(stderr, "usage: sqlite-tde standby --listen HOST:PORT (--repl-config FILE | --insecure-no-tls) DB\n"
+    fprintf(stderr, "usage: sqlite-tde standby --listen HOST:PORT (--repl-config FILE | --insecure-no-tls) [--accept-rewind] DB\n"
                     "       sqlite-tde standby --promote DB\n"
                     "       sqlite-tde standby --status DB\n");
   }
@@ -211,7 +216,7 @@ int cliCmdStandby(Cli *pCli, const CliArgs *pArgs){
   for(int i=0; i<pArgs->nRest; i++){
     const char *z = pArgs->azRest[i];
     if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){
-      printf("usage: sqlite-tde standby --listen HOST:PORT (--repl-config FILE | --insecure-no-tls) DB\n"
+      printf("usage: sqlite-tde standby --listen HOST:PORT (--repl-config FILE | --insecure-no-tls) [--accept-rewind] DB\n"
              "       sqlite-tde standby --promote DB\n"
              "       sqlite-tde standby --status DB\n\n%s", cliStandbyHelp);
       return CLI_OK;
@@ -224,6 +229,8 @@ int cliCmdStandby(Cli *pCli, const CliArgs *pArgs){
     }else if( strcmp(z, "--repl-config")==0 ){
       if( i+1>=pArgs->nRest ) return usage("standby", "%s needs a file name", z);
       zRepl = pArgs->azRest[++i];
+    }else if( strcmp(z, "--accept-rewind")==0 ){
+      flags |= TDE_REPL_ACCEPT_REWIND;
     }else if( strcmp(z, "--insecure-no-tls")==0 ){
       flags |= TDE_REPL_INSECURE_NO_TLS;
     }else if( strcmp(z, "--status")==0 ){

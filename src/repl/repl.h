@@ -42,6 +42,8 @@
 
 #define TDE_RECF_HEADER  0x01   /* payload starts with the 8 KiB header region */
 #define TDE_RECF_CLOSED  0x02   /* MARK: the WAL generation ended (truncated/deleted) */
+#define TDE_RECF_REWIND  0x04   /* GAP: the primary lost commits; iFirst = frames lost, an
+                                ** upper bound on the transactions before it that are gone */
 
 /* Decoded record header. */
 typedef struct TdeRec {
@@ -282,6 +284,7 @@ typedef struct TdeReplCfg {
   int bInsecure;              /* --insecure-no-tls: plaintext, no peer check */
   char zPath[4096];
   char zCa[4096], zCert[4096], zKey[4096];
+  char zAudit[4096];          /* repl_audit_log ("" : next to the database) */
   char zPeerName[256];        /* the name the peer's certificate must carry */
   int nPin;                   /* pinned SHA-256 of the peer's SubjectPublicKeyInfo */
   uint8_t aPin[TDE_REPL_MAX_PINS][32];

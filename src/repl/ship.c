@@ -49,6 +49,8 @@ typedef struct ShipIdx {
   sqlite3_int64 iOff;
   uint32_t n;
   uint8_t kind;
+  uint8_t flags;
+  uint32_t nLost;             /* GAP with TDE_RECF_REWIND: frames the primary lost */
   uint64_t tCapture;
 } ShipIdx;
 
@@ -64,6 +66,7 @@ typedef struct ShipPeer {
   uint64_t ackedSeq, ackedCapture, sentSeq;
   int64_t lagBytes;
   /* Sender-private. */
+  uint64_t rewindFrom;        /* the next base copy rewinds a standby at or past this (0: no) */
   ShipIdx *aIdx;
   int nIdx, nIdxAlloc;
   sqlite3 *db;                /* for base copies */
@@ -462,6 +465,8 @@ static void peerOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n)
   q->aIdx[q->nIdx].iOff = iOff;
   q->aIdx[q->nIdx].n = (uint32_t)n;
   q->aIdx[q->nIdx].kind = r->kind;
+  q->aIdx[q->nIdx].flags = r->flags;
+  q->aIdx[q->nIdx].nLost = r->kind==TDE_REC_GAP && (r->flags & TDE_RECF_REWIND) ? r->iFirst : 0;
   q->aIdx[q->nIdx].tCapture = r->tCapture;
   q->nIdx++;
 }
@@ -600,7 +605,13 @@ static int peerSendBase(ShipPeer *q, TdeConn *pConn, TdeSpool *s, uint64_t *pSeq
   memcpy(aBegin+8, p->aHistory, 16);
   tdePut64(aBegin+24, (uint64_t)st.st_size);
   tdePut64(aBegin+32, tCap);
+  /* Flags: 1 the primary lost transactions this standby may have applied
+  ** (it must not take the copy silently); then from which sequence. */
   memset(aBegin+40, 0, 8);
+  if( q->rewindFrom ){
+    aBegin[40] = 1;
+    tdePut32(aBegin+44, (uint32_t)(q->rewindFrom > 0xffffffffu ? 0xffffffffu : q->rewindFrom));
+  }
   rc = tdeConnSend(pConn, TDE_MSG_BASE_BEGIN, aBegin, sizeof(aBegin), 0, 0);
   aBuf = sqlite3_malloc(SHIP_CHUNK);
   c = EVP_MD_CTX_new();
@@ -675,6 +686,7 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
     if( bNeedBase ){
       uint64_t seq = 0;
       rc = peerSendBase(q, pConn, s, &seq);
+      q->rewindFrom = 0;
       if( rc ) return rc;
       rc = tdeSpoolScan(s, 0);
       if( rc ) return rc;
@@ -691,6 +703,10 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
       uint8_t *aRec = 0;
       size_t nRec = 0;
       if( !e || e->kind==TDE_REC_GAP ){
+        if( e && e->nLost && acked+e->nLost>=e->seq ){
+          /* This standby may hold transactions the primary lost. */
+          q->rewindFrom = e->seq>e->nLost ? e->seq - e->nLost : 1;
+        }
         bNeedBase = 1;
         break;
       }

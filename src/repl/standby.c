@@ -31,6 +31,7 @@
 #include "repl/repl.h"
 #include "cipher/cipher.h"
 #include "keys/keys.h"
+#include "keys/audit.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -90,6 +91,11 @@ typedef struct Standby {
   char zPendPeer[128];
   char zRefused[320];         /* the last refusal: peer and reason */
   uint64_t tRefusedMs;
+  /* No silent rewind: a primary whose history goes back from this copy's
+  ** is refused until the operator accepts it (--accept-rewind, once). */
+  char zDiverged[320];        /* why ("" if not diverged); in the state file */
+  int bAcceptRewind;          /* armed by TDE_REPL_ACCEPT_REWIND, used once */
+  char zAudit[4200];          /* audit log (repl_audit_log, or DB-tdestandby-audit) */
 } Standby;
 
 static void sbSleepMs(int ms){
@@ -158,7 +164,8 @@ static int sbWriteState(Standby *p, int bSync){
   tdeKvSet(kv, "unapplied_bytes", "%lld", (long long)p->unappliedBytes);
   tdeKvSet(kv, "primary", "%s", p->zPeer);
   tdeKvSet(kv, "listen", "%s", p->zListen ? p->zListen : "");
-  tdeKvSet(kv, "state", "%s", p->zStatus);
+  tdeKvSet(kv, "state", "%s", p->zDiverged[0] && strcmp(p->zStatus, "stopped")!=0 ? "diverged" : p->zStatus);
+  tdeKvSet(kv, "diverged", "%s", p->zDiverged);
   tdeKvSet(kv, "transport", "%s", p->pCfg && p->pCfg->bInsecure ? "insecure-no-tls" : "tls");
   tdeKvSet(kv, "heard_ms", "%llu", (unsigned long long)p->tHeardMs);
   if( p->bMu ) pthread_mutex_lock(&p->mu);
@@ -192,6 +199,7 @@ static int sbLoadState(Standby *p){
   p->primarySeq = (uint64_t)tdeKvInt(kv, "primary_seq");
   p->primaryCapture = (uint64_t)tdeKvInt(kv, "primary_capture_ms");
   snprintf(p->zPeer, sizeof(p->zPeer), "%s", tdeKvGet(kv, "primary") ? tdeKvGet(kv, "primary") : "");
+  snprintf(p->zDiverged, sizeof(p->zDiverged), "%s", tdeKvGet(kv, "diverged") ? tdeKvGet(kv, "diverged") : "");
   p->bHave = 1;
   tdeKvFree(kv);
   return TDE_OK;
@@ -318,6 +326,7 @@ static int sbApplyLocked(Standby *p, SbRec *aRec, int nRec){
     p->appliedAt = tdeNowMs();
     if( p->received<p->applied ){ p->received = p->applied; p->receivedCapture = p->appliedCapture; }
     p->unappliedBytes = 0;
+    p->zDiverged[0] = 0;        /* only a session the operator accepted gets here */
     rc = sbWriteState(p, 1);
     if( rc ){
       p->pgsz = old.pgsz;
@@ -413,6 +422,36 @@ static int sbReplayLog(Standby *p, int *pnApplied){
   return rc;
 }
 
+/* One audit line (keys/audit.h format) in the standby's audit log. */
+static void sbAudit(Standby *p, const char *zOp, int bFailure, const char *zDetail){
+  TdeAuditRec r;
+  char zLine[1024];
+  int n, fd;
+  tdeAuditInit(&r, zOp);
+  r.bFailure = bFailure;
+  r.zDbPath = p->zDb;
+  r.aDbid = p->bHave ? p->aDbid : 0;
+  r.zDetail = zDetail;
+  n = tdeAuditFormat(&r, (int64_t)tdeNowMs(), (int)getpid(), zLine, sizeof(zLine));
+  if( n<0 ) return;
+  fd = open(p->zAudit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if( fd<0 || write(fd, zLine, (size_t)n)!=n ){
+    tdeLog(TDE_LOG_WARNING, "standby %s: cannot write the audit log %s: %s", p->zDb, p->zAudit, strerror(errno));
+  }
+  if( fd>=0 ) close(fd);
+}
+
+/* The primary's history goes back from what this copy applied: refuse,
+** durably (a restart stays diverged), until the operator accepts it. */
+static int sbDiverge(Standby *p, const char *zPeer, const char *zWhy){
+  snprintf(p->zDiverged, sizeof(p->zDiverged), "%s", zWhy);
+  tdeLog(TDE_LOG_ERROR, "standby %s: diverged: %s (from %s); refusing the primary, nothing acknowledged; "
+         "restart with --accept-rewind to take its base copy, or re-seed", p->zDb, zWhy, zPeer);
+  sbAudit(p, "standby_diverged", 1, zWhy);
+  sbWriteState(p, 1);
+  return tdeErr(TDE_AUTH, "diverged: %s", zWhy);
+}
+
 /* ---- base copy ---------------------------------------------------------- */
 
 static int sbReceiveBase(Standby *p, TdeConn *pConn, const uint8_t *aBegin, size_t nBegin, const uint8_t *aDbid){
@@ -425,6 +464,22 @@ static int sbReceiveBase(Standby *p, TdeConn *pConn, const uint8_t *aBegin, size
   seq = tdeGet64(aBegin);
   size = tdeGet64(aBegin+24);
   tCap = tdeGet64(aBegin+32);
+  if( p->bHave && !p->bAcceptRewind ){
+    char zWhy[300];
+    zWhy[0] = 0;
+    if( memcmp(aBegin+8, p->aHistory, 16)!=0 ){
+      snprintf(zWhy, sizeof(zWhy), "a base copy of another history than the one this copy applied "
+               "%llu transactions of", (unsigned long long)p->applied);
+    }else if( seq<p->applied ){
+      snprintf(zWhy, sizeof(zWhy), "a base copy at transaction %llu, older than the %llu this copy applied",
+               (unsigned long long)seq, (unsigned long long)p->applied);
+    }else if( nBegin>=48 && (aBegin[40] & 1) && p->applied>=tdeGet32(aBegin+44) ){
+      snprintf(zWhy, sizeof(zWhy), "the primary lost transactions from about %u on, and this copy applied "
+               "up to %llu: its base copy would take them back", tdeGet32(aBegin+44),
+               (unsigned long long)p->applied);
+    }
+    if( zWhy[0] ) return sbDiverge(p, p->zPeer, zWhy);
+  }
   snprintf(p->zStatus, sizeof(p->zStatus), "base copy");
   tdeLog(TDE_LOG_INFO, "standby %s: receiving a base copy (%llu bytes, sequence %llu)", p->zDb,
          (unsigned long long)size, (unsigned long long)seq);
@@ -498,6 +553,18 @@ static int sbReceiveBase(Standby *p, TdeConn *pConn, const uint8_t *aBegin, size
   p->fdDb = fdOut;
   fdOut = -1;
   if( ftruncate(p->fdLog, 0)!=0 ){ rc = tdeErr(TDE_IO, "%s: %s", p->zLog, strerror(errno)); goto done; }
+  if( p->bHave && p->bAcceptRewind
+   && (memcmp(aBegin+8, p->aHistory, 16)!=0 || seq<p->applied || p->zDiverged[0]
+       || (nBegin>=48 && (aBegin[40] & 1) && p->applied>=tdeGet32(aBegin+44))) ){
+    char zWhy[800];
+    snprintf(zWhy, sizeof(zWhy), "rewind accepted by the operator (--accept-rewind): base copy at transaction %llu "
+             "replaces the copy at %llu%s%s", (unsigned long long)seq, (unsigned long long)p->applied,
+             p->zDiverged[0] ? "; was diverged: " : "", p->zDiverged);
+    tdeLog(TDE_LOG_WARNING, "standby %s: %s", p->zDb, zWhy);
+    sbAudit(p, "standby_rewind_accepted", 0, zWhy);
+    p->bAcceptRewind = 0;
+  }
+  p->zDiverged[0] = 0;
   memcpy(p->aDbid, aDbid, 16);
   memcpy(p->aHistory, aBegin+8, 16);
   p->applied = p->received = seq;
@@ -557,6 +624,37 @@ static int sbHello(Standby *p, TdeConn *pConn, const uint8_t *aBody, size_t nBod
     sbRefuse(pConn, zMsg);
     sbNoteRefusal(p, zPeer, zMsg);
     return tdeErr(TDE_AUTH, "%s", zMsg);
+  }
+  if( p->bHave ){
+    char zWhy[300];
+    zWhy[0] = 0;
+    if( memcmp(aBody+24, p->aHistory, 16)!=0 ){
+      char zH[33];
+      tdeHex(aBody+24, 16, zH);
+      snprintf(zWhy, sizeof(zWhy), "the primary offers another history (%s) than the one this copy applied "
+               "%llu transactions of", zH, (unsigned long long)p->applied);
+    }else if( tdeGet64(aBody+72)<p->applied ){
+      snprintf(zWhy, sizeof(zWhy), "the primary's history ends at transaction %llu, this copy applied %llu",
+               (unsigned long long)tdeGet64(aBody+72), (unsigned long long)p->applied);
+    }
+    if( (zWhy[0] || p->zDiverged[0]) && p->bAcceptRewind ){
+      if( zWhy[0] ){
+        tdeLog(TDE_LOG_WARNING, "standby %s: %s: accepted (--accept-rewind); waiting for its base copy", p->zDb, zWhy);
+      }else{
+        /* The hello does not go back; its base copy may (a primary that
+        ** lost commits): still armed for that one. */
+        tdeLog(TDE_LOG_WARNING, "standby %s: was diverged (%s); --accept-rewind: taking the primary's stream "
+               "or base copy", p->zDb, p->zDiverged);
+      }
+    }else if( zWhy[0] || p->zDiverged[0] ){
+      char zMsg[600];
+      if( zWhy[0] ) sbDiverge(p, zPeer, zWhy);
+      snprintf(zMsg, sizeof(zMsg), "this standby has diverged from the primary: %s; the operator must restart "
+               "it with --accept-rewind or re-seed it", p->zDiverged);
+      sbRefuse(pConn, zMsg);
+      sbNoteRefusal(p, zPeer, zMsg);
+      return tdeErr(TDE_AUTH, "%s", zMsg);
+    }
   }
   p->primarySeq = tdeGet64(aBody+72);
   {
@@ -936,6 +1034,12 @@ TDE_API int tde_standby_run_v2(const char *zDb, const char *zListen, const char 
   p->bMu = 1;
   rc = sbPaths(p, zDb);
   if( rc ) goto done;
+  if( (p->pCfg->zAudit[0] ? snprintf(p->zAudit, sizeof(p->zAudit), "%s", p->pCfg->zAudit)
+                           : snprintf(p->zAudit, sizeof(p->zAudit), "%s-tdestandby-audit", p->zDb))>=(int)sizeof(p->zAudit) ){
+    rc = tdeErr(TDE_RANGE, "audit log path too long");
+    goto done;
+  }
+  p->bAcceptRewind = (flags & TDE_REPL_ACCEPT_REWIND)!=0;
   rc = sbLockInstance(p);
   if( rc ) goto done;
   rc = sbLoadState(p);
@@ -948,6 +1052,20 @@ TDE_API int tde_standby_run_v2(const char *zDb, const char *zListen, const char 
     if( rc ) goto done;
     if( nReplayed ) tdeLog(TDE_LOG_INFO, "standby %s: re-applied %d logged transaction(s), now at %llu",
                            p->zDb, nReplayed, (unsigned long long)p->applied);
+  }
+  if( !p->bHave && !p->pCfg->bInsecure && !p->pCfg->bPrimaryDbid && p->pCfg->nPin==0 ){
+    /* Whoever connects first must not become this standby's primary. */
+    rc = tdeErr(TDE_CONFIG, "%s: a new standby must name its primary: set repl_primary_database_id or "
+                "repl_peer_pubkey_sha256 in %s", p->zDb, p->pCfg->zPath);
+    goto done;
+  }
+  if( !p->bHave && p->pCfg->bInsecure && !p->pCfg->bPrimaryDbid ){
+    tdeLog(TDE_LOG_WARNING, "standby %s: no copy yet and no repl_primary_database_id: the first peer that "
+           "connects becomes the primary (--insecure-no-tls)", p->zDb);
+  }
+  if( p->bAcceptRewind ){
+    sbAudit(p, "standby_accept_rewind", 0, "armed: the next base copy may replace this copy even if older "
+            "or of another history");
   }
   rc = tdeNetListen(zListen, &fdListen);
   if( rc ) goto done;

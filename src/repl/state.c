@@ -290,6 +290,11 @@ int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){
     if( tdeKvGet(kv, "transport") && strcmp(tdeKvGet(kv, "transport"), "insecure-no-tls")==0 ){
       noteAdd(p, "insecure-no-tls: the link is plaintext and unauthenticated");
     }
+    if( tdeKvGet(kv, "diverged") && tdeKvGet(kv, "diverged")[0] ){
+      const char *zWhy = tdeKvGet(kv, "diverged");
+      noteAdd(p, "diverged: %s; nothing is acknowledged until the operator runs standby --accept-rewind or "
+              "re-seeds", zWhy ? zWhy : "");
+    }
     {
       /* Lag is known only from verified messages: a primary not heard
       ** from says nothing about how far behind this copy is. */

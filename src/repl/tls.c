@@ -33,7 +33,7 @@
 
 static const char *const azReplKeys[] = {
   "repl_ca", "repl_cert", "repl_key", "repl_peer_name", "repl_peer_pubkey_sha256",
-  "repl_timeout_ms", "repl_primary_database_id", 0
+  "repl_timeout_ms", "repl_primary_database_id", "repl_audit_log", 0
 };
 
 /* zOut = zValue, a relative path resolved against zDir. */
@@ -73,7 +73,7 @@ static int cfgParse(TdeReplCfg *p, char *zText){
     for(k=0; azReplKeys[k] && strcmp(azReplKeys[k], zKey)!=0; k++){}
     if( !azReplKeys[k] ){
       rc = tdeErr(TDE_CONFIG, "%s:%d: unknown key '%s' (known: repl_ca, repl_cert, repl_key, repl_peer_name, "
-                  "repl_peer_pubkey_sha256, repl_timeout_ms, repl_primary_database_id)", p->zPath, iLine, zKey);
+                  "repl_peer_pubkey_sha256, repl_timeout_ms, repl_primary_database_id, repl_audit_log)", p->zPath, iLine, zKey);
       break;
     }
     if( aSeen[k] ){ rc = tdeErr(TDE_CONFIG, "%s:%d: duplicate key '%s'", p->zPath, iLine, zKey); break; }
@@ -82,6 +82,7 @@ static int cfgParse(TdeReplCfg *p, char *zText){
     if( strcmp(zKey, "repl_ca")==0 ) rc = cfgPath(zDir, zVal, p->zCa, sizeof(p->zCa));
     else if( strcmp(zKey, "repl_cert")==0 ) rc = cfgPath(zDir, zVal, p->zCert, sizeof(p->zCert));
     else if( strcmp(zKey, "repl_key")==0 ) rc = cfgPath(zDir, zVal, p->zKey, sizeof(p->zKey));
+    else if( strcmp(zKey, "repl_audit_log")==0 ) rc = cfgPath(zDir, zVal, p->zAudit, sizeof(p->zAudit));
     else if( strcmp(zKey, "repl_peer_name")==0 ){
       if( strlen(zVal)>=sizeof(p->zPeerName) ) rc = tdeErr(TDE_CONFIG, "%s:%d: name too long", p->zPath, iLine);
       else snprintf(p->zPeerName, sizeof(p->zPeerName), "%s", zVal);

@@ -347,14 +347,14 @@ def craft_rec(seq, frames, pgsz, flags=0, hdr=b"", kind=1, salt=b"\0" * 8):
     return r + hashlib.sha256(r).digest()
 
 
-def fake_primary(port, dbid, make_recs, timeout=10, ctx=None):
+def fake_primary(port, dbid, make_recs, timeout=10, ctx=None, history=b"\x07" * 16, last=1):
     """Say hello as database dbid (bytes), send the records make_recs(applied)
     returns, and report what the standby answered: a list of message types
     until it closed the connection (or timeout).  Over TLS with the
     primary's certificate (ctx): crafted messages inside an authenticated
     session."""
     s = connect_standby(port, timeout, ctx)
-    s.sendall(wire_msg(1, b"TDEWIRE1" + dbid + b"\x07" * 16 + b"\0" * 32 + struct.pack(">Q", 1)))
+    s.sendall(wire_msg(1, b"TDEWIRE1" + dbid + history + b"\0" * 32 + struct.pack(">Q", last)))
     t, b = wire_recv(s)
     if t != 2:
         s.close()
@@ -454,8 +454,9 @@ class Proxy:
     SHA-256) and, by mode, cuts connections, drops, duplicates, reorders
     or corrupts TXN messages (type 4)."""
 
-    def __init__(self, listen, target, seed=7, tls=True):
+    def __init__(self, listen, target, seed=7, tls=True, raw=False):
         self.listen, self.target = listen, target
+        self.raw = raw      # no framing: each chunk read goes to _fault whole
         # TLS on both legs: the standby's certificate towards the shipper,
         # the primary's towards the standby (a test double holding both).
         self.tls = (tls_server("standby"), tls_client("primary")) if tls else None
@@ -599,7 +600,9 @@ class Proxy:
                     d = self._read(s)
                     if d is None:
                         raise OSError("closed")
-                    if s is a:
+                    if s is a and self.raw:
+                        to_b = self._fault(d, to_b)
+                    elif s is a:
                         up += d
                         while len(up) >= 5:
                             n = struct.unpack(">I", up[1:5])[0]

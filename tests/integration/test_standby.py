@@ -47,6 +47,39 @@ def status(db):
     return dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
 
 
+def wait_state(db, want, timeout=20):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        st = status(db)
+        if st.get("state") == want:
+            return st
+        time.sleep(0.2)
+    return status(db)
+
+
+def accept_rewind(d, sb, sdb, sport, what, word):
+    """The standby refused a primary that goes back (diverged); the operator
+    restarts it with --accept-rewind.  Returns the new standby process."""
+    applied = C.read_state(sdb + "-tdestandby").get("applied_seq")
+    sum0 = hashlib.sha256(open(sdb, "rb").read()).hexdigest()
+    st = wait_state(sdb, "diverged")
+    C.check(st.get("state") == "diverged" and word in st.get("note", ""),
+            "%s: the standby refuses it as diverged, no silent rewind: %s" % (what, st.get("note", "")[:200]))
+    time.sleep(0.5)
+    C.check(C.read_state(sdb + "-tdestandby").get("applied_seq") == applied and
+            hashlib.sha256(open(sdb, "rb").read()).hexdigest() == sum0,
+            "%s: the copy is unchanged at sequence %s" % (what, applied))
+    C.stop(sb)
+    sb = C.start_standby(d, sdb, sport)
+    time.sleep(1.0)
+    C.check(status(sdb).get("state") == "diverged", "%s: a restart without --accept-rewind stays diverged" % what)
+    C.stop(sb)
+    audit = sdb + "-tdestandby-audit"
+    n0 = open(audit).read().count("standby_rewind_accepted") if os.path.exists(audit) else 0
+    sb = C.start_standby(d, sdb, sport, extra=["--accept-rewind"])
+    return sb, audit, n0
+
+
 def compare(pdb, sdb, cfg, d, what):
     pr = C.rows(pdb, cfg)
     sr = C.rows(sdb, cfg)
@@ -276,10 +309,13 @@ def main():
     db.close()
     C.check(not errs, "inserts and TRUNCATE/RESTART checkpoints succeed: %s" % (errs[:3] or "no error"))
     ship = C.start_ship(d, pdb, cfg, [sport])
+    sb, audit, n0 = accept_rewind(d, sb, sdb, sport, "a new spool (another history)", "another history")
     seq = C.wait_caught_up(pdb, sdb)
     C.check(seq is not None, "caught up (sequence %s)" % seq)
     C.check(open(os.path.join(d, "standby.log")).read().count("base copy applied") > nbase,
-            "the standby took a base copy (the spool lost the frames)")
+            "the standby took a base copy (the spool lost the frames) once the operator accepted it")
+    C.check(os.path.exists(audit) and open(audit).read().count("standby_rewind_accepted") > n0,
+            "the accepted rewind is in the standby's audit log")
     C.check("starting a new spool" in open(os.path.join(d, "ship.log")).read(),
             "the shipper set the damaged spool aside and started a new one")
     compare(pdb, sdb, cfg, d, "after the damaged spool")
@@ -364,6 +400,8 @@ def main():
     st = C.read_state(sdb + "-tdestandby")
     C.check(st.get("page_size") == "4096", "the standby knows its copy's page size: %s" % st.get("page_size"))
     dbid = bytes.fromhex(st["database_id"])
+    hist = bytes.fromhex(st["history"])
+    last = int(st["applied_seq"]) + 5
     size0 = os.path.getsize(sdb)
     sum0 = hashlib.sha256(open(sdb, "rb").read()).hexdigest()
     foreign = open(odb, "rb").read()[:8192]         # a valid header region of another database
@@ -390,7 +428,7 @@ def main():
     ]
     for what, word, make in cases:
         nrej = open(os.path.join(d, "standby.log")).read().count("rejecting transaction")
-        got = C.fake_primary(sport, dbid, make)
+        got = C.fake_primary(sport, dbid, make, history=hist, last=last)
         time.sleep(0.2)
         slog = open(os.path.join(d, "standby.log")).read()
         lines = [ln for ln in slog.splitlines() if "rejecting transaction" in ln]
@@ -488,9 +526,11 @@ def main():
     nbase = open(os.path.join(d, "standby.log")).read().count("base copy applied")
     ship = C.start_ship(d, pdb, cfg, [sport])
     C.run_writer(d, pdb, cfg, 15, seed=13)          # other commits where the lost ones were
+    sb, audit, n0 = accept_rewind(d, sb, sdb, sport, "a primary that lost commits the standby has", "lost transactions")
     seq = C.wait_caught_up(pdb, sdb)
     C.check(seq is not None and "lost commits" in open(os.path.join(d, "ship.log")).read(),
             "the shipper noticed the WAL went back (standby was at %s; now %s)" % (ahead, seq))
+    C.check(open(audit).read().count("standby_rewind_accepted") > n0, "the accepted rewind is audited")
     C.check(open(os.path.join(d, "standby.log")).read().count("base copy applied") > nbase,
             "the standby took a base copy")
     compare(pdb, sdb, cfg, d, "after the primary lost commits")
