@@ -474,11 +474,14 @@ def standby_start(c, opt, work, run_db):
     s.close()
     cli = os.path.join(opt.build, "sqlite-tde")
     log = open(os.path.join(d, "log"), "a")
-    procs = [subprocess.Popen([cli, "standby", "--listen", "127.0.0.1:%d" % port, os.path.join(d, "s.db")],
+    # Loopback only: plaintext (--insecure-no-tls), so the figures are the
+    # shipping cost without TLS set-up (README "Standby").
+    procs = [subprocess.Popen([cli, "standby", "--listen", "127.0.0.1:%d" % port, "--insecure-no-tls",
+                               os.path.join(d, "s.db")],
                               stdout=subprocess.DEVNULL, stderr=log, env=env_without_preload())]
     time.sleep(0.2)
     procs.append(subprocess.Popen([cli, "--config", c.config, "ship", "--cycle-ms", "50", "--to",
-                                   "127.0.0.1:%d" % port, run_db], stdout=subprocess.DEVNULL,
+                                   "127.0.0.1:%d" % port, "--insecure-no-tls", run_db], stdout=subprocess.DEVNULL,
                                   stderr=log, env=env_without_preload()))
     t0 = time.time()
     while time.time() - t0 < 300:

@@ -254,6 +254,23 @@ TDE_API int tde_standby_run(const char *zDb, const char *zListen, volatile int *
 TDE_API int tde_standby_promote(const char *zDb);
 
 /*
+** The same with transport security (README "Standby"): zReplConfig names
+** the replication configuration file (repl_ca, repl_cert, repl_key and
+** the optional repl_* keys); every connection then runs mutual TLS.
+** Without one, flags must hold TDE_REPL_INSECURE_NO_TLS (plaintext, for a
+** test setup; logged as a warning and shown in the status).  The two
+** functions above are these with no configuration and no flags: they
+** refuse to run.  TDE_REPL_ACCEPT_REWIND (standby): accept once a primary
+** whose history goes back from what this copy applied (audited).
+*/
+#define TDE_REPL_INSECURE_NO_TLS  0x01
+#define TDE_REPL_ACCEPT_REWIND    0x02
+TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zReplConfig, unsigned flags,
+                            const char *const *azTo, int nTo, int nCycleMs, volatile int *pbStop);
+TDE_API int tde_standby_run_v2(const char *zDb, const char *zListen, const char *zReplConfig, unsigned flags,
+                               volatile int *pbStop);
+
+/*
 ** Replication status of zDb from its state files (no key needed; the
 ** tde_status table shows the same columns): role "primary" (a shipper runs
 ** or ran for it), "standby" (a standby copy) or "none".  Primary: shipped =
@@ -276,6 +293,9 @@ typedef struct tde_repl_info {
   int64_t applyLagTxn, applyLagBytes;
   double applyLagSec;
   int64_t updatedMs;          /* when the state file was written (ms since the epoch) */
+  /* Warnings for the operator, "" if none: "insecure-no-tls", "primary
+  ** silent for N s", "diverged: ...", the last refused peer and why. */
+  char zNote[512];
 } tde_repl_info;
 TDE_API int tde_repl_status(const char *zDb, tde_repl_info *pInfo);
 

@@ -2,8 +2,8 @@
 ** sqlite-tde command-line tool: ship and standby, the encrypted standby
 ** (README "Standby").
 **
-**   ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N] DB
-**   standby --listen HOST:PORT DB
+**   ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N] (--repl-config F | --insecure-no-tls) DB
+**   standby --listen HOST:PORT (--repl-config F | --insecure-no-tls) DB
 **   standby --promote DB
 **
 ** Both long-running commands stop cleanly on SIGINT/SIGTERM.  They parse
@@ -28,7 +28,25 @@ const char cliShipHelp[] =
   "DB must be in WAL mode.  Runs until SIGINT or SIGTERM.\n"
   "\nOptions:\n"
   "  --to HOST:PORT   a standby (repeat for several)\n"
-  "  --cycle-ms N     capture interval in milliseconds (default 50)\n";
+  "  --cycle-ms N     capture interval in milliseconds (default 50)\n"
+  "  --repl-config F  TLS and the repl_* keys (below)\n"
+  "  --insecure-no-tls  no TLS (test setups only)\n"
+  "A second shipper on the same database is refused, naming the running one's pid.\n"
+  "\nTransport security (README \"Standby\"): every connection runs mutual TLS\n"
+  "(TLS 1.3 preferred, 1.2 at least) configured by --repl-config FILE, a file of\n"
+  "'key = value' lines in the style of the tde configuration:\n"
+  "  repl_ca = PATH           CA certificate(s) the peer's certificate must chain to\n"
+  "  repl_cert = PATH         this side's certificate (chain), PEM\n"
+  "  repl_key = PATH          its private key, PEM; refused unless mode 0600 or stricter\n"
+  "  repl_peer_name = NAME    name (DNS or IP SAN) the peer's certificate must carry;\n"
+  "                           ship: default the host of --to; standby: optional\n"
+  "  repl_peer_pubkey_sha256 = HEX[,HEX]  optional pin: SHA-256 of the peer's\n"
+  "                           SubjectPublicKeyInfo (DER)\n"
+  "  repl_timeout_ms = N      handshake and hello deadline (default 10000)\n"
+  "  repl_primary_database_id = HEX  standby: the only database it accepts\n"
+  "Relative paths are relative to the file.  --insecure-no-tls runs plaintext\n"
+  "without peer authentication (test setups only): a warning at start and in\n"
+  "--status.\n";
 
 const char cliStandbyHelp[] =
   "--listen: receive the primary's transactions on HOST:PORT and apply them\n"
@@ -38,12 +56,33 @@ const char cliStandbyHelp[] =
   "database is refused.  With the key, DB serves read-only queries through\n"
   "the tde VFS while it is applied; writes fail with SQLITE_READONLY.\n"
   "Runs until SIGINT or SIGTERM.\n"
+  "\n--accept-rewind (with --listen): a standby that refused its primary because\n"
+  "the primary's history went back (sequence behind this copy, an older base copy,\n"
+  "another history: state 'diverged') accepts the next base copy once.  Written\n"
+  "to the audit log (repl_audit_log, default DB-tdestandby-audit).  A new standby\n"
+  "names its primary: repl_primary_database_id and/or repl_peer_pubkey_sha256.\n"
   "\n--promote: with the standby stopped, apply the last complete transaction\n"
   "received and make DB an ordinary encrypted database (writable, WAL mode).\n"
   "\n--status: role, peer, shipped/acknowledged (primary) or received/applied\n"
   "(standby) sequence numbers, transport and apply lag in transactions, bytes\n"
   "and seconds, read from the state files (no key needed; works on either\n"
-  "side).  The tde_status table shows the same columns.\n";
+  "side).  The tde_status table shows the same columns; 'note:' carries\n"
+  "warnings (insecure-no-tls, primary silent for N s, the last refused peer).\n"
+  "\nTransport security (README \"Standby\"): every connection runs mutual TLS\n"
+  "(TLS 1.3 preferred, 1.2 at least) configured by --repl-config FILE, a file of\n"
+  "'key = value' lines in the style of the tde configuration:\n"
+  "  repl_ca = PATH           CA certificate(s) the peer's certificate must chain to\n"
+  "  repl_cert = PATH         this side's certificate (chain), PEM\n"
+  "  repl_key = PATH          its private key, PEM; refused unless mode 0600 or stricter\n"
+  "  repl_peer_name = NAME    name (DNS or IP SAN) the peer's certificate must carry;\n"
+  "                           ship: default the host of --to; standby: optional\n"
+  "  repl_peer_pubkey_sha256 = HEX[,HEX]  optional pin: SHA-256 of the peer's\n"
+  "                           SubjectPublicKeyInfo (DER)\n"
+  "  repl_timeout_ms = N      handshake and hello deadline (default 10000)\n"
+  "  repl_primary_database_id = HEX  standby: the only database it accepts\n"
+  "Relative paths are relative to the file.  --insecure-no-tls runs plaintext\n"
+  "without peer authentication (test setups only): a warning at start and in\n"
+  "--status.\n";
 
 static volatile int bStop;
 
@@ -66,9 +105,10 @@ static void catchStop(void){
 static int usage(const char *zCmd, const char *zMsg, const char *zArg){
   cliErr(zMsg, zArg);
   if( strcmp(zCmd, "ship")==0 ){
-    fprintf(stderr, "usage: sqlite-tde [--config CFG] ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N] DB\n");
+    fprintf(stderr, "usage: sqlite-tde [--config CFG] ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N]\n"
+                    "                  (--repl-config FILE | --insecure-no-tls) DB\n");
   }else{
-    fprintf(stderr, "usage: sqlite-tde standby --listen HOST:PORT DB\n"
+    fprintf(stderr, "usage: sqlite-tde standby --listen HOST:PORT (--repl-config FILE | --insecure-no-tls) [--accept-rewind] DB\n"
                     "       sqlite-tde standby --promote DB\n"
                     "       sqlite-tde standby --status DB\n");
   }
@@ -86,12 +126,14 @@ static int setConfig(Cli *pCli, const char *zArg){
 
 int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
   const char *azTo[16];
-  const char *zDb = 0;
+  const char *zDb = 0, *zRepl = 0;
+  unsigned flags = 0;
   int nTo = 0, nCycle = 0, rc;
   for(int i=0; i<pArgs->nRest; i++){
     const char *z = pArgs->azRest[i];
     if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){
-      printf("usage: sqlite-tde [--config CFG] ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N] DB\n\n%s", cliShipHelp);
+      printf("usage: sqlite-tde [--config CFG] ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N]\n"
+             "                  (--repl-config FILE | --insecure-no-tls) DB\n\n%s", cliShipHelp);
       return CLI_OK;
     }
     if( strcmp(z, "--to")==0 ){
@@ -105,6 +147,11 @@ int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
       n = strtol(pArgs->azRest[++i], &zEnd, 10);
       if( !zEnd || *zEnd || n<1 || n>60000 ) return usage("ship", "%s: 1 to 60000 milliseconds", z);
       nCycle = (int)n;
+    }else if( strcmp(z, "--repl-config")==0 ){
+      if( i+1>=pArgs->nRest ) return usage("ship", "%s needs a file name", z);
+      zRepl = pArgs->azRest[++i];
+    }else if( strcmp(z, "--insecure-no-tls")==0 ){
+      flags |= TDE_REPL_INSECURE_NO_TLS;
     }else if( strcmp(z, "--config")==0 ){
       if( i+1>=pArgs->nRest ) return usage("ship", "%s needs a file name", z);
       setConfig(pCli, pArgs->azRest[++i]);
@@ -118,9 +165,15 @@ int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
   }
   if( !zDb ) return usage("ship", "missing argument%s", "");
   if( nTo==0 ) return usage("ship", "--to HOST:PORT is required%s", "");
+  if( (zRepl!=0)==((flags & TDE_REPL_INSECURE_NO_TLS)!=0) ){
+    return usage("ship", "give --repl-config FILE (TLS) or --insecure-no-tls%s", "");
+  }
   if( cliKeystoreEnsure(pCli) ) return CLI_FAIL;
+  if( flags & TDE_REPL_INSECURE_NO_TLS ){
+    fprintf(stderr, "sqlite-tde: warning: --insecure-no-tls: the standby link is plaintext and unauthenticated\n");
+  }
   catchStop();
-  rc = tde_ship_run(zDb, pCli->zConfig, azTo, nTo, nCycle, &bStop);
+  rc = tde_ship_run_v2(zDb, pCli->zConfig, zRepl, flags, azTo, nTo, nCycle, &bStop);
   if( rc ){
     cliErrDetail("ship stopped", rc);
     return CLI_FAIL;
@@ -152,16 +205,18 @@ static int printReplStatus(const char *zDb){
            (long long)r.applyLagTxn, (long long)r.applyLagBytes, r.applyLagSec);
   }
   printf("updated_ms: %lld\n", (long long)r.updatedMs);
+  if( r.zNote[0] ) printf("note: %s\n", r.zNote);
   return CLI_OK;
 }
 
 int cliCmdStandby(Cli *pCli, const CliArgs *pArgs){
-  const char *zListen = 0, *zDb = 0;
+  const char *zListen = 0, *zDb = 0, *zRepl = 0;
+  unsigned flags = 0;
   int bPromote = 0, bStatus = 0, rc;
   for(int i=0; i<pArgs->nRest; i++){
     const char *z = pArgs->azRest[i];
     if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){
-      printf("usage: sqlite-tde standby --listen HOST:PORT DB\n"
+      printf("usage: sqlite-tde standby --listen HOST:PORT (--repl-config FILE | --insecure-no-tls) [--accept-rewind] DB\n"
              "       sqlite-tde standby --promote DB\n"
              "       sqlite-tde standby --status DB\n\n%s", cliStandbyHelp);
       return CLI_OK;
@@ -171,6 +226,13 @@ int cliCmdStandby(Cli *pCli, const CliArgs *pArgs){
       zListen = pArgs->azRest[++i];
     }else if( strcmp(z, "--promote")==0 ){
       bPromote = 1;
+    }else if( strcmp(z, "--repl-config")==0 ){
+      if( i+1>=pArgs->nRest ) return usage("standby", "%s needs a file name", z);
+      zRepl = pArgs->azRest[++i];
+    }else if( strcmp(z, "--accept-rewind")==0 ){
+      flags |= TDE_REPL_ACCEPT_REWIND;
+    }else if( strcmp(z, "--insecure-no-tls")==0 ){
+      flags |= TDE_REPL_INSECURE_NO_TLS;
     }else if( strcmp(z, "--status")==0 ){
       bStatus = 1;
     }else if( strcmp(z, "--config")==0 ){
@@ -198,8 +260,15 @@ int cliCmdStandby(Cli *pCli, const CliArgs *pArgs){
     printf("promoted %s: it is now an ordinary encrypted database\n", zDb);
     return CLI_OK;
   }
+  if( (zRepl!=0)==((flags & TDE_REPL_INSECURE_NO_TLS)!=0) ){
+    return usage("standby", "give --repl-config FILE (TLS) or --insecure-no-tls%s", "");
+  }
+  if( flags & TDE_REPL_INSECURE_NO_TLS ){
+    fprintf(stderr, "sqlite-tde: warning: --insecure-no-tls: any host that reaches %s can feed this standby\n",
+            zListen);
+  }
   catchStop();
-  rc = tde_standby_run(zDb, zListen, &bStop);
+  rc = tde_standby_run_v2(zDb, zListen, zRepl, flags, &bStop);
   if( rc ){
     cliErrDetail("standby stopped", rc);
     return CLI_FAIL;

@@ -1,11 +1,15 @@
 /*
 ** The standby wire protocol (docs/FORMAT.md "Wire protocol"): messages of
 ** type(1) || length(4) || body || SHA-256(type || length || body) over a
-** TCP stream.  Plaintext framing: every body that carries data is
-** ciphertext already (pages authenticate with the data key the standby
-** never needs), and the checksum catches corruption; a bad checksum ends
-** the connection.  Loopback or private networks; TLS is left out (see
-** README "Standby").
+** TCP stream, inside mutual TLS (tls.c) unless the operator asked for
+** --insecure-no-tls.  TLS authenticates the peer and every byte; the
+** checksum still catches a message damaged before TLS saw it, and every
+** body is validated whole by its reader, as without TLS.
+**
+** Every socket is non-blocking and every operation has a deadline, so a
+** peer that sends a byte now and then can hold a connection but never a
+** thread past its deadline (slow-loris).  Must never: block without a
+** deadline, return a message that failed its checksum.
 */
 #include "repl/repl.h"
 #include "cipher/cipher.h"
@@ -22,7 +26,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
 
 int tdeNetParseAddr(const char *zAddr, char *zHost, size_t nHost, int *pPort){
   const char *zColon = strrchr(zAddr, ':');
@@ -66,7 +72,7 @@ int tdeNetListen(const char *zAddr, int *pFd){
   fd = socket(pRes->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if( fd<0 ){ rc = tdeErr(TDE_IO, "socket: %s", strerror(errno)); goto done; }
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if( bind(fd, pRes->ai_addr, pRes->ai_addrlen)!=0 || listen(fd, 4)!=0 ){
+  if( bind(fd, pRes->ai_addr, pRes->ai_addrlen)!=0 || listen(fd, 16)!=0 ){
     rc = tdeErr(TDE_IO, "cannot listen on %s: %s", zAddr, strerror(errno));
     close(fd);
     fd = -1;
@@ -79,12 +85,11 @@ done:
 }
 
 void tdeNetTune(int fd){
-  struct timeval tv = { 30, 0 };
   int one = 1, idle = 10, intvl = 5, cnt = 3;
-  /* A peer that stops reading (a path cut without a reset) fails our sends
-  ** after 30 s instead of blocking forever; keepalive finds a dead peer
-  ** on an idle connection. */
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  int fl = fcntl(fd, F_GETFL);
+  /* Non-blocking: every wait is a poll() with a deadline.  Keepalive finds
+  ** a dead peer on an idle connection. */
+  if( fl>=0 ) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
@@ -114,44 +119,10 @@ int tdeNetConnect(const char *zAddr, int timeoutMs, int *pFd){
       goto done;
     }
   }
-  fcntl(fd, F_SETFL, fl);
   tdeNetTune(fd);
   *pFd = fd;
 done:
   freeaddrinfo(pRes);
-  return rc;
-}
-
-static int sendAll(int fd, const uint8_t *a, size_t n){
-  while( n>0 ){
-    ssize_t k = send(fd, a, n, MSG_NOSIGNAL);
-    if( k<0 && errno==EINTR ) continue;
-    if( k<=0 ) return tdeErr(TDE_IO, "send: %s", k<0 ? strerror(errno) : "closed");
-    a += k;
-    n -= (size_t)k;
-  }
-  return TDE_OK;
-}
-
-int tdeNetSend(int fd, int eType, const uint8_t *a1, size_t n1, const uint8_t *a2, size_t n2){
-  uint8_t aHdr[5], sum[32];
-  EVP_MD_CTX *c = EVP_MD_CTX_new();
-  unsigned int nSum = 0;
-  int rc;
-  if( !c ) return TDE_NOMEM;
-  aHdr[0] = (uint8_t)eType;
-  tdePut32(aHdr+1, (uint32_t)(n1 + n2));
-  if( EVP_DigestInit_ex(c, EVP_sha256(), 0)!=1 || EVP_DigestUpdate(c, aHdr, 5)!=1
-   || (n1 && EVP_DigestUpdate(c, a1, n1)!=1) || (n2 && EVP_DigestUpdate(c, a2, n2)!=1)
-   || EVP_DigestFinal_ex(c, sum, &nSum)!=1 ){
-    EVP_MD_CTX_free(c);
-    return tdeErr(TDE_CRYPTO, "SHA-256 failed");
-  }
-  EVP_MD_CTX_free(c);
-  rc = sendAll(fd, aHdr, 5);
-  if( rc==TDE_OK && n1 ) rc = sendAll(fd, a1, n1);
-  if( rc==TDE_OK && n2 ) rc = sendAll(fd, a2, n2);
-  if( rc==TDE_OK ) rc = sendAll(fd, sum, 32);
   return rc;
 }
 
@@ -162,37 +133,193 @@ int tdeNetReadable(int fd, int timeoutMs){
   return k>0;
 }
 
-/* Read exactly n bytes; a stall of more than 30 s mid-message is a dead peer. */
-static int recvAll(int fd, uint8_t *a, size_t n){
+/* ---- connections ------------------------------------------------------- */
+
+void tdeConnOpen(TdeConn *c, int fd){
+  memset(c, 0, sizeof(*c));
+  c->fd = fd;
+}
+
+void tdeConnClose(TdeConn *c){
+  if( c->pSsl ){
+    /* One close_notify, never waiting for the peer's. */
+    (void)SSL_shutdown(c->pSsl);
+    SSL_free(c->pSsl);
+    c->pSsl = 0;
+  }
+  if( c->fd>=0 ) close(c->fd);
+  c->fd = -1;
+  ERR_clear_error();
+}
+
+/* Wait until fd is ready for ev or deadline (ms since the epoch) passes.
+** 1 ready, 0 timed out. */
+int tdeNetWait(int fd, short ev, uint64_t deadline){
+  for(;;){
+    struct pollfd pfd = { fd, ev, 0 };
+    uint64_t now = tdeNowMs();
+    int k;
+    if( now>=deadline ) return 0;
+    k = poll(&pfd, 1, (int)(deadline - now > 60000 ? 60000 : deadline - now));
+    if( k>0 ) return 1;
+    if( k<0 && errno!=EINTR ) return 1;   /* let the read or write report it */
+  }
+}
+
+/* The OpenSSL error queue as one line (and cleared). */
+void tdeSslWhy(char *zOut, size_t nOut, const char *zDefault){
+  unsigned long e = ERR_get_error();
+  if( e ) ERR_error_string_n(e, zOut, nOut);
+  else snprintf(zOut, nOut, "%s", zDefault);
+  ERR_clear_error();
+}
+
+/* Write n bytes by deadline. */
+static int connWrite(TdeConn *c, const uint8_t *a, size_t n, uint64_t deadline){
   while( n>0 ){
-    ssize_t k;
-    if( !tdeNetReadable(fd, 30000) ) return tdeErr(TDE_IO, "receive: timed out");
-    k = recv(fd, a, n, 0);
-    if( k<0 && errno==EINTR ) continue;
-    if( k<=0 ) return tdeErr(TDE_IO, "receive: %s", k<0 ? strerror(errno) : "connection closed");
-    a += k;
-    n -= (size_t)k;
+    if( c->pSsl ){
+      size_t k = 0;
+      int ret = SSL_write_ex(c->pSsl, a, n, &k);
+      if( ret==1 ){ a += k; n -= k; continue; }
+      switch( SSL_get_error(c->pSsl, ret) ){
+        case SSL_ERROR_WANT_WRITE:
+          if( !tdeNetWait(c->fd, POLLOUT, deadline) ) return tdeErr(TDE_IO, "send: timed out");
+          break;
+        case SSL_ERROR_WANT_READ:
+          if( !tdeNetWait(c->fd, POLLIN, deadline) ) return tdeErr(TDE_IO, "send: timed out");
+          break;
+        default: {
+          char zWhy[200];
+          tdeSslWhy(zWhy, sizeof(zWhy), "connection closed");
+          return tdeErr(TDE_IO, "send: TLS: %s", zWhy);
+        }
+      }
+    }else{
+      ssize_t k = send(c->fd, a, n, MSG_NOSIGNAL);
+      if( k>0 ){ a += k; n -= (size_t)k; continue; }
+      if( k<0 && errno==EINTR ) continue;
+      if( k<0 && (errno==EAGAIN || errno==EWOULDBLOCK) ){
+        if( !tdeNetWait(c->fd, POLLOUT, deadline) ) return tdeErr(TDE_IO, "send: timed out");
+        continue;
+      }
+      return tdeErr(TDE_IO, "send: %s", k<0 ? strerror(errno) : "closed");
+    }
   }
   return TDE_OK;
 }
 
-int tdeNetRecv(int fd, int timeoutMs, int *peType, uint8_t **ppBody, size_t *pn){
+/* Read up to n bytes by deadline: *pGot bytes read (at least one unless
+** the deadline passed: TDE_NOTFOUND). */
+static int connReadSome(TdeConn *c, uint8_t *a, size_t n, uint64_t deadline, size_t *pGot){
+  *pGot = 0;
+  for(;;){
+    if( c->pSsl ){
+      size_t k = 0;
+      int ret = SSL_read_ex(c->pSsl, a, n, &k);
+      if( ret==1 ){ *pGot = k; return TDE_OK; }
+      switch( SSL_get_error(c->pSsl, ret) ){
+        case SSL_ERROR_WANT_READ:
+          if( !tdeNetWait(c->fd, POLLIN, deadline) ) return TDE_NOTFOUND;
+          break;
+        case SSL_ERROR_WANT_WRITE:
+          if( !tdeNetWait(c->fd, POLLOUT, deadline) ) return TDE_NOTFOUND;
+          break;
+        case SSL_ERROR_ZERO_RETURN:
+          return tdeErr(TDE_IO, "receive: connection closed");
+        default: {
+          char zWhy[200];
+          tdeSslWhy(zWhy, sizeof(zWhy), "connection closed");
+          return tdeErr(TDE_IO, "receive: TLS: %s", zWhy);
+        }
+      }
+    }else{
+      ssize_t k = recv(c->fd, a, n, 0);
+      if( k>0 ){ *pGot = (size_t)k; return TDE_OK; }
+      if( k<0 && errno==EINTR ) continue;
+      if( k<0 && (errno==EAGAIN || errno==EWOULDBLOCK) ){
+        if( !tdeNetWait(c->fd, POLLIN, deadline) ) return TDE_NOTFOUND;
+        continue;
+      }
+      return tdeErr(TDE_IO, "receive: %s", k<0 ? strerror(errno) : "connection closed");
+    }
+  }
+}
+
+static int connReadAll(TdeConn *c, uint8_t *a, size_t n, uint64_t deadline){
+  while( n>0 ){
+    size_t k = 0;
+    int rc = connReadSome(c, a, n, deadline, &k);
+    if( rc==TDE_NOTFOUND ) return tdeErr(TDE_IO, "receive: timed out (a message must arrive whole within its deadline)");
+    if( rc ) return rc;
+    a += k;
+    n -= k;
+  }
+  return TDE_OK;
+}
+
+int tdeConnSend(TdeConn *c, int eType, const uint8_t *a1, size_t n1, const uint8_t *a2, size_t n2){
+  uint8_t aHdr[5], sum[32];
+  EVP_MD_CTX *x = EVP_MD_CTX_new();
+  unsigned int nSum = 0;
+  uint64_t deadline;
+  int rc;
+  if( !x ) return TDE_NOMEM;
+  aHdr[0] = (uint8_t)eType;
+  tdePut32(aHdr+1, (uint32_t)(n1 + n2));
+  if( EVP_DigestInit_ex(x, EVP_sha256(), 0)!=1 || EVP_DigestUpdate(x, aHdr, 5)!=1
+   || (n1 && EVP_DigestUpdate(x, a1, n1)!=1) || (n2 && EVP_DigestUpdate(x, a2, n2)!=1)
+   || EVP_DigestFinal_ex(x, sum, &nSum)!=1 ){
+    EVP_MD_CTX_free(x);
+    return tdeErr(TDE_CRYPTO, "SHA-256 failed");
+  }
+  EVP_MD_CTX_free(x);
+  /* A peer that stops reading fails our send instead of blocking us. */
+  deadline = tdeNowMs() + TDE_NET_MSG_MS + (uint64_t)(n1 + n2)/TDE_NET_MIN_RATE*1000;
+  rc = connWrite(c, aHdr, 5, deadline);
+  if( rc==TDE_OK && n1 ) rc = connWrite(c, a1, n1, deadline);
+  if( rc==TDE_OK && n2 ) rc = connWrite(c, a2, n2, deadline);
+  if( rc==TDE_OK ) rc = connWrite(c, sum, 32, deadline);
+  return rc;
+}
+
+int tdeConnReadable(TdeConn *c, int timeoutMs){
+  struct pollfd pfd = { c->fd, POLLIN, 0 };
+  int k;
+  if( c->pSsl && SSL_pending(c->pSsl)>0 ) return 1;
+  do{ k = poll(&pfd, 1, timeoutMs); }while( k<0 && errno==EINTR );
+  return k>0;
+}
+
+int tdeConnRecvBy(TdeConn *c, int timeoutMs, uint64_t deadline, int *peType, uint8_t **ppBody, size_t *pn){
   uint8_t aHdr[5], sum[32], mine[32];
   uint8_t *a = 0;
   uint32_t n;
-  int rc;
+  size_t k = 0;
+  int rc, bExplicit = deadline!=0;
   *ppBody = 0;
   *pn = 0;
-  if( timeoutMs>=0 && !tdeNetReadable(fd, timeoutMs) ) return TDE_NOTFOUND;
-  rc = recvAll(fd, aHdr, 5);
+  {
+    uint64_t tFirst = timeoutMs<0 ? UINT64_MAX : tdeNowMs() + (uint64_t)timeoutMs;
+    if( deadline && deadline<tFirst ) tFirst = deadline;
+    rc = connReadSome(c, aHdr, 5, tFirst, &k);
+    if( rc ) return rc;           /* TDE_NOTFOUND: nothing within timeoutMs */
+  }
+  /* The rest of the message has a deadline of its own, from its size: a
+  ** peer dribbling bytes cannot hold the reader. */
+  if( !deadline ) deadline = tdeNowMs() + TDE_NET_MSG_MS;
+  rc = connReadAll(c, aHdr+k, 5-k, deadline);
   if( rc ) return rc;
   n = tdeGet32(aHdr+1);
   if( n>TDE_MSG_MAX ) return tdeErr(TDE_AUTH, "message of %u bytes: corrupted stream", n);
+  {
+    uint64_t d2 = tdeNowMs() + TDE_NET_MSG_MS + (uint64_t)n/TDE_NET_MIN_RATE*1000;
+    if( !bExplicit || d2<deadline ) deadline = d2;
+  }
   a = sqlite3_malloc64((sqlite3_uint64)n + 5);
   if( !a ) return TDE_NOMEM;
   memcpy(a, aHdr, 5);
-  rc = recvAll(fd, a+5, n);
-  if( rc==TDE_OK ) rc = recvAll(fd, sum, 32);
+  rc = connReadAll(c, a+5, n, deadline);
+  if( rc==TDE_OK ) rc = connReadAll(c, sum, 32, deadline);
   if( rc==TDE_OK ) rc = tdeSha256(a, (size_t)n + 5, mine);
   if( rc==TDE_OK && memcmp(sum, mine, 32)!=0 ) rc = tdeErr(TDE_AUTH, "message checksum mismatch: corrupted in transit");
   if( rc ){ sqlite3_free(a); return rc; }
@@ -201,4 +328,8 @@ int tdeNetRecv(int fd, int timeoutMs, int *peType, uint8_t **ppBody, size_t *pn)
   *ppBody = a;
   *pn = n;
   return TDE_OK;
+}
+
+int tdeConnRecv(TdeConn *c, int timeoutMs, int *peType, uint8_t **ppBody, size_t *pn){
+  return tdeConnRecvBy(c, timeoutMs, 0, peType, ppBody, pn);
 }

@@ -8,7 +8,8 @@
 **              the standby and the shipper's base copy);
 **   state.c    the state files both sides keep for monitoring and restart
 **              (DB-tdeship-state, DB-tdestandby) and the status reader;
-**   net.c      the wire protocol: checksummed messages over TCP;
+**   net.c      the wire protocol: checksummed messages over TCP, deadlines;
+**   tls.c      the repl_* configuration and mutual TLS;
 **   ship.c     tde_ship_run: capture cycles and one sender per standby;
 **   standby.c  tde_standby_run, tde_standby_promote: receive, apply, promote.
 **
@@ -41,6 +42,8 @@
 
 #define TDE_RECF_HEADER  0x01   /* payload starts with the 8 KiB header region */
 #define TDE_RECF_CLOSED  0x02   /* MARK: the WAL generation ended (truncated/deleted) */
+#define TDE_RECF_REWIND  0x04   /* GAP: the primary lost commits; iFirst = frames lost, an
+                                ** upper bound on the transactions before it that are gone */
 
 /* Decoded record header. */
 typedef struct TdeRec {
@@ -232,15 +235,76 @@ int tdeStandbyIsCopy(const char *zDb, uint64_t *pSeq);
 int tdeNetParseAddr(const char *zAddr, char *zHost, size_t nHost, int *pPort);
 int tdeNetListen(const char *zAddr, int *pFd);
 int tdeNetConnect(const char *zAddr, int timeoutMs, int *pFd);
-/* Send timeout, keepalive, no delay on a connected socket. */
-void tdeNetTune(int fd);
-/* Send one message: type(1) length(4) body SHA-256(type||length||body). */
-int tdeNetSend(int fd, int eType, const uint8_t *a1, size_t n1, const uint8_t *a2, size_t n2);
-/* Receive one message into *ppBody (sqlite3_malloc'd).  timeoutMs < 0:
-** block.  TDE_NOTFOUND on timeout before any byte, TDE_IO on a closed or
-** broken connection, TDE_AUTH on a bad checksum. */
-int tdeNetRecv(int fd, int timeoutMs, int *peType, uint8_t **ppBody, size_t *pn);
-/* Is a byte ready to read within timeoutMs? */
+/* Is fd readable within timeoutMs? */
 int tdeNetReadable(int fd, int timeoutMs);
+/* Non-blocking, keepalive, no delay on a connected socket. */
+void tdeNetTune(int fd);
+/* Wait until fd is ready for ev (POLLIN/POLLOUT) or the deadline (ms since
+** the epoch) passes: 1 ready, 0 timed out. */
+int tdeNetWait(int fd, short ev, uint64_t deadline);
+/* The OpenSSL error queue as one line into zOut (zDefault if empty). */
+void tdeSslWhy(char *zOut, size_t nOut, const char *zDefault);
+
+/* Deadlines: a message must arrive (or leave) whole within
+** TDE_NET_MSG_MS plus one second per TDE_NET_MIN_RATE bytes. */
+#define TDE_NET_MSG_MS     30000
+#define TDE_NET_MIN_RATE   (256*1024)
+
+/* One connection: a non-blocking socket, inside TLS unless insecure. */
+typedef struct TdeConn {
+  int fd;
+  struct ssl_st *pSsl;        /* NULL: plaintext (--insecure-no-tls) */
+  char zPeerId[256];          /* subject of the peer's certificate ("" without TLS) */
+} TdeConn;
+void tdeConnOpen(TdeConn *c, int fd);
+/* Close (TLS close_notify, not waited for) and forget; safe twice. */
+void tdeConnClose(TdeConn *c);
+/* Send one message: type(1) length(4) body SHA-256(type||length||body). */
+int tdeConnSend(TdeConn *c, int eType, const uint8_t *a1, size_t n1, const uint8_t *a2, size_t n2);
+/* Receive one message into *ppBody (sqlite3_malloc'd).  timeoutMs < 0:
+** wait for its first byte without limit; then the whole message must
+** arrive by its deadline.  TDE_NOTFOUND when no byte came within
+** timeoutMs, TDE_IO on a closed, broken or too slow connection, TDE_AUTH
+** on a bad checksum. */
+int tdeConnRecv(TdeConn *c, int timeoutMs, int *peType, uint8_t **ppBody, size_t *pn);
+/* The same with an overall deadline (ms since the epoch; 0: none). */
+int tdeConnRecvBy(TdeConn *c, int timeoutMs, uint64_t deadline, int *peType, uint8_t **ppBody, size_t *pn);
+/* Is a byte (or a buffered TLS record) ready within timeoutMs? */
+int tdeConnReadable(TdeConn *c, int timeoutMs);
+/* "TLSv1.3", or "plaintext". */
+const char *tdeConnProto(const TdeConn *c);
+
+/* ---- transport security (tls.c) ------------------------------------------ */
+
+#define TDE_REPL_MAX_PINS  4
+
+/* The replication configuration file (README "Standby", repl_* keys). */
+typedef struct TdeReplCfg {
+  unsigned flags;             /* TDE_REPL_* of include/sqlite-tde.h */
+  int bInsecure;              /* --insecure-no-tls: plaintext, no peer check */
+  char zPath[4096];
+  char zCa[4096], zCert[4096], zKey[4096];
+  char zAudit[4096];          /* repl_audit_log ("" : next to the database) */
+  char zPeerName[256];        /* the name the peer's certificate must carry */
+  int nPin;                   /* pinned SHA-256 of the peer's SubjectPublicKeyInfo */
+  uint8_t aPin[TDE_REPL_MAX_PINS][32];
+  int timeoutMs;              /* handshake deadline (default 10000) */
+  int bPrimaryDbid;           /* standby: the only database it accepts */
+  uint8_t aPrimaryDbid[16];
+  struct ssl_ctx_st *pCtx;
+} TdeReplCfg;
+
+/* Load zPath (NULL: none; then flags must hold TDE_REPL_INSECURE_NO_TLS)
+** and make the TLS context of a server (the standby) or a client.  The
+** key file must not be accessible by group or others.  *pp owned by the
+** caller: tdeReplCfgFree. */
+int tdeReplCfgLoad(const char *zPath, unsigned flags, int bServer, TdeReplCfg **pp);
+void tdeReplCfgFree(TdeReplCfg *p);
+/* Handshake on a connected c (nothing when insecure) within p->timeoutMs,
+** check the peer's certificate chain, name and pins.  zHost: the name
+** the standby's certificate must carry unless repl_peer_name says
+** otherwise.  On failure zWhy says why (for the log, never a secret). */
+int tdeTlsClient(const TdeReplCfg *p, TdeConn *c, const char *zHost, char *zWhy, size_t nWhy);
+int tdeTlsServer(const TdeReplCfg *p, TdeConn *c, char *zWhy, size_t nWhy);
 
 #endif /* TDE_REPL_H */

@@ -30,6 +30,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +49,8 @@ typedef struct ShipIdx {
   sqlite3_int64 iOff;
   uint32_t n;
   uint8_t kind;
+  uint8_t flags;
+  uint32_t nLost;             /* GAP with TDE_RECF_REWIND: frames the primary lost */
   uint64_t tCapture;
 } ShipIdx;
 
@@ -63,6 +66,7 @@ typedef struct ShipPeer {
   uint64_t ackedSeq, ackedCapture, sentSeq;
   int64_t lagBytes;
   /* Sender-private. */
+  uint64_t rewindFrom;        /* the next base copy rewinds a standby at or past this (0: no) */
   ShipIdx *aIdx;
   int nIdx, nIdxAlloc;
   sqlite3 *db;                /* for base copies */
@@ -90,6 +94,8 @@ struct Ship {
   ** drops every POSIX lock the process holds on it, SQLite's included
   ** (the WAL write lock is a lock on -shm). */
   int fdDb, fdShm;
+  int fdLock;                 /* DB-tdeship-lock, flock'd: one shipper per database */
+  TdeReplCfg *pCfg;           /* TLS and the repl_* keys */
   ShipIdx *aIdx;              /* capture thread only: records of the spool */
   int nIdx, nIdxAlloc;
 };
@@ -395,6 +401,7 @@ static void shipWriteState(Ship *p, const char *zState){
   tdeKvSet(kv, "history", "%s", zHex);
   tdeKvSet(kv, "pid", "%d", (int)getpid());
   tdeKvSet(kv, "state", "%s", zState);
+  tdeKvSet(kv, "transport", "%s", p->pCfg && p->pCfg->bInsecure ? "insecure-no-tls" : "tls");
   tdeKvSet(kv, "captured_seq", "%llu", (unsigned long long)p->capturedSeq);
   tdeKvSet(kv, "captured_ms", "%llu", (unsigned long long)p->capturedMs);
   tdeKvSet(kv, "capture_cycles", "%lld", (long long)p->nCycle);
@@ -458,6 +465,8 @@ static void peerOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n)
   q->aIdx[q->nIdx].iOff = iOff;
   q->aIdx[q->nIdx].n = (uint32_t)n;
   q->aIdx[q->nIdx].kind = r->kind;
+  q->aIdx[q->nIdx].flags = r->flags;
+  q->aIdx[q->nIdx].nLost = r->kind==TDE_REC_GAP && (r->flags & TDE_RECF_REWIND) ? r->iFirst : 0;
   q->aIdx[q->nIdx].tCapture = r->tCapture;
   q->nIdx++;
 }
@@ -570,7 +579,7 @@ done:
   return rc;
 }
 
-static int peerSendBase(ShipPeer *q, int fd, TdeSpool *s, uint64_t *pSeq){
+static int peerSendBase(ShipPeer *q, TdeConn *pConn, TdeSpool *s, uint64_t *pSeq){
   Ship *p = q->pShip;
   char zTmp[4200];
   uint8_t aBegin[48], aHdr[8], sum[32];
@@ -596,8 +605,14 @@ static int peerSendBase(ShipPeer *q, int fd, TdeSpool *s, uint64_t *pSeq){
   memcpy(aBegin+8, p->aHistory, 16);
   tdePut64(aBegin+24, (uint64_t)st.st_size);
   tdePut64(aBegin+32, tCap);
+  /* Flags: 1 the primary lost transactions this standby may have applied
+  ** (it must not take the copy silently); then from which sequence. */
   memset(aBegin+40, 0, 8);
-  rc = tdeNetSend(fd, TDE_MSG_BASE_BEGIN, aBegin, sizeof(aBegin), 0, 0);
+  if( q->rewindFrom ){
+    aBegin[40] = 1;
+    tdePut32(aBegin+44, (uint32_t)(q->rewindFrom > 0xffffffffu ? 0xffffffffu : q->rewindFrom));
+  }
+  rc = tdeConnSend(pConn, TDE_MSG_BASE_BEGIN, aBegin, sizeof(aBegin), 0, 0);
   aBuf = sqlite3_malloc(SHIP_CHUNK);
   c = EVP_MD_CTX_new();
   if( rc==TDE_OK && (!aBuf || !c) ) rc = TDE_NOMEM;
@@ -607,11 +622,11 @@ static int peerSendBase(ShipPeer *q, int fd, TdeSpool *s, uint64_t *pSeq){
     if( k<=0 ){ rc = tdeErr(TDE_IO, "%s: short read", zTmp); break; }
     tdePut64(aHdr, (uint64_t)off);
     if( EVP_DigestUpdate(c, aBuf, (size_t)k)!=1 ){ rc = TDE_CRYPTO; break; }
-    rc = tdeNetSend(fd, TDE_MSG_BASE_DATA, aHdr, 8, aBuf, (size_t)k);
+    rc = tdeConnSend(pConn, TDE_MSG_BASE_DATA, aHdr, 8, aBuf, (size_t)k);
     off += k;
   }
   if( rc==TDE_OK && EVP_DigestFinal_ex(c, sum, &nSum)!=1 ) rc = TDE_CRYPTO;
-  if( rc==TDE_OK ) rc = tdeNetSend(fd, TDE_MSG_BASE_END, sum, 32, 0, 0);
+  if( rc==TDE_OK ) rc = tdeConnSend(pConn, TDE_MSG_BASE_END, sum, 32, 0, 0);
   if( rc==TDE_OK ) *pSeq = seq;
 done:
   EVP_MD_CTX_free(c);
@@ -622,7 +637,7 @@ done:
 }
 
 /* One connection to the standby: hello, then stream until an error. */
-static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
+static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
   Ship *p = q->pShip;
   uint8_t aHello[8+16+16+32+8];
   uint8_t *aBody = 0;
@@ -638,8 +653,8 @@ static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
   memcpy(aHello+24, p->aHistory, 16);
   memcpy(aHello+40, p->aKeyCheck, 32);
   tdePut64(aHello+72, s->pos.seq);
-  rc = tdeNetSend(fd, TDE_MSG_HELLO, aHello, sizeof(aHello), 0, 0);
-  if( rc==TDE_OK ) rc = tdeNetRecv(fd, 15000, &eType, &aBody, &nBody);
+  rc = tdeConnSend(pConn, TDE_MSG_HELLO, aHello, sizeof(aHello), 0, 0);
+  if( rc==TDE_OK ) rc = tdeConnRecv(pConn, 15000, &eType, &aBody, &nBody);
   if( rc==TDE_NOTFOUND ) return tdeErr(TDE_IO, "no answer to hello");
   if( rc ) return rc;
   if( eType==TDE_MSG_REFUSE ){
@@ -670,7 +685,8 @@ static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
   while( !*p->pbStop ){
     if( bNeedBase ){
       uint64_t seq = 0;
-      rc = peerSendBase(q, fd, s, &seq);
+      rc = peerSendBase(q, pConn, s, &seq);
+      q->rewindFrom = 0;
       if( rc ) return rc;
       rc = tdeSpoolScan(s, 0);
       if( rc ) return rc;
@@ -687,6 +703,10 @@ static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
       uint8_t *aRec = 0;
       size_t nRec = 0;
       if( !e || e->kind==TDE_REC_GAP ){
+        if( e && e->nLost && acked+e->nLost>=e->seq ){
+          /* This standby may hold transactions the primary lost. */
+          q->rewindFrom = e->seq>e->nLost ? e->seq - e->nLost : 1;
+        }
         bNeedBase = 1;
         break;
       }
@@ -699,7 +719,7 @@ static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
         break;
       }
       if( rc ) return rc;
-      rc = tdeNetSend(fd, TDE_MSG_TXN, aRec, nRec, 0, 0);
+      rc = tdeConnSend(pConn, TDE_MSG_TXN, aRec, nRec, 0, 0);
       sqlite3_free(aRec);
       if( rc ) return rc;
       pthread_mutex_lock(&p->mu);
@@ -717,7 +737,7 @@ static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
       tProgress = nowSec();
       continue;
     }
-    rc = tdeNetRecv(fd, 20, &eType, &aBody, &nBody);
+    rc = tdeConnRecv(pConn, 20, &eType, &aBody, &nBody);
     if( rc==TDE_OK ){
       if( eType==TDE_MSG_ACK && nBody>=8 ){
         uint64_t a = tdeGet64(aBody);
@@ -751,7 +771,7 @@ static int peerSession(ShipPeer *q, int fd, TdeSpool *s){
       tdePut64(aBeat+8, capMs);
       tdePut64(aBeat+16, tdeNowMs());
       tdePut64(aBeat+24, (uint64_t)lag);
-      rc = tdeNetSend(fd, TDE_MSG_HEARTBEAT, aBeat, sizeof(aBeat), 0, 0);
+      rc = tdeConnSend(pConn, TDE_MSG_HEARTBEAT, aBeat, sizeof(aBeat), 0, 0);
       if( rc ) return rc;
       tBeat = nowSec();
     }
@@ -763,8 +783,9 @@ static void *peerMain(void *pArg){
   ShipPeer *q = pArg;
   Ship *p = q->pShip;
   TdeSpool *s = 0;
-  int bQuiet = 0;
+  int bQuiet = 0, bTold = 0;
   while( !*p->pbStop ){
+    TdeConn conn;
     int fd = -1, rc;
     if( !s ){
       rc = tdeSpoolOpen(p->zDb, 0, p->aDbid, &s);
@@ -781,8 +802,28 @@ static void *peerMain(void *pArg){
       continue;
     }
     bQuiet = 0;
-    rc = peerSession(q, fd, s);
-    close(fd);
+    tdeConnOpen(&conn, fd);
+    {
+      char zHost[256], zWhy[512];
+      int port;
+      rc = tdeNetParseAddr(q->zAddr, zHost, sizeof(zHost), &port);
+      if( rc==TDE_OK ) rc = tdeTlsClient(p->pCfg, &conn, zHost, zWhy, sizeof(zWhy));
+      if( rc ){
+        /* Not the standby we were told of: never send it anything. */
+        tdeLog(TDE_LOG_ERROR, "ship %s: refusing the standby: %s", q->zAddr, zWhy);
+        tdeConnClose(&conn);
+        peerSetState(q, "refused");
+        msleep(2000);
+        continue;
+      }
+      if( !bTold ){
+        tdeLog(TDE_LOG_INFO, "ship %s: connected over %s to %s", q->zAddr, tdeConnProto(&conn),
+               conn.zPeerId[0] ? conn.zPeerId : "an unauthenticated peer (--insecure-no-tls)");
+        bTold = 1;
+      }
+    }
+    rc = peerSession(q, &conn, s);
+    tdeConnClose(&conn);
     if( !*p->pbStop ){
       tdeLog(TDE_LOG_WARNING, "ship %s: connection lost (%s); reconnecting", q->zAddr,
              rc ? tde_last_error() : "closed");
@@ -797,8 +838,42 @@ static void *peerMain(void *pArg){
 
 /* ---- main loop ---------------------------------------------------------- */
 
+/* One shipper per database: two would both append to the spool and
+** collide on its temporary files.  flock (not a POSIX lock: those are
+** SQLite's) on DB-tdeship-lock, which holds the owner's pid.  The file is
+** never removed: removing it would let a third shipper lock a new file
+** while the second holds the old one. */
+static int shipLockInstance(Ship *p){
+  char zPath[4200], zPid[32];
+  int n;
+  snprintf(zPath, sizeof(zPath), "%s-tdeship-lock", p->zDb);
+  p->fdLock = open(zPath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if( p->fdLock<0 ) return tdeErr(TDE_IO, "%s: %s", zPath, strerror(errno));
+  if( flock(p->fdLock, LOCK_EX | LOCK_NB)!=0 ){
+    ssize_t k = pread(p->fdLock, zPid, sizeof(zPid)-1, 0);
+    int pid = 0;
+    zPid[k>0 ? k : 0] = 0;
+    pid = atoi(zPid);
+    if( pid>0 ){
+      return tdeErr(TDE_LOCKED, "%s: a shipper is already running on this database (pid %d); stop it first",
+                    p->zDb, pid);
+    }
+    return tdeErr(TDE_LOCKED, "%s: a shipper is already running on this database; stop it first", p->zDb);
+  }
+  n = snprintf(zPid, sizeof(zPid), "%d\n", (int)getpid());
+  if( ftruncate(p->fdLock, 0)!=0 || pwrite(p->fdLock, zPid, (size_t)n, 0)!=n ){
+    return tdeErr(TDE_IO, "%s: %s", zPath, strerror(errno));
+  }
+  return TDE_OK;
+}
+
 TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const *azTo, int nTo,
                          int nCycleMs, volatile int *pbStop){
+  return tde_ship_run_v2(zDb, zConfig, 0, 0, azTo, nTo, nCycleMs, pbStop);
+}
+
+TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zReplConfig, unsigned flags,
+                            const char *const *azTo, int nTo, int nCycleMs, volatile int *pbStop){
   Ship ship;
   Ship *p = &ship;
   sqlite3 *db = 0;
@@ -809,7 +884,7 @@ TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const
   volatile int bNever = 0;
 
   memset(p, 0, sizeof(*p));
-  p->fdDb = p->fdShm = -1;
+  p->fdDb = p->fdShm = p->fdLock = -1;
   if( !zDb || nTo<1 ) return tdeErr(TDE_MISUSE, "tde_ship_run: a database and at least one standby");
   for(i=0; i<nTo; i++){
     char zHost[256];
@@ -817,6 +892,8 @@ TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const
     if( tdeNetParseAddr(azTo[i], zHost, sizeof(zHost), &port) ) return TDE_CONFIG;
   }
   if( !realpath(zDb, zAbs) ) return tdeErr(TDE_NOTFOUND, "%s: %s", zDb, strerror(errno));
+  rc = tdeReplCfgLoad(zReplConfig, flags, 0, &p->pCfg);
+  if( rc ) return rc;
   p->zDb = zAbs;
   p->pbStop = pbStop ? pbStop : &bNever;
   p->nCycleMs = nCycleMs>0 ? nCycleMs : 50;
@@ -827,6 +904,12 @@ TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const
   if( rc ) goto done;
   rc = shipOpenDb(p, &db);
   if( rc ) goto done;
+  rc = shipLockInstance(p);
+  if( rc ) goto done;
+  if( p->pCfg->bInsecure ){
+    tdeLog(TDE_LOG_WARNING, "ship %s: --insecure-no-tls: the standby link is plaintext and unauthenticated; "
+           "anyone on the network path can read, inject or redirect it", zAbs);
+  }
   rc = tdeSpoolOpen(zAbs, 1, p->aDbid, &s);
   if( rc==TDE_FORMAT ){
     /* A damaged spool (or another database's): keep it aside for
@@ -922,6 +1005,8 @@ done:
   sqlite3_close(db);
   if( p->fdDb>=0 ) close(p->fdDb);       /* after every connection of ours */
   if( p->fdShm>=0 ) close(p->fdShm);
+  if( p->fdLock>=0 ) close(p->fdLock);   /* releases the flock */
+  tdeReplCfgFree(p->pCfg);
   sqlite3_free(p->zUri);
   pthread_mutex_destroy(&p->mu);
   return rc;

@@ -561,6 +561,8 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
           g.nCkpt = nCkpt;
           g.pgsz = pgsz;
           g.iLast = iEnd;
+          g.flags = TDE_RECF_REWIND;
+          g.iFirst = iStart - 1 - iEnd;
           g.tCapture = tNow;
           memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
           g.keySig = s->pos.keySig;

@@ -16,16 +16,27 @@
 ** POSIX locks belong to the process: this process must never open the
 ** database through SQLite (closing that handle would drop our locks).
 **
+** Connections: an acceptor thread takes each new connection and hands it
+** to a handshake thread of its own (TLS and the hello, both with a
+** deadline, see tls.c).  Only a connection that passed both is posted to
+** the main thread, which owns the copy: so a peer that connects and stalls
+** never delays apply, and a peer without a verified certificate never
+** reaches, let alone replaces, the session.  A verified connection from
+** the primary replaces the current session (the old one may be a path the
+** network cut without telling us).
+**
 ** Must never: apply a partial transaction, a transaction out of order,
 ** or a transaction of another database.
 */
 #include "repl/repl.h"
 #include "cipher/cipher.h"
 #include "keys/keys.h"
+#include "keys/audit.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/file.h>
@@ -40,6 +51,7 @@
 
 #define SB_BATCH_MAX    64
 #define SB_BATCH_BYTES  (32<<20)
+#define SB_SILENT_MS    2000        /* four heartbeats missed */
 
 /* SQLite's unix VFS lock bytes (os_unix.c): readers hold a read lock on
 ** the SHARED range; a writer takes PENDING, then the SHARED range. */
@@ -64,6 +76,26 @@ typedef struct Standby {
   char zPeer[128];
   char zStatus[32];
   uint64_t tStateMs;
+  uint64_t tHeardMs;          /* last verified message from the session's primary */
+  TdeReplCfg *pCfg;
+  /* Connections handed over by the handshake threads (guarded by mu). */
+  pthread_mutex_t mu;
+  int bMu;
+  int aWake[2];               /* a byte is written here when one is posted */
+  int fdListen;
+  int nHandshake;             /* handshake threads running */
+  int bPending;
+  TdeConn pending;
+  uint8_t *aPendHello;
+  size_t nPendHello;
+  char zPendPeer[128];
+  char zRefused[320];         /* the last refusal: peer and reason */
+  uint64_t tRefusedMs;
+  /* No silent rewind: a primary whose history goes back from this copy's
+  ** is refused until the operator accepts it (--accept-rewind, once). */
+  char zDiverged[320];        /* why ("" if not diverged); in the state file */
+  int bAcceptRewind;          /* armed by TDE_REPL_ACCEPT_REWIND, used once */
+  char zAudit[4200];          /* audit log (repl_audit_log, or DB-tdestandby-audit) */
 } Standby;
 
 static void sbSleepMs(int ms){
@@ -132,7 +164,14 @@ static int sbWriteState(Standby *p, int bSync){
   tdeKvSet(kv, "unapplied_bytes", "%lld", (long long)p->unappliedBytes);
   tdeKvSet(kv, "primary", "%s", p->zPeer);
   tdeKvSet(kv, "listen", "%s", p->zListen ? p->zListen : "");
-  tdeKvSet(kv, "state", "%s", p->zStatus);
+  tdeKvSet(kv, "state", "%s", p->zDiverged[0] && strcmp(p->zStatus, "stopped")!=0 ? "diverged" : p->zStatus);
+  tdeKvSet(kv, "diverged", "%s", p->zDiverged);
+  tdeKvSet(kv, "transport", "%s", p->pCfg && p->pCfg->bInsecure ? "insecure-no-tls" : "tls");
+  tdeKvSet(kv, "heard_ms", "%llu", (unsigned long long)p->tHeardMs);
+  if( p->bMu ) pthread_mutex_lock(&p->mu);
+  tdeKvSet(kv, "refused", "%s", p->zRefused);
+  tdeKvSet(kv, "refused_ms", "%llu", (unsigned long long)p->tRefusedMs);
+  if( p->bMu ) pthread_mutex_unlock(&p->mu);
   tdeKvSet(kv, "pid", "%d", (int)getpid());
   tdeKvSet(kv, "updated_ms", "%llu", (unsigned long long)tdeNowMs());
   rc = tdeKvWrite(kv, p->zState, TDE_STANDBY_STATE_MAGIC, bSync);
@@ -160,6 +199,7 @@ static int sbLoadState(Standby *p){
   p->primarySeq = (uint64_t)tdeKvInt(kv, "primary_seq");
   p->primaryCapture = (uint64_t)tdeKvInt(kv, "primary_capture_ms");
   snprintf(p->zPeer, sizeof(p->zPeer), "%s", tdeKvGet(kv, "primary") ? tdeKvGet(kv, "primary") : "");
+  snprintf(p->zDiverged, sizeof(p->zDiverged), "%s", tdeKvGet(kv, "diverged") ? tdeKvGet(kv, "diverged") : "");
   p->bHave = 1;
   tdeKvFree(kv);
   return TDE_OK;
@@ -286,6 +326,7 @@ static int sbApplyLocked(Standby *p, SbRec *aRec, int nRec){
     p->appliedAt = tdeNowMs();
     if( p->received<p->applied ){ p->received = p->applied; p->receivedCapture = p->appliedCapture; }
     p->unappliedBytes = 0;
+    p->zDiverged[0] = 0;        /* only a session the operator accepted gets here */
     rc = sbWriteState(p, 1);
     if( rc ){
       p->pgsz = old.pgsz;
@@ -381,9 +422,39 @@ static int sbReplayLog(Standby *p, int *pnApplied){
   return rc;
 }
 
+/* One audit line (keys/audit.h format) in the standby's audit log. */
+static void sbAudit(Standby *p, const char *zOp, int bFailure, const char *zDetail){
+  TdeAuditRec r;
+  char zLine[1024];
+  int n, fd;
+  tdeAuditInit(&r, zOp);
+  r.bFailure = bFailure;
+  r.zDbPath = p->zDb;
+  r.aDbid = p->bHave ? p->aDbid : 0;
+  r.zDetail = zDetail;
+  n = tdeAuditFormat(&r, (int64_t)tdeNowMs(), (int)getpid(), zLine, sizeof(zLine));
+  if( n<0 ) return;
+  fd = open(p->zAudit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if( fd<0 || write(fd, zLine, (size_t)n)!=n ){
+    tdeLog(TDE_LOG_WARNING, "standby %s: cannot write the audit log %s: %s", p->zDb, p->zAudit, strerror(errno));
+  }
+  if( fd>=0 ) close(fd);
+}
+
+/* The primary's history goes back from what this copy applied: refuse,
+** durably (a restart stays diverged), until the operator accepts it. */
+static int sbDiverge(Standby *p, const char *zPeer, const char *zWhy){
+  snprintf(p->zDiverged, sizeof(p->zDiverged), "%s", zWhy);
+  tdeLog(TDE_LOG_ERROR, "standby %s: diverged: %s (from %s); refusing the primary, nothing acknowledged; "
+         "restart with --accept-rewind to take its base copy, or re-seed", p->zDb, zWhy, zPeer);
+  sbAudit(p, "standby_diverged", 1, zWhy);
+  sbWriteState(p, 1);
+  return tdeErr(TDE_AUTH, "diverged: %s", zWhy);
+}
+
 /* ---- base copy ---------------------------------------------------------- */
 
-static int sbReceiveBase(Standby *p, int fd, const uint8_t *aBegin, size_t nBegin, const uint8_t *aDbid){
+static int sbReceiveBase(Standby *p, TdeConn *pConn, const uint8_t *aBegin, size_t nBegin, const uint8_t *aDbid){
   uint64_t seq, size, tCap, got = 0;
   uint8_t sum[32];
   unsigned int nSum;
@@ -393,6 +464,22 @@ static int sbReceiveBase(Standby *p, int fd, const uint8_t *aBegin, size_t nBegi
   seq = tdeGet64(aBegin);
   size = tdeGet64(aBegin+24);
   tCap = tdeGet64(aBegin+32);
+  if( p->bHave && !p->bAcceptRewind ){
+    char zWhy[300];
+    zWhy[0] = 0;
+    if( memcmp(aBegin+8, p->aHistory, 16)!=0 ){
+      snprintf(zWhy, sizeof(zWhy), "a base copy of another history than the one this copy applied "
+               "%llu transactions of", (unsigned long long)p->applied);
+    }else if( seq<p->applied ){
+      snprintf(zWhy, sizeof(zWhy), "a base copy at transaction %llu, older than the %llu this copy applied",
+               (unsigned long long)seq, (unsigned long long)p->applied);
+    }else if( nBegin>=48 && (aBegin[40] & 1) && p->applied>=tdeGet32(aBegin+44) ){
+      snprintf(zWhy, sizeof(zWhy), "the primary lost transactions from about %u on, and this copy applied "
+               "up to %llu: its base copy would take them back", tdeGet32(aBegin+44),
+               (unsigned long long)p->applied);
+    }
+    if( zWhy[0] ) return sbDiverge(p, p->zPeer, zWhy);
+  }
   snprintf(p->zStatus, sizeof(p->zStatus), "base copy");
   tdeLog(TDE_LOG_INFO, "standby %s: receiving a base copy (%llu bytes, sequence %llu)", p->zDb,
          (unsigned long long)size, (unsigned long long)seq);
@@ -404,7 +491,7 @@ static int sbReceiveBase(Standby *p, int fd, const uint8_t *aBegin, size_t nBegi
     uint8_t *aBody = 0;
     size_t nBody = 0;
     int eType = 0;
-    rc = tdeNetRecv(fd, 60000, &eType, &aBody, &nBody);
+    rc = tdeConnRecv(pConn, 60000, &eType, &aBody, &nBody);
     if( rc==TDE_NOTFOUND ) rc = tdeErr(TDE_IO, "base copy: the primary went silent");
     if( rc ) goto done;
     if( eType==TDE_MSG_BASE_DATA && nBody>=8 && tdeGet64(aBody)==got ){
@@ -466,6 +553,18 @@ static int sbReceiveBase(Standby *p, int fd, const uint8_t *aBegin, size_t nBegi
   p->fdDb = fdOut;
   fdOut = -1;
   if( ftruncate(p->fdLog, 0)!=0 ){ rc = tdeErr(TDE_IO, "%s: %s", p->zLog, strerror(errno)); goto done; }
+  if( p->bHave && p->bAcceptRewind
+   && (memcmp(aBegin+8, p->aHistory, 16)!=0 || seq<p->applied || p->zDiverged[0]
+       || (nBegin>=48 && (aBegin[40] & 1) && p->applied>=tdeGet32(aBegin+44))) ){
+    char zWhy[800];
+    snprintf(zWhy, sizeof(zWhy), "rewind accepted by the operator (--accept-rewind): base copy at transaction %llu "
+             "replaces the copy at %llu%s%s", (unsigned long long)seq, (unsigned long long)p->applied,
+             p->zDiverged[0] ? "; was diverged: " : "", p->zDiverged);
+    tdeLog(TDE_LOG_WARNING, "standby %s: %s", p->zDb, zWhy);
+    sbAudit(p, "standby_rewind_accepted", 0, zWhy);
+    p->bAcceptRewind = 0;
+  }
+  p->zDiverged[0] = 0;
   memcpy(p->aDbid, aDbid, 16);
   memcpy(p->aHistory, aBegin+8, 16);
   p->applied = p->received = seq;
@@ -488,61 +587,241 @@ done:
 
 /* ---- a session with the primary ----------------------------------------- */
 
-static int sbAck(int fd, uint64_t seq){
+static int sbAck(TdeConn *pConn, uint64_t seq){
   uint8_t a[8];
   tdePut64(a, seq);
-  return tdeNetSend(fd, TDE_MSG_ACK, a, 8, 0, 0);
+  return tdeConnSend(pConn, TDE_MSG_ACK, a, 8, 0, 0);
 }
 
-static int sbRefuse(int fd, const char *zWhy){
+/* Remember a refusal for the status (any thread). */
+static void sbNoteRefusal(Standby *p, const char *zPeer, const char *zWhy){
+  pthread_mutex_lock(&p->mu);
+  snprintf(p->zRefused, sizeof(p->zRefused), "%s: %s", zPeer, zWhy);
+  p->tRefusedMs = tdeNowMs();
+  pthread_mutex_unlock(&p->mu);
+}
+
+static int sbRefuse(TdeConn *pConn, const char *zWhy){
   tdeLog(TDE_LOG_ERROR, "standby: refusing the primary: %s", zWhy);
-  return tdeNetSend(fd, TDE_MSG_REFUSE, (const uint8_t*)zWhy, strlen(zWhy), 0, 0);
+  return tdeConnSend(pConn, TDE_MSG_REFUSE, (const uint8_t*)zWhy, strlen(zWhy), 0, 0);
 }
 
-/* Hello from a primary: refuse another database, else tell it where this
-** copy is.  *aDbid gets the primary's database id. */
-static int sbHello(Standby *p, int fd, uint8_t *aDbid){
-  uint8_t *aBody = 0;
-  size_t nBody = 0;
-  int eType = 0, rc;
-  rc = tdeNetRecv(fd, 15000, &eType, &aBody, &nBody);
-  if( rc ) return rc==TDE_NOTFOUND ? tdeErr(TDE_IO, "no hello") : rc;
-  if( eType!=TDE_MSG_HELLO || nBody<80 || memcmp(aBody, TDE_WIRE_MAGIC, 8)!=0 ){
-    sqlite3_free(aBody);
-    sbRefuse(fd, "not an sqlite-tde primary (bad hello)");
-    return tdeErr(TDE_FORMAT, "bad hello");
-  }
+/* Hello from a primary (received whole by its handshake thread): refuse
+** another database, else tell it where this copy is.  *aDbid gets the
+** primary's database id. */
+static int sbHello(Standby *p, TdeConn *pConn, const uint8_t *aBody, size_t nBody, const char *zPeer,
+                   uint8_t *aDbid){
+  int rc;
+  if( nBody<80 ) return tdeErr(TDE_FORMAT, "bad hello");
   memcpy(aDbid, aBody+8, 16);
-  if( p->bHave && memcmp(aDbid, p->aDbid, 16)!=0 ){
+  if( (p->bHave && memcmp(aDbid, p->aDbid, 16)!=0)
+   || (p->pCfg->bPrimaryDbid && memcmp(aDbid, p->pCfg->aPrimaryDbid, 16)!=0) ){
     char zMine[33], zTheirs[33], zMsg[200];
-    tdeHex(p->aDbid, 16, zMine);
+    tdeHex(p->bHave ? p->aDbid : p->pCfg->aPrimaryDbid, 16, zMine);
     tdeHex(aDbid, 16, zTheirs);
-    snprintf(zMsg, sizeof(zMsg), "this standby holds database %s; the primary offers database %s", zMine, zTheirs);
-    sqlite3_free(aBody);
-    sbRefuse(fd, zMsg);
+    snprintf(zMsg, sizeof(zMsg), "this standby %s database %s; the primary offers database %s",
+             p->bHave ? "holds" : "is configured for", zMine, zTheirs);
+    sbRefuse(pConn, zMsg);
+    sbNoteRefusal(p, zPeer, zMsg);
     return tdeErr(TDE_AUTH, "%s", zMsg);
   }
+  if( p->bHave ){
+    char zWhy[300];
+    zWhy[0] = 0;
+    if( memcmp(aBody+24, p->aHistory, 16)!=0 ){
+      char zH[33];
+      tdeHex(aBody+24, 16, zH);
+      snprintf(zWhy, sizeof(zWhy), "the primary offers another history (%s) than the one this copy applied "
+               "%llu transactions of", zH, (unsigned long long)p->applied);
+    }else if( tdeGet64(aBody+72)<p->applied ){
+      snprintf(zWhy, sizeof(zWhy), "the primary's history ends at transaction %llu, this copy applied %llu",
+               (unsigned long long)tdeGet64(aBody+72), (unsigned long long)p->applied);
+    }
+    if( (zWhy[0] || p->zDiverged[0]) && p->bAcceptRewind ){
+      if( zWhy[0] ){
+        tdeLog(TDE_LOG_WARNING, "standby %s: %s: accepted (--accept-rewind); waiting for its base copy", p->zDb, zWhy);
+      }else{
+        /* The hello does not go back; its base copy may (a primary that
+        ** lost commits): still armed for that one. */
+        tdeLog(TDE_LOG_WARNING, "standby %s: was diverged (%s); --accept-rewind: taking the primary's stream "
+               "or base copy", p->zDb, p->zDiverged);
+      }
+    }else if( zWhy[0] || p->zDiverged[0] ){
+      char zMsg[600];
+      if( zWhy[0] ) sbDiverge(p, zPeer, zWhy);
+      snprintf(zMsg, sizeof(zMsg), "this standby has diverged from the primary: %s; the operator must restart "
+               "it with --accept-rewind or re-seed it", p->zDiverged);
+      sbRefuse(pConn, zMsg);
+      sbNoteRefusal(p, zPeer, zMsg);
+      return tdeErr(TDE_AUTH, "%s", zMsg);
+    }
+  }
   p->primarySeq = tdeGet64(aBody+72);
-  sqlite3_free(aBody);
   {
     uint8_t aOk[25];
     tdePut64(aOk, p->applied);
     aOk[8] = p->bHave ? 1 : 0;
     memcpy(aOk+9, p->aHistory, 16);
-    rc = tdeNetSend(fd, TDE_MSG_HELLO_OK, aOk, sizeof(aOk), 0, 0);
+    rc = tdeConnSend(pConn, TDE_MSG_HELLO_OK, aOk, sizeof(aOk), 0, 0);
   }
   return rc;
 }
 
-/* A session with a primary that has said hello.  Another connection
-** arriving meanwhile is answered at once: refused if it is another
-** database, else it replaces this one (*pfdNext; the old one may be a
-** connection the network cut without telling us). */
-static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int *pfdNext){
+/* ---- connections: acceptor and handshake threads -------------------------- */
+
+#define SB_MAX_HANDSHAKES  8
+
+typedef struct SbHs {
+  Standby *p;
+  int fd;
+  char zPeer[128];
+} SbHs;
+
+static void sbPeerName(const struct sockaddr_storage *sa, char *z, size_t n){
+  char zHost[64] = "?";
+  int port = 0;
+  if( sa->ss_family==AF_INET ){
+    const struct sockaddr_in *s4 = (const struct sockaddr_in*)sa;
+    inet_ntop(AF_INET, &s4->sin_addr, zHost, sizeof(zHost));
+    port = ntohs(s4->sin_port);
+  }else if( sa->ss_family==AF_INET6 ){
+    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6*)sa;
+    inet_ntop(AF_INET6, &s6->sin6_addr, zHost, sizeof(zHost));
+    port = ntohs(s6->sin6_port);
+  }
+  snprintf(z, n, "%s:%d", zHost, port);
+}
+
+/* TLS, then the hello, each by its deadline; only then is the connection
+** posted to the main thread.  Never touches the copy. */
+static void *sbHandshakeMain(void *pArg){
+  SbHs *h = pArg;
+  Standby *p = h->p;
+  TdeConn c;
+  char zWhy[512];
   uint8_t *aBody = 0;
   size_t nBody = 0;
   int eType = 0, rc;
-  uint64_t resendFor = UINT64_MAX, tResend = 0, tLast = tdeNowMs();
+  tdeConnOpen(&c, h->fd);
+  rc = tdeTlsServer(p->pCfg, &c, zWhy, sizeof(zWhy));
+  if( rc==TDE_OK ){
+    uint64_t deadline = tdeNowMs() + (uint64_t)p->pCfg->timeoutMs;
+    rc = tdeConnRecvBy(&c, p->pCfg->timeoutMs, deadline, &eType, &aBody, &nBody);
+    if( rc==TDE_NOTFOUND ){
+      snprintf(zWhy, sizeof(zWhy), "no hello within %d ms", p->pCfg->timeoutMs);
+    }else if( rc ){
+      snprintf(zWhy, sizeof(zWhy), "no hello: %s", tde_last_error());
+    }else if( eType!=TDE_MSG_HELLO || nBody<80 || memcmp(aBody, TDE_WIRE_MAGIC, 8)!=0 ){
+      snprintf(zWhy, sizeof(zWhy), "not an sqlite-tde primary (bad hello)");
+      tdeConnSend(&c, TDE_MSG_REFUSE, (const uint8_t*)zWhy, strlen(zWhy), 0, 0);
+      rc = TDE_FORMAT;
+    }
+  }
+  if( rc ){
+    tdeLog(TDE_LOG_ERROR, "standby %s: refusing the connection from %s: %s", p->zDb, h->zPeer, zWhy);
+    sbNoteRefusal(p, h->zPeer, zWhy);
+    sqlite3_free(aBody);
+    tdeConnClose(&c);
+  }else{
+    TdeConn old;
+    uint8_t *aOld = 0;
+    int bOld = 0;
+    pthread_mutex_lock(&p->mu);
+    if( p->bPending ){ old = p->pending; aOld = p->aPendHello; bOld = 1; }
+    p->pending = c;
+    p->aPendHello = aBody;
+    p->nPendHello = nBody;
+    snprintf(p->zPendPeer, sizeof(p->zPendPeer), "%s", h->zPeer);
+    p->bPending = 1;
+    pthread_mutex_unlock(&p->mu);
+    if( bOld ){ tdeConnClose(&old); sqlite3_free(aOld); }
+    {
+      char b = 1;
+      if( write(p->aWake[1], &b, 1)<0 ){ /* the pipe is full: a wake-up is pending anyway */ }
+    }
+  }
+  pthread_mutex_lock(&p->mu);
+  p->nHandshake--;
+  pthread_mutex_unlock(&p->mu);
+  sqlite3_free(h);
+  return 0;
+}
+
+static void *sbAcceptMain(void *pArg){
+  Standby *p = pArg;
+  while( !*p->pbStop ){
+    struct sockaddr_storage sa;
+    socklen_t nSa = sizeof(sa);
+    SbHs *h;
+    pthread_t tid;
+    pthread_attr_t attr;
+    int fd, nBusy;
+    if( !tdeNetReadable(p->fdListen, 300) ) continue;
+    fd = accept4(p->fdListen, (struct sockaddr*)&sa, &nSa, SOCK_CLOEXEC);
+    if( fd<0 ) continue;
+    tdeNetTune(fd);
+    h = sqlite3_malloc(sizeof(*h));
+    if( !h ){ close(fd); continue; }
+    h->p = p;
+    h->fd = fd;
+    sbPeerName(&sa, h->zPeer, sizeof(h->zPeer));
+    pthread_mutex_lock(&p->mu);
+    nBusy = p->nHandshake;
+    if( nBusy<SB_MAX_HANDSHAKES ) p->nHandshake++;
+    pthread_mutex_unlock(&p->mu);
+    if( nBusy>=SB_MAX_HANDSHAKES ){
+      /* A flood of connections: drop the newest, never the session. */
+      tdeLog(TDE_LOG_WARNING, "standby %s: refusing the connection from %s: %d handshakes already in progress",
+             p->zDb, h->zPeer, nBusy);
+      sbNoteRefusal(p, h->zPeer, "too many handshakes in progress");
+      close(fd);
+      sqlite3_free(h);
+      continue;
+    }
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if( pthread_create(&tid, &attr, sbHandshakeMain, h)!=0 ){
+      pthread_mutex_lock(&p->mu);
+      p->nHandshake--;
+      pthread_mutex_unlock(&p->mu);
+      close(fd);
+      sqlite3_free(h);
+    }
+    pthread_attr_destroy(&attr);
+  }
+  return 0;
+}
+
+/* Take the connection a handshake thread posted, if any (main thread). */
+static int sbTakePending(Standby *p, TdeConn *pConn, uint8_t **paHello, size_t *pnHello, char *zPeer, size_t nPeer){
+  int bGot = 0;
+  char aBuf[64];
+  while( read(p->aWake[0], aBuf, sizeof(aBuf))>0 ){}
+  pthread_mutex_lock(&p->mu);
+  if( p->bPending ){
+    *pConn = p->pending;
+    *paHello = p->aPendHello;
+    *pnHello = p->nPendHello;
+    snprintf(zPeer, nPeer, "%s", p->zPendPeer);
+    p->bPending = 0;
+    p->aPendHello = 0;
+    bGot = 1;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return bGot;
+}
+
+/* A session with a primary that has said hello.  A verified connection
+** posted meanwhile (sbHandshakeMain) is answered at once: refused if it is
+** another database, else it replaces this one (*pNext, *pbNext, its
+** database id in aNextDbid; the old one may be a connection the network
+** cut without telling us). */
+static int sbSession(Standby *p, TdeConn *pConn, const uint8_t *aDbid, TdeConn *pNext, int *pbNext,
+                     uint8_t *aNextDbid){
+  uint8_t *aBody = 0;
+  size_t nBody = 0;
+  int eType = 0, rc;
+  uint64_t resendFor = UINT64_MAX, tResend = 0;
   int bDupSeen = 0;
   SbRec aBatch[SB_BATCH_MAX];
   int nBatch = 0;
@@ -550,7 +829,8 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
   size_t nPend = 0;
   int ePend = 0;
 
-  *pfdNext = -1;
+  *pbNext = 0;
+  p->tHeardMs = tdeNowMs();
   snprintf(p->zStatus, sizeof(p->zStatus), "streaming");
   if( p->bHave ) sbWriteState(p, 0);
 
@@ -559,24 +839,31 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
       aBody = aPend; nBody = nPend; eType = ePend;
       aPend = 0;
     }else{
-      struct pollfd aPoll[2] = { { fd, POLLIN, 0 }, { fdListen, POLLIN, 0 } };
-      if( poll(aPoll, 2, 500)>0 && (aPoll[1].revents & POLLIN) ){
-        uint8_t aOther[16];
-        int fd2 = accept4(fdListen, 0, 0, SOCK_CLOEXEC);
-        if( fd2>=0 ){
-          tdeNetTune(fd2);
-          if( sbHello(p, fd2, aOther)==TDE_OK ){
-            tdeLog(TDE_LOG_INFO, "standby %s: a new connection from the primary replaces the current one", p->zDb);
-            *pfdNext = fd2;
+      struct pollfd aPoll[2] = { { pConn->fd, POLLIN, 0 }, { p->aWake[0], POLLIN, 0 } };
+      if( !tdeConnReadable(pConn, 0) ) poll(aPoll, 2, 500);
+      if( aPoll[1].revents & POLLIN ){
+        TdeConn c2;
+        uint8_t *aH = 0;
+        size_t nH = 0;
+        char zPeer2[128];
+        if( sbTakePending(p, &c2, &aH, &nH, zPeer2, sizeof(zPeer2)) ){
+          if( sbHello(p, &c2, aH, nH, zPeer2, aNextDbid)==TDE_OK ){
+            tdeLog(TDE_LOG_INFO, "standby %s: a new verified connection from the primary (%s, %s) replaces "
+                   "the current one", p->zDb, zPeer2, c2.zPeerId[0] ? c2.zPeerId : "no TLS");
+            snprintf(p->zPeer, sizeof(p->zPeer), "%s", zPeer2);
+            *pNext = c2;
+            *pbNext = 1;
+            sqlite3_free(aH);
             return TDE_OK;
           }
-          close(fd2);
+          tdeConnClose(&c2);
+          sqlite3_free(aH);
         }
         continue;
       }
-      rc = tdeNetRecv(fd, 0, &eType, &aBody, &nBody);
+      rc = tdeConnRecv(pConn, 0, &eType, &aBody, &nBody);
       if( rc==TDE_NOTFOUND ){
-        if( tdeNowMs()-tLast>10000 && strcmp(p->zStatus, "silent")!=0 ){
+        if( tdeNowMs()-p->tHeardMs>SB_SILENT_MS && strcmp(p->zStatus, "silent")!=0 ){
           /* The primary sends a heartbeat every 0.5 s except while it makes
           ** a base copy: say so (status), keep the connection (keepalive
           ** ends a dead one; a new connection from the primary replaces it). */
@@ -587,7 +874,7 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
         continue;
       }
       if( rc ) return rc;
-      tLast = tdeNowMs();
+      p->tHeardMs = tdeNowMs();
       if( strcmp(p->zStatus, "silent")==0 ) snprintf(p->zStatus, sizeof(p->zStatus), "streaming");
     }
     if( eType==TDE_MSG_TXN ){
@@ -608,7 +895,7 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
           bDupSeen = 1;
         }
         sqlite3_free(aBody);
-        rc = sbAck(fd, p->applied);
+        rc = sbAck(pConn, p->applied);
         if( rc ) return rc;
         continue;
       }
@@ -619,7 +906,7 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
           tdeLog(TDE_LOG_WARNING, "standby %s: got transaction %llu while waiting for %llu; asking to resend",
                  p->zDb, (unsigned long long)r.seq, (unsigned long long)p->applied+1);
           tdePut64(a, p->applied+1);
-          rc = tdeNetSend(fd, TDE_MSG_RESEND, a, 8, 0, 0);
+          rc = tdeConnSend(pConn, TDE_MSG_RESEND, a, 8, 0, 0);
           if( rc ) return rc;
           resendFor = p->applied;
           tResend = tdeNowMs();
@@ -633,12 +920,12 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
       rc = TDE_OK;
       {
         size_t nBytes = nBody;
-        while( nBatch<SB_BATCH_MAX && nBytes<SB_BATCH_BYTES && tdeNetReadable(fd, 0) ){
+        while( nBatch<SB_BATCH_MAX && nBytes<SB_BATCH_BYTES && tdeConnReadable(pConn, 0) ){
           uint8_t *a = 0;
           size_t n = 0;
           int e = 0;
           TdeRec r2;
-          rc = tdeNetRecv(fd, 0, &e, &a, &n);
+          rc = tdeConnRecv(pConn, 0, &e, &a, &n);
           if( rc==TDE_NOTFOUND ){ rc = TDE_OK; break; }
           if( rc ) break;
           if( e==TDE_MSG_TXN && tdeRecCheck(a, n, &r2)==TDE_OK && r2.seq==aBatch[nBatch-1].r.seq+1 ){
@@ -667,17 +954,17 @@ static int sbSession(Standby *p, int fd, const uint8_t *aDbid, int fdListen, int
       if( rc==TDE_OK ) rc = sbApplyBatch(p, aBatch, nBatch);
       for(int i=0; i<nBatch; i++) sqlite3_free(aBatch[i].a);
       nBatch = 0;
-      if( rc==TDE_OK ) rc = sbAck(fd, p->applied);
+      if( rc==TDE_OK ) rc = sbAck(pConn, p->applied);
       if( rc ){ sqlite3_free(aPend); return rc; }
       resendFor = UINT64_MAX;
       continue;
     }
     if( eType==TDE_MSG_BASE_BEGIN ){
-      rc = sbReceiveBase(p, fd, aBody, nBody, aDbid);
+      rc = sbReceiveBase(p, pConn, aBody, nBody, aDbid);
       sqlite3_free(aBody);
       if( rc ) return rc;
       tdeLog(TDE_LOG_INFO, "standby %s: base copy applied at sequence %llu", p->zDb, (unsigned long long)p->applied);
-      rc = sbAck(fd, p->applied);
+      rc = sbAck(pConn, p->applied);
       if( rc ) return rc;
       continue;
     }
@@ -725,17 +1012,34 @@ static void sbClose(Standby *p){
 }
 
 TDE_API int tde_standby_run(const char *zDb, const char *zListen, volatile int *pbStop){
+  return tde_standby_run_v2(zDb, zListen, 0, 0, pbStop);
+}
+
+TDE_API int tde_standby_run_v2(const char *zDb, const char *zListen, const char *zReplConfig, unsigned flags,
+                               volatile int *pbStop){
   Standby sb;
   Standby *p = &sb;
   volatile int bNever = 0;
-  int fdListen = -1, rc, nReplayed = 0;
+  int fdListen = -1, rc, nReplayed = 0, bAccept = 0;
+  pthread_t tidAccept;
   memset(p, 0, sizeof(*p));
   p->fdDb = p->fdLog = p->fdLock = -1;
+  p->aWake[0] = p->aWake[1] = -1;
   p->zListen = zListen;
   p->pbStop = pbStop ? pbStop : &bNever;
   if( !zDb || !zListen ) return tdeErr(TDE_MISUSE, "tde_standby_run: a database and an address");
-  rc = sbPaths(p, zDb);
+  rc = tdeReplCfgLoad(zReplConfig, flags, 1, &p->pCfg);
   if( rc ) return rc;
+  pthread_mutex_init(&p->mu, 0);
+  p->bMu = 1;
+  rc = sbPaths(p, zDb);
+  if( rc ) goto done;
+  if( (p->pCfg->zAudit[0] ? snprintf(p->zAudit, sizeof(p->zAudit), "%s", p->pCfg->zAudit)
+                           : snprintf(p->zAudit, sizeof(p->zAudit), "%s-tdestandby-audit", p->zDb))>=(int)sizeof(p->zAudit) ){
+    rc = tdeErr(TDE_RANGE, "audit log path too long");
+    goto done;
+  }
+  p->bAcceptRewind = (flags & TDE_REPL_ACCEPT_REWIND)!=0;
   rc = sbLockInstance(p);
   if( rc ) goto done;
   rc = sbLoadState(p);
@@ -749,44 +1053,71 @@ TDE_API int tde_standby_run(const char *zDb, const char *zListen, volatile int *
     if( nReplayed ) tdeLog(TDE_LOG_INFO, "standby %s: re-applied %d logged transaction(s), now at %llu",
                            p->zDb, nReplayed, (unsigned long long)p->applied);
   }
+  if( !p->bHave && !p->pCfg->bInsecure && !p->pCfg->bPrimaryDbid && p->pCfg->nPin==0 ){
+    /* Whoever connects first must not become this standby's primary. */
+    rc = tdeErr(TDE_CONFIG, "%s: a new standby must name its primary: set repl_primary_database_id or "
+                "repl_peer_pubkey_sha256 in %s", p->zDb, p->pCfg->zPath);
+    goto done;
+  }
+  if( !p->bHave && p->pCfg->bInsecure && !p->pCfg->bPrimaryDbid ){
+    tdeLog(TDE_LOG_WARNING, "standby %s: no copy yet and no repl_primary_database_id: the first peer that "
+           "connects becomes the primary (--insecure-no-tls)", p->zDb);
+  }
+  if( p->bAcceptRewind ){
+    sbAudit(p, "standby_accept_rewind", 0, "armed: the next base copy may replace this copy even if older "
+            "or of another history");
+  }
   rc = tdeNetListen(zListen, &fdListen);
   if( rc ) goto done;
+  p->fdListen = fdListen;
+  if( pipe2(p->aWake, O_CLOEXEC | O_NONBLOCK)!=0 ){
+    rc = tdeErr(TDE_IO, "pipe: %s", strerror(errno));
+    goto done;
+  }
+  if( pthread_create(&tidAccept, 0, sbAcceptMain, p)!=0 ){
+    rc = tdeErr(TDE_ERROR, "cannot start the acceptor thread");
+    goto done;
+  }
+  bAccept = 1;
   snprintf(p->zStatus, sizeof(p->zStatus), "waiting");
   if( p->bHave ) sbWriteState(p, 0);
-  tdeLog(TDE_LOG_INFO, "standby %s: listening on %s, at sequence %llu%s", p->zDb, zListen,
-         (unsigned long long)p->applied, p->bHave ? "" : " (no copy yet: waiting for a base copy)");
+  if( p->pCfg->bInsecure ){
+    tdeLog(TDE_LOG_WARNING, "standby %s: --insecure-no-tls: any host that reaches %s can feed this standby; "
+           "plaintext, no peer authentication", p->zDb, zListen);
+  }
+  tdeLog(TDE_LOG_INFO, "standby %s: listening on %s (%s), at sequence %llu%s", p->zDb, zListen,
+         p->pCfg->bInsecure ? "no TLS" : "mutual TLS", (unsigned long long)p->applied,
+         p->bHave ? "" : " (no copy yet: waiting for a base copy)");
   while( !*p->pbStop ){
-    struct sockaddr_storage sa;
-    socklen_t nSa = sizeof(sa);
-    int fd;
-    if( !tdeNetReadable(fdListen, 300) ) continue;
-    fd = accept4(fdListen, (struct sockaddr*)&sa, &nSa, SOCK_CLOEXEC);
-    if( fd<0 ) continue;
-    tdeNetTune(fd);
-    {
-      char zHost[64] = "?";
-      int port = 0;
-      if( sa.ss_family==AF_INET ){
-        struct sockaddr_in *s4 = (struct sockaddr_in*)&sa;
-        inet_ntop(AF_INET, &s4->sin_addr, zHost, sizeof(zHost));
-        port = ntohs(s4->sin_port);
-      }else if( sa.ss_family==AF_INET6 ){
-        struct sockaddr_in6 *s6 = (struct sockaddr_in6*)&sa;
-        inet_ntop(AF_INET6, &s6->sin6_addr, zHost, sizeof(zHost));
-        port = ntohs(s6->sin6_port);
-      }
-      snprintf(p->zPeer, sizeof(p->zPeer), "%s:%d", zHost, port);
+    TdeConn conn;
+    uint8_t *aH = 0;
+    size_t nH = 0;
+    char zPeer[128];
+    if( !sbTakePending(p, &conn, &aH, &nH, zPeer, sizeof(zPeer)) ){
+      tdeNetReadable(p->aWake[0], 300);
+      if( p->bHave && tdeNowMs()-p->tStateMs>1000 ) sbWriteState(p, 0);
+      continue;
     }
     {
       uint8_t aDbid[16];
-      rc = sbHello(p, fd, aDbid);
-      while( rc==TDE_OK && fd>=0 ){
-        int fdNext = -1;
-        rc = sbSession(p, fd, aDbid, fdListen, &fdNext);
-        close(fd);
-        fd = fdNext;
+      int bHas = 1;
+      rc = sbHello(p, &conn, aH, nH, zPeer, aDbid);
+      sqlite3_free(aH);
+      if( rc==TDE_OK ){
+        snprintf(p->zPeer, sizeof(p->zPeer), "%s", zPeer);
+        tdeLog(TDE_LOG_INFO, "standby %s: session with %s over %s (%s)", p->zDb, zPeer, tdeConnProto(&conn),
+               conn.zPeerId[0] ? conn.zPeerId : "unauthenticated");
       }
-      if( fd>=0 ) close(fd);
+      while( rc==TDE_OK && bHas ){
+        TdeConn next;
+        int bNext = 0;
+        uint8_t aNext[16];
+        rc = sbSession(p, &conn, aDbid, &next, &bNext, aNext);
+        tdeConnClose(&conn);
+        bHas = 0;
+        if( bNext ){ conn = next; memcpy(aDbid, aNext, 16); bHas = 1; }
+      }
+      if( bHas ) tdeConnClose(&conn);
     }
     if( rc && !*p->pbStop ){
       tdeLog(TDE_LOG_WARNING, "standby %s: connection from %s ended: %s; waiting for the primary "
@@ -799,7 +1130,25 @@ TDE_API int tde_standby_run(const char *zDb, const char *zListen, volatile int *
   snprintf(p->zStatus, sizeof(p->zStatus), "stopped");
   if( p->bHave ) sbWriteState(p, 1);
 done:
+  if( bAccept ){
+    *(volatile int*)p->pbStop = 1;
+    pthread_join(tidAccept, 0);
+  }
+  /* Handshake threads end by their deadline. */
+  for(;;){
+    int n;
+    pthread_mutex_lock(&p->mu);
+    n = p->nHandshake;
+    pthread_mutex_unlock(&p->mu);
+    if( n==0 ) break;
+    sbSleepMs(10);
+  }
+  if( p->bPending ){ tdeConnClose(&p->pending); sqlite3_free(p->aPendHello); p->bPending = 0; }
   if( fdListen>=0 ) close(fdListen);
+  if( p->aWake[0]>=0 ) close(p->aWake[0]);
+  if( p->aWake[1]>=0 ) close(p->aWake[1]);
+  pthread_mutex_destroy(&p->mu);
+  tdeReplCfgFree(p->pCfg);
   sbClose(p);
   return rc;
 }

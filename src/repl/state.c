@@ -228,6 +228,19 @@ int tdeKvRead(const char *zPath, const char *zMagic, TdeKv **pp){
 
 /* ---- status ------------------------------------------------------------- */
 
+static void noteAdd(TdeReplStatus *p, const char *zFmt, ...) __attribute__((format(printf, 2, 3)));
+static void noteAdd(TdeReplStatus *p, const char *zFmt, ...){
+  size_t n = strlen(p->zNote);
+  va_list ap;
+  if( n && n+2<sizeof(p->zNote) ){ memcpy(p->zNote+n, "; ", 3); n += 2; }
+  va_start(ap, zFmt);
+  vsnprintf(p->zNote+n, sizeof(p->zNote)-n, zFmt, ap);
+  va_end(ap);
+}
+
+/* Shown this long after a refusal. */
+#define TDE_REFUSAL_SHOWN_MS  (10*60*1000)
+
 int tdeStandbyIsCopy(const char *zDb, uint64_t *pSeq){
   char zPath[4200];
   TdeKv *kv = 0;
@@ -273,6 +286,34 @@ int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){
       /* A standby that is not running says so. */
       pid_t pid = (pid_t)tdeKvInt(kv, "pid");
       if( pid>0 && kill(pid, 0)!=0 && errno==ESRCH ) snprintf(p->zState, sizeof(p->zState), "stopped");
+    }
+    if( tdeKvGet(kv, "transport") && strcmp(tdeKvGet(kv, "transport"), "insecure-no-tls")==0 ){
+      noteAdd(p, "insecure-no-tls: the link is plaintext and unauthenticated");
+    }
+    if( tdeKvGet(kv, "diverged") && tdeKvGet(kv, "diverged")[0] ){
+      const char *zWhy = tdeKvGet(kv, "diverged");
+      noteAdd(p, "diverged: %s; nothing is acknowledged until the operator runs standby --accept-rewind or "
+              "re-seeds", zWhy ? zWhy : "");
+    }
+    {
+      /* Lag is known only from verified messages: a primary not heard
+      ** from says nothing about how far behind this copy is. */
+      int64_t heard = tdeKvInt(kv, "heard_ms");
+      if( (strcmp(p->zState, "streaming")==0 || strcmp(p->zState, "silent")==0)
+       && heard>0 && (int64_t)now - heard > 2000 ){
+        double sec = (double)((int64_t)now - heard)/1000.0;
+        snprintf(p->zState, sizeof(p->zState), "silent");
+        noteAdd(p, "primary silent for %.0f s: transport lag unknown", sec);
+        p->transportLagTxn = -1;
+        if( p->transportLagSec<sec ) p->transportLagSec = sec;
+      }
+    }
+    {
+      const char *zRefused = tdeKvGet(kv, "refused");
+      int64_t t = tdeKvInt(kv, "refused_ms");
+      if( zRefused && zRefused[0] && t>0 && (int64_t)now - t < TDE_REFUSAL_SHOWN_MS ){
+        noteAdd(p, "refused %s (%.0f s ago)", zRefused, (double)((int64_t)now - t)/1000.0);
+      }
     }
     tdeKvFree(kv);
     return TDE_OK;
@@ -324,9 +365,11 @@ int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){
       pid_t pid = (pid_t)tdeKvInt(kv, "pid");
       if( pid>0 && kill(pid, 0)!=0 && errno==ESRCH ) snprintf(p->zState, sizeof(p->zState), "stopped");
     }
+    if( tdeKvGet(kv, "transport") && strcmp(tdeKvGet(kv, "transport"), "insecure-no-tls")==0 ){
+      noteAdd(p, "insecure-no-tls: the link is plaintext and unauthenticated");
+    }
     tdeKvFree(kv);
   }
-  (void)now;
   return TDE_OK;
 }
 

@@ -1,7 +1,9 @@
 """Shared pieces of the encrypted-standby integration tests
-(test_standby*.py): a wallet configuration, the writer workload, process
-control by pid, state-file readers, a fault-injecting TCP proxy, and the
-checks on a standby copy.  Real processes, real sockets (127.0.0.1 only),
+(test_standby*.py): a wallet configuration, the test certificates
+(scripts/standby-certs.sh) and TLS contexts, the writer workload, process
+control by pid, state-file readers, a fault-injecting proxy (terminating
+TLS on both sides, so it can fault whole messages inside the
+authenticated session), and the checks on a standby copy.  Real processes, real sockets (127.0.0.1 only),
 the system SQLite through Python's sqlite3 module with tde.so loaded."""
 
 import hashlib
@@ -9,6 +11,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import sqlite3
 import struct
 import subprocess
@@ -22,6 +25,8 @@ TMP = os.environ.get("TDE_TEST_TMP", "/tmp")
 CLI = os.path.join(BUILD, "sqlite-tde")
 EXT = os.path.join(BUILD, "tde")
 PY = "/usr/bin/python3"
+CERTS_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "standby-certs.sh")
+CERTS = None        # the folder certs() made: ca.crt, standby.*, primary.*, ship.conf, standby.conf
 
 NFAIL = 0
 NPASS = 0
@@ -86,6 +91,48 @@ def connect(path, cfg, ro=False):
     uri = "file:%s?vfs=tde&tde_config=%s%s" % (path, cfg, "&mode=ro" if ro else "")
     db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30)
     return db
+
+
+def certs(d, sub="certs", host="127.0.0.1", primary="primary"):
+    """Make the throwaway CA and certificates with the helper script; the
+    first call's folder becomes the default of start_ship/start_standby."""
+    global CERTS
+    c = os.path.join(d, sub)
+    r = subprocess.run(["sh", CERTS_SH, c, host, primary], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("standby-certs.sh failed: %s" % r.stderr)
+    if CERTS is None:
+        CERTS = c
+    return c
+
+
+def tls_client(name="primary", folder=None, ca=None):
+    """A client context presenting folder/name.crt (the primary's, by default)."""
+    f = folder or CERTS
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(ca or os.path.join(f, "ca.crt"))
+    if name:
+        ctx.load_cert_chain(os.path.join(f, name + ".crt"), os.path.join(f, name + ".key"))
+    return ctx
+
+
+def tls_server(name="standby", folder=None):
+    """A server context presenting folder/name.crt, requiring a client certificate."""
+    f = folder or CERTS
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_verify_locations(os.path.join(f, "ca.crt"))
+    ctx.load_cert_chain(os.path.join(f, name + ".crt"), os.path.join(f, name + ".key"))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def connect_standby(port, timeout=10, ctx=None, tls=True):
+    """A connection to a standby as the primary would open it (TLS with the
+    primary's certificate unless tls is False or ctx says otherwise)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    if not tls:
+        return s
+    return (ctx or tls_client()).wrap_socket(s, server_hostname="127.0.0.1")
 
 
 def free_port():
@@ -202,13 +249,17 @@ def start_writer(d, db, cfg, seed):
                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "writer.err"), "a"))
 
 
-def start_standby(d, db, port, log="standby.log"):
-    return subprocess.Popen([CLI, "standby", "--listen", "127.0.0.1:%d" % port, db],
+def start_standby(d, db, port, log="standby.log", conf=None, extra=()):
+    """conf: a replication configuration (default CERTS/standby.conf), or
+    "insecure" for --insecure-no-tls."""
+    tls = ["--insecure-no-tls"] if conf == "insecure" else ["--repl-config", conf or os.path.join(CERTS, "standby.conf")]
+    return subprocess.Popen([CLI, "standby", "--listen", "127.0.0.1:%d" % port] + tls + list(extra) + [db],
                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, log), "a"))
 
 
-def start_ship(d, db, cfg, ports, log="ship.log", cycle=20, env=None):
-    args = [CLI, "--config", cfg, "ship", "--cycle-ms", str(cycle)]
+def start_ship(d, db, cfg, ports, log="ship.log", cycle=20, env=None, conf=None, extra=()):
+    tls = ["--insecure-no-tls"] if conf == "insecure" else ["--repl-config", conf or os.path.join(CERTS, "ship.conf")]
+    args = [CLI, "--config", cfg, "ship", "--cycle-ms", str(cycle)] + tls + list(extra)
     for p in ports:
         args += ["--to", "127.0.0.1:%d" % p]
     return subprocess.Popen(args + [db], stdout=subprocess.DEVNULL,
@@ -296,12 +347,14 @@ def craft_rec(seq, frames, pgsz, flags=0, hdr=b"", kind=1, salt=b"\0" * 8):
     return r + hashlib.sha256(r).digest()
 
 
-def fake_primary(port, dbid, make_recs, timeout=10):
+def fake_primary(port, dbid, make_recs, timeout=10, ctx=None, history=b"\x07" * 16, last=1):
     """Say hello as database dbid (bytes), send the records make_recs(applied)
     returns, and report what the standby answered: a list of message types
-    until it closed the connection (or timeout)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    s.sendall(wire_msg(1, b"TDEWIRE1" + dbid + b"\x07" * 16 + b"\0" * 32 + struct.pack(">Q", 1)))
+    until it closed the connection (or timeout).  Over TLS with the
+    primary's certificate (ctx): crafted messages inside an authenticated
+    session."""
+    s = connect_standby(port, timeout, ctx)
+    s.sendall(wire_msg(1, b"TDEWIRE1" + dbid + history + b"\0" * 32 + struct.pack(">Q", last)))
     t, b = wire_recv(s)
     if t != 2:
         s.close()
@@ -319,10 +372,10 @@ def fake_primary(port, dbid, make_recs, timeout=10):
     return got
 
 
-def fake_base(port, dbid, data, timeout=10):
+def fake_base(port, dbid, data, timeout=10, ctx=None):
     """Say hello as database dbid to a standby with no copy and send data as
     its base copy; the message types the standby answered until it closed."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s = connect_standby(port, timeout, ctx)
     s.sendall(wire_msg(1, b"TDEWIRE1" + dbid + b"\x07" * 16 + b"\0" * 32 + struct.pack(">Q", 1)))
     t, b = wire_recv(s)
     if t != 2:
@@ -401,8 +454,12 @@ class Proxy:
     SHA-256) and, by mode, cuts connections, drops, duplicates, reorders
     or corrupts TXN messages (type 4)."""
 
-    def __init__(self, listen, target, seed=7):
+    def __init__(self, listen, target, seed=7, tls=True, raw=False):
         self.listen, self.target = listen, target
+        self.raw = raw      # no framing: each chunk read goes to _fault whole
+        # TLS on both legs: the standby's certificate towards the shipper,
+        # the primary's towards the standby (a test double holding both).
+        self.tls = (tls_server("standby"), tls_client("primary")) if tls else None
         self.mode = "pass"
         self.last_mode = "pass"     # the first TXN in a new mode always gets the fault
         self.rnd = random.Random(seed)
@@ -440,86 +497,130 @@ class Proxy:
             except OSError:
                 return
             try:
+                if self.tls:
+                    a.settimeout(10)
+                    a = self.tls[0].wrap_socket(a, server_side=True)
                 b = socket.create_connection(("127.0.0.1", self.target), timeout=5)
-                b.settimeout(None)
-            except OSError:
+                if self.tls:
+                    b = self.tls[1].wrap_socket(b, server_hostname="127.0.0.1")
+            except (OSError, ssl.SSLError):
                 a.close()
                 continue
             with self.lock:
                 self.conns.append((a, b))
-            threading.Thread(target=self._up, args=(a, b), daemon=True).start()
-            threading.Thread(target=self._down, args=(b, a), daemon=True).start()
+            # One thread per connection pair: an SSL object is never used by
+            # two threads at once.
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _close(*socks):
-        # shutdown first: close() alone does not wake the other thread's
-        # recv() on the same socket, and the connection would stay open
+        # shutdown first: close() alone does not wake a select() on the
+        # same socket in another thread
         for s in socks:
             try:
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
+            except (OSError, ValueError):
                 pass
             try:
                 s.close()
             except OSError:
                 pass
 
-    def _down(self, src, dst):
-        try:
-            while True:
-                d = src.recv(65536)
-                if not d:
-                    break
-                dst.sendall(d)
-        except OSError:
-            pass
-        self._close(src, dst)
+    @staticmethod
+    def _read(s):
+        """Bytes available now (b"" if none), None if the peer closed."""
+        out = b""
+        while True:
+            try:
+                d = s.recv(65536)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                return out
+            if not d:
+                return out if out else None
+            out += d
+            if not (isinstance(s, ssl.SSLSocket) and s.pending()):
+                return out
 
     @staticmethod
-    def _recvn(s, n):
-        buf = b""
-        while len(buf) < n:
-            d = s.recv(n - len(buf))
-            if not d:
-                raise OSError("closed")
-            buf += d
-        return buf
+    def _write(s, buf):
+        try:
+            n = s.send(buf)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+            return buf
+        return buf[n:]
 
-    def _up(self, src, dst):
-        held = None
+    def _fault(self, msg, out):
+        """One whole message from the shipper: forwarded, or faulted by mode."""
+        h = msg[:5]
+        n = len(msg) - 37
+        mode = self.mode
+        force = mode != self.last_mode
+        if h[0] == 4:
+            self.last_mode = mode
+        if h[0] != 4 or mode == "pass" or (not force and self.rnd.random() > 0.1):
+            if self.held:
+                out += msg + self.held
+                self.held = None
+            else:
+                out += msg
+            return out
+        self.counts[mode] += 1
+        if mode == "drop":
+            return out
+        if mode == "dup":
+            out += msg + msg
+        elif mode == "reorder":
+            if self.held:
+                out += msg + self.held
+                self.held = None
+            else:
+                self.held = msg
+        elif mode == "corrupt":
+            m = bytearray(msg)
+            m[5 + self.rnd.randrange(max(n, 1))] ^= 0x40
+            out += bytes(m)
+        return out
+
+    def _pump(self, a, b):
+        import select
+        a.setblocking(False)
+        b.setblocking(False)
+        self.held = None
+        up = b""            # from the shipper, not yet a whole message
+        to_b = b""
+        to_a = b""
         try:
             while True:
-                h = self._recvn(src, 5)
-                n = struct.unpack(">I", h[1:5])[0]
-                msg = h + self._recvn(src, n + 32)
-                mode = self.mode
-                force = mode != self.last_mode
-                if h[0] == 4:
-                    self.last_mode = mode
-                if h[0] != 4 or mode == "pass" or (not force and self.rnd.random() > 0.1):
-                    if held:
-                        dst.sendall(msg)
-                        dst.sendall(held)
-                        held = None
+                ready = [s for s in (a, b) if isinstance(s, ssl.SSLSocket) and s.pending()]
+                if not ready:
+                    ready, wr, _ = select.select([a, b], [s for s, o in ((a, to_a), (b, to_b)) if o], [], 1.0)
+                else:
+                    wr = []
+                for s in ready:
+                    d = self._read(s)
+                    if d is None:
+                        raise OSError("closed")
+                    if s is a and self.raw:
+                        to_b = self._fault(d, to_b)
+                    elif s is a:
+                        up += d
+                        while len(up) >= 5:
+                            n = struct.unpack(">I", up[1:5])[0]
+                            if len(up) < n + 37:
+                                break
+                            to_b = self._fault(up[:n + 37], to_b)
+                            up = up[n + 37:]
                     else:
-                        dst.sendall(msg)
-                    continue
-                self.counts[mode] += 1
-                if mode == "drop":
-                    continue
-                if mode == "dup":
-                    dst.sendall(msg + msg)
-                elif mode == "reorder":
-                    if held:
-                        dst.sendall(msg)
-                        dst.sendall(held)
-                        held = None
+                        to_a += d
+                for s in wr:
+                    if s is a:
+                        to_a = self._write(a, to_a)
                     else:
-                        held = msg
-                elif mode == "corrupt":
-                    m = bytearray(msg)
-                    m[5 + self.rnd.randrange(n)] ^= 0x40
-                    dst.sendall(bytes(m))
-        except OSError:
+                        to_b = self._write(b, to_b)
+                if to_b and b not in wr:
+                    to_b = self._write(b, to_b)
+                if to_a and a not in wr:
+                    to_a = self._write(a, to_a)
+        except (OSError, ValueError, ssl.SSLError):
             pass
-        self._close(src, dst)
+        self._close(a, b)

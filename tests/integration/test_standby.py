@@ -47,6 +47,39 @@ def status(db):
     return dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
 
 
+def wait_state(db, want, timeout=20):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        st = status(db)
+        if st.get("state") == want:
+            return st
+        time.sleep(0.2)
+    return status(db)
+
+
+def accept_rewind(d, sb, sdb, sport, what, word):
+    """The standby refused a primary that goes back (diverged); the operator
+    restarts it with --accept-rewind.  Returns the new standby process."""
+    applied = C.read_state(sdb + "-tdestandby").get("applied_seq")
+    sum0 = hashlib.sha256(open(sdb, "rb").read()).hexdigest()
+    st = wait_state(sdb, "diverged")
+    C.check(st.get("state") == "diverged" and word in st.get("note", ""),
+            "%s: the standby refuses it as diverged, no silent rewind: %s" % (what, st.get("note", "")[:200]))
+    time.sleep(0.5)
+    C.check(C.read_state(sdb + "-tdestandby").get("applied_seq") == applied and
+            hashlib.sha256(open(sdb, "rb").read()).hexdigest() == sum0,
+            "%s: the copy is unchanged at sequence %s" % (what, applied))
+    C.stop(sb)
+    sb = C.start_standby(d, sdb, sport)
+    time.sleep(1.0)
+    C.check(status(sdb).get("state") == "diverged", "%s: a restart without --accept-rewind stays diverged" % what)
+    C.stop(sb)
+    audit = sdb + "-tdestandby-audit"
+    n0 = open(audit).read().count("standby_rewind_accepted") if os.path.exists(audit) else 0
+    sb = C.start_standby(d, sdb, sport, extra=["--accept-rewind"])
+    return sb, audit, n0
+
+
 def compare(pdb, sdb, cfg, d, what):
     pr = C.rows(pdb, cfg)
     sr = C.rows(sdb, cfg)
@@ -60,6 +93,7 @@ def compare(pdb, sdb, cfg, d, what):
 def main():
     d = C.workdir("test_standby")
     cfg = C.make_config(d)
+    certs = C.certs(d)
     C.write_writer(d)
     pdb = os.path.join(d, "primary.db")
     os.makedirs(os.path.join(d, "sb"))
@@ -71,15 +105,32 @@ def main():
     db = C.connect(rdb, cfg)
     db.execute("CREATE TABLE t(x)")
     db.close()
+    shc = ["--repl-config", os.path.join(certs, "ship.conf")]
+    sbc = ["--repl-config", os.path.join(certs, "standby.conf")]
+    loose = os.path.join(d, "loose")
+    shutil.copytree(certs, loose)
+    os.chmod(os.path.join(loose, "primary.key"), 0o644)
+    with open(os.path.join(d, "typo.conf"), "w") as f:
+        f.write("repl_ca = %s/ca.crt\nrepl_certs = x\n" % certs)
     for args, want, what in (
-            (["--config", cfg, "ship", "--to", "nohostport", rdb], "expected HOST:PORT", "a bad --to address"),
-            (["--config", cfg, "ship", "--to", "127.0.0.1:1", rdb], "needs WAL mode", "a primary not in WAL mode"),
-            (["standby", "--listen", "127.0.0.1:%d" % C.free_port(), rdb], "not a standby copy",
+            (["--config", cfg, "ship", "--to", "nohostport"] + shc + [rdb], "expected HOST:PORT", "a bad --to address"),
+            (["--config", cfg, "ship", "--to", "127.0.0.1:1"] + shc + [rdb], "needs WAL mode", "a primary not in WAL mode"),
+            (["standby", "--listen", "127.0.0.1:%d" % C.free_port()] + sbc + [rdb], "not a standby copy",
              "a standby on an existing ordinary database"),
             (["standby", "--promote", rdb], "not a standby copy", "promoting an ordinary database"),
-            (["standby", "--listen", "127.0.0.1:99999", os.path.join(d, "x.db")], "bad port", "a bad --listen port")):
+            (["standby", "--listen", "127.0.0.1:99999"] + sbc + [os.path.join(d, "x.db")], "bad port", "a bad --listen port"),
+            (["--config", cfg, "ship", "--to", "127.0.0.1:1", "--repl-config", os.path.join(loose, "ship.conf"), rdb],
+             "chmod 600", "a TLS key file readable by others"),
+            (["standby", "--listen", "127.0.0.1:%d" % C.free_port(), "--repl-config", os.path.join(d, "typo.conf"),
+              os.path.join(d, "x.db")], "unknown key 'repl_certs'", "a misspelt key in the replication configuration")):
         r = subprocess.run([C.CLI] + args, capture_output=True, text=True, timeout=30)
         C.check(r.returncode == 1 and want in r.stderr, "%s: exit %d, %s" % (what, r.returncode, r.stderr.strip()[:160]))
+    for cmd in (["--config", cfg, "ship", "--to", "127.0.0.1:1", rdb],
+                ["standby", "--listen", "127.0.0.1:%d" % C.free_port(), os.path.join(d, "x.db")]):
+        r = subprocess.run([C.CLI] + cmd, capture_output=True, text=True, timeout=30)
+        C.check(r.returncode != 0 and "--insecure-no-tls" in r.stderr,
+                "%s without TLS configuration nor --insecure-no-tls is refused: %s" % (cmd[2] if cmd[0] == "--config" else cmd[0],
+                                                                                   r.stderr.strip().splitlines()[:1]))
     C.check(not [f for f in os.listdir(d) if "-tdeship" in f or "-tdestandby" in f],
             "none of them left a spool, state, log or lock file")
 
@@ -173,12 +224,15 @@ def main():
     C.check(row[0] == "primary" and row[1] == seq and row[2] == 0 and "streaming" in row[3],
             "tde_status on the primary: %s" % (row,))
     os.kill(ship.pid, signal.SIGSTOP)               # a primary that hangs: no heartbeat
-    time.sleep(11)
-    silent = status(sdb).get("state")
+    time.sleep(4)
+    sst = status(sdb)
+    silent = sst.get("state")
+    C.check("primary silent for" in sst.get("note", "") and sst.get("transport_lag_txn") == "-1",
+            "a silent primary: lag shown unknown (-1), not 0; note: %s" % sst.get("note"))
     os.kill(ship.pid, signal.SIGCONT)
     time.sleep(1.5)
     C.check(silent == "silent" and status(sdb).get("state") == "streaming",
-            "standby --status says 'silent' after 10 s without a heartbeat (was %s), 'streaming' again after" % silent)
+            "standby --status says 'silent' without a heartbeat (was %s), 'streaming' again after" % silent)
     C.stop(sb)
     C.run_writer(d, pdb, cfg, 60, seed=6)
     time.sleep(1.0)
@@ -255,10 +309,13 @@ def main():
     db.close()
     C.check(not errs, "inserts and TRUNCATE/RESTART checkpoints succeed: %s" % (errs[:3] or "no error"))
     ship = C.start_ship(d, pdb, cfg, [sport])
+    sb, audit, n0 = accept_rewind(d, sb, sdb, sport, "a new spool (another history)", "another history")
     seq = C.wait_caught_up(pdb, sdb)
     C.check(seq is not None, "caught up (sequence %s)" % seq)
     C.check(open(os.path.join(d, "standby.log")).read().count("base copy applied") > nbase,
-            "the standby took a base copy (the spool lost the frames)")
+            "the standby took a base copy (the spool lost the frames) once the operator accepted it")
+    C.check(os.path.exists(audit) and open(audit).read().count("standby_rewind_accepted") > n0,
+            "the accepted rewind is in the standby's audit log")
     C.check("starting a new spool" in open(os.path.join(d, "ship.log")).read(),
             "the shipper set the damaged spool aside and started a new one")
     compare(pdb, sdb, cfg, d, "after the damaged spool")
@@ -343,6 +400,8 @@ def main():
     st = C.read_state(sdb + "-tdestandby")
     C.check(st.get("page_size") == "4096", "the standby knows its copy's page size: %s" % st.get("page_size"))
     dbid = bytes.fromhex(st["database_id"])
+    hist = bytes.fromhex(st["history"])
+    last = int(st["applied_seq"]) + 5
     size0 = os.path.getsize(sdb)
     sum0 = hashlib.sha256(open(sdb, "rb").read()).hexdigest()
     foreign = open(odb, "rb").read()[:8192]         # a valid header region of another database
@@ -369,7 +428,7 @@ def main():
     ]
     for what, word, make in cases:
         nrej = open(os.path.join(d, "standby.log")).read().count("rejecting transaction")
-        got = C.fake_primary(sport, dbid, make)
+        got = C.fake_primary(sport, dbid, make, history=hist, last=last)
         time.sleep(0.2)
         slog = open(os.path.join(d, "standby.log")).read()
         lines = [ln for ln in slog.splitlines() if "rejecting transaction" in ln]
@@ -421,6 +480,7 @@ def main():
     def fake_standby():
         c, _ = lst.accept()
         c.settimeout(20)
+        c = C.tls_server("standby").wrap_socket(c, server_side=True)
         t, b = C.wire_recv(c)                       # HELLO
         c.sendall(C.wire_msg(2, struct.pack(">Q", 0) + b"\0" + b"\0" * 16))   # no copy
         while True:
@@ -466,9 +526,11 @@ def main():
     nbase = open(os.path.join(d, "standby.log")).read().count("base copy applied")
     ship = C.start_ship(d, pdb, cfg, [sport])
     C.run_writer(d, pdb, cfg, 15, seed=13)          # other commits where the lost ones were
+    sb, audit, n0 = accept_rewind(d, sb, sdb, sport, "a primary that lost commits the standby has", "lost transactions")
     seq = C.wait_caught_up(pdb, sdb)
     C.check(seq is not None and "lost commits" in open(os.path.join(d, "ship.log")).read(),
             "the shipper noticed the WAL went back (standby was at %s; now %s)" % (ahead, seq))
+    C.check(open(audit).read().count("standby_rewind_accepted") > n0, "the accepted rewind is audited")
     C.check(open(os.path.join(d, "standby.log")).read().count("base copy applied") > nbase,
             "the standby took a base copy")
     compare(pdb, sdb, cfg, d, "after the primary lost commits")

@@ -37,6 +37,7 @@ def main():
     d = C.workdir("test_standby_faults")
     print("seed %d, fault phase %.0f s" % (seed, seconds))
     cfg = C.make_config(d)
+    C.certs(d)
     C.write_writer(d)
     pdb = os.path.join(d, "primary.db")
     os.makedirs(os.path.join(d, "sb"))
