@@ -1666,7 +1666,7 @@ static int walletPasswd(const TdeConfig *cfg, const char *zOld, const char *zNew
            (unsigned)kdfNew.t, (unsigned)kdfNew.m, (unsigned)kdfNew.p);
   rc = walletArgon2(w->zPath, zNew, &kdfNew, aNew);
   if( rc!=TDE_OK ) goto passwd_out;
-  rc = walletEncode(WALLET_KIND_PASSWORD, &kdfNew, aNew, aKey, nKey, &aOut, &nOut);
+  rc = walletEncode(WALLET_KIND_PASSWORD, &kdfNew, aNew, aKey, nKey, 0, &aOut, &nOut);
   if( rc!=TDE_OK ) goto passwd_out;
   rc = walletWriteFile(w->zPath, aOut, nOut, 0, &bSwitched);
   if( rc==TDE_OK ){
