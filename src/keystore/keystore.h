@@ -2,7 +2,7 @@
 ** Keystore provider interface.  A keystore holds master keys and wraps /
 ** unwraps data keys with them; it never sees a page, a file of SQLite or a
 ** database other than the associated data the caller passes.  Providers
-** live one per file (wallet.c now; pkcs11.c, kmip/ later) behind this table
+** live one per file (wallet.c, pkcs11.c, kmip/, command.c) behind this table
 ** of function pointers, which starts with a version and a size so it can
 ** grow the way sqlite3_vfs does: new members are only ever appended, and
 ** callers check iVersion before using a member added later.

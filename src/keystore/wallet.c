@@ -992,7 +992,7 @@ open_out:
 */
 int tde_wallet_seal(const char *zConfig, int bSeal){
   char zCfgPath[PATH_MAX], zPath[PATH_MAX], zDir[PATH_MAX];
-  char zDetail[PATH_MAX + 600];
+  char zDetail[600];            /* tdeTpmDescribe */
   char zKeyId[TDE_KEYID_MAX + 1];
   TdeConfig *pCfg = 0;
   WalletKdf kdf;

@@ -266,7 +266,9 @@ check(rc == 0, "second database b.db")
 
 bad_helpers = {
     "hang": ("#!/bin/sh\nsleep 30\n", "did not finish within 700 ms"),
-    "crash": ("#!/bin/sh\ncat >/dev/null\nkill -SEGV $$\n", "killed by signal 11"),
+    # (without the ASan build's LD_PRELOAD, whose handler turns SIGSEGV into an abort)
+    "crash": ("#!/bin/sh\ncat >/dev/null\nexec env -u LD_PRELOAD /bin/sh -c 'kill -SEGV $$'\n",
+              "killed by signal 11"),
     "junk": ("#!/bin/sh\ncat >/dev/null\necho 'hello, this is not JSON'\n", "did not answer with one JSON object"),
     "noproto": ("#!/bin/sh\ncat >/dev/null\necho '{\"key\":\"%s\"}'\n" % A_KEY, "without \"protocol\": 1"),
     "short": ("#!/bin/sh\ncat >/dev/null\necho '{\"protocol\":1,\"key\":\"%s\"}'\n"
@@ -278,6 +280,16 @@ bad_helpers = {
     "exit4": ("#!/bin/sh\ncat >/dev/null\necho 'decrypt: bad tag' >&2\nexit 4\n",
               "failed (exit code 4: wrapped key does not authenticate): decrypt: bad tag"),
     "noexec": (None, "cannot execute"),
+    "dupkey": ("#!/bin/sh\ncat >/dev/null\necho '{\"protocol\":1,\"key\":\"%s\",\"key\":\"%s\"}'\n"
+               % (A_KEY, A_KEY), "without a valid \"key\""),
+    "trailing": ("#!/bin/sh\ncat >/dev/null\necho '{\"protocol\":1,\"key\":\"%s\"} x'\n" % A_KEY,
+                 "did not answer with one JSON object"),
+    "notb64": ("#!/bin/sh\ncat >/dev/null\necho '{\"protocol\":1,\"key\":\"%s!\"}'\n" % A_KEY[:-1],
+               "without a valid \"key\""),
+    "errmember": ("#!/bin/sh\ncat >/dev/null\necho '{\"protocol\":1,\"error\":\"no\",\"key\":\"%s\"}'\n"
+                  % A_KEY, "answered with an error but exit code 0"),
+    "huge": ("#!/bin/sh\ncat >/dev/null\nhead -c 200000 /dev/zero | tr '\\0' ' '\necho '{\"protocol\":1}'\n",
+             "wrote more than 65536 bytes"),
 }
 for name, (script, want) in bad_helpers.items():
     path = os.path.join(BAD, name)

@@ -60,6 +60,9 @@ W = tempfile.mkdtemp(prefix="tdetpm-", dir=TMP)
 SOCKDIR = tempfile.mkdtemp(prefix="tdetpm-", dir="/tmp")
 ENV = dict(os.environ)
 ENV.pop("TSS2_LOG", None)
+# swtpm and tpm2-tools are not ours: under the ASan build's LD_PRELOAD they
+# hang (as pgrep does), so they run without it.
+TOOLENV = {k: v for k, v in ENV.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
 tpms = {}
 
 
@@ -75,7 +78,7 @@ def tpm_start(name):
                              "--server", "type=unixio,path=" + sock,
                              "--ctrl", "type=unixio,path=" + sock + ".ctrl",
                              "--flags", "not-need-init,startup-clear"],
-                            stdout=log, stderr=log)
+                            stdout=log, stderr=log, env=TOOLENV)
     for _ in range(200):
         if os.path.exists(sock):
             break
@@ -281,9 +284,34 @@ try:
     rc, out, err = tde(NCFG, "keystore", "create", "--auto-login")
     check(rc == 0, "a wallet sealed without a PCR policy")
 
+    # A persistent parent key (wallet_tpm_parent), made with tpm2-tools here.
+    e = dict(TOOLENV, TPM2TOOLS_TCTI=TA)
+    PP = os.path.join(W, "persist")
+    os.makedirs(PP)
+    x1 = subprocess.run(["tpm2_createprimary", "-C", "o", "-g", "sha256", "-G", "ecc",
+                         "-c", os.path.join(PP, "prim.ctx")], env=e, capture_output=True, text=True, timeout=60)
+    x2 = subprocess.run(["tpm2_evictcontrol", "-C", "o", "-c", os.path.join(PP, "prim.ctx"), "0x81000101"],
+                        env=e, capture_output=True, text=True, timeout=60)
+    # tpm2-tools leave their transient objects loaded (no resource manager)
+    x4 = subprocess.run(["tpm2_flushcontext", "-t"], env=e, capture_output=True, text=True, timeout=60)
+    check(x1.returncode == 0 and x2.returncode == 0 and x4.returncode == 0,
+          "persistent primary 0x81000101 made (%s%s%s)" % (x1.stderr.strip(), x2.stderr.strip(),
+                                                         x4.stderr.strip()))
+    PPCFG = write(os.path.join(PP, "tde.conf"), "keystore = wallet\nwallet = w.wallet\nwallet_seal = tpm2\n"
+                  "wallet_tpm_parent = 0x81000101\nwallet_tpm_tcti = %s\n" % TA)
+    rc, out, err = tde(PPCFG, "keystore", "create", "--auto-login")
+    rc2, out2, err2 = tde(PPCFG, "keystore", "status")
+    check(rc == 0 and "status: OPEN" in out2 and "parent persistent key 0x81000101" in out2,
+          "a wallet sealed under the persistent parent opens (%s)" % err.strip())
+    x3 = subprocess.run(["tpm2_evictcontrol", "-C", "o", "-c", "0x81000101"], env=e,
+                        capture_output=True, text=True, timeout=60)
+    rc, out, err = tde(PPCFG, "keystore", "status")
+    check(x3.returncode == 0 and "status: OPEN" not in out and "persistent parent key" in err,
+          "... and is refused once that key is evicted: " + (err.strip().splitlines() or ["?"])[-1][:200])
+
     # PCR 7 changes: the PCR-bound wallet refuses, the other still opens.
-    e = dict(ENV, TPM2TOOLS_TCTI=TA)
-    x = subprocess.run(["tpm2_pcrextend", "7:sha256=" + "11" * 32], env=e, capture_output=True, text=True)
+    x = subprocess.run(["tpm2_pcrextend", "7:sha256=" + "11" * 32], env=e, capture_output=True,
+                       text=True, timeout=60)
     check(x.returncode == 0, "PCR 7 extended in swtpm (%s)" % x.stderr.strip())
     rc, out, err = py_once(CFG, DB, "SELECT count(*) FROM t")
     rc2, out2, err2 = tde(CFG, "keystore", "status")
