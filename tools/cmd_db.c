@@ -19,12 +19,35 @@
 
 /* ---- status ---------------------------------------------------------------- */
 
-/* Print one row of tde_status as "column: value" lines. */
-static void printStatusRow(sqlite3_stmt *pStmt){
-  int i, n = sqlite3_column_count(pStmt);
-  for(i=0; i<n; i++){
-    const char *zVal = (const char*)sqlite3_column_text(pStmt, i);
-    printf("%s: %s\n", sqlite3_column_name(pStmt, i), zVal ? zVal : "NULL");
+/* The columns the compact view shows (NULL ones are left out), in this
+** order: what a DBA looks at.  Everything else needs --all. */
+static const char *const azStatusCompact[] = {
+  "schema", "encrypted", "cipher", "keystore", "keystore_status", "master_key",
+  "data_key_version", "page_size", "pages", "auth_failures", "rekey_in_progress",
+  "pages_by_version", "role", "repl_state", "peer", "transport_lag_txn",
+  "transport_lag_seconds", "apply_lag_txn", "apply_lag_seconds", 0
+};
+
+/* Print one row of tde_status as "column: value" lines: every column with
+** bAll, else the compact set without NULLs (the replication columns only
+** for a database that has a role). */
+static void printStatusRow(sqlite3_stmt *pStmt, int bAll){
+  int i, k, n = sqlite3_column_count(pStmt);
+  if( bAll ){
+    for(i=0; i<n; i++){
+      const char *zVal = (const char*)sqlite3_column_text(pStmt, i);
+      printf("%s: %s\n", sqlite3_column_name(pStmt, i), zVal ? zVal : "NULL");
+    }
+    return;
+  }
+  for(k=0; azStatusCompact[k]; k++){
+    for(i=0; i<n && strcmp(sqlite3_column_name(pStmt, i), azStatusCompact[k])!=0; i++){}
+    if( i<n ){
+      const char *zVal = (const char*)sqlite3_column_text(pStmt, i);
+      if( zVal && !(strcmp(azStatusCompact[k], "role")==0 && strcmp(zVal, "none")==0) ){
+        printf("%s: %s\n", azStatusCompact[k], zVal);
+      }
+    }
   }
 }
 
@@ -34,12 +57,14 @@ int cliCmdStatus(Cli *pCli, const CliArgs *pArgs){
   sqlite3_stmt *pStmt = 0;
   int rc = CLI_FAIL, src, nRow = 0;
 
+  if( cliCheckDbFile(zDb, "encrypted database") ) goto done;
   if( cliKeystoreEnsure(pCli) ) goto done;
   if( cliOpenDb(pCli, zDb, 1, SQLITE_OPEN_READONLY, &db) ) goto done;
-  src = sqlite3_prepare_v2(db, "SELECT * FROM tde_status", -1, &pStmt, 0);
+  src = sqlite3_prepare_v2(db, pArgs->bAll ? "SELECT * FROM tde_status"
+                           : "SELECT * FROM tde_status WHERE schema<>'temp'", -1, &pStmt, 0);
   while( src==SQLITE_OK && (src = sqlite3_step(pStmt))==SQLITE_ROW ){
     if( nRow++ ) printf("\n");     /* a blank line between schemas */
-    printStatusRow(pStmt);
+    printStatusRow(pStmt, pArgs->bAll);
     src = SQLITE_OK;
   }
   if( src!=SQLITE_DONE ){
@@ -83,12 +108,14 @@ int cliCmdVerify(Cli *pCli, const CliArgs *pArgs){
   int64_t nChecked = 0, iBad = 0;
   int rc = CLI_FAIL, trc;
 
+  if( cliCheckDbFile(zDb, "encrypted database") ) goto done;
   if( cliKeystoreEnsure(pCli) ) goto done;
   if( cliOpenDb(pCli, zDb, 1, SQLITE_OPEN_READONLY, &db) ) goto done;
   cliCatchSignals();
   trc = tde_verify(db, "main", &nChecked, &iBad, verifyProgress, pCli);
   cliProgressEnd(pCli);
   if( trc==TDE_AUTH ){
+    cliFailAs(CLI_DAMAGED);
     reportBad(zDb, iBad, nChecked);
     goto done;
   }
@@ -168,6 +195,7 @@ static int shellKeystore(Cli *pCli, ShellKey *k){
     }
     return CLI_OK;
   }
+  if( trc==TDE_BADPASSWORD || trc==TDE_NOKEYSTORE || trc==TDE_NOKEY ) cliFailAs(CLI_NOKEY);
   if( trc==TDE_BADPASSWORD && cliConfigHasPasswordSource(pCli)==0 ){
     if( !isatty(STDIN_FILENO) ){
       cliErr("the keystore needs a password: run on a terminal to be asked, or set "
