@@ -111,7 +111,9 @@ TDE_API int tde_register(int makeDefault);
 ** source the configuration names, if any), and keeps it open: databases
 ** opened later with the same configuration use it without asking again.
 ** The password is copied into locked memory only for the duration of the
-** call and wiped.
+** call and wiped.  SQL forms, for hosts without a C API:
+** SELECT tde_keystore_open(config, password) and
+** SELECT tde_keystore_open_fd(config, fd) (the password read from fd).
 */
 TDE_API int tde_keystore_open(const char *zConfig, const char *zPassword);
 TDE_API int tde_keystore_close(const char *zConfig);
