@@ -4,7 +4,7 @@
 ** sqlite-tde is a VFS shim named "tde" that encrypts every file SQLite
 ** writes with AES-256-GCM.  Each database has a random data key (DEK),
 ** stored only wrapped by master keys that live in a keystore (a password
-** or auto-login wallet today; PKCS#11 and KMIP later).
+** or auto-login wallet, a PKCS#11 token, a KMIP key manager).
 **
 ** Applications use plain SQL.  This header is only for what a C program
 ** calls beyond that: registering the VFS when linking statically, opening a
@@ -111,7 +111,9 @@ TDE_API int tde_register(int makeDefault);
 ** source the configuration names, if any), and keeps it open: databases
 ** opened later with the same configuration use it without asking again.
 ** The password is copied into locked memory only for the duration of the
-** call and wiped.
+** call and wiped.  SQL forms, for hosts without a C API:
+** SELECT tde_keystore_open(config, password) and
+** SELECT tde_keystore_open_fd(config, fd) (the password read from fd).
 */
 TDE_API int tde_keystore_open(const char *zConfig, const char *zPassword);
 TDE_API int tde_keystore_close(const char *zConfig);
@@ -136,7 +138,7 @@ TDE_API int tde_keystore_passwd(const char *zConfig, const char *zOldPassword,
 
 /* What tde_keystore_status() reports. */
 typedef struct tde_keystore_info {
-  char zType[16];          /* "wallet" */
+  char zType[16];          /* "wallet", "pkcs11", "kmip" */
   char zStatus[32];        /* OPEN, CLOSED, OPEN_NO_MASTER_KEY, NOT_AVAILABLE */
   char zLocation[512];     /* wallet path, module, server */
   char zCurrentKey[TDE_KEYID_MAX + 1];  /* master key used for new databases */

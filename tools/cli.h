@@ -26,10 +26,18 @@
 #include <sqlite3.h>
 #include "sqlite-tde.h"
 
-/* Exit codes. */
-#define CLI_OK    0      /* success */
-#define CLI_FAIL  1      /* the operation failed */
-#define CLI_USAGE 2      /* bad command line */
+/* Exit codes (documented in --help and the README; never renumbered). */
+#define CLI_OK      0    /* success */
+#define CLI_FAIL    1    /* the operation failed (another reason) */
+#define CLI_USAGE   2    /* bad command line */
+#define CLI_NOKEY   3    /* keystore unavailable, wrong password or PIN, master key missing */
+#define CLI_DAMAGED 4    /* a page, frame or header failed authentication, or the
+                         ** file is not a (readable) sqlite-tde database */
+
+/* A command returns CLI_FAIL; main() turns it into the most specific code
+** the failure reports set with cliFailAs() (the last one wins). */
+void cliFailAs(int code);
+int cliFailCode(void);
 
 typedef struct Cli Cli;
 typedef struct CliCommand CliCommand;
@@ -56,6 +64,7 @@ struct CliArgs {
   int nStep;                 /* rekey --step N (0: default) */
   uint32_t kdfT;             /* keystore passwd --kdf-t N (0: keep) */
   uint32_t kdfM;             /* keystore passwd --kdf-m KIB (0: keep) */
+  int bAll;                  /* status --all */
 };
 
 /* One command.  zName is "encrypt" or "keystore create". */
@@ -75,6 +84,7 @@ struct CliCommand {
 #define CLI_OPT_MIGRATE   0x08   /* accepts --to CFG and --drop-old */
 #define CLI_OPT_STEP      0x10   /* accepts --step N */
 #define CLI_OPT_KDF       0x20   /* accepts --kdf-t N and --kdf-m KIB */
+#define CLI_OPT_ALL       0x40   /* accepts --all */
 
 /* Commands (cmd_*.c). */
 int cliCmdKeystoreCreate(Cli*, const CliArgs*);
@@ -134,6 +144,15 @@ int cliOpenDb(Cli *pCli, const char *zPath, int bTde, int flags, sqlite3 **pDb);
 
 /* Run PRAGMA integrity_check on db; prints the problems. */
 int cliIntegrityCheck(sqlite3 *db, const char *zWhat);
+
+/* zPath must be an existing, non-empty regular file (so no command turns a
+** typo or a 0-byte leftover into a new database).  zKind names what it
+** should be ("encrypted database").  Prints why not and returns CLI_FAIL. */
+int cliCheckDbFile(const char *zPath, const char *zKind);
+
+/* Whether zPath starts with an sqlite-tde header ("SQLT-TDE"): 1 yes, 0 no
+** or unreadable. */
+int cliIsTdeFile(const char *zPath);
 
 /* ---- keystore and passwords (cli_util.c) ------------------------------- */
 

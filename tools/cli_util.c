@@ -17,10 +17,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
 
 volatile sig_atomic_t cliInterrupted;
+static int iFailCode;            /* cliFailAs() */
+
+void cliFailAs(int code){ iFailCode = code; }
+int cliFailCode(void){ return iFailCode; }
+
+/* The exit code a library result code means. */
+static void failAsTde(int rc){
+  if( rc==TDE_BADPASSWORD || rc==TDE_NOKEYSTORE || rc==TDE_NOKEY ) cliFailAs(CLI_NOKEY);
+  else if( rc==TDE_AUTH || rc==TDE_FORMAT ) cliFailAs(CLI_DAMAGED);
+}
 
 /* ---- messages and progress --------------------------------------------- */
 
@@ -149,17 +160,22 @@ static void reportOpenError(const char *zPath, int bTde, sqlite3 *db, int rc){
   char zWhat[PATH_MAX + 128];
   const char *zMsg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   if( rc==SQLITE_IOERR_AUTH ){
+    cliFailAs(CLI_DAMAGED);
     cliErr("cannot read %s: a page failed authentication (tampered with, damaged, "
            "or a wrong key)", zPath);
     return;
   }
   switch( rc & 0xff ){
     case SQLITE_AUTH:
+      cliFailAs(CLI_NOKEY);
       snprintf(zWhat, sizeof(zWhat), "cannot open %s: keystore or master key not available", zPath);
       cliErrDetail(zWhat, TDE_NOKEYSTORE);
       break;
     case SQLITE_NOTADB:
-      if( bTde ){
+      if( bTde || !cliIsTdeFile(zPath) ) cliFailAs(CLI_DAMAGED);
+      if( !bTde && cliIsTdeFile(zPath) ){
+        cliErr("%s is already encrypted (an sqlite-tde database); nothing to do", zPath);
+      }else if( bTde ){
         snprintf(zWhat, sizeof(zWhat), "cannot open %s: not an sqlite-tde encrypted database, "
                  "or damaged", zPath);
         cliErrDetail(zWhat, TDE_FORMAT);
@@ -230,6 +246,36 @@ int cliIntegrityCheck(sqlite3 *db, const char *zWhat){
 done:
   sqlite3_finalize(pStmt);
   return rc;
+}
+
+int cliCheckDbFile(const char *zPath, const char *zKind){
+  struct stat st;
+  if( stat(zPath, &st)!=0 ){
+    cliErr("cannot open %s: %s", zPath, strerror(errno));
+    return CLI_FAIL;
+  }
+  if( !S_ISREG(st.st_mode) ){
+    cliErr("%s is not a regular file", zPath);
+    return CLI_FAIL;
+  }
+  if( st.st_size==0 ){
+    cliFailAs(CLI_DAMAGED);
+    cliErr("%s is empty (0 bytes), not an %s; refusing to touch it", zPath, zKind);
+    return CLI_FAIL;
+  }
+  return CLI_OK;
+}
+
+int cliIsTdeFile(const char *zPath){
+  char aMagic[8];
+  int fd = open(zPath, O_RDONLY | O_CLOEXEC | O_NOCTTY), bTde = 0;
+  if( fd<0 ) return 0;
+  if( read(fd, aMagic, sizeof(aMagic))==(ssize_t)sizeof(aMagic)
+   && memcmp(aMagic, "SQLT-TDE", 8)==0 ){
+    bTde = 1;
+  }
+  close(fd);
+  return bTde;
 }
 
 /* ---- keystore and passwords -------------------------------------------- */
@@ -328,7 +374,7 @@ int cliReadPassword(const char *zPrompt, char *zBuf, size_t nBuf){
   zBuf[0] = 0;
   if( !isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &savedTermios)!=0 ){
     cliErr("cannot prompt for a password: standard input is not a terminal "
-           "(set password_file or password_env in the configuration)");
+           "(set password_file, password_env or password_fd in the configuration)");
     return CLI_FAIL;
   }
   memset(&sa, 0, sizeof(sa));
@@ -355,6 +401,7 @@ int cliReadPassword(const char *zPrompt, char *zBuf, size_t nBuf){
 }
 
 static void reportKeystoreError(int rc){
+  failAsTde(rc);
   cliErrDetail("cannot open the keystore", rc);
 }
 
@@ -371,8 +418,10 @@ int cliKeystoreEnsure(Cli *pCli){
     goto done;
   }
   if( !isatty(STDIN_FILENO) ){
-    cliErr("the keystore needs a password and %s names no password_file or "
-           "password_env: set one, or run on a terminal to be asked", cliConfigPath(pCli));
+    cliFailAs(CLI_NOKEY);
+    cliErr("the keystore needs a password and %s names no password_file, "
+           "password_env or password_fd: set one, or run on a terminal to be asked",
+           cliConfigPath(pCli));
     goto done;
   }
   if( cliReadPassword("Keystore password: ", zPw, sizeof(zPw)) ) goto done;

@@ -173,6 +173,11 @@ static int copyRun(CopyJob *pJob){
   int rc = CLI_FAIL;
 
   if( checkDst(pJob->zDst) ) goto done;
+  if( cliCheckDbFile(pJob->zSrc, pJob->bEncrypt ? "SQLite database" : "encrypted database") ) goto done;
+  if( pJob->bEncrypt && cliIsTdeFile(pJob->zSrc) ){
+    cliErr("%s is already encrypted (an sqlite-tde database); nothing to do", pJob->zSrc);
+    goto done;
+  }
   if( stat(pJob->zSrc, &st)!=0 ){
     cliErr("cannot open %s: %s", pJob->zSrc, strerror(errno));
     goto done;

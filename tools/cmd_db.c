@@ -19,12 +19,35 @@
 
 /* ---- status ---------------------------------------------------------------- */
 
-/* Print one row of tde_status as "column: value" lines. */
-static void printStatusRow(sqlite3_stmt *pStmt){
-  int i, n = sqlite3_column_count(pStmt);
-  for(i=0; i<n; i++){
-    const char *zVal = (const char*)sqlite3_column_text(pStmt, i);
-    printf("%s: %s\n", sqlite3_column_name(pStmt, i), zVal ? zVal : "NULL");
+/* The columns the compact view shows (NULL ones are left out), in this
+** order: what a DBA looks at.  Everything else needs --all. */
+static const char *const azStatusCompact[] = {
+  "schema", "encrypted", "cipher", "keystore", "keystore_status", "master_key",
+  "data_key_version", "page_size", "pages", "auth_failures", "rekey_in_progress",
+  "pages_by_version", "role", "repl_state", "peer", "transport_lag_txn",
+  "transport_lag_seconds", "apply_lag_txn", "apply_lag_seconds", 0
+};
+
+/* Print one row of tde_status as "column: value" lines: every column with
+** bAll, else the compact set without NULLs (the replication columns only
+** for a database that has a role). */
+static void printStatusRow(sqlite3_stmt *pStmt, int bAll){
+  int i, k, n = sqlite3_column_count(pStmt);
+  if( bAll ){
+    for(i=0; i<n; i++){
+      const char *zVal = (const char*)sqlite3_column_text(pStmt, i);
+      printf("%s: %s\n", sqlite3_column_name(pStmt, i), zVal ? zVal : "NULL");
+    }
+    return;
+  }
+  for(k=0; azStatusCompact[k]; k++){
+    for(i=0; i<n && strcmp(sqlite3_column_name(pStmt, i), azStatusCompact[k])!=0; i++){}
+    if( i<n ){
+      const char *zVal = (const char*)sqlite3_column_text(pStmt, i);
+      if( zVal && !(strcmp(azStatusCompact[k], "role")==0 && strcmp(zVal, "none")==0) ){
+        printf("%s: %s\n", azStatusCompact[k], zVal);
+      }
+    }
   }
 }
 
@@ -34,12 +57,14 @@ int cliCmdStatus(Cli *pCli, const CliArgs *pArgs){
   sqlite3_stmt *pStmt = 0;
   int rc = CLI_FAIL, src, nRow = 0;
 
+  if( cliCheckDbFile(zDb, "encrypted database") ) goto done;
   if( cliKeystoreEnsure(pCli) ) goto done;
   if( cliOpenDb(pCli, zDb, 1, SQLITE_OPEN_READONLY, &db) ) goto done;
-  src = sqlite3_prepare_v2(db, "SELECT * FROM tde_status", -1, &pStmt, 0);
+  src = sqlite3_prepare_v2(db, pArgs->bAll ? "SELECT * FROM tde_status"
+                           : "SELECT * FROM tde_status WHERE schema<>'temp'", -1, &pStmt, 0);
   while( src==SQLITE_OK && (src = sqlite3_step(pStmt))==SQLITE_ROW ){
     if( nRow++ ) printf("\n");     /* a blank line between schemas */
-    printStatusRow(pStmt);
+    printStatusRow(pStmt, pArgs->bAll);
     src = SQLITE_OK;
   }
   if( src!=SQLITE_DONE ){
@@ -83,12 +108,14 @@ int cliCmdVerify(Cli *pCli, const CliArgs *pArgs){
   int64_t nChecked = 0, iBad = 0;
   int rc = CLI_FAIL, trc;
 
+  if( cliCheckDbFile(zDb, "encrypted database") ) goto done;
   if( cliKeystoreEnsure(pCli) ) goto done;
   if( cliOpenDb(pCli, zDb, 1, SQLITE_OPEN_READONLY, &db) ) goto done;
   cliCatchSignals();
   trc = tde_verify(db, "main", &nChecked, &iBad, verifyProgress, pCli);
   cliProgressEnd(pCli);
   if( trc==TDE_AUTH ){
+    cliFailAs(CLI_DAMAGED);
     reportBad(zDb, iBad, nChecked);
     goto done;
   }
@@ -138,8 +165,8 @@ static int findExtension(char *zOut, size_t nOut){
 }
 
 /* How the sqlite3 child gets the keystore.  A password the child needs is
-** handed over through a pipe it reads with `.read /dev/fd/N`, a call of
-** tde_keystore_open(): never on its command line, never in its
+** handed over through a pipe it reads with tde_keystore_open_fd(): never
+** on its command line, never in its
 ** environment (a password_env variable is removed before exec). */
 typedef struct ShellKey {
   char zPw[CLI_PASSWORD_MAX];   /* password for the child; "" for none */
@@ -168,6 +195,7 @@ static int shellKeystore(Cli *pCli, ShellKey *k){
     }
     return CLI_OK;
   }
+  if( trc==TDE_BADPASSWORD || trc==TDE_NOKEYSTORE || trc==TDE_NOKEY ) cliFailAs(CLI_NOKEY);
   if( trc==TDE_BADPASSWORD && cliConfigHasPasswordSource(pCli)==0 ){
     if( !isatty(STDIN_FILENO) ){
       cliErr("the keystore needs a password: run on a terminal to be asked, or set "
@@ -182,36 +210,20 @@ static int shellKeystore(Cli *pCli, ShellKey *k){
   return CLI_FAIL;
 }
 
-/* The pipe carrying the key command to the child: its read end (inherited
+/* The pipe carrying the password to the child: its read end (inherited
 ** across exec) in *pFd; the write end is written and closed here.  The
-** child's `.read /dev/fd/N` runs
-**   SELECT 1 WHERE tde_keystore_open('CFG', x'HEX') IS NULL;
-** (no row, so nothing printed; hex, so any byte of the password is safe).
-** A pipe holds nothing once read; the shell's own buffers of the line are
-** freed without being wiped, which is why the process is non-dumpable. */
-static int shellKeyPipe(Cli *pCli, const char *zPw, int *pFd){
-  static const char zHex[] = "0123456789abcdef";
-  char zCmd[2*CLI_PASSWORD_MAX + PATH_MAX + 128];
-  char *zQuoted = sqlite3_mprintf("%Q", pCli->zConfig);
+** child's tde_keystore_open_fd() reads it straight into locked memory, and
+** a pipe holds nothing once read. */
+static int shellKeyPipe(const char *zPw, int *pFd){
   int aFd[2];
-  size_t n = 0, i;
+  size_t n = strlen(zPw);
   ssize_t k;
   *pFd = -1;
-  if( zQuoted==0 ){ cliErr("out of memory"); return CLI_FAIL; }
-  n = (size_t)snprintf(zCmd, sizeof(zCmd), "SELECT 1 WHERE tde_keystore_open(%s, x'", zQuoted);
-  sqlite3_free(zQuoted);
-  for(i=0; zPw[i] && n+8<sizeof(zCmd); i++){
-    zCmd[n++] = zHex[((unsigned char)zPw[i])>>4];
-    zCmd[n++] = zHex[((unsigned char)zPw[i])&15];
-  }
-  n += (size_t)snprintf(zCmd+n, sizeof(zCmd)-n, "') IS NULL;\n");
   if( pipe(aFd)!=0 ){
-    explicit_bzero(zCmd, sizeof(zCmd));
     cliErr("cannot make a pipe for the password: %s", strerror(errno));
     return CLI_FAIL;
   }
-  do{ k = write(aFd[1], zCmd, n); }while( k<0 && errno==EINTR );
-  explicit_bzero(zCmd, sizeof(zCmd));
+  do{ k = write(aFd[1], zPw, n); }while( k<0 && errno==EINTR );
   close(aFd[1]);
   if( k!=(ssize_t)n ){
     cliErr("cannot write the password to the pipe: %s", k<0 ? strerror(errno) : "short write");
@@ -253,8 +265,9 @@ static void freeShellArgv(char **azArgv){
   }
 }
 
-/* iKeyFd >= 0: a -cmd reading the key command from that descriptor
-** (shellKeyPipe), before the .open. */
+/* iKeyFd >= 0: a -cmd opening the keystore with the password read from
+** that descriptor (shellKeyPipe), before the .open; the SELECT returns no
+** row, so it prints nothing. */
 static char **buildShellArgv(Cli *pCli, const char *zExt, const char *zDb, const CliArgs *pArgs,
                              int iKeyFd){
   char **azArgv = calloc((size_t)pArgs->nRest + 10, sizeof(char*));
@@ -273,7 +286,8 @@ static char **buildShellArgv(Cli *pCli, const char *zExt, const char *zDb, const
   if( iKeyFd>=0 ){
     /* Before the .open: slot 4 becomes the key command, slot 6 the .open. */
     azArgv[6] = azArgv[4];
-    azArgv[4] = sqlite3_mprintf(".read /dev/fd/%d", iKeyFd);
+    azArgv[4] = sqlite3_mprintf("SELECT 1 WHERE tde_keystore_open_fd(%Q, %d) IS NULL",
+                                pCli->zConfig, iKeyFd);
     azArgv[5] = zShellCmdOpt;
     n = 7;
     if( azArgv[4]==0 ) goto done;
@@ -307,7 +321,7 @@ int cliCmdShell(Cli *pCli, const CliArgs *pArgs){
     if( cliOpenDb(pCli, zDb, 1, SQLITE_OPEN_READONLY, &db) ) goto done;
     sqlite3_close(db);
   }
-  if( key.zPw[0] && shellKeyPipe(pCli, key.zPw, &iKeyFd) ) goto done;
+  if( key.zPw[0] && shellKeyPipe(key.zPw, &iKeyFd) ) goto done;
   explicit_bzero(key.zPw, sizeof(key.zPw));
   /* The child gets the password from the pipe, not from its environment. */
   if( key.zEnvVar[0] && unsetenv(key.zEnvVar)!=0 ){

@@ -40,7 +40,7 @@ static int promptNewPassword(Cli *pCli, char *zPw, char *zPw2, size_t nPw){
   }
   if( !isatty(STDIN_FILENO) ){
     cliErr("cannot prompt for the new wallet password: standard input is not a terminal; "
-           "set password_file or password_env in the configuration, or use --auto-login");
+           "set password_file, password_env or password_fd in the configuration, or use --auto-login");
     return CLI_FAIL;
   }
   if( cliReadPassword("New keystore password: ", zPw, nPw) ) return CLI_FAIL;
@@ -66,7 +66,7 @@ int cliCmdKeystoreCreate(Cli *pCli, const CliArgs *pArgs){
   bLocked = mlock(zPw, sizeof(zPw))==0 && mlock(zPw2, sizeof(zPw2))==0;
   if( bSource>0 && pArgs->bAutoLogin ){
     cliErr("--auto-login conflicts with %s, which names a password source "
-           "(password_file or password_env)", cliConfigPath(pCli));
+           "(password_file, password_env or password_fd)", cliConfigPath(pCli));
     goto done;
   }
   /* bSource<0: the configuration is unreadable; the library says why. */
@@ -113,10 +113,12 @@ int cliCmdKeystoreStatus(Cli *pCli, const CliArgs *pArgs){
   printf("current master key: %s\n", orDash(info.zCurrentKey));
   if( bOpen ) printf("keys: %d\n", info.nKeys); else printf("keys: -\n");
   if( !bOpen && tde_last_error()[0] ){
-    /* Why it is closed or not available: a note, not a failure. */
+    /* Why it is closed or not available. */
     cliErr("note: %s", tde_last_error());
   }
-  return CLI_OK;
+  /* CLOSED is a state (no password given here); a keystore that is not
+  ** there at all is a failure scripts must see. */
+  return strcmp(info.zStatus, "NOT_AVAILABLE")==0 ? CLI_NOKEY : CLI_OK;
 }
 
 static int printKey(void *pArg, const char *zKeyId, int64_t created, const char *zStatus){

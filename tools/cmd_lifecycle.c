@@ -10,6 +10,23 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Before anything changes: every database named must be a non-empty file
+** that opens through the tde VFS with the keystore (so its key can be had).
+** Each problem is reported; CLI_OK only if there is none. */
+static int checkAllDbs(Cli *pCli, const CliArgs *pArgs){
+  int rc = CLI_OK;
+  for(int i=0; i<pArgs->nPos; i++){
+    sqlite3 *db = 0;
+    if( cliCheckDbFile(pArgs->azPos[i], "encrypted database")
+     || cliOpenDb(pCli, pArgs->azPos[i], 1, SQLITE_OPEN_READONLY, &db) ){
+      rc = CLI_FAIL;
+    }
+    sqlite3_close(db);
+  }
+  if( rc ) cliErr("nothing changed: fix the databases named above, or leave them out");
+  return rc;
+}
+
 /* Run xDo on every database named; returns CLI_OK if all succeeded. */
 static int forEachDb(Cli *pCli, const CliArgs *pArgs, int iFirst,
                      int (*xDo)(Cli*, const CliArgs*, sqlite3*, const char*)){
@@ -43,6 +60,7 @@ int cliCmdRotate(Cli *pCli, const CliArgs *pArgs){
   char zKeyId[TDE_KEYID_MAX+1];
   int trc;
   if( cliKeystoreEnsure(pCli) ) return CLI_FAIL;
+  if( checkAllDbs(pCli, pArgs) ) return CLI_FAIL;
   trc = tde_keystore_new_key(cliConfigPath(pCli), zKeyId, sizeof(zKeyId));
   if( trc ){
     cliErrDetail("cannot create a new master key", trc);
@@ -67,6 +85,7 @@ static int migrateOne(Cli *pCli, const CliArgs *pArgs, sqlite3 *db, const char *
 
 int cliCmdMigrate(Cli *pCli, const CliArgs *pArgs){
   if( cliKeystoreEnsure(pCli) ) return CLI_FAIL;
+  if( checkAllDbs(pCli, pArgs) ) return CLI_FAIL;
   return forEachDb(pCli, pArgs, 0, migrateOne);
 }
 
@@ -91,6 +110,7 @@ int cliCmdRekey(Cli *pCli, const CliArgs *pArgs){
   const char *zDb = pArgs->azPos[0];
   sqlite3 *db = 0;
   int trc, rc = CLI_FAIL;
+  if( cliCheckDbFile(zDb, "encrypted database") ) return CLI_FAIL;
   if( cliKeystoreEnsure(pCli) ) return CLI_FAIL;
   if( cliOpenDb(pCli, zDb, 1, SQLITE_OPEN_READWRITE, &db) ) return CLI_FAIL;
   sqlite3_busy_timeout(db, 5000);

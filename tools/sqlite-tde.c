@@ -2,7 +2,9 @@
 ** sqlite-tde: the command-line tool.  main(), global options, the command
 ** table, help texts and argument parsing; the commands live in cmd_*.c.
 **
-** Exit codes: 0 success, 1 the operation failed, 2 bad command line.
+** Exit codes: 0 success, 1 the operation failed, 2 bad command line, 3 no
+** key (keystore, password, master key), 4 damaged or not an encrypted
+** database (CLI_* in cli.h; printUsage lists them).
 ** Everything the user should read about a failure goes to stderr prefixed
 ** "sqlite-tde: ", including the library's own log lines.  Passwords are
 ** never accepted on the command line.
@@ -20,12 +22,14 @@
 static const CliCommand aCommand[] = {
   { "keystore create", "[--auto-login]",
     "create the keystore the configuration describes",
-    "Create the keystore (wallet) the configuration describes, with one master\n"
+    "Create the keystore the configuration describes (a wallet file, or the\n"
+    "first master key on a PKCS#11 token or KMIP key manager) with one master\n"
     "key, and print the new master key id.  The wallet password comes from the\n"
-    "configuration's password_file or password_env if it names one.  Otherwise\n"
-    "--auto-login creates an auto-login wallet (opens without a password; the\n"
-    "file itself protects the keys, keep it mode 0600), or else the password is\n"
-    "read twice from the terminal without echo.  Refuses to overwrite a wallet.\n",
+    "configuration's password_file, password_env or password_fd if it names\n"
+    "one.  Otherwise --auto-login creates an auto-login wallet (opens without\n"
+    "a password; the file itself protects the keys, keep it mode 0600), or else\n"
+    "the password is read twice from the terminal without echo.  Refuses to\n"
+    "overwrite a wallet.\n",
     0, CLI_OPT_AUTOLOGIN, cliCmdKeystoreCreate },
   { "keystore status", "",
     "show the keystore's type, state and current master key",
@@ -33,7 +37,8 @@ static const CliCommand aCommand[] = {
     "OPEN_NO_MASTER_KEY or NOT_AVAILABLE), location, whether it is auto-login,\n"
     "the current master key id and the number of keys.  Never prompts: a\n"
     "password wallet whose password the configuration does not supply shows\n"
-    "as CLOSED.\n",
+    "as CLOSED.  Exit 3 when the keystore is NOT_AVAILABLE (missing wallet,\n"
+    "module, token or server), 0 otherwise.\n",
     0, 0, cliCmdKeystoreStatus },
   { "keystore list", "",
     "list the master keys of the keystore",
@@ -56,7 +61,7 @@ static const CliCommand aCommand[] = {
     "and seal again on the new machine.  Crash-safe and audited.\n",
     0, 0, cliCmdKeystoreUnseal },
   { "keystore passwd", "[--kdf-t N] [--kdf-m KIB]",
-    "change the wallet password (new salt, optionally a new Argon2id cost)",
+    "change the wallet password (new salt, optionally new cost)",
     "Change the password of the password wallet the configuration names.  The\n"
     "current password comes from the configuration's password source, else it\n"
     "is asked for; the new one is always typed twice on the terminal.  The\n"
@@ -70,12 +75,18 @@ static const CliCommand aCommand[] = {
     "  --kdf-t N     Argon2id passes for the new key, 1 to 64 (default: keep)\n"
     "  --kdf-m KIB   Argon2id memory in KiB, 8192 to 1048576 (default: keep)\n",
     0, CLI_OPT_KDF, cliCmdKeystorePasswd },
-  { "status", "DB",
+  { "status", "[--all] DB",
     "show the encryption status of a database",
-    "Open DB through the tde VFS and print every row of the tde_status table\n"
-    "(cipher, keystore, master key id, data key version, page size, ...) as\n"
-    "\"column: value\" lines, one block per schema.\n",
-    1, 0, cliCmdStatus },
+    "Open DB through the tde VFS and print its tde_status row as \"column: value\"\n"
+    "lines: cipher, keystore and its status, master key id, data key version,\n"
+    "page size, pages, authentication failures, rekey progress, and the\n"
+    "replication role and lag when DB is shipped or a standby.  Columns without\n"
+    "a value are left out.  Exit 3 when the key cannot be had, 4 when DB is not\n"
+    "a readable sqlite-tde database.\n"
+    "\nOptions:\n"
+    "  --all   every column of tde_status (NULL ones too), for every schema,\n"
+    "          the temp schema included\n",
+    1, CLI_OPT_ALL, cliCmdStatus },
   { "encrypt", "SRC DST",
     "write an encrypted copy of a plaintext database",
     "Write an encrypted copy of the plaintext SQLite database SRC to DST.  SRC\n"
@@ -83,7 +94,8 @@ static const CliCommand aCommand[] = {
     "is a consistent snapshot).  The copy is made with VACUUM INTO a temporary\n"
     "file next to DST, checked (PRAGMA integrity_check and tde_verify), synced\n"
     "and renamed to DST, so DST appears only when complete.  DST must not exist.\n"
-    "DST gets SRC's permission bits.\n",
+    "DST gets SRC's permission bits.  An SRC that is already encrypted is\n"
+    "refused with a message saying so.\n",
     2, 0, cliCmdEncrypt },
   { "decrypt", "SRC DST",
     "write a plaintext copy of an encrypted database",
@@ -98,7 +110,7 @@ static const CliCommand aCommand[] = {
     "authenticate every page and WAL frame of a database",
     "Authenticate every page of DB and every frame of its WAL with the data key\n"
     "(tde_verify) and print how many were checked.  If one fails, name the page\n"
-    "or WAL frame and exit 1.\n",
+    "or WAL frame and exit 4.\n",
     1, 0, cliCmdVerify },
   { "shell", "DB [sqlite3 args...]",
     "run the sqlite3 shell on an encrypted database",
@@ -108,8 +120,10 @@ static const CliCommand aCommand[] = {
     "this program, or $SQLITE_TDE_EXTENSION.  An existing DB is opened once first\n"
     "so a keystore or key problem is reported clearly; a new DB is created by the\n"
     "shell (encrypted on its first write).  The shell opens the keystore\n"
-    "itself, so a password wallet needs password_file or password_env in the\n"
-    "configuration (a password cannot be handed to it safely).\n",
+    "itself: a password wallet whose configuration names no password source\n"
+    "is asked for here, on the terminal, and that password (or password_env's)\n"
+    "reaches the shell through a pipe, never its command line or environment\n"
+    "(the password_env variable is removed from it).\n",
     1, CLI_OPT_PASSTHRU, cliCmdShell },
   { "keystore retire", "KEYID",
     "retire a master key (it still unwraps, never wraps)",
@@ -128,7 +142,9 @@ static const CliCommand aCommand[] = {
     "not named are re-wrapped at their next write transaction.  Other\n"
     "connections may keep the databases open; a database that another\n"
     "connection is writing is skipped with a message (run again).  Old master\n"
-    "keys are kept; retire them with 'keystore retire'.\n",
+    "keys are kept; retire them with 'keystore retire'.  Every DB is checked\n"
+    "first (it must exist, be non-empty and open with the keystore): if one\n"
+    "fails, nothing is changed and no key is created.\n",
     0, CLI_OPT_MANY, cliCmdRotate },
   { "rekey", "[--step N] DB",
     "re-encrypt every page under a new data key",
@@ -147,7 +163,8 @@ static const CliCommand aCommand[] = {
     "keystore CFG names, so that both the old and the new keystore open it (like\n"
     "Oracle's FILE|HSM configuration).  Then open the databases with CFG.  With\n"
     "--drop-old, also remove every wrapping not made by the new keystore (run\n"
-    "it once the new keystore is in use).  Header-only, crash-safe.\n",
+    "it once the new keystore is in use).  Header-only, crash-safe.  Every DB\n"
+    "is checked first; if one does not open, nothing is changed.\n",
     1, CLI_OPT_MANY | CLI_OPT_MIGRATE, cliCmdMigrate },
   { "bench", "[options]",
     "measure encryption's cost: workloads, conditions, reports",
@@ -183,9 +200,13 @@ static void printUsage(FILE *out){
     "\n"
     "Commands:\n");
   for(i=0; i<sizeof(aCommand)/sizeof(aCommand[0]); i++){
-    char zLeft[64];
+    char zLeft[96];
     snprintf(zLeft, sizeof(zLeft), "%s %s", aCommand[i].zName, aCommand[i].zArgs);
-    fprintf(out, "  %-32s %s\n", zLeft, aCommand[i].zSummary);
+    if( strlen(zLeft)>32 ){
+      fprintf(out, "  %s\n  %-32s %s\n", zLeft, "", aCommand[i].zSummary);
+    }else{
+      fprintf(out, "  %-32s %s\n", zLeft, aCommand[i].zSummary);
+    }
   }
   fprintf(out,
     "\n"
@@ -196,10 +217,17 @@ static void printUsage(FILE *out){
     "  --version      show versions\n"
     "\n"
     "Passwords are never taken on the command line: the configuration's\n"
-    "password_file or password_env supplies them, or they are read from the\n"
-    "terminal without echo.\n"
+    "password_file, password_env or password_fd supplies them, or they are\n"
+    "read from the terminal without echo.\n"
     "\n"
-    "Exit status: 0 success, 1 the operation failed, 2 bad command line.\n");
+    "Exit status:\n"
+    "  0  success\n"
+    "  1  the operation failed (a reason other than those below)\n"
+    "  2  bad command line\n"
+    "  3  no key: keystore missing or unavailable, wrong password or PIN,\n"
+    "     master key not in the keystore\n"
+    "  4  damaged: a page, WAL frame or header failed authentication, or the\n"
+    "     file is not a readable sqlite-tde database (plaintext, foreign, empty)\n");
 }
 
 static void printCommandHelp(const CliCommand *pCmd){
@@ -305,6 +333,10 @@ static int parseArgs(Cli *pCli, const CliCommand *pCmd, int argc, char **argv, C
                                      : "--kdf-m: KiB from 8192 to 1048576");
         }
         if( bT ) pArgs->kdfT = (uint32_t)n; else pArgs->kdfM = (uint32_t)n;
+        continue;
+      }
+      if( (pCmd->flags & CLI_OPT_ALL) && strcmp(z, "--all")==0 ){
+        pArgs->bAll = 1;
         continue;
       }
       if( (pCmd->flags & CLI_OPT_MIGRATE) && strcmp(z, "--drop-old")==0 ){
@@ -441,5 +473,7 @@ int main(int argc, char **argv){
     cliErr("cannot register the tde VFS: %s", tde_last_error());
     return CLI_FAIL;
   }
-  return pCmd->xRun(&cli, &args);
+  rc = pCmd->xRun(&cli, &args);
+  if( rc==CLI_FAIL && cliFailCode() ) rc = cliFailCode();
+  return rc;
 }

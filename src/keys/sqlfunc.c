@@ -1,5 +1,6 @@
 /*
-** SQL function tde_keystore_open(config [, password]): open a keystore for
+** SQL functions tde_keystore_open(config [, password]) and
+** tde_keystore_open_fd(config, fd): open a keystore for
 ** the whole process from SQL, for hosts that cannot call the C API (Python,
 ** Node, the sqlite3 shell).  Registered on every connection by
 ** tdeStatusRegister(); it does the same as tde_keystore_open() in C, so
@@ -9,8 +10,7 @@
 ** config NULL means the default search ($SQLITE_TDE_CONFIG, then
 ** /etc/sqlite-tde/tde.conf); password omitted or NULL means the
 ** configuration's own password source.  The password is text, or a blob
-** (the sqlite3 shell's readfile('/dev/fd/N'), which `sqlite-tde shell` uses;
-** one trailing newline dropped).  Returns 'OPEN', or fails with the
+** (one trailing newline dropped).  Returns 'OPEN', or fails with the
 ** library's reason (SQLITE_AUTH for a wrong or missing password).
 **
 ** The password's text is overwritten in SQLite's memory once used (the
@@ -27,7 +27,10 @@
 #include "tde_int.h"
 #include "cipher/cipher.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <unistd.h>
 
 static void fnKeystoreOpen(sqlite3_context *ctx, int argc, sqlite3_value **argv){
   const char *zConfig = 0;
@@ -42,8 +45,8 @@ static void fnKeystoreOpen(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     if( zConfig==0 ){ sqlite3_result_error_nomem(ctx); goto done; }
   }
   if( argc>1 && sqlite3_value_type(argv[1])!=SQLITE_NULL ){
-    /* Text, or a blob such as readfile('/dev/fd/N') in the sqlite3 shell;
-    ** one trailing newline of a blob is not part of the password. */
+    /* Text, or a blob (one trailing newline of a blob is not part of the
+    ** password). */
     int eType = sqlite3_value_type(argv[1]);
     if( eType!=SQLITE_TEXT && eType!=SQLITE_BLOB ){
       sqlite3_result_error(ctx, "tde_keystore_open: the password must be text", -1);
@@ -81,12 +84,80 @@ done:
   if( zCopy ) tdeSecureFree(zCopy, (size_t)nUse + 1);
 }
 
+/* tde_keystore_open_fd(config, fd): the same, with the password read from
+** file descriptor fd (a pipe) to end of file straight into locked memory --
+** no copy in SQL text, SQLite values or stdio buffers.  One trailing
+** newline is dropped; fd is left open.  `sqlite-tde shell` uses it. */
+#define TDE_SQLFN_PW_MAX 4096
+static void fnKeystoreOpenFd(sqlite3_context *ctx, int argc, sqlite3_value **argv){
+  const char *zConfig = 0;
+  char *zPw = 0;                 /* TDE_SQLFN_PW_MAX+1 bytes of locked memory */
+  size_t n = 0;
+  sqlite3_int64 fd;
+  int rc;
+  char zMsg[1024];
+
+  TDE_UNUSED(argc);
+  if( sqlite3_value_type(argv[0])!=SQLITE_NULL ){
+    zConfig = (const char*)sqlite3_value_text(argv[0]);
+    if( zConfig==0 ){ sqlite3_result_error_nomem(ctx); goto done; }
+  }
+  fd = sqlite3_value_int64(argv[1]);
+  if( sqlite3_value_type(argv[1])!=SQLITE_INTEGER || fd<0 || fd>INT_MAX ){
+    sqlite3_result_error(ctx, "tde_keystore_open_fd: the second argument must be a file "
+                         "descriptor number", -1);
+    goto done;
+  }
+  zPw = tdeSecureAlloc(TDE_SQLFN_PW_MAX + 1);
+  if( zPw==0 ){ sqlite3_result_error_nomem(ctx); goto done; }
+  for(;;){
+    ssize_t k = read((int)fd, zPw+n, TDE_SQLFN_PW_MAX + 1 - n);
+    if( k<0 && errno==EINTR ) continue;
+    if( k<0 ){
+      snprintf(zMsg, sizeof(zMsg), "tde_keystore_open_fd: cannot read descriptor %lld: %s",
+               (long long)fd, strerror(errno));
+      sqlite3_result_error(ctx, zMsg, -1);
+      goto done;
+    }
+    if( k==0 ) break;
+    n += (size_t)k;
+    if( n>TDE_SQLFN_PW_MAX ){
+      sqlite3_result_error(ctx, "tde_keystore_open_fd: password too long", -1);
+      goto done;
+    }
+  }
+  if( n>0 && zPw[n-1]=='\n' ) n--;
+  zPw[n] = 0;
+  if( n==0 || memchr(zPw, 0, n) ){
+    sqlite3_result_error(ctx, n ? "tde_keystore_open_fd: the password holds a NUL byte"
+                                : "tde_keystore_open_fd: no password (empty, or already read)", -1);
+    goto done;
+  }
+  rc = tde_keystore_open(zConfig, zPw);
+  if( rc!=TDE_OK ){
+    const char *zDetail = tde_last_error();
+    snprintf(zMsg, sizeof(zMsg), "tde_keystore_open_fd: %s",
+             zDetail && zDetail[0] ? zDetail : tde_errstr(rc));
+    sqlite3_result_error(ctx, zMsg, -1);
+    sqlite3_result_error_code(ctx, rc==TDE_BADPASSWORD || rc==TDE_NOKEY || rc==TDE_NOKEYSTORE
+                                   ? SQLITE_AUTH : SQLITE_ERROR);
+    goto done;
+  }
+  sqlite3_result_text(ctx, "OPEN", -1, SQLITE_STATIC);
+done:
+  tdeSecureFree(zPw, zPw ? TDE_SQLFN_PW_MAX + 1 : 0);
+}
+
 int tdeSqlFuncRegister(sqlite3 *db){
   int rc = sqlite3_create_function(db, "tde_keystore_open", 1, SQLITE_UTF8|SQLITE_DIRECTONLY,
                                    0, fnKeystoreOpen, 0, 0);
   if( rc==SQLITE_OK ){
     rc = sqlite3_create_function(db, "tde_keystore_open", 2, SQLITE_UTF8|SQLITE_DIRECTONLY,
                                  0, fnKeystoreOpen, 0, 0);
+  }
+  if( rc==SQLITE_OK ){
+    rc = sqlite3_create_function(db, "tde_keystore_open_fd", 2, SQLITE_UTF8|SQLITE_DIRECTONLY,
+                                 0, fnKeystoreOpenFd, 0, 0);
   }
   return rc;
 }

@@ -133,7 +133,7 @@ printf 'keystore = wallet\nwallet = pw.tdew\n' > nosrc.conf
 run "$CLI" --config nosrc.conf keystore status
 expect_in out.txt '^status: CLOSED$' "without a password source the wallet is CLOSED"
 run "$CLI" --config nosrc.conf keystore list
-expect_rc 1 "list without a password and no terminal fails"
+expect_rc 3 "list without a password and no terminal fails (no key)"
 expect_in err.txt 'password_file|password_env' "and says how to supply the password"
 
 # ---------------------------------------------------------------------------
@@ -167,6 +167,7 @@ expect_rc 1 "encrypt of a missing SRC fails"
 no_temp_files "after encrypt of a missing SRC"
 run "$CLI" --config auto.conf encrypt enc.db enc3.db
 expect_rc 1 "encrypt of an already encrypted SRC fails"
+expect_in err.txt 'already encrypted' "and says it is already encrypted"
 [ -e enc3.db ] && bad "DST created from an encrypted SRC" || ok "no DST after the failure"
 no_temp_files "after encrypt of an encrypted SRC"
 run "$CLI" --config auto.conf encrypt plain.db no/such/dir/x.db
@@ -200,7 +201,7 @@ else bad "dumps differ"; head -20 dump.diff; fi
 [ "$(stat -c %a dec.db)" = 600 ] && ok "plaintext copy has mode 0600" \
   || bad "plaintext copy has mode $(stat -c %a dec.db)"
 run "$CLI" --config auto.conf decrypt plain.db dec2.db
-expect_rc 1 "decrypt of a plaintext SRC fails"
+expect_rc 4 "decrypt of a plaintext SRC fails (not an encrypted database)"
 expect_in err.txt 'plaintext' "and says it is plaintext"
 no_temp_files "after decrypt of a plaintext SRC"
 run "$CLI" --config auto.conf decrypt enc.db dec.db
@@ -213,6 +214,17 @@ expect_rc 0 "status enc.db"
 expect_in out.txt '^cipher: aes-256-gcm$' "status shows aes-256-gcm"
 expect_in out.txt '^schema: main$' "status shows the main schema"
 expect_in out.txt "^master_key: $KEYID$" "status shows the master key id"
+grep -Eq 'NULL|^schema: temp$|^shipped_seq' out.txt && bad "compact status shows NULLs, temp or replication columns" \
+  || ok "compact status: no NULL, no temp block, no replication columns"
+[ "$(wc -l < out.txt)" -le 14 ] && ok "compact status: $(wc -l < out.txt) lines" || bad "compact status: $(wc -l < out.txt) lines"
+run "$CLI" --config auto.conf status --all enc.db
+expect_rc 0 "status --all"
+expect_in out.txt '^shipped_seq: NULL$' "status --all shows every column, NULL ones too"
+expect_in out.txt '^schema: temp$' "status --all shows the temp schema"
+: > empty.db
+run "$CLI" --config auto.conf status empty.db
+expect_rc 4 "status of a 0-byte file fails"
+expect_in err.txt 'empty' "and says it is empty"
 run "$CLI" --config auto.conf status missing.db
 expect_rc 1 "status of a missing database fails"
 [ -e missing.db ] && bad "status created missing.db" || ok "status did not create a file"
@@ -232,7 +244,7 @@ with open("tampered.db", "r+b") as f:
     f.write(bytes([b[0] ^ 0x01]))
 EOF
 run "$CLI" --config auto.conf verify tampered.db
-expect_rc 1 "verify of a tampered file fails"
+expect_rc 4 "verify of a tampered file fails (damaged)"
 expect_in err.txt 'page 2' "verify names page 2"
 flip() {  # flip one bit of file $1 at offset $2
   python3 -c "
@@ -244,7 +256,7 @@ with open(sys.argv[1], 'r+b') as f:
 cp enc.db tampered1.db
 flip tampered1.db $((8192 + 200))
 run "$CLI" --config auto.conf verify tampered1.db
-expect_rc 1 "verify with page 1 tampered fails"
+expect_rc 4 "verify with page 1 tampered fails (damaged)"
 expect_in err.txt 'page 1' "and names page 1"
 
 step "verify with a WAL"
@@ -263,7 +275,7 @@ expect_in out.txt 'OK, ([4-9]|[1-9][0-9]+) pages/frames' "pages and WAL frames a
 # Frame 2's page data: 32-byte WAL header, 24 + 4096 bytes per frame.
 flip waltamper.db-wal $((32 + 4120 + 24 + 100))
 run "$CLI" --config auto.conf verify waltamper.db
-expect_rc 1 "verify with a tampered WAL frame fails"
+expect_rc 4 "verify with a tampered WAL frame fails (damaged)"
 expect_in err.txt 'frame 2' "and names WAL frame 2"
 
 # ---------------------------------------------------------------------------
@@ -273,13 +285,13 @@ expect_rc 0 "encrypt with the password wallet"
 WALLET_SHA=$(sha pw.tdew)
 printf 'tde-test-pw-wrong-5Rv2' > pw.txt
 run "$CLI" --config pw.conf verify pwenc.db
-expect_rc 1 "verify with a wrong password_file fails"
+expect_rc 3 "verify with a wrong password_file fails (no key)"
 expect_in err.txt '[Pp]assword' "the message mentions the password"
 run "$CLI" --config pw.conf keystore list
-expect_rc 1 "keystore list with a wrong password fails"
+expect_rc 3 "keystore list with a wrong password fails (no key)"
 expect_in err.txt '[Pp]assword' "the message mentions the password"
 run "${SHELL_ENV[@]}" "$CLI" --config pw.conf shell pwenc.db "SELECT 1;"
-expect_rc 1 "shell with a wrong password fails"
+expect_rc 3 "shell with a wrong password fails (no key)"
 [ "$(sha pw.tdew)" = "$WALLET_SHA" ] && ok "wallet file unchanged" || bad "wallet file changed"
 printf 'correct horse battery staple' > pw.txt
 run "$CLI" --config pw.conf verify pwenc.db
@@ -288,11 +300,40 @@ printf 'keystore = wallet\nwallet = pw.tdew\npassword_env = TDE_TEST_PW\n' > env
 run env TDE_TEST_PW='correct horse battery staple' "$CLI" --config env.conf verify pwenc.db
 expect_rc 0 "password_env supplies the password"
 run env -u TDE_TEST_PW "$CLI" --config env.conf verify pwenc.db
-expect_rc 1 "password_env unset fails"
+expect_rc 3 "password_env unset fails (no key)"
 expect_in err.txt 'TDE_TEST_PW' "and names the variable"
 run "${SHELL_ENV[@]}" "$CLI" --config nosrc.conf shell pwenc.db "SELECT 1;"
-expect_rc 1 "shell refuses when the password cannot be given to it"
+expect_rc 3 "shell refuses when no terminal can be asked for the password"
 expect_in err.txt 'password_file' "and explains password_file/password_env"
+
+# ---------------------------------------------------------------------------
+step "validation before change, exit codes"
+NKEYS=$("$CLI" --config auto.conf keystore list | grep -c ACTIVE)
+run "$CLI" --config auto.conf rotate-master-key enc.db nosuch.db
+expect_rc 1 "rotate-master-key with a missing file fails"
+expect_in err.txt 'nothing changed' "and says nothing changed"
+[ "$("$CLI" --config auto.conf keystore list | grep -c ACTIVE)" = "$NKEYS" ] \
+  && ok "no new master key for a typo" || bad "rotate created a key although a file is missing"
+: > leftover.db
+run "$CLI" --config auto.conf rotate-master-key leftover.db
+expect_rc 4 "rotate-master-key of a 0-byte leftover fails"
+[ ! -s leftover.db ] && ok "the 0-byte file stays empty" || bad "the 0-byte file became a database"
+[ "$("$CLI" --config auto.conf keystore list | grep -c ACTIVE)" = "$NKEYS" ] \
+  && ok "still no new master key" || bad "rotate created a key for a 0-byte file"
+run "$CLI" --config auto.conf rotate-master-key plain.db
+expect_rc 4 "rotate-master-key of a plaintext database fails"
+run "$CLI" --config auto.conf rekey leftover.db
+expect_rc 4 "rekey of a 0-byte file fails"
+[ ! -s leftover.db ] && ok "rekey left it empty" || bad "rekey turned it into a database"
+run "$CLI" --config auto.conf migrate-keystore --to auto.conf enc.db nosuch.db
+expect_rc 1 "migrate-keystore with a missing file fails, changing nothing"
+printf 'keystore = wallet\nwallet = gone.tdew\n' > gone.conf
+run "$CLI" --config gone.conf keystore status
+expect_rc 3 "keystore status of a missing wallet exits 3"
+expect_in out.txt '^status: NOT_AVAILABLE$' "and shows NOT_AVAILABLE"
+run "$CLI" --help
+expect_in out.txt '^  3  no key' "--help documents exit code 3"
+expect_in out.txt '^  4  damaged' "--help documents exit code 4"
 
 # ---------------------------------------------------------------------------
 step "shell"
@@ -304,7 +345,7 @@ expect_in out.txt '^500$' "positional SQL passed to sqlite3"
 ls | grep -q 'SELECT' && bad "a file named after the SQL was created" \
   || ok "no file named after the SQL argument"
 run "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell plain.db "SELECT 1;"
-expect_rc 1 "shell refuses a plaintext database"
+expect_rc 4 "shell refuses a plaintext database"
 expect_in err.txt 'plaintext' "with a message about plaintext"
 
 # ---------------------------------------------------------------------------

@@ -12,7 +12,8 @@ and read; a view or trigger cannot call it (DIRECTONLY); password_fd reads
 an inherited pipe, and a closed descriptor fails clearly; the shell asks
 on a terminal and reads the rows, and with password_env the sqlite3 child
 has the variable neither in its environment nor the password on its
-command line.
+command line, nor any copy of it (plain or hex) in its memory while it
+waits (run as root); tde_keystore_open_fd() reads a pipe.
 """
 import os
 import re
@@ -21,6 +22,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_readme as readme  # noqa: E402  (pty runner, build paths)
@@ -47,6 +49,35 @@ def write(path, text, mode=0o600):
 def run(argv, **kw):
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120, **kw)
     return p.returncode, p.stdout.decode(errors="replace")
+
+
+def scan_memory(pid, needles):
+    """Occurrences of each needle in the readable, resident mappings of pid
+    (mappings above 1 GiB -- the ASan shadow -- skipped, as test_hygiene.sh
+    does)."""
+    regions, cur = [], None
+    with open("/proc/%d/smaps" % pid) as smaps:
+        for line in smaps:
+            m = re.match(r"([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$", line)
+            if m:
+                cur = [int(m.group(1), 16), int(m.group(2), 16), m.group(3), m.group(4), 0]
+                regions.append(cur)
+            elif line.startswith("Rss:") and cur:
+                cur[4] = int(line.split()[1])
+    counts = [0] * len(needles)
+    with open("/proc/%d/mem" % pid, "rb", buffering=0) as mem:
+        for a, b, perm, name, rss in regions:
+            if perm[0] != "r" or name.startswith("[vvar") or name == "[vsyscall]" or rss == 0 \
+               or b - a > (1 << 30):
+                continue
+            try:
+                mem.seek(a)
+                data = mem.read(b - a)
+            except OSError:
+                continue
+            for i, x in enumerate(needles):
+                counts[i] += data.count(x)
+    return counts
 
 
 def main():
@@ -169,6 +200,49 @@ console.log('rows: ' + db.prepare('SELECT count(*) FROM t').pluck().get());
     check("sqlite3" in cmdline and PW not in cmdline and PW.encode().hex() not in cmdline,
           "password_env: the password is not on the child's command line")
     check(PW not in out, "password_env: password not printed")
+
+    # tde_keystore_open_fd from Python: the password through a pipe.
+    r_fd, w_fd = os.pipe()
+    os.write(w_fd, (PW + "\n").encode())
+    os.close(w_fd)
+    child = ("import sqlite3,sys\n"
+             "b=sqlite3.connect(':memory:'); b.enable_load_extension(True); b.load_extension(sys.argv[1])\n"
+             "print(b.execute('SELECT tde_keystore_open_fd(?, ?)', (sys.argv[2], int(sys.argv[3]))).fetchone()[0])\n"
+             "d=sqlite3.connect('file:app.db?vfs=tde&tde_config=' + sys.argv[2], uri=True)\n"
+             "print('rows', d.execute('SELECT count(*) FROM t').fetchone()[0])\n")
+    p = subprocess.run(["/usr/bin/python3", "-c", child, os.path.join(BUILD, "tde"), app_conf, str(r_fd)],
+                       cwd=w, pass_fds=(r_fd,), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    os.close(r_fd)
+    out = p.stdout.decode(errors="replace")
+    check(p.returncode == 0 and "OPEN" in out and "rows 2" in out, "tde_keystore_open_fd from a pipe: " + out.strip())
+
+    # While the shell (password from password_env, handed over by pipe)
+    # waits on its input: no copy of the password, plain or hex, in its
+    # memory (root only: /proc/PID/mem of another process).
+    if os.geteuid() == 0:
+        fifo = os.path.join(w, "in.fifo")
+        os.mkfifo(fifo)
+        env = dict(os.environ)
+        env["TDE_SQLFN_PW"] = PW
+        outf = open(os.path.join(w, "shell.out"), "w")
+        proc = subprocess.Popen([cli, "--config", env_conf, "shell", db_path], stdin=subprocess.PIPE,
+                                stdout=outf, stderr=subprocess.STDOUT, env=env, cwd=w)
+        proc.stdin.write(b"SELECT 'ready', count(*), group_concat(x) FROM t;\n")
+        proc.stdin.flush()
+        for _ in range(200):
+            with open(os.path.join(w, "shell.out")) as f:
+                if "ready|2" in f.read():
+                    break
+            time.sleep(0.05)
+        n_pw, n_hex, n_row = scan_memory(proc.pid, [PW.encode(), PW.encode().hex().encode(), b"python row"])
+        found = n_pw + n_hex
+        check(n_row >= 1, "control: the scan finds a decrypted row in the shell's memory (%d)" % n_row)
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        outf.close()
+        with open(os.path.join(w, "shell.out")) as f:
+            check("ready|2" in f.read(), "shell waiting on stdin has read the rows")
+        check(found == 0, "no copy of the password in the waiting shell's memory (%d found)" % found)
 
     print("%d failures" % len(failures))
     if failures:

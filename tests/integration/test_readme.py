@@ -1,14 +1,16 @@
 #!/usr/bin/python3
 """Run README.md's Quick start verbatim, so the README cannot rot.
 
-Every fenced block between "## Quick start" and the next "## " heading must
-be preceded by a marker line
+Every fenced block between "## Quick start" (and "## Backup, recovery and
+disaster") and the next "## " heading must be preceded by a marker line
 
     <!-- test: KIND [ARG] [expect="TEXT"]... -->
 
 and is run, in README order, in one scratch folder (the working directory
 of every block):
 
+  skip REASON not run (a block that needs hardware, e.g. a PKCS#11 token);
+              listed in the output
   file PATH   the block is written to PATH (mode 0600)
   sh          bash -e -o pipefail, under a pseudo-terminal; a prompt ending
               in "password: " is answered with the test password
@@ -22,7 +24,7 @@ of every block):
 
 expect="TEXT" must appear in the block's output.  The only change made to a
 block is the README's documented path rule: /etc/sqlite-tde/ and
-/var/lib/myapp/ become folders of the scratch folder, /usr/local/lib/sqlite-tde/
+/var/lib/myapp/ and /var/backups/ become folders of the scratch folder, /usr/local/lib/sqlite-tde/
 and /usr/local/bin/ the build folder (which is first on PATH).  Any
 failure, a missing marker, an unknown kind or a missing tool fails the test.
 
@@ -99,6 +101,7 @@ def substitute(text, scratch):
     rules = [
         ("/etc/sqlite-tde", os.path.join(scratch, "etc/sqlite-tde")),
         ("/var/lib/myapp", os.path.join(scratch, "var/lib/myapp")),
+        ("/var/backups", os.path.join(scratch, "var/backups")),
         ("/usr/local/lib/sqlite-tde", BUILD),
         ("/usr/local/bin", BUILD),
     ]
@@ -253,20 +256,29 @@ def run_block(n, kind, args, body, scratch, env):
 def main():
     with open(os.path.join(SRC, "README.md")) as f:
         text = f.read()
-    numbered = sections(text, "Quick start")
-    found = blocks(numbered)
-    if len(found) < 6:
-        fail("README.md Quick start: only %d code blocks found" % len(found))
+    found = []
+    for heading, least in (("Quick start", 10), ("Backup, recovery and disaster", 3)):
+        part = blocks(sections(text, heading))
+        if len(part) < least:
+            fail("README.md %s: only %d code blocks found" % (heading, len(part)))
+        found += part
     os.makedirs(TMP, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="readme-", dir=TMP)
     env = host_env()
     ran = 0
+    skipped = []
     for n, marker, body in found:
         if marker is None:
             fail("README.md:%d: code block without a '<!-- test: KIND -->' marker" % n)
             continue
         words = shlex.split(marker)
         kind = words[0]
+        if kind == "skip":
+            skipped.append(n)
+            print("not run: README.md:%d (%s)" % (n, " ".join(words[1:]) or "no reason given"), flush=True)
+            if len(words) < 2:
+                fail("README.md:%d: skip needs a reason" % n)
+            continue
         args = [w for w in words[1:] if not w.startswith("expect=")]
         expects = [w[len("expect="):] for w in words[1:] if w.startswith("expect=")]
         body = substitute(body, scratch)
@@ -280,7 +292,7 @@ def main():
             fail("README.md:%d (%s): the test password appeared in the output" % (n, kind))
         ran += 1
         print("ok   README.md:%d %s%s" % (n, kind, (" " + args[0]) if args else ""), flush=True)
-    print("%d README blocks run, %d failures" % (ran, len(failures)))
+    print("%d README blocks run, %d not run (skip), %d failures" % (ran, len(skipped), len(failures)))
     if failures:
         sys.exit(1)
     if os.environ.get("TDE_KEEP_SCRATCH") != "1":
