@@ -9,6 +9,8 @@
 #include <stdio.h>
 
 static _Thread_local char tdeLastErr[512];
+
+int (*tdeFaultHook)(int eSite);
 static tde_log_fn tdeLogFn;
 static void *tdeLogArg;
 

@@ -132,42 +132,62 @@ static TdeDbKeys *fileKeys(TdeFile *p){
   return 0;
 }
 
-TdePageCipher *tdeCipherForSeal(TdeFile *p){
+/*
+** The cipher that seals with the current data key, NULL on failure with
+** *pRc the tde_rc (never an older key's cipher: a failure to make the new
+** one is an error, not a reason to keep sealing with the old key).
+*/
+TdePageCipher *tdeCipherForSeal(TdeFile *p, int *pRc){
   TdeDbKeys *k = fileKeys(p);
+  *pRc = TDE_OK;
   if( k && k->aDek && p->pCipher && tdePageCipherVersion(p->pCipher)!=k->hdr.curVersion ){
     TdePageCipher *pNew = 0;
-    if( tdePageCipherNew(k->aDek, k->hdr.curVersion, &pNew)==TDE_OK ){
-      tdePageCipherFree(p->pCipher);
-      p->pCipher = pNew;
-    }
+    *pRc = tdePageCipherNew(k->aDek, k->hdr.curVersion, &pNew);
+    if( *pRc ) return 0;
+    tdePageCipherFree(p->pCipher);
+    p->pCipher = pNew;
   }
+  if( !p->pCipher ) *pRc = TDE_NOKEY;
   return p->pCipher;
 }
 
-TdePageCipher *tdeCipherForOpen(TdeFile *p, uint32_t version){
+/*
+** The cipher that opens pages of data-key version `version`, NULL with
+** *pRc TDE_NOKEY when the database has no such version (the page is not
+** authentic), or the tde_rc of a failure to find out (reading the header
+** again, memory): that is an error, never an authentication failure.
+*/
+TdePageCipher *tdeCipherForOpen(TdeFile *p, uint32_t version, int *pRc){
   TdeDbKeys *k;
   const TdeDekVer *d;
   int iSlot = -1;
+  *pRc = TDE_OK;
   if( p->pCipher && tdePageCipherVersion(p->pCipher)==version ) return p->pCipher;
   for(int i=0; i<TDE_MAX_VERSIONS; i++){
     if( p->apVer[i] && tdePageCipherVersion(p->apVer[i])==version ) return p->apVer[i];
     if( !p->apVer[i] && iSlot<0 ) iSlot = i;
   }
   k = fileKeys(p);
-  if( !k ) return 0;
+  if( !k ){ *pRc = TDE_NOKEY; return 0; }
   d = tdeKeysFind(k, version);
   if( !d ){
     /* Another process may have started a rekey: read the header again. */
     TdeFile *pMain = p->eKind==TDE_KIND_MAIN ? p : p->pMain;
-    if( pMain && tdeMainRefresh(pMain)==SQLITE_OK ) d = tdeKeysFind(k, version);
-    if( !d ) return 0;
+    if( pMain ){
+      int rc = tdeMainRefresh(pMain);
+      if( rc==SQLITE_NOMEM ){ *pRc = TDE_NOMEM; return 0; }
+      if( (rc&0xff)==SQLITE_IOERR ){ *pRc = TDE_IO; return 0; }
+      if( rc==SQLITE_OK ) d = tdeKeysFind(k, version);
+    }
+    if( !d ){ *pRc = TDE_NOKEY; return 0; }
   }
   if( iSlot<0 ){
     tdePageCipherFree(p->apVer[0]);
     p->apVer[0] = 0;
     iSlot = 0;
   }
-  if( tdePageCipherNew(d->aDek, version, &p->apVer[iSlot])!=TDE_OK ) return 0;
+  *pRc = tdePageCipherNew(d->aDek, version, &p->apVer[iSlot]);
+  if( *pRc ) return 0;
   return p->apVer[iSlot];
 }
 
@@ -183,17 +203,19 @@ void tdeCiphersFree(TdeFile *p){
 /* Seal / open with the version-appropriate cipher. */
 int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size_t n,
             uint8_t *ct, uint8_t *trailer){
-  TdePageCipher *c = tdeCipherForSeal(p);
-  if( !c ) return TDE_NOKEY;
+  int trc;
+  TdePageCipher *c = tdeCipherForSeal(p, &trc);
+  if( !c ) return trc;
   return tdePageSeal(c, aad, nAad, pt, n, ct, trailer);
 }
 
 int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size_t n,
             const uint8_t *trailer, uint8_t *pt){
-  TdePageCipher *c = tdeCipherForOpen(p, tdeTrailerVersion(trailer));
+  int trc;
+  TdePageCipher *c = tdeCipherForOpen(p, tdeTrailerVersion(trailer), &trc);
   if( !c ){
     memset(pt, 0, n);
-    return TDE_NOKEY;
+    return trc;
   }
   return tdePageOpen(c, aad, nAad, ct, n, trailer, pt);
 }

@@ -78,9 +78,13 @@ static int journalLoad(TdeFile *p, sqlite3_int64 j, sqlite3_int64 phys, JBlock *
     uint64_t seq;
     uint32_t len;
     if( (s+1)*JSLOT > avail ) break;
-    if( tdeOpen(p, aad, sizeof(aad), aSlot, JPLAIN, aSlot+JPLAIN, aPlain)!=TDE_OK ){
-      continue;
+    int trc = tdeOpen(p, aad, sizeof(aad), aSlot, JPLAIN, aSlot+JPLAIN, aPlain);
+    if( trc==TDE_NOMEM || trc==TDE_IO || trc==TDE_CRYPTO ){
+      /* Could not check the slot: an error, not an absent block. */
+      tdeWipe(aPlain, JPLAIN);
+      return trc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_READ;
     }
+    if( trc ) continue;
     seq = tdeGet64(aPlain);
     len = tdeGet16(aPlain+8);
     if( len>JBLOCK ) continue;

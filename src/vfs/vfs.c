@@ -156,7 +156,7 @@ int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno,
   rc = tdeSeal(p, aad, sizeof(aad), aPlain, n, aOut, aOut+n);
   if( rc ){
     tdeLog(TDE_LOG_ERROR, "%s: sealing page %u failed: %s", tdeFileName(p), pgno, tde_last_error());
-    return SQLITE_IOERR_WRITE;
+    return rc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_WRITE;
   }
   return SQLITE_OK;
 }
@@ -174,6 +174,14 @@ int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, 
   memcpy(trailer, aIn+n, TDE_TRAILER_SIZE);
   rc = tdeOpen(p, aad, sizeof(aad), aIn, n, trailer, aOut);
   memset(aOut+n, 0, TDE_TRAILER_SIZE);
+  if( rc && rc!=TDE_AUTH && rc!=TDE_NOKEY ){
+    /* Could not check the page (memory, the header re-read, OpenSSL): an
+    ** error of its own, never taken for a damaged page. */
+    tdeWipe(aOut, pgsz);
+    tdeLog(TDE_LOG_ERROR, "%s: page %u could not be checked: %s", tdeFileName(p), pgno,
+           tde_last_error()[0] ? tde_last_error() : tde_errstr(rc));
+    return rc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_READ;
+  }
   if( rc ){
     tdeWipe(aOut, pgsz);
     p->nAuthFail++;
@@ -203,8 +211,18 @@ int tdeScratch(TdeFile *p){
 /* Read exactly n bytes at iOfst from the file below.  *pnGot gets the
 ** bytes actually present (short reads are zero-filled by the VFS below). */
 int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort){
-  int rc = p->pReal->pMethods->xRead(p->pReal, z, n, iOfst);
+  int rc;
   *pbShort = 0;
+  if( tdeFaultHook ){
+    int eSite = p->eKind==TDE_KIND_WAL ? TDE_FAULT_READ_WAL
+              : p->eKind==TDE_KIND_JOURNAL ? TDE_FAULT_READ_JOURNAL
+              : iOfst<TDE_HEADER_BYTES ? TDE_FAULT_READ_HEADER : TDE_FAULT_READ_PAGE;
+    if( p->eKind!=TDE_KIND_TEMP && tdeFaultHook(eSite) ){
+      memset(z, 0, (size_t)n);
+      return SQLITE_IOERR_READ;
+    }
+  }
+  rc = p->pReal->pMethods->xRead(p->pReal, z, n, iOfst);
   if( rc==SQLITE_IOERR_SHORT_READ ){ *pbShort = 1; rc = SQLITE_OK; }
   return rc;
 }
@@ -988,9 +1006,11 @@ static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
       rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
       if( rc ) return rc;
       *pSize = (p->pKeys && sz>TDE_HEADER_BYTES) ? sz - TDE_HEADER_BYTES : 0;
-      /* Whole pages only: a page the file ends inside of is damage, which
-      ** the read of it reports (tdeMainShortPage). */
-      if( p->pgsz ) *pSize -= *pSize % p->pgsz;
+      /* Whole pages only: a page the file ends inside of counts whole, so
+      ** that SQLite reads it (and the read reports the damage,
+      ** tdeMainShortPage) or truncates it away (rolling back a
+      ** transaction whose append a crash tore). */
+      if( p->pgsz && *pSize % p->pgsz ) *pSize += p->pgsz - *pSize % p->pgsz;
       return SQLITE_OK;
     }
     case TDE_KIND_WAL:
@@ -1054,9 +1074,12 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
   ** process may have begun a rekey). */
   if( rc==SQLITE_OK && eLock>=SQLITE_LOCK_RESERVED && p->eKind==TDE_KIND_MAIN ){
     int rc2 = tdeMainRefreshIfChanged(p);
-    if( rc2 && eLock==SQLITE_LOCK_RESERVED ){
-      /* Could not learn the current data key: do not write with an old one. */
-      p->pReal->pMethods->xUnlock(p->pReal, SQLITE_LOCK_SHARED);
+    if( rc2 ){
+      /* Could not learn the current data key: do not write with an old one.
+      ** RESERVED was taken from SHARED, so drop back to it; a failed
+      ** EXCLUSIVE keeps the lock until SQLite ends the transaction, which
+      ** it does on this error (xUnlock releases every level). */
+      if( eLock==SQLITE_LOCK_RESERVED ) p->pReal->pMethods->xUnlock(p->pReal, SQLITE_LOCK_SHARED);
       return (rc2&0xff)==SQLITE_IOERR || rc2==SQLITE_NOMEM ? rc2 : SQLITE_AUTH;
     }
   }

@@ -171,11 +171,14 @@ int tdeKeysAddVersion(TdeDbKeys *k, uint32_t version, const uint8_t *aDek);
 int tdeKeysUnlockAll(TdeDbKeys *k);
 void tdeKeysFreeVersions(TdeDbKeys *k);
 void tdeKeysAlias(TdeDbKeys *k);
-TdePageCipher *tdeCipherForSeal(TdeFile *p);
-TdePageCipher *tdeCipherForOpen(TdeFile *p, uint32_t version);
+TdePageCipher *tdeCipherForSeal(TdeFile *p, int *pRc);
+TdePageCipher *tdeCipherForOpen(TdeFile *p, uint32_t version, int *pRc);
 void tdeCiphersFree(TdeFile *p);
 int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size_t n,
             uint8_t *ct, uint8_t *trailer);
+/* tdeOpen: TDE_OK; TDE_AUTH or TDE_NOKEY when the data is not authentic;
+** TDE_NOMEM, TDE_IO or TDE_CRYPTO when it could not be checked (an error
+** to report as such, never to treat as absent or damaged data). */
 int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size_t n,
             const uint8_t *trailer, uint8_t *pt);
 int tdeMainRefresh(TdeFile *pMain);

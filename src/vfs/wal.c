@@ -240,7 +240,9 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
 static int walCommitFollows(TdeFile *p, uint32_t idx){
   int state = FRAME_SHORT, bCommit = 0;
   uint8_t *aTmp = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
-  if( !aTmp ) return 0;
+  /* Cannot look: say a commit follows, so the bad frame fails the read
+  ** rather than being dropped as a torn tail with commits after it. */
+  if( !aTmp ) return 1;
   /* To the end of the file: frames that fail authentication too (two
   ** damaged frames in a row must not hide the commits after them) and
   ** frames of older generations (the tail a restarted log leaves). */
