@@ -51,6 +51,10 @@ void tdeLog(int level, const char *zFmt, ...) __attribute__((format(printf, 2, 3
 #define TDE_FAULT_ALLOC_SECURE  5    /* tdeSecureAlloc */
 extern int (*tdeFaultHook)(int eSite);
 
+/* The last ERROR-level message tdeLog() logged on this thread ("" if
+** none): SQL function tde_last_error() and the VFS's xGetLastError. */
+const char *tdeLastFailure(void);
+
 static inline void tdePut16(uint8_t *p, uint16_t v){ p[0]=(uint8_t)(v>>8); p[1]=(uint8_t)v; }
 static inline void tdePut32(uint8_t *p, uint32_t v){
   p[0]=(uint8_t)(v>>24); p[1]=(uint8_t)(v>>16); p[2]=(uint8_t)(v>>8); p[3]=(uint8_t)v;

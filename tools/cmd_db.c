@@ -229,6 +229,17 @@ int cliCmdShell(Cli *pCli, const CliArgs *pArgs){
     freeShellArgv(azArgv);
     return CLI_FAIL;
   }
+  /* Every file the shell creates is encrypted under the same configuration:
+  ** tde becomes the default VFS (.backup FILE, .save FILE, ATTACH, VACUUM
+  ** INTO 'name' all open new files through it).  The configuration path is
+  ** no secret; the keystore's password never goes in the environment (the
+  ** shell is refused above for keystores that need one). */
+  if( setenv("SQLITE_TDE_DEFAULT_VFS", "1", 1)!=0
+   || (pCli->zConfig && setenv("SQLITE_TDE_CONFIG", pCli->zConfig, 1)!=0) ){
+    cliErr("cannot set the tde environment for the shell: %s", strerror(errno));
+    freeShellArgv(azArgv);
+    return CLI_FAIL;
+  }
   fflush(stdout);
   fflush(stderr);
   execvp(azArgv[0], azArgv);

@@ -1431,14 +1431,27 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
       break;
   }
   if( rc ){
+    int bRemove = 0;
+    if( p->eKind==TDE_KIND_MAIN && !bExisted && zName ){
+      /* A failed open leaves no file it created.  Only while it is still
+      ** empty and no other connection holds it (an exclusive lock): then
+      ** nobody has begun to create a database in it. */
+      sqlite3_int64 sz = -1;
+      if( p->pReal->pMethods->xLock(p->pReal, SQLITE_LOCK_SHARED)==SQLITE_OK ){
+        if( p->pReal->pMethods->xLock(p->pReal, SQLITE_LOCK_EXCLUSIVE)==SQLITE_OK
+         && p->pReal->pMethods->xFileSize(p->pReal, &sz)==SQLITE_OK && sz==0 ){
+          bRemove = pOrig->xDelete(pOrig, zName, 0)==SQLITE_OK;
+        }
+        p->pReal->pMethods->xUnlock(p->pReal, SQLITE_LOCK_NONE);
+      }
+    }
     p->pReal->pMethods->xClose(p->pReal);
     tdeWalFree(p);
     tdeJournalFree(p);
     tdeCiphersFree(p);
     tdeKeysFree(p->pKeys);
     p->pKeys = 0;
-    /* The file SQLite's open created (if any) stays, empty: deleting it
-    ** could unlink a database another process created meanwhile. */
+    TDE_UNUSED(bRemove);
     goto fail;
   }
   pFile->pMethods = &tdeIoMethods;
@@ -1483,8 +1496,13 @@ static int tdeVfsSleep(sqlite3_vfs *pVfs, int nMicro){
 static int tdeVfsCurrentTime(sqlite3_vfs *pVfs, double *pTimeOut){
   return ORIGVFS(pVfs)->xCurrentTime(ORIGVFS(pVfs), pTimeOut);
 }
-static int tdeVfsGetLastError(sqlite3_vfs *pVfs, int a, char *b){
-  return ORIGVFS(pVfs)->xGetLastError(ORIGVFS(pVfs), a, b);
+/* The system error number of the VFS below; the message, when tde logged a
+** failure on this thread, is tde's (file, page, cause: tde_last_error()). */
+static int tdeVfsGetLastError(sqlite3_vfs *pVfs, int nBuf, char *zBuf){
+  int rc = ORIGVFS(pVfs)->xGetLastError ? ORIGVFS(pVfs)->xGetLastError(ORIGVFS(pVfs), nBuf, zBuf) : 0;
+  const char *z = tdeLastFailure();
+  if( z[0] && zBuf && nBuf>0 ) sqlite3_snprintf(nBuf, zBuf, "%s", z);
+  return rc;
 }
 static int tdeVfsCurrentTimeInt64(sqlite3_vfs *pVfs, sqlite3_int64 *p){
   return ORIGVFS(pVfs)->xCurrentTimeInt64(ORIGVFS(pVfs), p);

@@ -504,6 +504,69 @@ static void test_created_by_other_connection(void **state){
   }
 }
 
+
+/* ---- item 8: error reasons ------------------------------------------------- */
+
+static void test_error_reasons(void **state){
+  char zPath[PATH_MAX], zNew[PATH_MAX], zSql[2*PATH_MAX], zBuf[512];
+  unsigned char aJunk[64];
+  sqlite3 *db, *other;
+  sqlite3_vfs *pVfs = sqlite3_vfs_find("tde");
+  int rc;
+  (void)state;
+  pathOf(zPath, "reason.db");
+  pathOf(zNew, "reason-new.db");
+  (void)makeSmallDb(zPath, 10);
+  memset(aJunk, 0x77, sizeof(aJunk));
+  rawWrite(zPath, aJunk, sizeof(aJunk), TDE_HEADER_BYTES + 4096 + 200);   /* page 2 */
+  db = openTde(zPath);
+  rc = execRc(db, "SELECT count(*), sum(length(b)) FROM t");
+  assert_int_equal(rc, SQLITE_IOERR_AUTH);
+  /* Another connection on this thread asks why. */
+  assert_int_equal(sqlite3_open(":memory:", &other), SQLITE_OK);
+  assert_int_equal(tde_register(0), TDE_OK);   /* SQL functions on connections opened later */
+  sqlite3_close(other);
+  assert_int_equal(sqlite3_open(":memory:", &other), SQLITE_OK);
+  {
+    sqlite3_stmt *pStmt = 0;
+    const char *z;
+    assert_int_equal(sqlite3_prepare_v2(other, "SELECT tde_last_error()", -1, &pStmt, 0), SQLITE_OK);
+    assert_int_equal(sqlite3_step(pStmt), SQLITE_ROW);
+    z = (const char*)sqlite3_column_text(pStmt, 0);
+    printf("# tde_last_error(): %s\n", z ? z : "NULL");
+    assert_non_null(z);
+    assert_non_null(strstr(z, "reason.db"));
+    assert_non_null(strstr(z, "page 2 failed authentication"));
+    sqlite3_finalize(pStmt);
+  }
+  /* The VFS's xGetLastError hands SQLite the same text. */
+  zBuf[0] = 0;
+  pVfs->xGetLastError(pVfs, (int)sizeof(zBuf), zBuf);
+  assert_non_null(strstr(zBuf, "page 2 failed authentication"));
+  sqlite3_close(db);
+
+  /* A failed open of a new database leaves no file behind. */
+  removeDb(zNew);
+  snprintf(zSql, sizeof(zSql), "file:%s?vfs=tde&tde_config=%s/no-such/tde.conf", zNew, zScratch);
+  db = 0;
+  rc = sqlite3_open_v2(zSql, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_URI, 0);
+  if( rc==SQLITE_OK ) rc = execRc(db, "CREATE TABLE t(a)");
+  assert_int_not_equal(rc, SQLITE_OK);
+  sqlite3_close(db);
+  assert_int_equal(fileSize(zNew), -1);
+  {
+    sqlite3_stmt *pStmt = 0;
+    const char *z;
+    assert_int_equal(sqlite3_prepare_v2(other, "SELECT tde_last_error()", -1, &pStmt, 0), SQLITE_OK);
+    assert_int_equal(sqlite3_step(pStmt), SQLITE_ROW);
+    z = (const char*)sqlite3_column_text(pStmt, 0);
+    assert_non_null(z);
+    assert_non_null(strstr(z, "no-such/tde.conf"));
+    sqlite3_finalize(pStmt);
+  }
+  sqlite3_close(other);
+}
+
 /* ---- item 4: sqlite3_shutdown() and sqlite3_initialize() -------------------- */
 
 /* Runs last: it re-initialises SQLite. */
@@ -555,6 +618,7 @@ int main(void){
     cmocka_unit_test_setup(test_stacked_vfs_new_database, testSetup),
     cmocka_unit_test_setup(test_attach_new_database, testSetup),
     cmocka_unit_test_setup(test_created_by_other_connection, testSetup),
+    cmocka_unit_test_setup(test_error_reasons, testSetup),
     cmocka_unit_test_setup(test_reinitialise, testSetup),
   };
   return cmocka_run_group_tests_name("fidelity", tests, groupSetup, groupTeardown);
