@@ -258,11 +258,18 @@ int tdeMainRefresh(TdeFile *p){
   }
   if( trc==TDE_OK && pHdr->seq<=k->hdr.seq ) goto done;      /* unchanged (never go back) */
   if( trc==TDE_OK ){
+    /* Verify first, then swap: the new header's MAC is checked with its
+    ** current data key before anything of it is installed. */
+    uint8_t *aDek = tdeSecureAlloc(32);
+    trc = aDek ? tdeKeyringUnlock(k->pKs, pHdr, pHdr->curVersion, aDek) : TDE_NOMEM;
+    if( trc==TDE_OK ) trc = tdeHeaderMacKey(aDek, pHdr->dbid, macKey);
+    if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + iSlot*TDE_SLOT_SIZE, macKey);
+    tdeSecureFree(aDek, 32);
+  }
+  if( trc==TDE_OK ){
     TdeHeader save = k->hdr;
     k->hdr = *pHdr;
     trc = tdeKeysUnlockAll(k);
-    if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
-    if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + iSlot*TDE_SLOT_SIZE, macKey);
     if( trc ){
       k->hdr = save;
       tdeKeysUnlockAll(k);

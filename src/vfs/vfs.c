@@ -420,8 +420,13 @@ done:
 ** zeros and our magic: a header write torn by a crash at creation (no
 ** page was ever written after it).  Anything else is a foreign file. */
 static int tdeTornCreation(TdeFile *p, sqlite3_int64 sz){
-  uint8_t *a = sqlite3_malloc(TDE_HEADER_BYTES);
+  uint8_t *a;
   int bShort = 0, bTorn = 0;
+  /* The header region is written whole; a crash tears it at a sector
+  ** boundary (512 bytes at least).  Any other size (a 100-byte file that
+  ** starts with the magic) is not ours to turn into a new database. */
+  if( sz%512!=0 ) return 0;
+  a = sqlite3_malloc(TDE_HEADER_BYTES);
   if( !a ) return 0;
   memset(a, 0, TDE_HEADER_BYTES);
   if( tdeRealRead(p, a, (int)sz, 0, &bShort)==SQLITE_OK ){

@@ -30,8 +30,10 @@
 #define TDE_BLOCK_MAX     4096
 #define TDE_MAX_PAGE     65536
 
-/* One data-key version and the WAL MAC key derived from it. */
-#define TDE_MAX_VERSIONS 4
+/* One data-key version and the WAL MAC key derived from it.  As many as
+** the header's keyring can name (TDE_MAX_ENTRIES): every wrapped version
+** can be held, so none is ever refused for lack of room. */
+#define TDE_MAX_VERSIONS TDE_MAX_ENTRIES
 typedef struct TdeDekVer {
   uint32_t version;
   uint8_t *aDek;              /* 32 bytes, secure memory */

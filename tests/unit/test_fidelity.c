@@ -33,6 +33,7 @@
 #include "sqlite-tde.h"
 #include "tdetest.h"
 #include "stackvfs.h"
+#include "cipher/cipher.h"    /* tdeSha256, to forge a format-1 rekey journal */
 
 /* ---- log capture ---------------------------------------------------------- */
 
@@ -567,6 +568,96 @@ static void test_error_reasons(void **state){
   sqlite3_close(other);
 }
 
+
+/* ---- item 10: a forged -tderekey journal, a 100-byte file -------------------- */
+
+/*
+** A DB-tderekey file is consulted only while a rekey is in progress, and
+** only if made with the database's current data key.  Here one is made
+** as the published format 1 described it (unkeyed SHA-256), holding the
+** authentic old ciphertext of page 2 from before an update; page 2 is then
+** damaged.  The read must fail, never serve the stale page.
+*/
+static void test_forged_rekey_journal(void **state){
+  char zPath[PATH_MAX], zJ[PATH_MAX+16];
+  unsigned char *aOld, *aJ, aJunk[32];
+  size_t nOld, nJ = 32 + 4 + 4096 + 32;
+  sqlite3 *db;
+  int rc;
+  (void)state;
+  pathOf(zPath, "forged.db");
+  (void)makeSmallDb(zPath, 5);
+  aOld = readAll(zPath, &nOld);
+  assert_non_null(aOld);
+  db = openTde(zPath);
+  exec(db, "UPDATE t SET b = 'changed-after-the-copy'");
+  sqlite3_close(db);
+  aJ = calloc(1, nJ);
+  assert_non_null(aJ);
+  memcpy(aJ, "TDERKJ01", 8);
+  {
+    /* The database id: from tde_status, as an attacker would from the file. */
+    sqlite3_stmt *pStmt = 0;
+    const char *zId;
+    db = openTde(zPath);
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT database_id FROM tde_status WHERE schema='main'", -1, &pStmt, 0), SQLITE_OK);
+    assert_int_equal(sqlite3_step(pStmt), SQLITE_ROW);
+    zId = (const char*)sqlite3_column_text(pStmt, 0);
+    assert_non_null(zId);
+    assert_int_equal(strlen(zId), 32);
+    for(int i=0; i<16; i++){
+      unsigned int v;
+      assert_int_equal(sscanf(zId+2*i, "%2x", &v), 1);
+      aJ[8+i] = (unsigned char)v;
+    }
+    sqlite3_finalize(pStmt);
+    sqlite3_close(db);
+  }
+  aJ[24] = 0; aJ[25] = 0; aJ[26] = 0x10; aJ[27] = 0;   /* page size 4096 */
+  aJ[31] = 1;                                          /* one entry */
+  aJ[35] = 2;                                          /* page 2 */
+  memcpy(aJ+36, aOld + TDE_HEADER_BYTES + 4096, 4096);
+  assert_int_equal(tdeSha256(aJ, nJ-32, aJ+nJ-32), TDE_OK);
+  snprintf(zJ, sizeof(zJ), "%s-tderekey", zPath);
+  writeAll(zJ, aJ, nJ);
+  memset(aJunk, 0x33, sizeof(aJunk));
+  rawWrite(zPath, aJunk, sizeof(aJunk), TDE_HEADER_BYTES + 4096 + 300);
+  db = openTde(zPath);
+  rc = execRc(db, "SELECT group_concat(b) FROM t");
+  printf("# damaged page 2 with a forged -tderekey beside it: rc=%d\n", rc);
+  assert_int_equal(rc, SQLITE_IOERR_AUTH);
+  sqlite3_close(db);
+  unlink(zJ);
+  free(aJ);
+  free(aOld);
+}
+
+/* A 100-byte file that starts with the magic is refused, not made into a
+** new database. */
+static void test_short_magic_file_refused(void **state){
+  char zPath[PATH_MAX];
+  unsigned char a[100], *aAfter;
+  size_t nAfter;
+  sqlite3 *db = 0;
+  int rc;
+  (void)state;
+  pathOf(zPath, "magic100.db");
+  removeDb(zPath);
+  memset(a, 0, sizeof(a));
+  memcpy(a, "SQLT-TDE", 8);
+  writeAll(zPath, a, sizeof(a));
+  rc = openTdeCfg(zPath, zCfg, &db);
+  if( rc==SQLITE_OK ) rc = execRc(db, "CREATE TABLE t(x)");
+  sqlite3_close(db);
+  printf("# 100-byte file with the magic: rc=%d\n", rc);
+  assert_int_equal(rc & 0xff, SQLITE_NOTADB);
+  aAfter = readAll(zPath, &nAfter);
+  assert_non_null(aAfter);
+  assert_int_equal(nAfter, sizeof(a));
+  assert_memory_equal(aAfter, a, sizeof(a));
+  free(aAfter);
+}
+
 /* ---- item 4: sqlite3_shutdown() and sqlite3_initialize() -------------------- */
 
 /* Runs last: it re-initialises SQLite. */
@@ -619,6 +710,8 @@ int main(void){
     cmocka_unit_test_setup(test_attach_new_database, testSetup),
     cmocka_unit_test_setup(test_created_by_other_connection, testSetup),
     cmocka_unit_test_setup(test_error_reasons, testSetup),
+    cmocka_unit_test_setup(test_forged_rekey_journal, testSetup),
+    cmocka_unit_test_setup(test_short_magic_file_refused, testSetup),
     cmocka_unit_test_setup(test_reinitialise, testSetup),
   };
   return cmocka_run_group_tests_name("fidelity", tests, groupSetup, groupTeardown);
