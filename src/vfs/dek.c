@@ -290,3 +290,81 @@ done:
   sqlite3_free(aRegion);
   return rc;
 }
+
+/* ---- pages: associated data, seal, open -------------------------------- */
+
+/* A short display name for log messages. */
+static const char *dekFileName(TdeFile *p){
+  return p->zName ? p->zName : "(temp file)";
+}
+
+void tdePageAad(const uint8_t dbid[16], uint32_t pgno, uint32_t pgsz, uint8_t *aad){
+  aad[0] = 'P';
+  memcpy(aad+1, dbid, TDE_DBID_BYTES);
+  tdePut32(aad+1+TDE_DBID_BYTES, pgno);
+  tdePut32(aad+5+TDE_DBID_BYTES, pgsz);
+}
+
+int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno, uint8_t *aOut){
+  uint8_t aad[TDE_PAGE_AAD_BYTES];
+  uint32_t n = pgsz - TDE_TRAILER_SIZE;
+  int rc;
+  tdePageAad(p->dbid, pgno, pgsz, aad);
+  rc = tdeSeal(p, aad, sizeof(aad), aPlain, n, aOut, aOut+n);
+  if( rc ){
+    tdeLog(TDE_LOG_ERROR, "%s: sealing page %u failed: %s", dekFileName(p), pgno, tde_last_error());
+    return rc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_WRITE;
+  }
+  return SQLITE_OK;
+}
+
+int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, const char *zWhat){
+  return tdeOpenPageTo(p, aPage, aPage, pgsz, pgno, zWhat);
+}
+
+int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, const char *zWhat){
+  uint8_t aad[TDE_PAGE_AAD_BYTES];
+  uint8_t trailer[TDE_TRAILER_SIZE];
+  uint32_t n = pgsz - TDE_TRAILER_SIZE;
+  int rc;
+  tdePageAad(p->dbid, pgno, pgsz, aad);
+  memcpy(trailer, aIn+n, TDE_TRAILER_SIZE);
+  rc = tdeOpen(p, aad, sizeof(aad), aIn, n, trailer, aOut);
+  memset(aOut+n, 0, TDE_TRAILER_SIZE);
+  if( rc && rc!=TDE_AUTH && rc!=TDE_NOKEY ){
+    /* Could not check the page (memory, the header re-read, OpenSSL): an
+    ** error of its own, never taken for a damaged page. */
+    tdeWipe(aOut, pgsz);
+    tdeLog(TDE_LOG_ERROR, "%s: page %u could not be checked: %s", dekFileName(p), pgno,
+           tde_last_error()[0] ? tde_last_error() : tde_errstr(rc));
+    return rc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_READ;
+  }
+  if( rc ){
+    tdeWipe(aOut, pgsz);
+    p->nAuthFail++;
+    if( zWhat && rc==TDE_NOKEY ){
+      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (its trailer names "
+             "data-key version %u, which this database does not have: damaged or not a page)",
+             dekFileName(p), zWhat, pgno, tdeTrailerVersion(trailer));
+    }else if( zWhat ){
+      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (tampered with, damaged, "
+             "or moved from another position or database)", dekFileName(p), zWhat, pgno);
+    }
+    return SQLITE_IOERR_AUTH;
+  }
+  return SQLITE_OK;
+}
+
+/* Which master key (of the header entries for the current version) the
+** keystore holds: recorded for status. */
+void tdeKeysNoteMasterKey(TdeDbKeys *k){
+  k->zMasterKey[0] = 0;
+  for(int i=0; i<k->hdr.nEntry; i++){
+    TdeWrapEntry *e = &k->hdr.aEntry[i];
+    if( e->version==k->hdr.curVersion && e->ksType==k->pKs->pMethods->typeId
+     && k->pKs->pMethods->xHasKey(k->pKs, e->zKeyId) ){
+      memcpy(k->zMasterKey, e->zKeyId, strlen(e->zKeyId)+1);
+      return;
+    }
+  }
+}

@@ -443,3 +443,46 @@ int tdeMainCountVersions(TdeFile *p, uint32_t *aVersion, sqlite3_int64 *anPages,
   *pnFound = nFound;
   return rc;
 }
+
+/* ---- page size discovery -------------------------------------------------- */
+
+/* Here rather than in vfs.c because its last resort is the rekey journal:
+** vfs.c calls down into rekey.c, never the other way round. */
+/*
+** Find the page size of a database whose page 1 we have not yet seen in a
+** full-page read: try each size until page 1 authenticates (the page size
+** is in the associated data, so only the right one can).
+*/
+int tdeMainDiscoverPgsz(TdeFile *p){
+  sqlite3_int64 sz = 0;
+  int rc, bShort;
+  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  if( rc ) return rc;
+  sz -= TDE_HEADER_BYTES;
+  /* No whole page yet (the header was written, page 1 not): nothing to
+  ** authenticate, the database is empty. */
+  if( sz < 512 ) return SQLITE_IOERR_SHORT_READ;
+  for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
+    uint32_t n = tdeProbePgsz[i];
+    if( sz < n ) continue;
+    rc = tdeRealRead(p, p->aBuf, (int)n, TDE_HEADER_BYTES, &bShort);
+    if( rc ) return rc;
+    if( tdeOpenPage(p, p->aBuf, n, 1, 0)==SQLITE_OK ){
+      p->pgsz = n;
+      return SQLITE_OK;
+    }
+    p->nAuthFail--;   /* a wrong guess is not a failure */
+  }
+  /* Page 1 torn by an interrupted rekey: its old copy is in the rekey
+  ** journal, at the database's page size. */
+  for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
+    if( sz < tdeProbePgsz[i] ) continue;
+    if( tdeRekeyLookup(p, 1, tdeProbePgsz[i], p->aBuf)==SQLITE_OK ){
+      p->pgsz = tdeProbePgsz[i];
+      return SQLITE_OK;
+    }
+  }
+  tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", (p->zName ? p->zName : ""));
+  p->nAuthFail++;
+  return SQLITE_IOERR_AUTH;
+}

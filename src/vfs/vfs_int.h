@@ -6,7 +6,14 @@
 **   journal.c    rollback journals: two-slot encrypted blocks;
 **   blockfile.c  temporary files: fixed-size encrypted blocks;
 **   status.c     PRAGMA tde_status, the tde_status table, SQL functions;
-**   api.c        registration, extension entry point, public C API.
+**   api.c        registration, extension entry point, public C API;
+**   dek.c        data keys by version, ciphers, header refresh, page
+**                seal/open (tdeSealPage, tdeOpenPage*);
+**   keyops.c     header updates; rekey.c rekey and page-size discovery;
+**   fileio.c     the lowest layer: raw reads, scratch, result codes, the
+**                registry of main files -- calls nothing else here.
+** Calls go down this list's layers (api/status -> vfs -> wal, journal,
+** blockfile, rekey, keyops -> dek -> fileio), never back up into vfs.c.
 ** File layouts are specified in docs/FORMAT.md.
 */
 #ifndef TDE_VFS_INT_H
@@ -126,8 +133,11 @@ struct TdeFile {
   int bReserveDue;
 };
 
-/* The open main file whose journal or WAL is zName ("DB-journal",
-** "DB-wal"), or NULL.  Works whatever VFS sits above tde. */
+/* fileio.c: the registry of open main files (added at open, removed at
+** close).  tdeMainFind: the open main file whose journal or WAL is zName
+** ("DB-journal", "DB-wal"), or NULL.  Works whatever VFS sits above tde. */
+void tdeMainListAdd(TdeFile *p);
+void tdeMainListRemove(TdeFile *p);
 TdeFile *tdeMainFind(const char *zName);
 /* The tde main file of schema zSchema of db, or NULL if it is not opened
 ** through tde (directly or below other VFSes). */
@@ -150,6 +160,11 @@ int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, const 
 int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, const char *zWhat);
 /* Seal a plaintext page into aOut (pgsz bytes). */
 int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno, uint8_t *aOut);
+
+/* fileio.c: the page sizes SQLite can use, in the order discovery tries
+** them (the main file and the WAL alike). */
+#define TDE_N_PROBE_PGSZ 8
+extern const uint32_t tdeProbePgsz[TDE_N_PROBE_PGSZ];
 
 /* Is this a page size SQLite can use? */
 static inline int tdeValidPgsz(sqlite3_int64 n){

@@ -276,14 +276,13 @@ static int walHasZeroSector(TdeFile *p, uint32_t idx){
 /* Does frame 1 authenticate under some page size (whatever the header
 ** says)?  Its MAC does not depend on the WAL header. */
 static int walFirstFrameAuthentic(TdeFile *p){
-  static const uint32_t aSize[] = { 4096, 1024, 512, 2048, 8192, 16384, 32768, 65536 };
   uint32_t savePgsz = p->wal.pgsz;
   int bFound = 0;
   uint8_t *aTmp = sqlite3_malloc(FRAME_HDR + TDE_MAX_PAGE);
   if( !aTmp ) return 0;
-  for(size_t i=0; i<TDE_ARRAY_SIZE(aSize) && !bFound; i++){
+  for(size_t i=0; i<TDE_N_PROBE_PGSZ && !bFound; i++){
     int state = FRAME_SHORT;
-    p->wal.pgsz = aSize[i];
+    p->wal.pgsz = tdeProbePgsz[i];
     if( walLoadFrame(p, 1, aTmp, &state, 0)==SQLITE_OK && state==FRAME_OK ) bFound = 1;
     else if( state==FRAME_BAD ) p->nAuthFail--;   /* a wrong guess */
   }
