@@ -284,6 +284,48 @@ static void test_c1_spill_never_written_page(void **state){
   sqlite3_close(db);
 }
 
+
+/*
+** The same mechanism through SQL alone, spill order made explicit: in one
+** transaction, blob A's overflow pages are allocated at the end of the
+** file, blob B's after them; deleting A makes its pages freelist leaves
+** that SQLite will not write (still dirty in the cache) but must read back
+** when it reuses them (btree.c: freed in this transaction, "has content");
+** updating every row of a large table then spills the cache -- B's pages
+** reach the file, A's are dropped unwritten -- and inserting C reuses A's
+** pages: SQLite reads pages inside the file that were never written.
+*/
+static void test_c1_freed_page_reused_after_spill(void **state){
+  static const char *const azMode[] = { "delete", "persist", "truncate" };
+  (void)state;
+  for(int m=0; m<3; m++){
+    char zPath[PATH_MAX], zSql[128];
+    sqlite3 *db;
+    int rc;
+    pathOf(zPath, "c1-sql.db");
+    removeDb(zPath);
+    db = openTde(zPath);
+    snprintf(zSql, sizeof(zSql), "PRAGMA page_size=1024; PRAGMA journal_mode=%s", azMode[m]);
+    exec(db, zSql);
+    exec(db, "CREATE TABLE base(id INTEGER PRIMARY KEY, x BLOB); CREATE TABLE big(id INTEGER PRIMARY KEY, x BLOB)");
+    exec(db, "WITH RECURSIVE c(i) AS (VALUES(1) UNION ALL SELECT i+1 FROM c WHERE i<400) "
+             "INSERT INTO base SELECT i, randomblob(400) FROM c");
+    exec(db, "PRAGMA cache_size=60");
+    exec(db, "BEGIN");
+    exec(db, "INSERT INTO big VALUES(1, randomblob(20000))");     /* A: ~20 pages at the end */
+    exec(db, "INSERT INTO big VALUES(2, randomblob(20000))");     /* B: the ~20 after them */
+    exec(db, "DELETE FROM big WHERE id=1");                       /* A's pages: freelist leaves */
+    exec(db, "UPDATE base SET x = randomblob(400)");              /* dirties ~200 pages: spills */
+    rc = execRc(db, "INSERT INTO big VALUES(3, randomblob(20000))");   /* C reuses A's pages */
+    if( rc ) fail_msg("journal_mode=%s: insert reusing freed pages: rc=%d %s; log: %s",
+                      azMode[m], rc, sqlite3_errmsg(db), zAllLog);
+    exec(db, "COMMIT");
+    assert_int_equal(qint(db, "SELECT count(*) FROM big"), 2);
+    assert_true(integrityOk(db));
+    sqlite3_close(db);
+  }
+}
+
 /* ---- item 2: partly present pages ----------------------------------------- */
 
 static void test_truncated_by_one_byte(void **state){
@@ -704,6 +746,7 @@ int main(void){
     cmocka_unit_test_setup(test_zero_page_beyond_committed, testSetup),
     cmocka_unit_test_setup(test_zero_page_inside_committed, testSetup),
     cmocka_unit_test_setup(test_c1_spill_never_written_page, testSetup),
+    cmocka_unit_test_setup(test_c1_freed_page_reused_after_spill, testSetup),
     cmocka_unit_test_setup(test_truncated_by_one_byte, testSetup),
     cmocka_unit_test_setup(test_junk_appended, testSetup),
     cmocka_unit_test_setup(test_stacked_vfs_new_database, testSetup),
