@@ -35,6 +35,26 @@ void tdeErrClear(void);
 ** level is TDE_LOG_ERROR, TDE_LOG_WARNING or TDE_LOG_INFO. */
 void tdeLog(int level, const char *zFmt, ...) __attribute__((format(printf, 2, 3)));
 
+/*
+** Fault injection inside the shim, for tests only (tests/unit/test_faults.c):
+** when set, called at each site below before the real call; non-zero makes
+** that call fail as the real one can (SQLITE_IOERR_READ for reads, NULL for
+** allocations).  Covers what a VFS below the shim or a failing
+** sqlite3_malloc cannot single out: the shim's own reads of the header,
+** the journal and the WAL, and its secure (key) memory.  NULL in
+** production; never set by the library.
+*/
+#define TDE_FAULT_READ_HEADER   1    /* main file, the header region */
+#define TDE_FAULT_READ_PAGE     2    /* main file, a page */
+#define TDE_FAULT_READ_JOURNAL  3    /* rollback journal */
+#define TDE_FAULT_READ_WAL      4    /* WAL */
+#define TDE_FAULT_ALLOC_SECURE  5    /* tdeSecureAlloc */
+extern int (*tdeFaultHook)(int eSite);
+
+/* The last ERROR-level message tdeLog() logged on this thread ("" if
+** none): SQL function tde_last_error() and the VFS's xGetLastError. */
+const char *tdeLastFailure(void);
+
 static inline void tdePut16(uint8_t *p, uint16_t v){ p[0]=(uint8_t)(v>>8); p[1]=(uint8_t)v; }
 static inline void tdePut32(uint8_t *p, uint32_t v){
   p[0]=(uint8_t)(v>>24); p[1]=(uint8_t)(v>>16); p[2]=(uint8_t)(v>>8); p[3]=(uint8_t)v;

@@ -7,8 +7,27 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static _Thread_local char tdeLastErr[512];
+
+int (*tdeFaultHook)(int eSite);
+
+/* The last failure logged on this thread (tdeLastFailure). */
+static _Thread_local char tdeLastFail[1024];
+
+const char *tdeLastFailure(void){ return tdeLastFail; }
+
+/* SQLITE_TDE_LOG=stderr: the log also goes to stderr, for hosts that
+** cannot set a log callback.  Opt-in by the user; read once. */
+static int tdeLogToStderr(void){
+  static int eState = -1;   /* -1 unknown, 0 no, 1 yes (a benign race: same answer) */
+  if( eState<0 ){
+    const char *z = getenv("SQLITE_TDE_LOG");
+    eState = z && strcmp(z, "stderr")==0;
+  }
+  return eState;
+}
 static tde_log_fn tdeLogFn;
 static void *tdeLogArg;
 
@@ -61,7 +80,13 @@ void tdeLog(int level, const char *zFmt, ...){
   va_start(ap, zFmt);
   vsnprintf(zMsg, sizeof(zMsg), zFmt, ap);
   va_end(ap);
+  if( level==TDE_LOG_ERROR ) memcpy(tdeLastFail, zMsg, strlen(zMsg)+1);
   if( tdeLogFn ) tdeLogFn(tdeLogArg, level, zMsg);
+  /* The one place the library writes to stderr: the user asked for it. */
+  if( tdeLogToStderr() ){
+    fprintf(stderr, "sqlite-tde: %s: %s\n",
+            level==TDE_LOG_ERROR ? "error" : level==TDE_LOG_WARNING ? "warning" : "info", zMsg);
+  }
 #ifndef TDE_NO_SQLITE
   sqlite3_log(level==TDE_LOG_ERROR ? SQLITE_ERROR :
               level==TDE_LOG_WARNING ? SQLITE_WARNING : SQLITE_NOTICE,

@@ -341,6 +341,16 @@ int cliCmdShell(Cli *pCli, const CliArgs *pArgs){
     cliErr("cannot set SQLITE_TDE_NODUMP: %s", strerror(errno));
     goto done;
   }
+  /* Every file the shell creates is encrypted under the same configuration:
+  ** tde becomes the default VFS (.backup FILE, .save FILE, ATTACH, VACUUM
+  ** INTO 'name' all open new files through it).  The configuration path is
+  ** no secret; the keystore's password never goes in the environment (the
+  ** child reads it from the pipe above). */
+  if( setenv("SQLITE_TDE_DEFAULT_VFS", "1", 1)!=0
+   || (pCli->zConfig && setenv("SQLITE_TDE_CONFIG", pCli->zConfig, 1)!=0) ){
+    cliErr("cannot set the tde environment for the shell: %s", strerror(errno));
+    goto done;
+  }
   if( bLocked ) munlock(&key, sizeof(key));
   fflush(stdout);
   fflush(stderr);

@@ -1,14 +1,16 @@
 /*
 ** One-shot cryptographic primitives of sqlite-tde (declared in cipher.h):
-** AES-256-GCM, AES key wrap (RFC 3394 and RFC 5649 padding), HKDF-SHA256,
-** HMAC-SHA256 and SHA-256, all through OpenSSL 3 EVP.
+** AES-256-GCM, HKDF-SHA256, HMAC-SHA256 and SHA-256, all through OpenSSL 3
+** EVP.  (AES key wrap, RFC 3394/5649, was removed: no keystore wraps or
+** unwraps with it -- every provider uses AES-256-GCM -- so it was code
+** nothing reached.)
 **
 ** Each call builds and frees its own OpenSSL context; OpenSSL cleanses key
 ** schedules when a context is freed.  The page cipher (page.c) does not
 ** use tdeGcmSeal/Open: it keeps keyed contexts for speed.
 **
 ** This file must never hand back unauthenticated plaintext: a failed
-** open or unwrap wipes its output before returning.  It never logs key
+** open wipes its output before returning.  It never logs key
 ** bytes and never prints.
 */
 #include "tde_int.h"
@@ -27,15 +29,13 @@
 #define AEAD_HASH_BYTES  32
 /* Largest HKDF-SHA256 output (RFC 5869: 255 * HashLen). */
 #define AEAD_HKDF_MAX    (255 * AEAD_HASH_BYTES)
-/* Longest key-wrap input we accept: the EVP length is an int. */
-#define AEAD_WRAP_MAX    ((size_t)INT_MAX - 16)
 
 /*
 ** Record an OpenSSL failure: the most recent queued error becomes the
 ** detail of TDE_CRYPTO, and the thread's OpenSSL error queue is cleared so
 ** stale entries cannot confuse a later caller.
 */
-static int aeadSslErr(const char *zWhat){
+int tdeSslErr(const char *zWhat){
   char zDetail[256];
   unsigned long e = ERR_peek_last_error();
   if( e!=0 ){
@@ -69,7 +69,7 @@ static int aeadGcmInit(EVP_CIPHER_CTX *ctx, int enc, const uint8_t key[32],
                        const uint8_t *iv, size_t nIv){
   pthread_once(&aeadFetchOnce, aeadFetch);
   if( EVP_CipherInit_ex(ctx, aeadGcmAlg ? aeadGcmAlg : EVP_aes_256_gcm(), NULL, NULL, NULL, enc)!=1 ){
-    return aeadSslErr("AES-256-GCM init");
+    return tdeSslErr("AES-256-GCM init");
   }
   if( nIv!=12
    && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, (int)nIv, NULL)!=1 ){
@@ -77,7 +77,7 @@ static int aeadGcmInit(EVP_CIPHER_CTX *ctx, int enc, const uint8_t key[32],
     return tdeErr(TDE_RANGE, "GCM IV length %zu not supported", nIv);
   }
   if( EVP_CipherInit_ex(ctx, NULL, NULL, key, iv, enc)!=1 ){
-    return aeadSslErr("AES-256-GCM key");
+    return tdeSslErr("AES-256-GCM key");
   }
   return TDE_OK;
 }
@@ -118,16 +118,16 @@ int tdeGcmSeal(const uint8_t key[32], const uint8_t *iv, size_t nIv,
   rc = aeadGcmInit(ctx, 1, key, iv, nIv);
   if( rc ) goto seal_out;
   if( nAad>0 && EVP_EncryptUpdate(ctx, NULL, &nOut, aad, (int)nAad)!=1 ){
-    rc = aeadSslErr("GCM aad");
+    rc = tdeSslErr("GCM aad");
     goto seal_out;
   }
   if( n>0 && EVP_EncryptUpdate(ctx, ct, &nOut, pt, (int)n)!=1 ){
-    rc = aeadSslErr("GCM encrypt");
+    rc = tdeSslErr("GCM encrypt");
     goto seal_out;
   }
   if( EVP_EncryptFinal_ex(ctx, aFinal, &nOut)!=1
    || EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, AEAD_TAG_BYTES, tag)!=1 ){
-    rc = aeadSslErr("GCM final");
+    rc = tdeSslErr("GCM final");
     goto seal_out;
   }
 
@@ -157,15 +157,15 @@ int tdeGcmOpen(const uint8_t key[32], const uint8_t *iv, size_t nIv,
   rc = aeadGcmInit(ctx, 0, key, iv, nIv);
   if( rc ) goto open_out;
   if( EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, AEAD_TAG_BYTES, aTag)!=1 ){
-    rc = aeadSslErr("GCM set tag");
+    rc = tdeSslErr("GCM set tag");
     goto open_out;
   }
   if( nAad>0 && EVP_DecryptUpdate(ctx, NULL, &nOut, aad, (int)nAad)!=1 ){
-    rc = aeadSslErr("GCM aad");
+    rc = tdeSslErr("GCM aad");
     goto open_out;
   }
   if( n>0 && EVP_DecryptUpdate(ctx, pt, &nOut, ct, (int)n)!=1 ){
-    rc = aeadSslErr("GCM decrypt");
+    rc = tdeSslErr("GCM decrypt");
     goto open_out;
   }
   if( EVP_DecryptFinal_ex(ctx, aFinal, &nOut)<=0 ){
@@ -176,105 +176,6 @@ int tdeGcmOpen(const uint8_t key[32], const uint8_t *iv, size_t nIv,
 
 open_out:
   if( rc && pt ) tdeWipe(pt, n);
-  EVP_CIPHER_CTX_free(ctx);
-  return rc;
-}
-
-/* Output length of a wrap of n bytes, or 0 if n is not a valid input. */
-static size_t aeadWrapLen(int bPad, size_t n){
-  if( n>AEAD_WRAP_MAX ) return 0;
-  if( bPad ) return n>=1 ? (n+7)/8*8 + 8 : 0;
-  return (n>=16 && n%8==0) ? n+8 : 0;
-}
-
-static EVP_CIPHER_CTX *aeadWrapCtx(const uint8_t kek[32], int bPad, int enc){
-  EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-  if( ctx==NULL ) return NULL;
-  /* EVP refuses wrap modes unless the caller opts in. */
-  EVP_CIPHER_CTX_set_flags(ctx, EVP_CIPHER_CTX_FLAG_WRAP_ALLOW);
-  if( EVP_CipherInit_ex(ctx, bPad ? EVP_aes_256_wrap_pad() : EVP_aes_256_wrap(),
-                        NULL, kek, NULL, enc)!=1 ){
-    EVP_CIPHER_CTX_free(ctx);
-    return NULL;
-  }
-  return ctx;
-}
-
-/*
-** Wrap n bytes of key data under a 256-bit KEK (id-aes256-wrap, or
-** id-aes256-wrap-pad if bPad).  TDE_RANGE if n is not valid for the mode
-** or nOut is smaller than the wrapped length.  *pnOut (if not NULL) gets
-** the length written, 0 on failure.
-*/
-int tdeAesKeyWrap(const uint8_t kek[32], int bPad, const uint8_t *in, size_t n,
-                  uint8_t *out, size_t nOut, size_t *pnOut){
-  EVP_CIPHER_CTX *ctx = NULL;
-  size_t nNeed = aeadWrapLen(bPad, n);
-  int nDone = 0, nFinal = 0;
-  int rc = TDE_OK;
-
-  if( pnOut ) *pnOut = 0;
-  if( nNeed==0 ){
-    rc = tdeErr(TDE_RANGE, "key wrap%s: bad input length %zu", bPad ? " pad" : "", n);
-    goto wrap_out;
-  }
-  if( nOut<nNeed ){
-    rc = tdeErr(TDE_RANGE, "key wrap: output needs %zu bytes, has %zu", nNeed, nOut);
-    goto wrap_out;
-  }
-  ctx = aeadWrapCtx(kek, bPad, 1);
-  if( ctx==NULL ){ rc = aeadSslErr("key wrap init"); goto wrap_out; }
-  if( EVP_EncryptUpdate(ctx, out, &nDone, in, (int)n)!=1
-   || EVP_EncryptFinal_ex(ctx, out+nDone, &nFinal)!=1 ){
-    rc = aeadSslErr("key wrap");
-    goto wrap_out;
-  }
-  if( (size_t)nDone + (size_t)nFinal!=nNeed ){
-    rc = tdeErr(TDE_CRYPTO, "key wrap: unexpected output length");
-    goto wrap_out;
-  }
-  if( pnOut ) *pnOut = nNeed;
-
-wrap_out:
-  EVP_CIPHER_CTX_free(ctx);
-  return rc;
-}
-
-/*
-** Unwrap n bytes under a 256-bit KEK.  nOut must be at least n-8 (OpenSSL
-** writes the candidate key before checking it).  TDE_AUTH if the integrity
-** check fails, with the n-8 output bytes wiped; TDE_RANGE for bad lengths.
-*/
-int tdeAesKeyUnwrap(const uint8_t kek[32], int bPad, const uint8_t *in, size_t n,
-                    uint8_t *out, size_t nOut, size_t *pnOut){
-  EVP_CIPHER_CTX *ctx = NULL;
-  size_t nMin = bPad ? 16 : 24;
-  int nDone = 0, nFinal = 0;
-  int rc = TDE_OK;
-
-  if( pnOut ) *pnOut = 0;
-  if( n<nMin || n%8!=0 || n>AEAD_WRAP_MAX+8 ){
-    return tdeErr(TDE_RANGE, "key unwrap%s: bad input length %zu", bPad ? " pad" : "", n);
-  }
-  if( nOut<n-8 ){
-    return tdeErr(TDE_RANGE, "key unwrap: output needs %zu bytes, has %zu", n-8, nOut);
-  }
-  ctx = aeadWrapCtx(kek, bPad, 0);
-  if( ctx==NULL ){ rc = aeadSslErr("key unwrap init"); goto unwrap_out; }
-  /* With lengths already checked, a failed update is the integrity check. */
-  if( EVP_DecryptUpdate(ctx, out, &nDone, in, (int)n)!=1 || nDone<0 ){
-    ERR_clear_error();
-    rc = tdeErr(TDE_AUTH, "key unwrap: integrity check failed (wrong key or damaged data)");
-    goto unwrap_out;
-  }
-  if( EVP_DecryptFinal_ex(ctx, out+nDone, &nFinal)!=1 ){
-    rc = aeadSslErr("key unwrap final");
-    goto unwrap_out;
-  }
-  if( pnOut ) *pnOut = (size_t)nDone + (size_t)nFinal;
-
-unwrap_out:
-  if( rc ) tdeWipe(out, n-8);
   EVP_CIPHER_CTX_free(ctx);
   return rc;
 }
@@ -296,9 +197,9 @@ int tdeHkdf(const uint8_t *ikm, size_t nIkm, const uint8_t *salt, size_t nSalt,
   }
   pthread_once(&aeadFetchOnce, aeadFetch);
   pKdf = aeadHkdfAlg;
-  if( pKdf==NULL ){ rc = aeadSslErr("HKDF fetch"); goto hkdf_out; }
+  if( pKdf==NULL ){ rc = tdeSslErr("HKDF fetch"); goto hkdf_out; }
   pCtx = EVP_KDF_CTX_new(pKdf);
-  if( pCtx==NULL ){ rc = aeadSslErr("HKDF context"); goto hkdf_out; }
+  if( pCtx==NULL ){ rc = tdeSslErr("HKDF context"); goto hkdf_out; }
 
   *pParam++ = OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST,
                                                (char*)"SHA256", 0);
@@ -315,7 +216,7 @@ int tdeHkdf(const uint8_t *ikm, size_t nIkm, const uint8_t *salt, size_t nSalt,
   *pParam = OSSL_PARAM_construct_end();
 
   if( EVP_KDF_derive(pCtx, out, nOut, aParam)!=1 ){
-    rc = aeadSslErr("HKDF derive");
+    rc = tdeSslErr("HKDF derive");
     goto hkdf_out;
   }
 
@@ -346,25 +247,25 @@ int tdeHmacSha256(const uint8_t *key, size_t nKey,
   }
   pthread_once(&aeadFetchOnce, aeadFetch);
   pMac = aeadHmacAlg;
-  if( pMac==NULL ){ rc = aeadSslErr("HMAC fetch"); goto hmac_out; }
+  if( pMac==NULL ){ rc = tdeSslErr("HMAC fetch"); goto hmac_out; }
   pCtx = EVP_MAC_CTX_new(pMac);
-  if( pCtx==NULL ){ rc = aeadSslErr("HMAC context"); goto hmac_out; }
+  if( pCtx==NULL ){ rc = tdeSslErr("HMAC context"); goto hmac_out; }
   aParam[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
                                                (char*)"SHA256", 0);
   aParam[1] = OSSL_PARAM_construct_end();
   /* OpenSSL wants a non-NULL key pointer even for a zero-length key. */
   if( EVP_MAC_init(pCtx, nKey>0 ? key : aNoKey, nKey, aParam)!=1 ){
-    rc = aeadSslErr("HMAC init");
+    rc = tdeSslErr("HMAC init");
     goto hmac_out;
   }
   for(i=0; i<nPart; i++){
     if( anPart[i]>0 && EVP_MAC_update(pCtx, apPart[i], anPart[i])!=1 ){
-      rc = aeadSslErr("HMAC update");
+      rc = tdeSslErr("HMAC update");
       goto hmac_out;
     }
   }
   if( EVP_MAC_final(pCtx, out, &nMac, AEAD_HASH_BYTES)!=1 || nMac!=AEAD_HASH_BYTES ){
-    rc = aeadSslErr("HMAC final");
+    rc = tdeSslErr("HMAC final");
     goto hmac_out;
   }
 
@@ -381,7 +282,7 @@ int tdeSha256(const uint8_t *p, size_t n, uint8_t out[32]){
   pthread_once(&aeadFetchOnce, aeadFetch);
   if( EVP_Digest(n>0 ? p : aEmpty, n, out, &nMd, aeadSha256Alg ? aeadSha256Alg : EVP_sha256(), NULL)!=1
    || nMd!=AEAD_HASH_BYTES ){
-    return aeadSslErr("SHA-256");
+    return tdeSslErr("SHA-256");
   }
   return TDE_OK;
 }
@@ -401,7 +302,7 @@ int tdeHmacNew(const uint8_t *key, size_t nKey, TdeHmac **pp){
   OSSL_PARAM aParam[2];
   *pp = NULL;
   pthread_once(&aeadFetchOnce, aeadFetch);
-  if( aeadHmacAlg==NULL ) return aeadSslErr("HMAC fetch");
+  if( aeadHmacAlg==NULL ) return tdeSslErr("HMAC fetch");
   h = OPENSSL_zalloc(sizeof(*h));
   if( h==NULL ) return tdeErr(TDE_NOMEM, "out of memory");
   h->pCtx = EVP_MAC_CTX_new(aeadHmacAlg);
@@ -409,7 +310,7 @@ int tdeHmacNew(const uint8_t *key, size_t nKey, TdeHmac **pp){
   aParam[1] = OSSL_PARAM_construct_end();
   if( h->pCtx==NULL || EVP_MAC_init(h->pCtx, key, nKey, aParam)!=1 ){
     tdeHmacFree(h);
-    return aeadSslErr("HMAC init");
+    return tdeSslErr("HMAC init");
   }
   *pp = h;
   return TDE_OK;
@@ -424,15 +325,15 @@ void tdeHmacFree(TdeHmac *h){
 int tdeHmacCompute(TdeHmac *h, const uint8_t *const *apPart, const size_t *anPart, int nPart,
                    uint8_t out[32]){
   size_t nMac = 0;
-  if( EVP_MAC_init(h->pCtx, NULL, 0, NULL)!=1 ) return aeadSslErr("HMAC re-init");
+  if( EVP_MAC_init(h->pCtx, NULL, 0, NULL)!=1 ) return tdeSslErr("HMAC re-init");
   for(int i=0; i<nPart; i++){
     if( anPart[i]>0 && EVP_MAC_update(h->pCtx, apPart[i], anPart[i])!=1 ){
-      return aeadSslErr("HMAC update");
+      return tdeSslErr("HMAC update");
     }
   }
   if( EVP_MAC_final(h->pCtx, out, &nMac, AEAD_HASH_BYTES)!=1 || nMac!=AEAD_HASH_BYTES ){
     tdeWipe(out, AEAD_HASH_BYTES);
-    return aeadSslErr("HMAC final");
+    return tdeSslErr("HMAC final");
   }
   return TDE_OK;
 }

@@ -4,15 +4,15 @@
 **
 **   secure memory   locked (mlock), excluded from core dumps
 **                   (MADV_DONTDUMP), wiped on free;
-**   primitives      AES-256-GCM, AES key wrap (RFC 3394 / RFC 5649),
-**                   HKDF-SHA256, HMAC-SHA256, SHA-256, random bytes;
+**   primitives      AES-256-GCM, HKDF-SHA256, HMAC-SHA256, SHA-256,
+**                   random bytes;
 **   page cipher     the per-file-handle object that seals and opens pages
 **                   and blocks with the 48-byte trailer of docs/FORMAT.md.
 **
 ** This module never sees a keystore, a file or SQLite.  All functions
 ** return TDE_OK or a tde_rc code (TDE_AUTH for a tag mismatch, TDE_CRYPTO
 ** when OpenSSL fails, TDE_NOMEM, TDE_RANGE for bad lengths).  Outputs of a
-** failed open/unwrap are wiped before returning, so unauthenticated
+** failed open are wiped before returning, so unauthenticated
 ** plaintext never escapes.
 */
 #ifndef TDE_CIPHER_H
@@ -47,14 +47,9 @@ int tdeGcmOpen(const uint8_t key[32], const uint8_t *iv, size_t nIv,
                const uint8_t *aad, size_t nAad,
                const uint8_t *ct, size_t n, const uint8_t tag[16], uint8_t *pt);
 
-/* AES key wrap with a 256-bit KEK.  bPad=0: RFC 3394 (n multiple of 8,
-** n>=16, out is n+8 bytes); bPad=1: RFC 5649 (any n>=1, out is the padded
-** length + 8).  *pnOut gets the output length; nOut is the buffer size.
-** Unwrap returns TDE_AUTH if the integrity check fails. */
-int tdeAesKeyWrap(const uint8_t kek[32], int bPad, const uint8_t *in, size_t n,
-                  uint8_t *out, size_t nOut, size_t *pnOut);
-int tdeAesKeyUnwrap(const uint8_t kek[32], int bPad, const uint8_t *in, size_t n,
-                    uint8_t *out, size_t nOut, size_t *pnOut);
+/* Record the latest OpenSSL failure as the detail of TDE_CRYPTO ("zWhat:
+** OpenSSL's reason"), clear OpenSSL's error queue, return TDE_CRYPTO. */
+int tdeSslErr(const char *zWhat);
 
 /* HKDF-SHA256 (RFC 5869): extract with salt (may be NULL/0), expand with
 ** info, nOut bytes. */

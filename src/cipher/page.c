@@ -31,6 +31,7 @@
 #include "cipher/cipher.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -136,17 +137,12 @@ static int pageKernelRandom(void *p, size_t n){
   return TDE_OK;
 }
 
-/* TDE_CRYPTO with OpenSSL's latest error as detail; clears its queue. */
+/* TDE_CRYPTO with OpenSSL's latest error as detail; clears its queue
+** (the shared recorder, aead.c). */
 static int pageSslErr(const char *zWhat){
-  char zDetail[256];
-  unsigned long e = ERR_peek_last_error();
-  if( e!=0 ){
-    ERR_error_string_n(e, zDetail, sizeof(zDetail));
-  }else{
-    memcpy(zDetail, "no detail", sizeof("no detail"));
-  }
-  ERR_clear_error();
-  return tdeErr(TDE_CRYPTO, "page cipher: %s: %s", zWhat, zDetail);
+  char zFull[64];
+  snprintf(zFull, sizeof(zFull), "page cipher: %s", zWhat);
+  return tdeSslErr(zFull);
 }
 
 /*

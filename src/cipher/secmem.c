@@ -67,6 +67,7 @@ void *tdeSecureAlloc(size_t n){
   SecMemHdr hdr;
 
   if( n > SIZE_MAX - SECMEM_HDR - szPage ) return NULL;
+  if( tdeFaultHook && tdeFaultHook(TDE_FAULT_ALLOC_SECURE) ) return NULL;
   nMap = (n + SECMEM_HDR + szPage - 1) / szPage * szPage;
 
   pBase = mmap(NULL, nMap, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS,

@@ -132,42 +132,62 @@ static TdeDbKeys *fileKeys(TdeFile *p){
   return 0;
 }
 
-TdePageCipher *tdeCipherForSeal(TdeFile *p){
+/*
+** The cipher that seals with the current data key, NULL on failure with
+** *pRc the tde_rc (never an older key's cipher: a failure to make the new
+** one is an error, not a reason to keep sealing with the old key).
+*/
+TdePageCipher *tdeCipherForSeal(TdeFile *p, int *pRc){
   TdeDbKeys *k = fileKeys(p);
+  *pRc = TDE_OK;
   if( k && k->aDek && p->pCipher && tdePageCipherVersion(p->pCipher)!=k->hdr.curVersion ){
     TdePageCipher *pNew = 0;
-    if( tdePageCipherNew(k->aDek, k->hdr.curVersion, &pNew)==TDE_OK ){
-      tdePageCipherFree(p->pCipher);
-      p->pCipher = pNew;
-    }
+    *pRc = tdePageCipherNew(k->aDek, k->hdr.curVersion, &pNew);
+    if( *pRc ) return 0;
+    tdePageCipherFree(p->pCipher);
+    p->pCipher = pNew;
   }
+  if( !p->pCipher ) *pRc = TDE_NOKEY;
   return p->pCipher;
 }
 
-TdePageCipher *tdeCipherForOpen(TdeFile *p, uint32_t version){
+/*
+** The cipher that opens pages of data-key version `version`, NULL with
+** *pRc TDE_NOKEY when the database has no such version (the page is not
+** authentic), or the tde_rc of a failure to find out (reading the header
+** again, memory): that is an error, never an authentication failure.
+*/
+TdePageCipher *tdeCipherForOpen(TdeFile *p, uint32_t version, int *pRc){
   TdeDbKeys *k;
   const TdeDekVer *d;
   int iSlot = -1;
+  *pRc = TDE_OK;
   if( p->pCipher && tdePageCipherVersion(p->pCipher)==version ) return p->pCipher;
   for(int i=0; i<TDE_MAX_VERSIONS; i++){
     if( p->apVer[i] && tdePageCipherVersion(p->apVer[i])==version ) return p->apVer[i];
     if( !p->apVer[i] && iSlot<0 ) iSlot = i;
   }
   k = fileKeys(p);
-  if( !k ) return 0;
+  if( !k ){ *pRc = TDE_NOKEY; return 0; }
   d = tdeKeysFind(k, version);
   if( !d ){
     /* Another process may have started a rekey: read the header again. */
     TdeFile *pMain = p->eKind==TDE_KIND_MAIN ? p : p->pMain;
-    if( pMain && tdeMainRefresh(pMain)==SQLITE_OK ) d = tdeKeysFind(k, version);
-    if( !d ) return 0;
+    if( pMain ){
+      int rc = tdeMainRefresh(pMain);
+      if( rc==SQLITE_NOMEM ){ *pRc = TDE_NOMEM; return 0; }
+      if( (rc&0xff)==SQLITE_IOERR ){ *pRc = TDE_IO; return 0; }
+      if( rc==SQLITE_OK ) d = tdeKeysFind(k, version);
+    }
+    if( !d ){ *pRc = TDE_NOKEY; return 0; }
   }
   if( iSlot<0 ){
     tdePageCipherFree(p->apVer[0]);
     p->apVer[0] = 0;
     iSlot = 0;
   }
-  if( tdePageCipherNew(d->aDek, version, &p->apVer[iSlot])!=TDE_OK ) return 0;
+  *pRc = tdePageCipherNew(d->aDek, version, &p->apVer[iSlot]);
+  if( *pRc ) return 0;
   return p->apVer[iSlot];
 }
 
@@ -183,11 +203,12 @@ void tdeCiphersFree(TdeFile *p){
 /* Seal / open with the version-appropriate cipher. */
 int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size_t n,
             uint8_t *ct, uint8_t *trailer){
-  TdePageCipher *c = tdeCipherForSeal(p);
+  int trc;
+  TdePageCipher *c = tdeCipherForSeal(p, &trc);
   TdeDbKeys *k = fileKeys(p);
   uint64_t nBefore;
   int rc;
-  if( !c ) return TDE_NOKEY;
+  if( !c ) return trc;
   nBefore = tdePageCipherSessions(c);
   rc = tdePageSeal(c, aad, nAad, pt, n, ct, trailer);
   if( k && tdePageCipherSessions(c)!=nBefore ){
@@ -204,10 +225,11 @@ int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size
 
 int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size_t n,
             const uint8_t *trailer, uint8_t *pt){
-  TdePageCipher *c = tdeCipherForOpen(p, tdeTrailerVersion(trailer));
+  int trc;
+  TdePageCipher *c = tdeCipherForOpen(p, tdeTrailerVersion(trailer), &trc);
   if( !c ){
     memset(pt, 0, n);
-    return TDE_NOKEY;
+    return trc;
   }
   return tdePageOpen(c, aad, nAad, ct, n, trailer, pt);
 }
@@ -250,11 +272,18 @@ int tdeMainRefresh(TdeFile *p){
   }
   if( trc==TDE_OK && pHdr->seq<=k->hdr.seq ) goto done;      /* unchanged (never go back) */
   if( trc==TDE_OK ){
+    /* Verify first, then swap: the new header's MAC is checked with its
+    ** current data key before anything of it is installed. */
+    uint8_t *aDek = tdeSecureAlloc(32);
+    trc = aDek ? tdeKeyringUnlock(k->pKs, pHdr, pHdr->curVersion, aDek) : TDE_NOMEM;
+    if( trc==TDE_OK ) trc = tdeHeaderMacKey(aDek, pHdr->dbid, macKey);
+    if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + iSlot*TDE_SLOT_SIZE, macKey);
+    tdeSecureFree(aDek, 32);
+  }
+  if( trc==TDE_OK ){
     TdeHeader save = k->hdr;
     k->hdr = *pHdr;
     trc = tdeKeysUnlockAll(k);
-    if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
-    if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + iSlot*TDE_SLOT_SIZE, macKey);
     if( trc ){
       k->hdr = save;
       tdeKeysUnlockAll(k);
@@ -274,4 +303,82 @@ done:
   if( pHdr ){ tdeWipe(pHdr, sizeof(*pHdr)); sqlite3_free(pHdr); }
   sqlite3_free(aRegion);
   return rc;
+}
+
+/* ---- pages: associated data, seal, open -------------------------------- */
+
+/* A short display name for log messages. */
+static const char *dekFileName(TdeFile *p){
+  return p->zName ? p->zName : "(temp file)";
+}
+
+void tdePageAad(const uint8_t dbid[16], uint32_t pgno, uint32_t pgsz, uint8_t *aad){
+  aad[0] = 'P';
+  memcpy(aad+1, dbid, TDE_DBID_BYTES);
+  tdePut32(aad+1+TDE_DBID_BYTES, pgno);
+  tdePut32(aad+5+TDE_DBID_BYTES, pgsz);
+}
+
+int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno, uint8_t *aOut){
+  uint8_t aad[TDE_PAGE_AAD_BYTES];
+  uint32_t n = pgsz - TDE_TRAILER_SIZE;
+  int rc;
+  tdePageAad(p->dbid, pgno, pgsz, aad);
+  rc = tdeSeal(p, aad, sizeof(aad), aPlain, n, aOut, aOut+n);
+  if( rc ){
+    tdeLog(TDE_LOG_ERROR, "%s: sealing page %u failed: %s", dekFileName(p), pgno, tde_last_error());
+    return rc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_WRITE;
+  }
+  return SQLITE_OK;
+}
+
+int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, const char *zWhat){
+  return tdeOpenPageTo(p, aPage, aPage, pgsz, pgno, zWhat);
+}
+
+int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, const char *zWhat){
+  uint8_t aad[TDE_PAGE_AAD_BYTES];
+  uint8_t trailer[TDE_TRAILER_SIZE];
+  uint32_t n = pgsz - TDE_TRAILER_SIZE;
+  int rc;
+  tdePageAad(p->dbid, pgno, pgsz, aad);
+  memcpy(trailer, aIn+n, TDE_TRAILER_SIZE);
+  rc = tdeOpen(p, aad, sizeof(aad), aIn, n, trailer, aOut);
+  memset(aOut+n, 0, TDE_TRAILER_SIZE);
+  if( rc && rc!=TDE_AUTH && rc!=TDE_NOKEY ){
+    /* Could not check the page (memory, the header re-read, OpenSSL): an
+    ** error of its own, never taken for a damaged page. */
+    tdeWipe(aOut, pgsz);
+    tdeLog(TDE_LOG_ERROR, "%s: page %u could not be checked: %s", dekFileName(p), pgno,
+           tde_last_error()[0] ? tde_last_error() : tde_errstr(rc));
+    return rc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_READ;
+  }
+  if( rc ){
+    tdeWipe(aOut, pgsz);
+    p->nAuthFail++;
+    if( zWhat && rc==TDE_NOKEY ){
+      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (its trailer names "
+             "data-key version %u, which this database does not have: damaged or not a page)",
+             dekFileName(p), zWhat, pgno, tdeTrailerVersion(trailer));
+    }else if( zWhat ){
+      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (tampered with, damaged, "
+             "or moved from another position or database)", dekFileName(p), zWhat, pgno);
+    }
+    return SQLITE_IOERR_AUTH;
+  }
+  return SQLITE_OK;
+}
+
+/* Which master key (of the header entries for the current version) the
+** keystore holds: recorded for status. */
+void tdeKeysNoteMasterKey(TdeDbKeys *k){
+  k->zMasterKey[0] = 0;
+  for(int i=0; i<k->hdr.nEntry; i++){
+    TdeWrapEntry *e = &k->hdr.aEntry[i];
+    if( e->version==k->hdr.curVersion && e->ksType==k->pKs->pMethods->typeId
+     && k->pKs->pMethods->xHasKey(k->pKs, e->zKeyId) ){
+      memcpy(k->zMasterKey, e->zKeyId, strlen(e->zKeyId)+1);
+      return;
+    }
+  }
 }

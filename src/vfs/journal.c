@@ -96,6 +96,15 @@ static uint32_t jCksum(uint32_t init, const uint8_t *aPage, uint32_t pgsz){
 
 static int jIsHot(const uint8_t *a){ return memcmp(a, aJMagic, 8)==0; }
 
+/* A tdeOpen failure that is not "does not authenticate" (no memory, an
+** I/O error re-reading the header, OpenSSL failing): the SQLite error to
+** return instead of treating the bytes as torn or absent; 0 otherwise. */
+static int jOpenFailRc(int trc){
+  if( trc==TDE_NOMEM ) return SQLITE_NOMEM;
+  if( trc==TDE_IO || trc==TDE_CRYPTO ) return SQLITE_IOERR_READ;
+  return 0;
+}
+
 static void jHdrAad(TdeFile *p, sqlite3_int64 h, int iSlot, uint8_t *aad){
   aad[0] = 'J'; aad[1] = 'H';
   memcpy(aad+2, p->dbid, TDE_DBID_BYTES);
@@ -163,7 +172,7 @@ static int jHdrLoad(TdeFile *p, struct TdeJrnl *j, sqlite3_int64 h, JHdr *pH){
   uint8_t aad[JH_AAD];
   uint8_t aId[JID_BYTES] = { 0 };
   int abBad[2] = { 0, 0 };
-  int bShort, rc;
+  int bShort, rc, trc;
 
   memset(pH, 0, sizeof(*pH));
   pH->iOff = h;
@@ -177,7 +186,12 @@ static int jHdrLoad(TdeFile *p, struct TdeJrnl *j, sqlite3_int64 h, JHdr *pH){
     uint64_t seq;
     if( jAllZero(aSlot, JSLOT) ) continue;
     jHdrAad(p, h, s, aad);
-    if( tdeOpen(p, aad, sizeof(aad), aSlot, JSLOT_PLAIN, aSlot+JSLOT_PLAIN, aPlain)!=TDE_OK
+    trc = tdeOpen(p, aad, sizeof(aad), aSlot, JSLOT_PLAIN, aSlot+JSLOT_PLAIN, aPlain);
+    if( jOpenFailRc(trc) ){
+      tdeWipe(aPlain, JSLOT_PLAIN);
+      return jOpenFailRc(trc);
+    }
+    if( trc!=TDE_OK
      || (h>0 && (!j->bId || !tdeCtEqual(aPlain+8+JHDR, j->aId, JID_BYTES))) ){
       abBad[s] = 1;
       continue;
@@ -338,9 +352,9 @@ static int jSupWrite(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int n, sql
     return SQLITE_OK;
   }
   if( j->iSupStage==4 && off==s+12+nName && n==8 && memcmp(z, aJMagic, 8)==0 ){
-    TdePageCipher *c = tdeCipherForSeal(p);
-    int rc;
-    if( !c ) return SQLITE_IOERR_WRITE;
+    int rc, trc;
+    TdePageCipher *c = tdeCipherForSeal(p, &trc);
+    if( !c ) return trc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_WRITE;
     tdePut32(j->aSup, tdePageCipherVersion(c));
     rc = jSupMac(p, j, s, j->aSup, nName, j->aSup+8+nName);
     if( rc ) return SQLITE_IOERR_WRITE;
@@ -695,8 +709,14 @@ static int jRecLoad(TdeFile *p, struct TdeJrnl *j, int i, sqlite3_int64 r){
   memcpy(aTag, a + 4 + n + 24, 4);
   bAuth = 0;
   if( !bShort ){
+    int trc;
     jRecAad(p, j->aId, r, pgno, P, aad);
-    bAuth = tdeOpen(p, aad, sizeof(aad), a+4, n, a+4+n, a+4)==TDE_OK;
+    trc = tdeOpen(p, aad, sizeof(aad), a+4, n, a+4+n, a+4);
+    if( jOpenFailRc(trc) ){
+      tdeWipe(a, P + 8);
+      return jOpenFailRc(trc);
+    }
+    bAuth = trc==TDE_OK;
   }
   if( bAuth && tdeCtEqual(aTag, a+4+P, 4) ){
     memset(a+4+n, 0, TDE_TRAILER_SIZE);
@@ -906,7 +926,12 @@ static int oLoad(TdeFile *p, sqlite3_int64 jb, sqlite3_int64 phys, OBlock *b){
   for(int s=0; s<2; s++){
     const uint8_t *aSlot = aPair + s*OSLOT;
     if( (s+1)*OSLOT > avail ) break;
-    if( tdeOpen(p, aad, sizeof(aad), aSlot, OPLAIN, aSlot+OPLAIN, aPlain)!=TDE_OK ) continue;
+    int trc = tdeOpen(p, aad, sizeof(aad), aSlot, OPLAIN, aSlot+OPLAIN, aPlain);
+    if( jOpenFailRc(trc) ){
+      tdeWipe(aPlain, OPLAIN);
+      return jOpenFailRc(trc);
+    }
+    if( trc!=TDE_OK ) continue;
     if( tdeGet16(aPlain+8)>OBLOCK ) continue;
     if( b->iSlot<0 || tdeGet64(aPlain)>best ){
       b->iSlot = s;

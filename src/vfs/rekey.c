@@ -29,9 +29,27 @@
 
 #include <stdlib.h>
 
-#define RJ_MAGIC   "TDERKJ01"
+#define RJ_MAGIC   "TDERKJ02"
 #define RJ_HDR     32      /* magic 8, dbid 16, page size 4, count 4 */
-#define RJ_SUM     32      /* SHA-256 over everything before it */
+#define RJ_SUM     32      /* HMAC-SHA256 over everything before it */
+
+/* The journal's MAC (docs/FORMAT.md "Rekey"): keyed by the current data
+** key, so only a holder of the key can make a journal this database reads. */
+static int rjMac(TdeFile *p, const uint8_t *a, size_t n, uint8_t out[32]){
+  static const char zInfo[] = "sqlite-tde rekey journal";
+  uint8_t key[32];
+  const uint8_t *apPart[1];
+  size_t anPart[1];
+  int trc;
+  if( !p->pKeys || !p->pKeys->aDek ) return TDE_NOKEY;
+  trc = tdeHkdf(p->pKeys->aDek, 32, p->dbid, TDE_DBID_BYTES, (const uint8_t*)zInfo,
+                sizeof(zInfo)-1, key, sizeof(key));
+  apPart[0] = a;
+  anPart[0] = n;
+  if( trc==TDE_OK ) trc = tdeHmacSha256(key, sizeof(key), apPart, anPart, 1, out);
+  tdeWipe(key, sizeof(key));
+  return trc;
+}
 
 int tdeRekeyInProgress(const TdeDbKeys *k){
   for(int i=0; i<k->hdr.nEntry; i++){
@@ -103,7 +121,7 @@ static int rjLoad(TdeFile *p, RekeyJournal *j, uint8_t **paBuf, uint32_t *pnEntr
   pgsz = tdeGet32(a+24);
   if( memcmp(a, RJ_MAGIC, 8)!=0 || memcmp(a+8, p->dbid, TDE_DBID_BYTES)!=0 || !tdeValidPgsz(pgsz)
    || (sqlite3_int64)RJ_HDR + (sqlite3_int64)n*(4+pgsz) + RJ_SUM != sz
-   || tdeSha256(a, (size_t)sz - RJ_SUM, sum)!=TDE_OK || !tdeCtEqual(sum, a + sz - RJ_SUM, RJ_SUM) ){
+   || rjMac(p, a, (size_t)sz - RJ_SUM, sum)!=TDE_OK || !tdeCtEqual(sum, a + sz - RJ_SUM, RJ_SUM) ){
     sqlite3_free(a);
     return SQLITE_OK;
   }
@@ -160,7 +178,11 @@ int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut){
   RekeyJournal j;
   uint8_t *a = 0;
   uint32_t n = 0, jPgsz = 0;
-  int rc = rjOpen(p, 0, &j), found = SQLITE_IOERR_AUTH;
+  int rc, found = SQLITE_IOERR_AUTH;
+  /* Only while a rekey runs (or was interrupted): otherwise a -tderekey
+  ** file is no business of a failing page. */
+  if( !p->pKeys || !tdeRekeyInProgress(p->pKeys) ) return SQLITE_IOERR_AUTH;
+  rc = rjOpen(p, 0, &j);
   if( rc ) return SQLITE_IOERR_AUTH;
   if( rjLoad(p, &j, &a, &n, &jPgsz)==SQLITE_OK && jPgsz==pgsz ){
     for(uint32_t i=0; i<n; i++){
@@ -324,7 +346,7 @@ int tdeMainRekeyStep(TdeFile *p, int nMax, sqlite3_int64 *pnRewritten,
       tdePut32(e, aPgno[i]);
       memcpy(e+4, aOld + (size_t)i*pgsz, pgsz);
     }
-    rc = tdeSha256(aJ, (size_t)nJ - RJ_SUM, aJ + nJ - RJ_SUM) ? SQLITE_IOERR : SQLITE_OK;
+    rc = rjMac(p, aJ, (size_t)nJ - RJ_SUM, aJ + nJ - RJ_SUM) ? SQLITE_IOERR : SQLITE_OK;
     if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
     /* In pieces of at most 64 KiB: VFSes (unix among them) take no more
     ** in one write, as SQLite never asks them to. */
@@ -420,4 +442,47 @@ int tdeMainCountVersions(TdeFile *p, uint32_t *aVersion, sqlite3_int64 *anPages,
   }
   *pnFound = nFound;
   return rc;
+}
+
+/* ---- page size discovery -------------------------------------------------- */
+
+/* Here rather than in vfs.c because its last resort is the rekey journal:
+** vfs.c calls down into rekey.c, never the other way round. */
+/*
+** Find the page size of a database whose page 1 we have not yet seen in a
+** full-page read: try each size until page 1 authenticates (the page size
+** is in the associated data, so only the right one can).
+*/
+int tdeMainDiscoverPgsz(TdeFile *p){
+  sqlite3_int64 sz = 0;
+  int rc, bShort;
+  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  if( rc ) return rc;
+  sz -= TDE_HEADER_BYTES;
+  /* No whole page yet (the header was written, page 1 not): nothing to
+  ** authenticate, the database is empty. */
+  if( sz < 512 ) return SQLITE_IOERR_SHORT_READ;
+  for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
+    uint32_t n = tdeProbePgsz[i];
+    if( sz < n ) continue;
+    rc = tdeRealRead(p, p->aBuf, (int)n, TDE_HEADER_BYTES, &bShort);
+    if( rc ) return rc;
+    if( tdeOpenPage(p, p->aBuf, n, 1, 0)==SQLITE_OK ){
+      p->pgsz = n;
+      return SQLITE_OK;
+    }
+    p->nAuthFail--;   /* a wrong guess is not a failure */
+  }
+  /* Page 1 torn by an interrupted rekey: its old copy is in the rekey
+  ** journal, at the database's page size. */
+  for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
+    if( sz < tdeProbePgsz[i] ) continue;
+    if( tdeRekeyLookup(p, 1, tdeProbePgsz[i], p->aBuf)==SQLITE_OK ){
+      p->pgsz = tdeProbePgsz[i];
+      return SQLITE_OK;
+    }
+  }
+  tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", (p->zName ? p->zName : ""));
+  p->nAuthFail++;
+  return SQLITE_IOERR_AUTH;
 }

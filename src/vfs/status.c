@@ -337,6 +337,20 @@ static void fnReserve(sqlite3_context *ctx, int argc, sqlite3_value **argv){
   sqlite3_result_int(ctx, n);
 }
 
+/* tde_last_error(): the last failure the shim logged on this thread, with
+** the file, the page and the cause (log messages never hold key bytes,
+** passwords or PINs); NULL if none.  For hosts that cannot set a log
+** callback (the sqlite3 shell, Python, Node), whose error messages carry
+** only SQLite's generic text ("disk I/O error", "authorization denied").
+** It survives the failed statement and a failed open on this thread, and
+** is replaced by the next failure. */
+static void fnLastError(sqlite3_context *ctx, int argc, sqlite3_value **argv){
+  const char *z = tdeLastFailure();
+  TDE_UNUSED(argc); TDE_UNUSED(argv);
+  if( z[0] ) sqlite3_result_text(ctx, z, -1, SQLITE_TRANSIENT);
+  else sqlite3_result_null(ctx);
+}
+
 int tdeSqlFuncRegister(sqlite3 *db);   /* keys/sqlfunc.c: tde_keystore_open() */
 
 int tdeStatusRegister(sqlite3 *db){
@@ -349,6 +363,9 @@ int tdeStatusRegister(sqlite3 *db){
   if( rc==SQLITE_OK ){
     rc = sqlite3_create_function(db, "tde_reserve", 1, SQLITE_UTF8|SQLITE_DIRECTONLY, 0,
                                  fnReserve, 0, 0);
+  }
+  if( rc==SQLITE_OK ){
+    rc = sqlite3_create_function(db, "tde_last_error", 0, SQLITE_UTF8, 0, fnLastError, 0, 0);
   }
   return rc;
 }

@@ -52,9 +52,6 @@ static int tdeShmUnmap(sqlite3_file*, int deleteFlag);
 static int tdeFetch(sqlite3_file*, sqlite3_int64 iOfst, int iAmt, void **pp);
 static int tdeUnfetch(sqlite3_file*, sqlite3_int64 iOfst, void *p);
 
-static void tdeMainListAdd(TdeFile*);
-static void tdeMainListRemove(TdeFile*);
-
 static int tdeVfsOpen(sqlite3_vfs*, const char *, sqlite3_file*, int, int*);
 static int tdeVfsDelete(sqlite3_vfs*, const char *zName, int syncDir);
 static int tdeVfsAccess(sqlite3_vfs*, const char *zName, int flags, int *);
@@ -119,95 +116,17 @@ const sqlite3_io_methods tdeIoMethods = {
   tdeUnfetch                    /* xUnfetch */
 };
 
-int tdeSqliteRc(int rc){
-  switch( rc ){
-    case TDE_OK:          return SQLITE_OK;
-    case TDE_NOMEM:       return SQLITE_NOMEM;
-    case TDE_IO:          return SQLITE_IOERR;
-    case TDE_AUTH:        return SQLITE_IOERR_AUTH;
-    case TDE_BADPASSWORD:
-    case TDE_NOKEYSTORE:
-    case TDE_NOKEY:
-    case TDE_CONFIG:      return SQLITE_AUTH;
-    case TDE_FORMAT:
-    case TDE_PLAINTEXT:   return SQLITE_NOTADB;
-    case TDE_LOCKED:      return SQLITE_BUSY;
-    default:              return SQLITE_ERROR;
-  }
-}
 
 /* A short display name for log messages. */
 static const char *tdeFileName(TdeFile *p){
   return p->zName ? p->zName : "(temp file)";
 }
 
-void tdePageAad(const uint8_t dbid[16], uint32_t pgno, uint32_t pgsz, uint8_t *aad){
-  aad[0] = 'P';
-  memcpy(aad+1, dbid, TDE_DBID_BYTES);
-  tdePut32(aad+1+TDE_DBID_BYTES, pgno);
-  tdePut32(aad+5+TDE_DBID_BYTES, pgsz);
-}
 
-int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno, uint8_t *aOut){
-  uint8_t aad[TDE_PAGE_AAD_BYTES];
-  uint32_t n = pgsz - TDE_TRAILER_SIZE;
-  int rc;
-  tdePageAad(p->dbid, pgno, pgsz, aad);
-  rc = tdeSeal(p, aad, sizeof(aad), aPlain, n, aOut, aOut+n);
-  if( rc ){
-    tdeLog(TDE_LOG_ERROR, "%s: sealing page %u failed: %s", tdeFileName(p), pgno, tde_last_error());
-    return SQLITE_IOERR_WRITE;
-  }
-  return SQLITE_OK;
-}
 
-int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, const char *zWhat){
-  return tdeOpenPageTo(p, aPage, aPage, pgsz, pgno, zWhat);
-}
 
-int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, const char *zWhat){
-  uint8_t aad[TDE_PAGE_AAD_BYTES];
-  uint8_t trailer[TDE_TRAILER_SIZE];
-  uint32_t n = pgsz - TDE_TRAILER_SIZE;
-  int rc;
-  tdePageAad(p->dbid, pgno, pgsz, aad);
-  memcpy(trailer, aIn+n, TDE_TRAILER_SIZE);
-  rc = tdeOpen(p, aad, sizeof(aad), aIn, n, trailer, aOut);
-  memset(aOut+n, 0, TDE_TRAILER_SIZE);
-  if( rc ){
-    tdeWipe(aOut, pgsz);
-    p->nAuthFail++;
-    if( zWhat && rc==TDE_NOKEY ){
-      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (its trailer names "
-             "data-key version %u, which this database does not have: damaged or not a page)",
-             tdeFileName(p), zWhat, pgno, tdeTrailerVersion(trailer));
-    }else if( zWhat ){
-      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (tampered with, damaged, "
-             "or moved from another position or database)", tdeFileName(p), zWhat, pgno);
-    }
-    return SQLITE_IOERR_AUTH;
-  }
-  return SQLITE_OK;
-}
 
-/* Scratch buffer big enough for the largest page plus a WAL frame header,
-** or two stored blocks. */
-int tdeScratch(TdeFile *p){
-  if( !p->aBuf ){
-    p->aBuf = sqlite3_malloc(TDE_MAX_PAGE + 2*(TDE_BLOCK_MAX + TDE_TRAILER_SIZE) + 64);
-    if( !p->aBuf ) return SQLITE_NOMEM;
-  }
-  return SQLITE_OK;
-}
 
-/* Read exactly n bytes at iOfst from the file below.  *pnGot gets the
-** bytes actually present (short reads are zero-filled by the VFS below). */
-int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort){
-  int rc = p->pReal->pMethods->xRead(p->pReal, z, n, iOfst);
-  *pbShort = 0;
-  if( rc==SQLITE_IOERR_SHORT_READ ){ *pbShort = 1; rc = SQLITE_OK; }
-  return rc;
-}
 
 /* ---- keys of the main database ----------------------------------------- */
 
@@ -240,19 +159,6 @@ static TdeDbKeys *tdeKeysAlloc(void){
   return k;
 }
 
-/* Which master key (of the header entries for the current version) the
-** keystore holds: recorded for status. */
-void tdeKeysNoteMasterKey(TdeDbKeys *k){
-  k->zMasterKey[0] = 0;
-  for(int i=0; i<k->hdr.nEntry; i++){
-    TdeWrapEntry *e = &k->hdr.aEntry[i];
-    if( e->version==k->hdr.curVersion && e->ksType==k->pKs->pMethods->typeId
-     && k->pKs->pMethods->xHasKey(k->pKs, e->zKeyId) ){
-      memcpy(k->zMasterKey, e->zKeyId, strlen(e->zKeyId)+1);
-      return;
-    }
-  }
-}
 
 /* Install keys on the handle: copy the database id and create this
 ** handle's sealing session. */
@@ -402,8 +308,13 @@ done:
 ** zeros and our magic: a header write torn by a crash at creation (no
 ** page was ever written after it).  Anything else is a foreign file. */
 static int tdeTornCreation(TdeFile *p, sqlite3_int64 sz){
-  uint8_t *a = sqlite3_malloc(TDE_HEADER_BYTES);
+  uint8_t *a;
   int bShort = 0, bTorn = 0;
+  /* The header region is written whole; a crash tears it at a sector
+  ** boundary (512 bytes at least).  Any other size (a 100-byte file that
+  ** starts with the magic) is not ours to turn into a new database. */
+  if( sz%512!=0 ) return 0;
+  a = sqlite3_malloc(TDE_HEADER_BYTES);
   if( !a ) return 0;
   memset(a, 0, TDE_HEADER_BYTES);
   if( tdeRealRead(p, a, (int)sz, 0, &bShort)==SQLITE_OK ){
@@ -474,54 +385,7 @@ done:
   return rc;
 }
 
-int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn){
-  sqlite3_int64 sz = 0;
-  int rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
-  *pn = 0;
-  if( rc ) return rc;
-  if( p->pgsz && sz>TDE_HEADER_BYTES ) *pn = (sz - TDE_HEADER_BYTES) / p->pgsz;
-  return SQLITE_OK;
-}
 
-/*
-** Find the page size of a database whose page 1 we have not yet seen in a
-** full-page read: try each size until page 1 authenticates (the page size
-** is in the associated data, so only the right one can).
-*/
-int tdeMainDiscoverPgsz(TdeFile *p){
-  static const uint32_t aSize[] = { 4096, 1024, 512, 2048, 8192, 16384, 32768, 65536 };
-  sqlite3_int64 sz = 0;
-  int rc, bShort;
-  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
-  if( rc ) return rc;
-  sz -= TDE_HEADER_BYTES;
-  /* No whole page yet (the header was written, page 1 not): nothing to
-  ** authenticate, the database is empty. */
-  if( sz < 512 ) return SQLITE_IOERR_SHORT_READ;
-  for(size_t i=0; i<TDE_ARRAY_SIZE(aSize); i++){
-    uint32_t n = aSize[i];
-    if( sz < n ) continue;
-    rc = tdeRealRead(p, p->aBuf, (int)n, TDE_HEADER_BYTES, &bShort);
-    if( rc ) return rc;
-    if( tdeOpenPage(p, p->aBuf, n, 1, 0)==SQLITE_OK ){
-      p->pgsz = n;
-      return SQLITE_OK;
-    }
-    p->nAuthFail--;   /* a wrong guess is not a failure */
-  }
-  /* Page 1 torn by an interrupted rekey: its old copy is in the rekey
-  ** journal, at the database's page size. */
-  for(size_t i=0; i<TDE_ARRAY_SIZE(aSize); i++){
-    if( sz < aSize[i] ) continue;
-    if( tdeRekeyLookup(p, 1, aSize[i], p->aBuf)==SQLITE_OK ){
-      p->pgsz = aSize[i];
-      return SQLITE_OK;
-    }
-  }
-  tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", tdeFileName(p));
-  p->nAuthFail++;
-  return SQLITE_IOERR_AUTH;
-}
 
 /* Does a rollback journal, a WAL or a rekey journal exist next to this
 ** main database? */
@@ -989,9 +853,11 @@ static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
       rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
       if( rc ) return rc;
       *pSize = (p->pKeys && sz>TDE_HEADER_BYTES) ? sz - TDE_HEADER_BYTES : 0;
-      /* Whole pages only: a page the file ends inside of is damage, which
-      ** the read of it reports (tdeMainShortPage). */
-      if( p->pgsz ) *pSize -= *pSize % p->pgsz;
+      /* Whole pages only: a page the file ends inside of counts whole, so
+      ** that SQLite reads it (and the read reports the damage,
+      ** tdeMainShortPage) or truncates it away (rolling back a
+      ** transaction whose append a crash tore). */
+      if( p->pgsz && *pSize % p->pgsz ) *pSize += p->pgsz - *pSize % p->pgsz;
       return SQLITE_OK;
     }
     case TDE_KIND_WAL:
@@ -1043,6 +909,13 @@ static int tdeMainRequestReserve(TdeFile *p){
   return SQLITE_OK;
 }
 
+/* A lock refused because the header could not be re-read (tdeLock,
+** tdeShmLock): I/O and memory errors as they are, anything else (a key
+** that cannot be had) as SQLITE_AUTH. */
+static int tdeRefreshLockRc(int rc){
+  return (rc&0xff)==SQLITE_IOERR || rc==SQLITE_NOMEM ? rc : SQLITE_AUTH;
+}
+
 static int tdeLock(sqlite3_file *pFile, int eLock){
   TdeFile *p = (TdeFile*)pFile;
   int rc;
@@ -1055,10 +928,13 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
   ** process may have begun a rekey). */
   if( rc==SQLITE_OK && eLock>=SQLITE_LOCK_RESERVED && p->eKind==TDE_KIND_MAIN ){
     int rc2 = tdeMainRefreshIfChanged(p);
-    if( rc2 && eLock==SQLITE_LOCK_RESERVED ){
-      /* Could not learn the current data key: do not write with an old one. */
-      p->pReal->pMethods->xUnlock(p->pReal, SQLITE_LOCK_SHARED);
-      return (rc2&0xff)==SQLITE_IOERR || rc2==SQLITE_NOMEM ? rc2 : SQLITE_AUTH;
+    if( rc2 ){
+      /* Could not learn the current data key: do not write with an old one.
+      ** RESERVED was taken from SHARED, so drop back to it; a failed
+      ** EXCLUSIVE keeps the lock until SQLite ends the transaction, which
+      ** it does on this error (xUnlock releases every level). */
+      if( eLock==SQLITE_LOCK_RESERVED ) p->pReal->pMethods->xUnlock(p->pReal, SQLITE_LOCK_SHARED);
+      return tdeRefreshLockRc(rc2);
     }
   }
   return rc;
@@ -1170,7 +1046,7 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
       /* Could not learn the current data key: do not write with an old one. */
       p->pReal->pMethods->xShmLock(p->pReal, offset, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
       if( offset+n>1 ) p->bCkpt = 0;
-      return (rc2&0xff)==SQLITE_IOERR || rc2==SQLITE_NOMEM ? rc2 : SQLITE_AUTH;
+      return tdeRefreshLockRc(rc2);
     }
   }
   return rc;
@@ -1219,87 +1095,6 @@ static int tdeKindOf(int flags){
   return TDE_KIND_TEMP;   /* temp db, temp journal, transient db, subjournal */
 }
 
-/* ---- registry of open main files --------------------------------------- */
-
-/*
-** Every open tde main file, so a journal or WAL finds its database however
-** many VFSes sit above tde (sqlite3_database_file_object() returns the
-** topmost VFS's file, not ours).  Keyed by path; among several connections
-** to one path, SQLite's own layout decides: the pager allocates a
-** database's name and its journal and WAL names in one block, so the main
-** file whose name lies closest below the journal's name is its own.
-** Pointers are only compared, never followed outside a registered name.
-*/
-static TdeFile *tdeMainList;
-
-static sqlite3_mutex *tdeMainListMutex(void){
-  return sqlite3_mutex_alloc(SQLITE_MUTEX_STATIC_VFS2);
-}
-
-static void tdeMainListAdd(TdeFile *p){
-  sqlite3_mutex *m = tdeMainListMutex();
-  sqlite3_mutex_enter(m);
-  p->pNextMain = tdeMainList;
-  tdeMainList = p;
-  sqlite3_mutex_leave(m);
-}
-
-static void tdeMainListRemove(TdeFile *p){
-  sqlite3_mutex *m = tdeMainListMutex();
-  sqlite3_mutex_enter(m);
-  for(TdeFile **pp=&tdeMainList; *pp; pp=&(*pp)->pNextMain){
-    if( *pp==p ){ *pp = p->pNextMain; break; }
-  }
-  p->pNextMain = 0;
-  sqlite3_mutex_leave(m);
-}
-
-TdeFile *tdeMainFind(const char *zName){
-  static const char *const azSuffix[] = { "-journal", "-wal" };
-  sqlite3_mutex *m;
-  TdeFile *pBest = 0;
-  size_t nName, nDb = 0;
-  if( !zName ) return 0;
-  nName = strlen(zName);
-  for(size_t i=0; i<TDE_ARRAY_SIZE(azSuffix); i++){
-    size_t n = strlen(azSuffix[i]);
-    if( nName>n && strcmp(zName+nName-n, azSuffix[i])==0 ){ nDb = nName-n; break; }
-  }
-  if( !nDb ) return 0;
-  m = tdeMainListMutex();
-  sqlite3_mutex_enter(m);
-  for(TdeFile *q=tdeMainList; q; q=q->pNextMain){
-    if( !q->zName || strlen(q->zName)!=nDb || memcmp(q->zName, zName, nDb)!=0 ) continue;
-    if( !pBest ){ pBest = q; continue; }
-    {
-      uintptr_t j = (uintptr_t)zName, a = (uintptr_t)q->zName, b = (uintptr_t)pBest->zName;
-      if( a<j && (b>j || a>b) ) pBest = q;
-    }
-  }
-  sqlite3_mutex_leave(m);
-  return pBest;
-}
-
-TdeFile *tdeMainOfDb(sqlite3 *db, const char *zSchema){
-  sqlite3_file *pFile = 0;
-  const char *zDb;
-  sqlite3_mutex *m;
-  TdeFile *pFound = 0;
-  if( sqlite3_file_control(db, zSchema, SQLITE_FCNTL_FILE_POINTER, &pFile)!=SQLITE_OK || !pFile ) return 0;
-  if( pFile->pMethods==&tdeIoMethods ){
-    return ((TdeFile*)pFile)->eKind==TDE_KIND_MAIN ? (TdeFile*)pFile : 0;
-  }
-  /* Another VFS above tde: SQLite's name for the file is the one tde got. */
-  zDb = sqlite3_db_filename(db, zSchema);
-  if( !zDb ) return 0;
-  m = tdeMainListMutex();
-  sqlite3_mutex_enter(m);
-  for(TdeFile *q=tdeMainList; q && !pFound; q=q->pNextMain){
-    if( q->zName==zDb ) pFound = q;
-  }
-  sqlite3_mutex_leave(m);
-  return pFound;
-}
 
 /* WAL and rollback journal: key them from their main database. */
 static int tdeOpenDependent(TdeFile *p, const char *zName){
@@ -1408,14 +1203,27 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
       break;
   }
   if( rc ){
+    int bRemove = 0;
+    if( p->eKind==TDE_KIND_MAIN && !bExisted && zName ){
+      /* A failed open leaves no file it created.  Only while it is still
+      ** empty and no other connection holds it (an exclusive lock): then
+      ** nobody has begun to create a database in it. */
+      sqlite3_int64 sz = -1;
+      if( p->pReal->pMethods->xLock(p->pReal, SQLITE_LOCK_SHARED)==SQLITE_OK ){
+        if( p->pReal->pMethods->xLock(p->pReal, SQLITE_LOCK_EXCLUSIVE)==SQLITE_OK
+         && p->pReal->pMethods->xFileSize(p->pReal, &sz)==SQLITE_OK && sz==0 ){
+          bRemove = pOrig->xDelete(pOrig, zName, 0)==SQLITE_OK;
+        }
+        p->pReal->pMethods->xUnlock(p->pReal, SQLITE_LOCK_NONE);
+      }
+    }
     p->pReal->pMethods->xClose(p->pReal);
     tdeWalFree(p);
     tdeJournalFree(p);
     tdeCiphersFree(p);
     tdeKeysFree(p->pKeys);
     p->pKeys = 0;
-    /* The file SQLite's open created (if any) stays, empty: deleting it
-    ** could unlink a database another process created meanwhile. */
+    TDE_UNUSED(bRemove);
     goto fail;
   }
   pFile->pMethods = &tdeIoMethods;
@@ -1460,8 +1268,13 @@ static int tdeVfsSleep(sqlite3_vfs *pVfs, int nMicro){
 static int tdeVfsCurrentTime(sqlite3_vfs *pVfs, double *pTimeOut){
   return ORIGVFS(pVfs)->xCurrentTime(ORIGVFS(pVfs), pTimeOut);
 }
-static int tdeVfsGetLastError(sqlite3_vfs *pVfs, int a, char *b){
-  return ORIGVFS(pVfs)->xGetLastError(ORIGVFS(pVfs), a, b);
+/* The system error number of the VFS below; the message, when tde logged a
+** failure on this thread, is tde's (file, page, cause: tde_last_error()). */
+static int tdeVfsGetLastError(sqlite3_vfs *pVfs, int nBuf, char *zBuf){
+  int rc = ORIGVFS(pVfs)->xGetLastError ? ORIGVFS(pVfs)->xGetLastError(ORIGVFS(pVfs), nBuf, zBuf) : 0;
+  const char *z = tdeLastFailure();
+  if( z[0] && zBuf && nBuf>0 ) sqlite3_snprintf(nBuf, zBuf, "%s", z);
+  return rc;
 }
 static int tdeVfsCurrentTimeInt64(sqlite3_vfs *pVfs, sqlite3_int64 *p){
   return ORIGVFS(pVfs)->xCurrentTimeInt64(ORIGVFS(pVfs), p);

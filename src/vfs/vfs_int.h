@@ -6,7 +6,14 @@
 **   journal.c    rollback journals: SQLite's layout, records sealed in place;
 **   blockfile.c  temporary files: fixed-size encrypted blocks;
 **   status.c     PRAGMA tde_status, the tde_status table, SQL functions;
-**   api.c        registration, extension entry point, public C API.
+**   api.c        registration, extension entry point, public C API;
+**   dek.c        data keys by version, ciphers, header refresh, page
+**                seal/open (tdeSealPage, tdeOpenPage*);
+**   keyops.c     header updates; rekey.c rekey and page-size discovery;
+**   fileio.c     the lowest layer: raw reads, scratch, result codes, the
+**                registry of main files -- calls nothing else here.
+** Calls go down this list's layers (api/status -> vfs -> wal, journal,
+** blockfile, rekey, keyops -> dek -> fileio), never back up into vfs.c.
 ** File layouts are specified in docs/FORMAT.md.
 */
 #ifndef TDE_VFS_INT_H
@@ -30,8 +37,10 @@
 #define TDE_BLOCK_MAX     4096
 #define TDE_MAX_PAGE     65536
 
-/* One data-key version and the WAL MAC key derived from it. */
-#define TDE_MAX_VERSIONS 4
+/* One data-key version and the WAL MAC key derived from it.  As many as
+** the header's keyring can name (TDE_MAX_ENTRIES): every wrapped version
+** can be held, so none is ever refused for lack of room. */
+#define TDE_MAX_VERSIONS TDE_MAX_ENTRIES
 typedef struct TdeDekVer {
   uint32_t version;
   uint8_t *aDek;              /* 32 bytes, secure memory */
@@ -125,8 +134,11 @@ struct TdeFile {
   int bReserveDue;
 };
 
-/* The open main file whose journal or WAL is zName ("DB-journal",
-** "DB-wal"), or NULL.  Works whatever VFS sits above tde. */
+/* fileio.c: the registry of open main files (added at open, removed at
+** close).  tdeMainFind: the open main file whose journal or WAL is zName
+** ("DB-journal", "DB-wal"), or NULL.  Works whatever VFS sits above tde. */
+void tdeMainListAdd(TdeFile *p);
+void tdeMainListRemove(TdeFile *p);
 TdeFile *tdeMainFind(const char *zName);
 /* The tde main file of schema zSchema of db, or NULL if it is not opened
 ** through tde (directly or below other VFSes). */
@@ -150,6 +162,11 @@ int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, 
 /* Seal a plaintext page into aOut (pgsz bytes). */
 int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno, uint8_t *aOut);
 
+/* fileio.c: the page sizes SQLite can use, in the order discovery tries
+** them (the main file and the WAL alike). */
+#define TDE_N_PROBE_PGSZ 8
+extern const uint32_t tdeProbePgsz[TDE_N_PROBE_PGSZ];
+
 /* Is this a page size SQLite can use? */
 static inline int tdeValidPgsz(sqlite3_int64 n){
   return n>=512 && n<=TDE_MAX_PAGE && (n & (n-1))==0;
@@ -172,11 +189,14 @@ int tdeKeysAddVersion(TdeDbKeys *k, uint32_t version, const uint8_t *aDek);
 int tdeKeysUnlockAll(TdeDbKeys *k);
 void tdeKeysFreeVersions(TdeDbKeys *k);
 void tdeKeysAlias(TdeDbKeys *k);
-TdePageCipher *tdeCipherForSeal(TdeFile *p);
-TdePageCipher *tdeCipherForOpen(TdeFile *p, uint32_t version);
+TdePageCipher *tdeCipherForSeal(TdeFile *p, int *pRc);
+TdePageCipher *tdeCipherForOpen(TdeFile *p, uint32_t version, int *pRc);
 void tdeCiphersFree(TdeFile *p);
 int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size_t n,
             uint8_t *ct, uint8_t *trailer);
+/* tdeOpen: TDE_OK; TDE_AUTH or TDE_NOKEY when the data is not authentic;
+** TDE_NOMEM, TDE_IO or TDE_CRYPTO when it could not be checked (an error
+** to report as such, never to treat as absent or damaged data). */
 int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size_t n,
             const uint8_t *trailer, uint8_t *pt);
 int tdeMainRefresh(TdeFile *pMain);

@@ -240,7 +240,9 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
 static int walCommitFollows(TdeFile *p, uint32_t idx){
   int state = FRAME_SHORT, bCommit = 0;
   uint8_t *aTmp = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
-  if( !aTmp ) return 0;
+  /* Cannot look: say a commit follows, so the bad frame fails the read
+  ** rather than being dropped as a torn tail with commits after it. */
+  if( !aTmp ) return 1;
   /* To the end of the file: frames that fail authentication too (two
   ** damaged frames in a row must not hide the commits after them) and
   ** frames of older generations (the tail a restarted log leaves). */
@@ -274,14 +276,13 @@ static int walHasZeroSector(TdeFile *p, uint32_t idx){
 /* Does frame 1 authenticate under some page size (whatever the header
 ** says)?  Its MAC does not depend on the WAL header. */
 static int walFirstFrameAuthentic(TdeFile *p){
-  static const uint32_t aSize[] = { 4096, 1024, 512, 2048, 8192, 16384, 32768, 65536 };
   uint32_t savePgsz = p->wal.pgsz;
   int bFound = 0;
   uint8_t *aTmp = sqlite3_malloc(FRAME_HDR + TDE_MAX_PAGE);
   if( !aTmp ) return 0;
-  for(size_t i=0; i<TDE_ARRAY_SIZE(aSize) && !bFound; i++){
+  for(size_t i=0; i<TDE_N_PROBE_PGSZ && !bFound; i++){
     int state = FRAME_SHORT;
-    p->wal.pgsz = aSize[i];
+    p->wal.pgsz = tdeProbePgsz[i];
     if( walLoadFrame(p, 1, aTmp, &state, 0)==SQLITE_OK && state==FRAME_OK ) bFound = 1;
     else if( state==FRAME_BAD ) p->nAuthFail--;   /* a wrong guess */
   }

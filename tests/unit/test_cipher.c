@@ -3,10 +3,8 @@
 ** published vectors, round trips, and tampering.
 **
 ** Vectors: AES-256-GCM test cases 13-18 of McGrew & Viega, "The
-** Galois/Counter Mode of Operation" (the NIST GCM submission); RFC 3394
-** section 4.6; RFC 5649 section 6 (192-bit KEK, checked straight against
-** EVP because our API takes 256-bit KEKs only); RFC 5869 test cases 1 and
-** 3; RFC 4231 test case 2; FIPS 180-2 "abc".
+** Galois/Counter Mode of Operation" (the NIST GCM submission); RFC 5869
+** test cases 1 and 3; RFC 4231 test case 2; FIPS 180-2 "abc".
 **
 ** The page-cipher tests also re-derive every page independently (HKDF +
 ** one-shot GCM, both checked against the vectors above) to pin the
@@ -235,118 +233,6 @@ static void test_gcm_bad_lengths(void **state){
   assert_true(allZero(ct, sizeof(ct)));
 }
 
-/* ---- AES key wrap ------------------------------------------------------ */
-
-/* RFC 3394 4.6: 256 bits of key data, 256-bit KEK, through our API. */
-static void test_keywrap_rfc3394(void **state){
-  uint8_t kek[32], key[32], want[40], out[48], back[48];
-  size_t nOut = 99;
-  TDE_UNUSED(state);
-  unhex("000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F", kek, 32);
-  unhex("00112233445566778899AABBCCDDEEFF000102030405060708090A0B0C0D0E0F", key, 32);
-  unhex("28C9F404C4B810F4CBCCB35CFB87F8263F5786E2D80ED326"
-        "CBC7F0E71A99F43BFB988B9B7A02DD21", want, 40);
-
-  assert_int_equal(tdeAesKeyWrap(kek, 0, key, 32, out, sizeof(out), &nOut), TDE_OK);
-  assert_int_equal(nOut, 40);
-  assert_memory_equal(out, want, 40);
-
-  assert_int_equal(tdeAesKeyUnwrap(kek, 0, want, 40, back, sizeof(back), &nOut), TDE_OK);
-  assert_int_equal(nOut, 32);
-  assert_memory_equal(back, key, 32);
-
-  /* wrong KEK: TDE_AUTH, output wiped */
-  kek[31] ^= 1;
-  memset(back, 0xEE, sizeof(back));
-  assert_int_equal(tdeAesKeyUnwrap(kek, 0, want, 40, back, sizeof(back), &nOut), TDE_AUTH);
-  assert_int_equal(nOut, 0);
-  assert_true(allZero(back, 32));
-  kek[31] ^= 1;
-
-  /* damaged wrapped key: TDE_AUTH */
-  want[20] ^= 4;
-  assert_int_equal(tdeAesKeyUnwrap(kek, 0, want, 40, back, sizeof(back), &nOut), TDE_AUTH);
-  want[20] ^= 4;
-
-  /* buffer and length checks */
-  assert_int_equal(tdeAesKeyWrap(kek, 0, key, 32, out, 39, &nOut), TDE_RANGE);
-  assert_int_equal(tdeAesKeyWrap(kek, 0, key, 31, out, sizeof(out), &nOut), TDE_RANGE);
-  assert_int_equal(tdeAesKeyWrap(kek, 0, key, 8, out, sizeof(out), &nOut), TDE_RANGE);
-  assert_int_equal(tdeAesKeyUnwrap(kek, 0, want, 40, back, 31, &nOut), TDE_RANGE);
-  assert_int_equal(tdeAesKeyUnwrap(kek, 0, want, 39, back, sizeof(back), &nOut), TDE_RANGE);
-  assert_int_equal(tdeAesKeyUnwrap(kek, 0, want, 16, back, sizeof(back), &nOut), TDE_RANGE);
-}
-
-/* One RFC 5649 vector with a 192-bit KEK, via EVP id-aes192-wrap-pad. */
-static void checkKwp192(const char *zKek, const char *zKey, const char *zWrap){
-  uint8_t kek[24], key[32], want[48], out[64];
-  size_t nKey, nWant;
-  int n1 = 0, n2 = 0;
-  EVP_CIPHER_CTX *ctx;
-
-  unhex(zKek, kek, sizeof(kek));
-  nKey = unhex(zKey, key, sizeof(key));
-  nWant = unhex(zWrap, want, sizeof(want));
-
-  ctx = EVP_CIPHER_CTX_new();
-  assert_non_null(ctx);
-  EVP_CIPHER_CTX_set_flags(ctx, EVP_CIPHER_CTX_FLAG_WRAP_ALLOW);
-  assert_int_equal(EVP_EncryptInit_ex(ctx, EVP_aes_192_wrap_pad(), NULL, kek, NULL), 1);
-  assert_int_equal(EVP_EncryptUpdate(ctx, out, &n1, key, (int)nKey), 1);
-  assert_int_equal(EVP_EncryptFinal_ex(ctx, out + n1, &n2), 1);
-  assert_int_equal((size_t)(n1 + n2), nWant);
-  assert_memory_equal(out, want, nWant);
-
-  assert_int_equal(EVP_DecryptInit_ex(ctx, EVP_aes_192_wrap_pad(), NULL, kek, NULL), 1);
-  assert_int_equal(EVP_DecryptUpdate(ctx, out, &n1, want, (int)nWant), 1);
-  assert_int_equal(EVP_DecryptFinal_ex(ctx, out + n1, &n2), 1);
-  assert_int_equal((size_t)(n1 + n2), nKey);
-  assert_memory_equal(out, key, nKey);
-  EVP_CIPHER_CTX_free(ctx);
-}
-
-static void test_keywrap_rfc5649(void **state){
-  uint8_t kek[32], key[40], wrapped[56], back[56];
-  size_t n, nOut, nBack;
-  TDE_UNUSED(state);
-
-  checkKwp192("5840df6e29b02af1ab493b705bf16ea1ae8338f4dcc176a8",
-              "c37b7e6492584340bed12207808941155068f738",
-              "138bdeaa9b8fa7fc61f97742e72248ee5ae6ae5360d1ae6a5f54f373fa543b6a");
-  checkKwp192("5840df6e29b02af1ab493b705bf16ea1ae8338f4dcc176a8",
-              "466f7250617369",
-              "afbeb0f07dfbf5419200f2ccb50bb24f");
-
-  /* our 256-bit API: round trips at every length 1..40 */
-  rngFill(kek, sizeof(kek));
-  for(n=1; n<=40; n++){
-    size_t nWant = (n+7)/8*8 + 8;
-    rngFill(key, n);
-    assert_int_equal(tdeAesKeyWrap(kek, 1, key, n, wrapped, nWant-1, &nOut), TDE_RANGE);
-    assert_int_equal(tdeAesKeyWrap(kek, 1, key, n, wrapped, sizeof(wrapped), &nOut), TDE_OK);
-    assert_int_equal(nOut, nWant);
-    assert_int_equal(tdeAesKeyUnwrap(kek, 1, wrapped, nOut, back, sizeof(back), &nBack),
-                     TDE_OK);
-    assert_int_equal(nBack, n);
-    assert_memory_equal(back, key, n);
-
-    /* every damaged byte, and a wrong KEK, fail with the output wiped */
-    wrapped[n % nOut] ^= 0x40;
-    memset(back, 0xEE, sizeof(back));
-    assert_int_equal(tdeAesKeyUnwrap(kek, 1, wrapped, nOut, back, sizeof(back), &nBack),
-                     TDE_AUTH);
-    assert_true(allZero(back, nOut-8));
-    wrapped[n % nOut] ^= 0x40;
-    kek[0] ^= 1;
-    memset(back, 0xEE, sizeof(back));
-    assert_int_equal(tdeAesKeyUnwrap(kek, 1, wrapped, nOut, back, sizeof(back), &nBack),
-                     TDE_AUTH);
-    assert_true(allZero(back, nOut-8));
-    kek[0] ^= 1;
-  }
-  assert_int_equal(tdeAesKeyWrap(kek, 1, key, 0, wrapped, sizeof(wrapped), &nOut), TDE_RANGE);
-  assert_int_equal(tdeAesKeyUnwrap(kek, 1, wrapped, 8, back, sizeof(back), &nOut), TDE_RANGE);
-}
 
 /* ---- HKDF, HMAC, SHA-256 ----------------------------------------------- */
 
@@ -729,8 +615,6 @@ int main(void){
     cmocka_unit_test(test_wipe_compare_random),
     cmocka_unit_test(test_gcm_kat),
     cmocka_unit_test(test_gcm_bad_lengths),
-    cmocka_unit_test(test_keywrap_rfc3394),
-    cmocka_unit_test(test_keywrap_rfc5649),
     cmocka_unit_test(test_hkdf_rfc5869),
     cmocka_unit_test(test_hmac_rfc4231),
     cmocka_unit_test(test_sha256),

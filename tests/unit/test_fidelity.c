@@ -33,6 +33,7 @@
 #include "sqlite-tde.h"
 #include "tdetest.h"
 #include "stackvfs.h"
+#include "cipher/cipher.h"    /* tdeSha256, to forge a format-1 rekey journal */
 
 /* ---- log capture ---------------------------------------------------------- */
 
@@ -283,6 +284,48 @@ static void test_c1_spill_never_written_page(void **state){
   sqlite3_close(db);
 }
 
+
+/*
+** The same mechanism through SQL alone, spill order made explicit: in one
+** transaction, blob A's overflow pages are allocated at the end of the
+** file, blob B's after them; deleting A makes its pages freelist leaves
+** that SQLite will not write (still dirty in the cache) but must read back
+** when it reuses them (btree.c: freed in this transaction, "has content");
+** updating every row of a large table then spills the cache -- B's pages
+** reach the file, A's are dropped unwritten -- and inserting C reuses A's
+** pages: SQLite reads pages inside the file that were never written.
+*/
+static void test_c1_freed_page_reused_after_spill(void **state){
+  static const char *const azMode[] = { "delete", "persist", "truncate" };
+  (void)state;
+  for(int m=0; m<3; m++){
+    char zPath[PATH_MAX], zSql[128];
+    sqlite3 *db;
+    int rc;
+    pathOf(zPath, "c1-sql.db");
+    removeDb(zPath);
+    db = openTde(zPath);
+    snprintf(zSql, sizeof(zSql), "PRAGMA page_size=1024; PRAGMA journal_mode=%s", azMode[m]);
+    exec(db, zSql);
+    exec(db, "CREATE TABLE base(id INTEGER PRIMARY KEY, x BLOB); CREATE TABLE big(id INTEGER PRIMARY KEY, x BLOB)");
+    exec(db, "WITH RECURSIVE c(i) AS (VALUES(1) UNION ALL SELECT i+1 FROM c WHERE i<400) "
+             "INSERT INTO base SELECT i, randomblob(400) FROM c");
+    exec(db, "PRAGMA cache_size=60");
+    exec(db, "BEGIN");
+    exec(db, "INSERT INTO big VALUES(1, randomblob(20000))");     /* A: ~20 pages at the end */
+    exec(db, "INSERT INTO big VALUES(2, randomblob(20000))");     /* B: the ~20 after them */
+    exec(db, "DELETE FROM big WHERE id=1");                       /* A's pages: freelist leaves */
+    exec(db, "UPDATE base SET x = randomblob(400)");              /* dirties ~200 pages: spills */
+    rc = execRc(db, "INSERT INTO big VALUES(3, randomblob(20000))");   /* C reuses A's pages */
+    if( rc ) fail_msg("journal_mode=%s: insert reusing freed pages: rc=%d %s; log: %s",
+                      azMode[m], rc, sqlite3_errmsg(db), zAllLog);
+    exec(db, "COMMIT");
+    assert_int_equal(qint(db, "SELECT count(*) FROM big"), 2);
+    assert_true(integrityOk(db));
+    sqlite3_close(db);
+  }
+}
+
 /* ---- item 2: partly present pages ----------------------------------------- */
 
 static void test_truncated_by_one_byte(void **state){
@@ -307,11 +350,10 @@ static void test_truncated_by_one_byte(void **state){
     fail_msg("SELECT on a truncated database: rc=%d (want an auth failure or corruption)", rc);
   }
   assert_false(integrityOk(db));
-  /* xFileSize reports whole pages only.  (SQLite itself now refuses even
-  ** a read transaction: page 1 names more pages than the file holds.) */
+  /* xFileSize reports whole pages only. */
   pFile = mainFile(db);
   assert_int_equal(pFile->pMethods->xFileSize(pFile, &nGot), SQLITE_OK);
-  assert_int_equal(nGot, (nPage-1)*4096);
+  assert_int_equal(nGot, nPage*4096);    /* the partial page counts whole */
   {
     unsigned char aGot[4096];
     rc = pFile->pMethods->xRead(pFile, aGot, 4096, (nPage-1)*4096);
@@ -505,6 +547,159 @@ static void test_created_by_other_connection(void **state){
   }
 }
 
+
+/* ---- item 8: error reasons ------------------------------------------------- */
+
+static void test_error_reasons(void **state){
+  char zPath[PATH_MAX], zNew[PATH_MAX], zSql[2*PATH_MAX], zBuf[512];
+  unsigned char aJunk[64];
+  sqlite3 *db, *other;
+  sqlite3_vfs *pVfs = sqlite3_vfs_find("tde");
+  int rc;
+  (void)state;
+  pathOf(zPath, "reason.db");
+  pathOf(zNew, "reason-new.db");
+  (void)makeSmallDb(zPath, 10);
+  memset(aJunk, 0x77, sizeof(aJunk));
+  rawWrite(zPath, aJunk, sizeof(aJunk), TDE_HEADER_BYTES + 4096 + 200);   /* page 2 */
+  db = openTde(zPath);
+  rc = execRc(db, "SELECT count(*), sum(length(b)) FROM t");
+  assert_int_equal(rc, SQLITE_IOERR_AUTH);
+  /* Another connection on this thread asks why. */
+  assert_int_equal(sqlite3_open(":memory:", &other), SQLITE_OK);
+  assert_int_equal(tde_register(0), TDE_OK);   /* SQL functions on connections opened later */
+  sqlite3_close(other);
+  assert_int_equal(sqlite3_open(":memory:", &other), SQLITE_OK);
+  {
+    sqlite3_stmt *pStmt = 0;
+    const char *z;
+    assert_int_equal(sqlite3_prepare_v2(other, "SELECT tde_last_error()", -1, &pStmt, 0), SQLITE_OK);
+    assert_int_equal(sqlite3_step(pStmt), SQLITE_ROW);
+    z = (const char*)sqlite3_column_text(pStmt, 0);
+    printf("# tde_last_error(): %s\n", z ? z : "NULL");
+    assert_non_null(z);
+    assert_non_null(strstr(z, "reason.db"));
+    assert_non_null(strstr(z, "page 2 failed authentication"));
+    sqlite3_finalize(pStmt);
+  }
+  /* The VFS's xGetLastError hands SQLite the same text. */
+  zBuf[0] = 0;
+  pVfs->xGetLastError(pVfs, (int)sizeof(zBuf), zBuf);
+  assert_non_null(strstr(zBuf, "page 2 failed authentication"));
+  sqlite3_close(db);
+
+  /* A failed open of a new database leaves no file behind. */
+  removeDb(zNew);
+  snprintf(zSql, sizeof(zSql), "file:%s?vfs=tde&tde_config=%s/no-such/tde.conf", zNew, zScratch);
+  db = 0;
+  rc = sqlite3_open_v2(zSql, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_URI, 0);
+  if( rc==SQLITE_OK ) rc = execRc(db, "CREATE TABLE t(a)");
+  assert_int_not_equal(rc, SQLITE_OK);
+  sqlite3_close(db);
+  assert_int_equal(fileSize(zNew), -1);
+  {
+    sqlite3_stmt *pStmt = 0;
+    const char *z;
+    assert_int_equal(sqlite3_prepare_v2(other, "SELECT tde_last_error()", -1, &pStmt, 0), SQLITE_OK);
+    assert_int_equal(sqlite3_step(pStmt), SQLITE_ROW);
+    z = (const char*)sqlite3_column_text(pStmt, 0);
+    assert_non_null(z);
+    assert_non_null(strstr(z, "no-such/tde.conf"));
+    sqlite3_finalize(pStmt);
+  }
+  sqlite3_close(other);
+}
+
+
+/* ---- item 10: a forged -tderekey journal, a 100-byte file -------------------- */
+
+/*
+** A DB-tderekey file is consulted only while a rekey is in progress, and
+** only if made with the database's current data key.  Here one is made
+** as the published format 1 described it (unkeyed SHA-256), holding the
+** authentic old ciphertext of page 2 from before an update; page 2 is then
+** damaged.  The read must fail, never serve the stale page.
+*/
+static void test_forged_rekey_journal(void **state){
+  char zPath[PATH_MAX], zJ[PATH_MAX+16];
+  unsigned char *aOld, *aJ, aJunk[32];
+  size_t nOld, nJ = 32 + 4 + 4096 + 32;
+  sqlite3 *db;
+  int rc;
+  (void)state;
+  pathOf(zPath, "forged.db");
+  (void)makeSmallDb(zPath, 5);
+  aOld = readAll(zPath, &nOld);
+  assert_non_null(aOld);
+  db = openTde(zPath);
+  exec(db, "UPDATE t SET b = 'changed-after-the-copy'");
+  sqlite3_close(db);
+  aJ = calloc(1, nJ);
+  assert_non_null(aJ);
+  memcpy(aJ, "TDERKJ01", 8);
+  {
+    /* The database id: from tde_status, as an attacker would from the file. */
+    sqlite3_stmt *pStmt = 0;
+    const char *zId;
+    db = openTde(zPath);
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT database_id FROM tde_status WHERE schema='main'", -1, &pStmt, 0), SQLITE_OK);
+    assert_int_equal(sqlite3_step(pStmt), SQLITE_ROW);
+    zId = (const char*)sqlite3_column_text(pStmt, 0);
+    assert_non_null(zId);
+    assert_int_equal(strlen(zId), 32);
+    for(int i=0; i<16; i++){
+      unsigned int v;
+      assert_int_equal(sscanf(zId+2*i, "%2x", &v), 1);
+      aJ[8+i] = (unsigned char)v;
+    }
+    sqlite3_finalize(pStmt);
+    sqlite3_close(db);
+  }
+  aJ[24] = 0; aJ[25] = 0; aJ[26] = 0x10; aJ[27] = 0;   /* page size 4096 */
+  aJ[31] = 1;                                          /* one entry */
+  aJ[35] = 2;                                          /* page 2 */
+  memcpy(aJ+36, aOld + TDE_HEADER_BYTES + 4096, 4096);
+  assert_int_equal(tdeSha256(aJ, nJ-32, aJ+nJ-32), TDE_OK);
+  snprintf(zJ, sizeof(zJ), "%s-tderekey", zPath);
+  writeAll(zJ, aJ, nJ);
+  memset(aJunk, 0x33, sizeof(aJunk));
+  rawWrite(zPath, aJunk, sizeof(aJunk), TDE_HEADER_BYTES + 4096 + 300);
+  db = openTde(zPath);
+  rc = execRc(db, "SELECT group_concat(b) FROM t");
+  printf("# damaged page 2 with a forged -tderekey beside it: rc=%d\n", rc);
+  assert_int_equal(rc, SQLITE_IOERR_AUTH);
+  sqlite3_close(db);
+  unlink(zJ);
+  free(aJ);
+  free(aOld);
+}
+
+/* A 100-byte file that starts with the magic is refused, not made into a
+** new database. */
+static void test_short_magic_file_refused(void **state){
+  char zPath[PATH_MAX];
+  unsigned char a[100], *aAfter;
+  size_t nAfter;
+  sqlite3 *db = 0;
+  int rc;
+  (void)state;
+  pathOf(zPath, "magic100.db");
+  removeDb(zPath);
+  memset(a, 0, sizeof(a));
+  memcpy(a, "SQLT-TDE", 8);
+  writeAll(zPath, a, sizeof(a));
+  rc = openTdeCfg(zPath, zCfg, &db);
+  if( rc==SQLITE_OK ) rc = execRc(db, "CREATE TABLE t(x)");
+  sqlite3_close(db);
+  printf("# 100-byte file with the magic: rc=%d\n", rc);
+  assert_int_equal(rc & 0xff, SQLITE_NOTADB);
+  aAfter = readAll(zPath, &nAfter);
+  assert_non_null(aAfter);
+  assert_int_equal(nAfter, sizeof(a));
+  assert_memory_equal(aAfter, a, sizeof(a));
+  free(aAfter);
+}
+
 /* ---- item 4: sqlite3_shutdown() and sqlite3_initialize() -------------------- */
 
 /* Runs last: it re-initialises SQLite. */
@@ -551,11 +746,15 @@ int main(void){
     cmocka_unit_test_setup(test_zero_page_beyond_committed, testSetup),
     cmocka_unit_test_setup(test_zero_page_inside_committed, testSetup),
     cmocka_unit_test_setup(test_c1_spill_never_written_page, testSetup),
+    cmocka_unit_test_setup(test_c1_freed_page_reused_after_spill, testSetup),
     cmocka_unit_test_setup(test_truncated_by_one_byte, testSetup),
     cmocka_unit_test_setup(test_junk_appended, testSetup),
     cmocka_unit_test_setup(test_stacked_vfs_new_database, testSetup),
     cmocka_unit_test_setup(test_attach_new_database, testSetup),
     cmocka_unit_test_setup(test_created_by_other_connection, testSetup),
+    cmocka_unit_test_setup(test_error_reasons, testSetup),
+    cmocka_unit_test_setup(test_forged_rekey_journal, testSetup),
+    cmocka_unit_test_setup(test_short_magic_file_refused, testSetup),
     cmocka_unit_test_setup(test_reinitialise, testSetup),
   };
   return cmocka_run_group_tests_name("fidelity", tests, groupSetup, groupTeardown);
