@@ -91,6 +91,7 @@ struct TdeFile {
   uint8_t dbid[TDE_DBID_BYTES];   /* binds pages/blocks to the database */
   uint32_t pgsz;              /* main: page size last seen, 0 if unknown */
   uint32_t nBlock;            /* block files: plaintext bytes per block */
+  int bBlockSized;            /* block files: nBlock fixed by the first write */
   struct TdeJrnl *pJrnl;      /* journal: layout state (journal.c), NULL until used */
   uint8_t *aBuf;              /* scratch: TDE_MAX_PAGE + 2 blocks */
   TdeWal wal;                 /* WAL only */
