@@ -294,10 +294,12 @@ static int crOpen(sqlite3_vfs *v, const char *zName, sqlite3_file *f, int flags,
   f->pMethods = &crashIoMethods;
   return SQLITE_OK;
 }
+static int crashExitAfterSuper;       /* _exit right after a super-journal is deleted */
 static int crDelete(sqlite3_vfs *v, const char *z, int s){
   int rc;
   (void)v;
   rc = pUnixVfs->xDelete(pUnixVfs, z, s);
+  if( crashExitAfterSuper && strstr(z, "-mj") ) _exit(0);
   if( crashArmed && zCrashDb[0] && strncmp(z, zCrashDb, strlen(zCrashDb))==0 ) crashSnapshot(0, "after a delete");
   return rc;
 }
@@ -963,6 +965,88 @@ static void test_journal_previous_format(void **state){
   }
 }
 
+
+/*
+** A multi-database commit that dies right after deleting its super-journal
+** (SQLite's commit point): both main journals are still hot and name the
+** deleted super-journal in their super-journal records, so SQLite must
+** not play them back -- the shim has to hand the (authenticated) record
+** back exactly.  Then the same with one record damaged: never other rows
+** than the committed or the previous state in that database.
+*/
+static void test_journal_super_record(void **state){
+  char zA[PATH_MAX], zB[PATH_MAX], zAJ[PATH_MAX+16], zBJ[PATH_MAX+16];
+  (void)state;
+  pathOf(zA, "sj-a.db");
+  pathOf(zB, "sj-b.db");
+  snprintf(zAJ, sizeof(zAJ), "%s-journal", zA);
+  snprintf(zBJ, sizeof(zBJ), "%s-journal", zB);
+  for(int iCase=0; iCase<2; iCase++){
+    sqlite3 *db = 0;
+    pid_t pid;
+    int st = 0;
+    sqlite3_int64 nA = -1, nB = -1;
+    struct stat sb;
+    size_t nJ;
+    unsigned char *aJ;
+    removeDb(zA);
+    removeDb(zB);
+    for(int i=0; i<2; i++){
+      assert_int_equal(openTdeCfg(i ? zB : zA, zCfg, &db), SQLITE_OK);
+      exec(db, "PRAGMA page_size=1024; PRAGMA journal_mode=DELETE");
+      exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+      exec(db, "INSERT INTO t VALUES(1, 'before')");
+      assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    }
+    fflush(stdout);
+    pid = fork();
+    assert_true(pid>=0);
+    if( pid==0 ){
+      sqlite3 *c = 0;
+      char *zSql = sqlite3_mprintf("ATTACH 'file:%q?vfs=tde&tde_config=%q' AS b", zB, zCfg);
+      if( openTdeCfg(zA, zCfg, &c) || sqlite3_exec(c, zSql, 0, 0, 0) ) _exit(2);
+      crashExitAfterSuper = 1;
+      sqlite3_exec(c, "BEGIN; INSERT INTO main.t VALUES(2, 'committed'); INSERT INTO b.t VALUES(2, 'committed');"
+                      "UPDATE main.t SET v='changed' WHERE id=1; UPDATE b.t SET v='changed' WHERE id=1; COMMIT", 0, 0, 0);
+      _exit(3);
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st)==0);
+    assert_int_equal(stat(zAJ, &sb), 0);
+    assert_true(sb.st_size > 0);
+    assert_int_equal(stat(zBJ, &sb), 0);
+    assert_true(sb.st_size > 0);
+    if( iCase==1 ){
+      /* A byte of the super-journal name in A's record (the end of the file). */
+      aJ = readAll(zAJ, &nJ);
+      assert_non_null(aJ);
+      aJ[nJ - 20] ^= 0x01;
+      writeAll(zAJ, aJ, nJ);
+      free(aJ);
+    }
+    for(int i=0; i<2; i++){
+      sqlite3_int64 n = -1;
+      if( openTdeCfg(i ? zB : zA, zCfg, &db)==SQLITE_OK ){
+        sqlite3_stmt *p = 0;
+        if( sqlite3_prepare_v2(db, "SELECT count(*) FROM t WHERE v IN ('committed','changed')", -1, &p, 0)==SQLITE_OK
+         && sqlite3_step(p)==SQLITE_ROW ){
+          n = sqlite3_column_int64(p, 0);
+        }
+        sqlite3_finalize(p);
+        if( n>=0 && !integrityOk(db) ) n = -2;
+      }
+      sqlite3_close(db);
+      if( i ) nB = n; else nA = n;
+    }
+    printf("# multi-database commit killed after its super-journal was deleted%s: "
+           "committed rows in a %lld, in b %lld\n", iCase ? ", a's record damaged" : "",
+           (long long)nA, (long long)nB);
+    assert_true(nB==2);
+    if( iCase==0 ) assert_true(nA==2);
+    else assert_true(nA==2 || nA==0 || nA==-1);
+  }
+}
+
 /* ---- crash images ----------------------------------------------------------- */
 
 /*
@@ -1056,6 +1140,7 @@ int main(void){
     cmocka_unit_test(test_tamper_hot_journal),
     cmocka_unit_test(test_tamper_journal_format),
     cmocka_unit_test(test_journal_previous_format),
+    cmocka_unit_test(test_journal_super_record),
     cmocka_unit_test(test_crash_images_control),
     cmocka_unit_test(test_crash_images_delete),
     cmocka_unit_test(test_crash_images_wal),
