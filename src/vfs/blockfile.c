@@ -4,14 +4,15 @@
 ** that exists only in this handle's memory, and never read after a crash.
 **
 ** SQLite writes these files at arbitrary offsets and lengths (sorter runs
-** are unaligned), so they are stored as a sequence of 4096-byte plaintext
+** are unaligned), so they are stored as a sequence of B-byte plaintext
 ** blocks, each sealed with its own 48-byte trailer (docs/FORMAT.md
-** "Temporary files"):
+** "Temporary files"); B is the page size when the file's first write is a
+** page (see blockChooseSize), else 4096:
 **
-**   block i at file offset i*4144: ciphertext (len) || trailer
+**   block i at file offset i*(B+48): ciphertext (len) || trailer
 **
 ** Every block but the last is full; the last holds len = (file size -
-** i*4144 - 48) bytes, so the logical size follows from the physical one.
+** i*(B+48) - 48) bytes, so the logical size follows from the physical one.
 ** Writes that cover part of a block read, decrypt, merge and re-seal it.
 ** A block of all zero bytes is a hole SQLite skipped over.
 **
@@ -20,6 +21,8 @@
 #include "vfs/vfs_int.h"
 
 #define BSIZE(p)   ((sqlite3_int64)(p)->nBlock)
+#define BLOCK_PAGE_MIN 1024    /* page-sized blocks: smallest and ... */
+#define BLOCK_PAGE_MAX 32768   /* ... largest (two stored blocks fit the scratch buffer) */
 #define BSTORED(p) ((sqlite3_int64)(p)->nBlock + TDE_TRAILER_SIZE)
 
 static void blockAad(TdeFile *p, sqlite3_int64 iBlock, uint8_t *aad){
@@ -133,6 +136,23 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   return SQLITE_OK;
 }
 
+/*
+** The first write of an empty temp file sets its block size: a write of a
+** power-of-two size from 1024 to 32768 bytes at a multiple of it -- a temp
+** database's pager, the sorter's buffered writer -- makes blocks of that
+** size, so each page is sealed once, where SQLite writes it; anything else
+** (statement journals, which SQLite writes in arbitrary chunks, temp
+** journals, whose first write is a 512-byte header) keeps 4096.
+*/
+static void blockChooseSize(TdeFile *p, int iAmt, sqlite3_int64 iOfst, sqlite3_int64 phys){
+  if( p->bBlockSized ) return;
+  p->bBlockSized = 1;
+  if( phys==0 && (p->openFlags & SQLITE_OPEN_SUBJOURNAL)==0
+   && iAmt>=BLOCK_PAGE_MIN && iAmt<=BLOCK_PAGE_MAX && (iAmt & (iAmt-1))==0 && iOfst%iAmt==0 ){
+    p->nBlock = (uint32_t)iAmt;
+  }
+}
+
 int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   const uint8_t *z = zBuf;
   uint8_t *aPlain;
@@ -144,6 +164,7 @@ int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   aPlain = p->aBuf;
   rc = blockPhysSize(p, &phys);
   if( rc ) return rc;
+  blockChooseSize(p, iAmt, iOfst, phys);
   size = blockLogicalSize(p, phys);
   iLast = size ? (size-1) / BSIZE(p) : -1;
   nLastLen = size ? (uint32_t)(size - iLast*BSIZE(p)) : 0;

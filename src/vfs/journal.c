@@ -545,7 +545,9 @@ static int jDetect(TdeFile *p, struct TdeJrnl *j){
   if( j->eFmt!=JF_UNKNOWN ) return SQLITE_OK;
   rc = jHdr0(p, j);
   if( rc ) return rc;
-  if( j->aSeg[0].eState==JH_NONE && !j->aSeg[0].bZero ){
+  if( j->aSeg[0].eState==JH_NONE ){
+    /* (The previous format erased a rewritten block's older slot, so its
+    ** first bytes may be zero while the block's newer slot holds data.) */
     rc = jOldDetect(p, &bOld);
     if( rc ) return rc;
   }

@@ -524,6 +524,7 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
   ** place in SQLite's buffer. */
   if( tdeValidPgsz(iAmt) && iOfst%iAmt==0 && (p->pgsz==0 || p->pgsz==(uint32_t)iAmt) ){
     uint32_t pgno = (uint32_t)(iOfst/iAmt) + 1;
+    uint8_t aTrailer1[TDE_TRAILER_SIZE];
     rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);
     if( rc ) return rc;
     if( bShort && pgno==1 && p->pgsz!=(uint32_t)iAmt ){
@@ -546,7 +547,9 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
       p->nAuthFail++;
       return SQLITE_IOERR_AUTH;
     }
+    if( pgno==1 ) memcpy(aTrailer1, zBuf + iAmt - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
     rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, 0);
+    if( rc==SQLITE_OK && pgno==1 ) tdePage1Keep(p, zBuf, (uint32_t)iAmt, aTrailer1);
     if( rc==SQLITE_IOERR_AUTH ){
       /* Read once more before reporting: a read racing another process's
       ** write of the same page (a checkpoint) can see a mix of both. */
@@ -578,6 +581,9 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
     if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
     return rc;
   }
+  /* The change counter and header reads of page 1: from the kept copy. */
+  rc = tdePage1Read(p, zBuf, iAmt, iOfst);
+  if( rc!=SQLITE_NOTFOUND ) return rc;
 by_page:
   /* Part of a page (SQLite reads bits of the page 1 header this way), or
   ** a read whose size is not the page size: decrypt the pages it covers
@@ -714,6 +720,7 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
     p->bCkptValid = 0;
     rc = p->pReal->pMethods->xWrite(p->pReal, p->aCkptCipher, iAmt, iOfst + TDE_HEADER_BYTES);
     if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
+    if( pgno==1 ) tdePage1Forget(p);
     return rc;
   }
   rc = tdeScratch(p);
@@ -722,6 +729,10 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
   if( rc ) return rc;
   rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, iAmt, iOfst + TDE_HEADER_BYTES);
   if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
+  if( pgno==1 ){
+    if( rc==SQLITE_OK ) tdePage1Keep(p, zBuf, (uint32_t)iAmt, p->aBuf + iAmt - TDE_TRAILER_SIZE);
+    else tdePage1Forget(p);
+  }
   return rc;
 }
 
@@ -777,6 +788,7 @@ static int tdeClose(sqlite3_file *pFile){
   tdeCiphersFree(p);
   tdeKeysFree(p->pKeys);
   p->pKeys = 0;
+  tdePage1Free(p);
   if( p->aCkptPlain ){ tdeWipe(p->aCkptPlain, TDE_MAX_PAGE); sqlite3_free(p->aCkptPlain); p->aCkptPlain = 0; }
   sqlite3_free(p->aCkptCipher);
   p->aCkptCipher = 0;

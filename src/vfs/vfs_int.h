@@ -5,6 +5,7 @@
 **   wal.c        WAL files: encrypted frame pages, authenticated headers;
 **   journal.c    rollback journals: SQLite's layout, records sealed in place;
 **   blockfile.c  temporary files: fixed-size encrypted blocks;
+**   page1.c      page 1 kept authenticated per handle (change-counter reads);
 **   status.c     PRAGMA tde_status, the tde_status table, SQL functions;
 **   api.c        registration, extension entry point, public C API;
 **   dek.c        data keys by version, ciphers, header refresh, page
@@ -101,6 +102,7 @@ struct TdeFile {
   uint8_t dbid[TDE_DBID_BYTES];   /* binds pages/blocks to the database */
   uint32_t pgsz;              /* main: page size last seen, 0 if unknown */
   uint32_t nBlock;            /* block files: plaintext bytes per block */
+  int bBlockSized;            /* block files: nBlock fixed by the first write */
   struct TdeJrnl *pJrnl;      /* journal: layout state (journal.c), NULL until used */
   uint8_t *aBuf;              /* scratch: TDE_MAX_PAGE + 2 blocks */
   TdeWal wal;                 /* WAL only */
@@ -132,6 +134,11 @@ struct TdeFile {
   ** reserved bytes of a new database are still to be requested from it. */
   sqlite3 *pDb;
   int bReserveDue;
+  /* main: page 1 as last authenticated by this handle, and the trailer
+  ** stored with it (page1.c); nPage1 = its page size, 0 if none. */
+  uint8_t *aPage1;
+  uint32_t nPage1, nPage1Alloc;
+  uint8_t aPage1Trailer[TDE_TRAILER_SIZE];
 };
 
 /* fileio.c: the registry of open main files (added at open, removed at
@@ -222,6 +229,12 @@ int tdeJournalFileSize(TdeFile *p, sqlite3_int64 *pSize);
 int tdeJournalSync(TdeFile *p, int flags);
 int tdeJournalFlush(TdeFile *p);     /* write a record held in memory (before close) */
 void tdeJournalFree(TdeFile *p);
+
+/* page1.c: page 1 kept per handle, for SQLite's partial reads of it. */
+int tdePage1Read(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst);
+void tdePage1Keep(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, const uint8_t *aTrailer);
+void tdePage1Forget(TdeFile *p);
+void tdePage1Free(TdeFile *p);
 
 /* Temporary files (blockfile.c) */
 int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);

@@ -624,10 +624,61 @@ static void test_no_plaintext_anywhere(void **state){
   assert_true(nProcCaptured > 0);
 }
 
+/*
+** docs/FORMAT.md "Temporary files": a temp file whose first write is a page
+** is sealed by page, so with 1 KiB pages the sorter, the temp database and
+** VACUUM write about what plain SQLite writes (4 KiB blocks wrote about 3x).
+** The same workload through tde and plain SQLite (48 reserved bytes per
+** page, both on the spy); bytes written to temp files compared.
+*/
+static sqlite3_int64 tempBytes(void){
+  return aBytes[K_TEMPDB] + aBytes[K_TEMPJ] + aBytes[K_TRANS];
+}
+static void test_temp_bytes_by_page(void **state){
+  sqlite3_int64 anTemp[2] = { 0, 0 };
+  (void)state;
+  for(int bTde=0; bTde<2; bTde++){
+    char zPath[PATH_MAX];
+    sqlite3 *db = 0;
+    sqlite3_stmt *p = 0;
+    sqlite3_int64 nStart;
+    int nRow = 0;
+    pathOf(zPath, bTde ? "tb-tde.db" : "tb-plain.db");
+    if( bTde ){
+      db = openTde(zPath);
+      EXEC(db, "PRAGMA page_size=1024");
+    }else{
+      int nReserve = 48;
+      assert_int_equal(sqlite3_open_v2(zPath, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE, "spy"), SQLITE_OK);
+      EXEC(db, "PRAGMA page_size=1024");
+      assert_int_equal(sqlite3_file_control(db, "main", SQLITE_FCNTL_RESERVE_BYTES, &nReserve), SQLITE_OK);
+    }
+    EXEC(db, "PRAGMA journal_mode=DELETE");
+    EXEC(db, "CREATE TABLE big(id INTEGER PRIMARY KEY, a TEXT)");
+    EXEC(db, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<20000) "
+             "INSERT INTO big SELECT i, printf('%%08x %%.90c', (i*2654435761) %% 4294967296, char(65 + i %% 26)) FROM c");
+    EXEC(db, "PRAGMA cache_size=10; PRAGMA temp_store=FILE; PRAGMA temp.cache_size=10");
+    nStart = tempBytes();
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT a FROM big ORDER BY a", -1, &p, 0), SQLITE_OK);
+    while( sqlite3_step(p)==SQLITE_ROW ) nRow++;
+    assert_int_equal(sqlite3_finalize(p), SQLITE_OK);
+    assert_int_equal(nRow, 20000);
+    EXEC(db, "CREATE TEMP TABLE tt AS SELECT * FROM big");
+    EXEC(db, "VACUUM");
+    anTemp[bTde] = tempBytes() - nStart;
+    sqlite3_close(db);
+  }
+  printf("# temp files, page size 1024 (sorter, temp table, VACUUM): plain SQLite %lld bytes, tde %lld (%.3fx)\n",
+         (long long)anTemp[0], (long long)anTemp[1], (double)anTemp[1] / (double)anTemp[0]);
+  assert_true(anTemp[0] > 2000000);
+  assert_true(anTemp[1] <= anTemp[0] + anTemp[0] / 10);
+}
+
 int main(void){
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_positive_control),
     cmocka_unit_test(test_no_plaintext_anywhere),
+    cmocka_unit_test(test_temp_bytes_by_page),
   };
   if( tdetestScratchMake("tdeleak") ){ perror("mkdtemp"); return 1; }
   if( realpath(zScratch, zTmpDir)==0 ){ perror("realpath"); return 1; }

@@ -294,10 +294,12 @@ static int crOpen(sqlite3_vfs *v, const char *zName, sqlite3_file *f, int flags,
   f->pMethods = &crashIoMethods;
   return SQLITE_OK;
 }
+static int crashExitAfterSuper;       /* _exit right after a super-journal is deleted */
 static int crDelete(sqlite3_vfs *v, const char *z, int s){
   int rc;
   (void)v;
   rc = pUnixVfs->xDelete(pUnixVfs, z, s);
+  if( crashExitAfterSuper && strstr(z, "-mj") ) _exit(0);
   if( crashArmed && zCrashDb[0] && strncmp(z, zCrashDb, strlen(zCrashDb))==0 ) crashSnapshot(0, "after a delete");
   return rc;
 }
@@ -881,6 +883,170 @@ static void test_tamper_journal_format(void **state){
   free(aDb); free(aJ); free(aPDb); free(aPJ);
 }
 
+
+/*
+** A hot journal left by the previous journal format (tests/fixtures/
+** journal-prev, made at commit 0ad65da) is played back once: the database
+** opens to its committed rows; the same journal with one byte flipped in a
+** block is an error, never other rows.
+*/
+static void copyFixture(const char *zDir, const char *zName, const char *zTo, const unsigned char *aFlip,
+                        size_t iFlip, size_t iFlip2){
+  char zFrom[PATH_MAX+64];
+  unsigned char *a;
+  size_t n;
+  snprintf(zFrom, sizeof(zFrom), "%s/%s", zDir, zName);
+  a = readAll(zFrom, &n);
+  assert_non_null(a);
+  if( aFlip ){ a[iFlip] ^= *aFlip; a[iFlip2] ^= *aFlip; }
+  writeAll(zTo, a, n);
+  chmod(zTo, 0600);
+  free(a);
+}
+
+static void test_journal_previous_format(void **state){
+  char zDir[PATH_MAX], zCfgPrev[PATH_MAX+64], zDb[PATH_MAX+96], zJ[PATH_MAX+112], zW[PATH_MAX+96];
+  char *z;
+  (void)state;
+  snprintf(zDir, sizeof(zDir), "%s", __FILE__);
+  z = strrchr(zDir, '/');
+  assert_non_null(z);
+  snprintf(z, sizeof(zDir) - (size_t)(z - zDir), "/../fixtures/journal-prev");
+  for(int iCase=0; iCase<3; iCase++){
+    static const unsigned char flip = 0x04;
+    sqlite3 *db = 0;
+    char *zUri;
+    int rc, nCommitted = -1, bOk = 0, bJournalGone;
+    struct stat sb;
+    snprintf(zCfgPrev, sizeof(zCfgPrev), "%s/prev%d", zScratch, iCase);
+    mkdir(zCfgPrev, 0700);
+    snprintf(zW, sizeof(zW), "%s/w.tdew", zCfgPrev);
+    snprintf(zDb, sizeof(zDb), "%s/old.db", zCfgPrev);
+    snprintf(zJ, sizeof(zJ), "%s-journal", zDb);
+    copyFixture(zDir, "w.tdew", zW, 0, 0, 0);
+    copyFixture(zDir, "old.db", zDb, 0, 0, 0);
+    /* 0: as left; 1: a byte of both slots of block 9 (inside the second
+    ** record SQLite plays back) flipped; 2: one byte of one slot of block 9
+    ** flipped (it may be the older or an erased slot). */
+    copyFixture(zDir, "old.db-journal", zJ, iCase ? &flip : 0, 9*1152 + 100,
+                iCase==1 ? 9*1152 + 576 + 100 : 9*1152 + 100);
+    snprintf(zCfgPrev + strlen(zCfgPrev), sizeof(zCfgPrev) - strlen(zCfgPrev), "/tde.conf");
+    copyFixture(zDir, "tde.conf", zCfgPrev, 0, 0, 0);
+    zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zDb, zCfgPrev);
+    rc = sqlite3_open_v2(zUri, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_URI, 0);
+    sqlite3_free(zUri);
+    if( rc==SQLITE_OK ){
+      sqlite3_stmt *p = 0;
+      rc = sqlite3_prepare_v2(db, "SELECT count(*) FROM t WHERE v LIKE 'committed %'", -1, &p, 0);
+      if( rc==SQLITE_OK ){
+        if( sqlite3_step(p)==SQLITE_ROW ) nCommitted = sqlite3_column_int(p, 0);
+        rc = sqlite3_finalize(p);
+      }
+      if( rc==SQLITE_OK ) bOk = integrityOk(db);
+    }
+    sqlite3_close(db);
+    bJournalGone = stat(zJ, &sb)!=0 || sb.st_size==0;
+    printf("# previous-format hot journal%s: rc=%d, committed rows %d, integrity %s, journal %s\n",
+           iCase==0 ? "" : iCase==1 ? ", block 9 damaged in both slots" : ", block 9 damaged in one slot",
+           rc, nCommitted, bOk ? "ok" : "not ok", bJournalGone ? "gone" : "left");
+    if( iCase==0 ){
+      assert_int_equal(rc, SQLITE_OK);
+      assert_int_equal(nCommitted, 30);
+      assert_true(bOk);
+      assert_true(bJournalGone);
+    }else if( iCase==1 ){
+      /* Block 9 has no valid slot: damage, an error. */
+      assert_true(rc!=SQLITE_OK);
+      assert_false(bJournalGone);
+    }else{
+      /* One slot damaged: the other still plays back, or an error. */
+      assert_true(rc!=SQLITE_OK || (nCommitted==30 && bOk));
+    }
+  }
+}
+
+
+/*
+** A multi-database commit that dies right after deleting its super-journal
+** (SQLite's commit point): both main journals are still hot and name the
+** deleted super-journal in their super-journal records, so SQLite must
+** not play them back -- the shim has to hand the (authenticated) record
+** back exactly.  Then the same with one record damaged: never other rows
+** than the committed or the previous state in that database.
+*/
+static void test_journal_super_record(void **state){
+  char zA[PATH_MAX], zB[PATH_MAX], zAJ[PATH_MAX+16], zBJ[PATH_MAX+16];
+  (void)state;
+  pathOf(zA, "sj-a.db");
+  pathOf(zB, "sj-b.db");
+  snprintf(zAJ, sizeof(zAJ), "%s-journal", zA);
+  snprintf(zBJ, sizeof(zBJ), "%s-journal", zB);
+  for(int iCase=0; iCase<2; iCase++){
+    sqlite3 *db = 0;
+    pid_t pid;
+    int st = 0;
+    sqlite3_int64 nA = -1, nB = -1;
+    struct stat sb;
+    size_t nJ;
+    unsigned char *aJ;
+    removeDb(zA);
+    removeDb(zB);
+    for(int i=0; i<2; i++){
+      assert_int_equal(openTdeCfg(i ? zB : zA, zCfg, &db), SQLITE_OK);
+      exec(db, "PRAGMA page_size=1024; PRAGMA journal_mode=DELETE");
+      exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+      exec(db, "INSERT INTO t VALUES(1, 'before')");
+      assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    }
+    fflush(stdout);
+    pid = fork();
+    assert_true(pid>=0);
+    if( pid==0 ){
+      sqlite3 *c = 0;
+      char *zSql = sqlite3_mprintf("ATTACH 'file:%q?vfs=tde&tde_config=%q' AS b", zB, zCfg);
+      if( openTdeCfg(zA, zCfg, &c) || sqlite3_exec(c, zSql, 0, 0, 0) ) _exit(2);
+      crashExitAfterSuper = 1;
+      sqlite3_exec(c, "BEGIN; INSERT INTO main.t VALUES(2, 'committed'); INSERT INTO b.t VALUES(2, 'committed');"
+                      "UPDATE main.t SET v='changed' WHERE id=1; UPDATE b.t SET v='changed' WHERE id=1; COMMIT", 0, 0, 0);
+      _exit(3);
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st)==0);
+    assert_int_equal(stat(zAJ, &sb), 0);
+    assert_true(sb.st_size > 0);
+    assert_int_equal(stat(zBJ, &sb), 0);
+    assert_true(sb.st_size > 0);
+    if( iCase==1 ){
+      /* A byte of the super-journal name in A's record (the end of the file). */
+      aJ = readAll(zAJ, &nJ);
+      assert_non_null(aJ);
+      aJ[nJ - 20] ^= 0x01;
+      writeAll(zAJ, aJ, nJ);
+      free(aJ);
+    }
+    for(int i=0; i<2; i++){
+      sqlite3_int64 n = -1;
+      if( openTdeCfg(i ? zB : zA, zCfg, &db)==SQLITE_OK ){
+        sqlite3_stmt *p = 0;
+        if( sqlite3_prepare_v2(db, "SELECT count(*) FROM t WHERE v IN ('committed','changed')", -1, &p, 0)==SQLITE_OK
+         && sqlite3_step(p)==SQLITE_ROW ){
+          n = sqlite3_column_int64(p, 0);
+        }
+        sqlite3_finalize(p);
+        if( n>=0 && !integrityOk(db) ) n = -2;
+      }
+      sqlite3_close(db);
+      if( i ) nB = n; else nA = n;
+    }
+    printf("# multi-database commit killed after its super-journal was deleted%s: "
+           "committed rows in a %lld, in b %lld\n", iCase ? ", a's record damaged" : "",
+           (long long)nA, (long long)nB);
+    assert_true(nB==2);
+    if( iCase==0 ) assert_true(nA==2);
+    else assert_true(nA==2 || nA==0 || nA==-1);
+  }
+}
+
 /* ---- crash images ----------------------------------------------------------- */
 
 /*
@@ -973,6 +1139,8 @@ int main(void){
     cmocka_unit_test(test_tamper_wal),
     cmocka_unit_test(test_tamper_hot_journal),
     cmocka_unit_test(test_tamper_journal_format),
+    cmocka_unit_test(test_journal_previous_format),
+    cmocka_unit_test(test_journal_super_record),
     cmocka_unit_test(test_crash_images_control),
     cmocka_unit_test(test_crash_images_delete),
     cmocka_unit_test(test_crash_images_wal),

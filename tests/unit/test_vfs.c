@@ -1385,6 +1385,84 @@ static void test_readonly_and_mmap(void **state){
   assert_int_equal(nErrorLog, 0);
 }
 
+/* ---- page 1 kept per handle (the change counter) -------------------------- */
+
+/*
+** In rollback mode SQLite reads the change counter (16 bytes of page 1) at
+** every read transaction; the shim answers from the page 1 it last
+** authenticated when the stored trailer is unchanged.  Another connection,
+** and another process, changing the database must be seen at once (no
+** stale counter), and a page 1 changed on disk must be read again and
+** authenticated: a damaged trailer is an error, never old or unchecked
+** bytes.
+*/
+static void test_page1_change_counter(void **state){
+  char zPath[PATH_MAX];
+  sqlite3 *a, *b;
+  (void)state;
+  pathOf(zPath, "p1.db");
+  removeDb(zPath);
+  printf("# page 1 kept per handle: a second connection's and a child process's commits are seen at once\n");
+  a = openTde(zPath);
+  EXEC(a, "PRAGMA journal_mode=DELETE");
+  EXEC(a, "CREATE TABLE c(id INTEGER PRIMARY KEY, v TEXT)");
+  b = openTde(zPath);
+  for(int i=1; i<=40; i++){
+    EXEC(b, "INSERT INTO c(v) VALUES('row %d')", i);
+    assert_int_equal(QINT(a, "SELECT count(*) FROM c"), i);
+    assert_int_equal(QINT(a, "SELECT max(id) FROM c"), i);
+    if( i%10==0 ){
+      /* And the other way round (a writes, b reads). */
+      EXEC(a, "DELETE FROM c WHERE id=%d", i);
+      EXEC(a, "INSERT INTO c(id, v) VALUES(%d, 'again')", i);
+      assert_int_equal(QINT(b, "SELECT count(*) FROM c WHERE v='again'"), i/10);
+    }
+  }
+  for(int i=0; i<5; i++){
+    pid_t pid;
+    int st = 0;
+    sqlite3_int64 n = QINT(a, "SELECT count(*) FROM c");
+    fflush(stdout);
+    pid = fork();
+    assert_true(pid>=0);
+    if( pid==0 ){
+      sqlite3 *c = 0;
+      char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfg);
+      int rc = sqlite3_open_v2(zUri, &c, SQLITE_OPEN_READWRITE|SQLITE_OPEN_URI, 0);
+      if( rc==SQLITE_OK ) rc = sqlite3_exec(c, "INSERT INTO c(v) VALUES('child')", 0, 0, 0);
+      sqlite3_close(c);
+      _exit(rc ? 1 : 0);
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st)==0);
+    assert_int_equal(QINT(a, "SELECT count(*) FROM c"), n+1);
+  }
+  closeDb(b);
+
+  /* Page 1 changed on disk while a holds it: a byte of its stored trailer
+  ** (the IV) flipped.  a must re-read and fail, then work once restored. */
+  {
+    int fd = open(zPath, O_RDWR);
+    unsigned char x;
+    sqlite3_int64 pgsz = QINT(a, "PRAGMA page_size");
+    off_t at = (off_t)(8192 + pgsz - 48 + 12);
+    int rc;
+    assert_true(fd>=0);
+    assert_int_equal(pread(fd, &x, 1, at), 1);
+    x ^= 0x01;
+    assert_int_equal(pwrite(fd, &x, 1, at), 1);
+    rc = execRc(a, "SELECT count(*) FROM c");
+    printf("#   page 1 trailer flipped on disk: %s\n", sqlite3_errstr(rc));
+    assert_true(rc!=SQLITE_OK);
+    x ^= 0x01;
+    assert_int_equal(pwrite(fd, &x, 1, at), 1);
+    close(fd);
+    nErrorLog = 0;
+    assert_true(QINT(a, "SELECT count(*) FROM c") > 40);
+  }
+  closeDb(a);
+}
+
 /* ---- more journal modes, auto-vacuum, chunk size, real crashes ----------- */
 
 /* TRUNCATE and PERSIST journals with journal_size_limit (journals cut in
@@ -2024,6 +2102,7 @@ int main(void){
     cmocka_unit_test_setup(test_temp_tables, testSetup),
     cmocka_unit_test_setup(test_two_connections_wal, testSetup),
     cmocka_unit_test_setup(test_two_connections_delete, testSetup),
+    cmocka_unit_test_setup(test_page1_change_counter, testSetup),
     cmocka_unit_test_setup(test_readonly_and_mmap, testSetup),
     cmocka_unit_test_setup(test_journal_modes_and_limits, testSetup),
     cmocka_unit_test_setup(test_auto_vacuum, testSetup),

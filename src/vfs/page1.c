@@ -1,0 +1,82 @@
+/*
+** Page 1 of the main database, kept authenticated per file handle.
+**
+** In rollback mode SQLite reads 16 bytes of page 1 (the change counter at
+** offset 24) at the start of every read transaction, and the 100-byte
+** header at open.  Opening the whole page for that costs a page read and a
+** GCM open each time.  Instead each handle keeps the plaintext of page 1
+** it last authenticated (read or wrote) with the 48-byte trailer that was
+** stored with it.  A partial read of page 1 re-reads only the trailer: if
+** it equals the kept one (constant-time compare), the page on disk is the
+** one that was authenticated -- every seal draws a fresh (salt, IV), so a
+** page sealed again has another trailer -- and the bytes come from memory.
+** Otherwise the page is read and opened again and kept.
+**
+** Must never: return bytes that did not authenticate (a page that fails is
+** left to the caller's full path, which logs and fails it); keep the copy
+** after close (wiped and freed in tdePage1Free).
+*/
+#include "vfs/vfs_int.h"
+
+void tdePage1Keep(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, const uint8_t *aTrailer){
+  if( p->aPage1 && p->nPage1Alloc<pgsz ) tdePage1Free(p);
+  if( !p->aPage1 ){
+    p->aPage1 = sqlite3_malloc((int)pgsz);
+    if( !p->aPage1 ) return;            /* no copy: reads take the full path */
+    p->nPage1Alloc = pgsz;
+  }
+  memcpy(p->aPage1, aPlain, pgsz - TDE_TRAILER_SIZE);
+  memset(p->aPage1 + pgsz - TDE_TRAILER_SIZE, 0, TDE_TRAILER_SIZE);
+  memcpy(p->aPage1Trailer, aTrailer, TDE_TRAILER_SIZE);
+  p->nPage1 = pgsz;
+}
+
+void tdePage1Forget(TdeFile *p){
+  p->nPage1 = 0;
+}
+
+void tdePage1Free(TdeFile *p){
+  if( p->aPage1 ){
+    tdeWipe(p->aPage1, p->nPage1Alloc);
+    sqlite3_free(p->aPage1);
+  }
+  p->aPage1 = 0;
+  p->nPage1 = p->nPage1Alloc = 0;
+  tdeWipe(p->aPage1Trailer, TDE_TRAILER_SIZE);
+}
+
+/*
+** A read of part of page 1 (the page size is known).  SQLITE_OK with the
+** bytes in zBuf, an I/O error, or SQLITE_NOTFOUND: not answered here (the
+** caller's full path decides; it also logs and fails a bad page).
+*/
+int tdePage1Read(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
+  uint32_t pgsz = p->pgsz;
+  uint8_t aTrailer[TDE_TRAILER_SIZE];
+  int bShort, rc;
+  if( !pgsz || iOfst<0 || iOfst + iAmt > (sqlite3_int64)pgsz ) return SQLITE_NOTFOUND;
+  if( p->nPage1==pgsz ){
+    rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + pgsz - TDE_TRAILER_SIZE, &bShort);
+    if( rc ) return rc;
+    if( !bShort && tdeCtEqual(aTrailer, p->aPage1Trailer, TDE_TRAILER_SIZE) ){
+      memcpy(zBuf, p->aPage1 + iOfst, (size_t)iAmt);
+      return SQLITE_OK;
+    }
+  }
+  /* Changed (or not kept yet): read and open the page, keep it. */
+  p->nPage1 = 0;
+  rc = tdeScratch(p);
+  if( rc ) return rc;
+  rc = tdeRealRead(p, p->aBuf, (int)pgsz, TDE_HEADER_BYTES, &bShort);
+  if( rc ) return rc;
+  if( bShort ) return SQLITE_NOTFOUND;
+  memcpy(aTrailer, p->aBuf + pgsz - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
+  if( tdeOpenPage(p, p->aBuf, pgsz, 1, 0)!=SQLITE_OK ){
+    p->nAuthFail--;                     /* counted by the caller's full path */
+    return SQLITE_NOTFOUND;
+  }
+  tdePage1Keep(p, p->aBuf, pgsz, aTrailer);
+  memcpy(zBuf, p->aBuf + iOfst, (size_t)iAmt);
+  tdeWipe(p->aBuf, pgsz);
+  return SQLITE_OK;
+}
