@@ -55,7 +55,7 @@ test-asan: build-asan
 demo: build
 	@scripts/demo.sh $(BUILD)
 
-# Benchmark kit, full default run (about 15 minutes on 2 cores): reports in
+# Benchmark kit, full default run (about 50 minutes on 2 cores): reports in
 # $(BENCH_OUT)/.  More options: BENCH_ARGS="--seconds 10", or
 # $(BUILD)/sqlite-tde bench --help.
 BENCH_OUT  ?= bench-out

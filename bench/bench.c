@@ -9,7 +9,7 @@
 **       [--config CFG | --plain | --keyfile F] [--seconds S] [--seed N]
 **       [--rows N] [--scale N] [--threads N] [--journal MODE]
 **       [--synchronous MODE] [--page-size N] [--cache-size N] [--rat-rows N]
-**       [--txn-rows N]
+**       [--txn-rows N] [--min-obs N]
 **   sqlite-tde-bench [report options]   runs sqlite-tde-bench.py next to it
 **
 ** Modelled on SQLite's test/speedtest1.c: fixed, printed PRNG seeds, every
@@ -67,11 +67,12 @@ typedef struct Opt {
   int nPageSize;
   int nCacheSize;
   int nTxnRows;             /* rows of t2: update-all, update-rows, delete-rows */
+  int nMinObs;              /* least scans / bounces per run (0: 3 scans, 5 bounces) */
 } Opt;
 
 static Opt g = {
   "run", "insert", 0, 0, 0, 2.0, 20261130, 200000, 1, 1, 10000,
-  "WAL", "NORMAL", 4096, -2000, 25000
+  "WAL", "NORMAL", 4096, -2000, 25000, 0
 };
 #ifdef BENCH_SQLCIPHER
 static char g_zKey[256];     /* sqlcipher passphrase */
@@ -851,7 +852,7 @@ static void wScan(int bCold){
   do{
     samplesAdd(&s, scanOnce(bCold, &sum, &nRow));
     if( sum!=sumExp || nRow!=g.nRows ) die("scan: checksum mismatch (%lld rows)", (long long)nRow);
-  }while( now() - t0 < g.rSeconds || s.n < 3 );
+  }while( now() - t0 < g.rSeconds || s.n < (size_t)(g.nMinObs ? g.nMinObs : 3) );
   ioStop((double)s.n);
   outBegin();
   outNum("s_per_scan", pct(&s, 0.5));
@@ -884,7 +885,7 @@ static void wBounce(void){
     sqlite3_finalize(p);
     check(db, sqlite3_close(db), "close");
     samplesAdd(&s, (now() - t) * 1000);
-  }while( (now() - t0 < g.rSeconds || s.n < 5) && s.n < 500 );
+  }while( (now() - t0 < g.rSeconds || s.n < (size_t)(g.nMinObs ? g.nMinObs : 5)) && s.n < 500 );
   ioStop((double)s.n);
   outBegin();
   outNum("bounce_ms", pct(&s, 0.5));
@@ -1321,6 +1322,7 @@ static int driver(int argc, char **argv){
     else if( ARG("--threads") ) g.nThreads = atoi(v);
     else if( ARG("--rat-rows") ) g.nRatRows = atoi(v);
     else if( ARG("--txn-rows") ) g.nTxnRows = atoi(v);
+    else if( ARG("--min-obs") ) g.nMinObs = atoi(v);
     else if( ARG("--journal") ) g.zJournal = v;
     else if( ARG("--synchronous") ) g.zSync = v;
     else if( ARG("--page-size") ) g.nPageSize = atoi(v);
@@ -1331,7 +1333,7 @@ static int driver(int argc, char **argv){
   }
   if( strcmp(g.zOp, "versions")==0 ){ versions(); return 0; }
   if( !g.zDb ) die("--db is required");
-  if( g.nRows < 1 || g.nScale < 1 || g.nThreads < 1 || g.nRatRows < 1 || g.nTxnRows < 1 ) die("sizes must be >= 1");
+  if( g.nRows < 1 || g.nScale < 1 || g.nThreads < 1 || g.nRatRows < 1 || g.nTxnRows < 1 || g.nMinObs < 0 ) die("sizes must be >= 1");
 #ifdef BENCH_SQLCIPHER
   if( !g.zKeyFile ) die("--keyfile is required for sqlcipher");
   readKeyFile();

@@ -23,6 +23,16 @@ NFAIL=0
 ok()  { echo "  ok    $*"; }
 bad() { NFAIL=$((NFAIL+1)); echo "  FAIL  $*"; }
 
+# --help lists every workload and every condition.
+"$TDE_BUILD/sqlite-tde" bench --help >"$WORK/help.txt" 2>&1
+MISSING=""
+for w in insert delete-replenish cold-scan warm-scan bounce row-at-a-time tpcb-select tpcb-rw \
+         vacuum update-all update-rows delete-rows plain wallet wallet-password pkcs11 kmip \
+         sqlcipher sqlcipher4 sqlite3mc standby; do
+  grep -qE "^  $w " "$WORK/help.txt" || MISSING="$MISSING $w"
+done
+[ -z "$MISSING" ] && ok "bench --help lists every workload and condition" || bad "bench --help lacks:$MISSING"
+
 OUT="$WORK/out"
 "$TDE_BUILD/sqlite-tde" bench --quick --repeats 2 --out "$OUT" </dev/null >"$WORK/stdout.txt" 2>"$WORK/stderr.txt"
 RC=$?
