@@ -295,6 +295,8 @@ typedef struct TdeReplCfg {
   int nPubKey;                /* standby: repl_primary_pubkey, pinned */
   struct evp_pkey_st *apPubKey[TDE_MAX_PUBKEYS];
   struct evp_pkey_st *pSignKey;
+  int bSync;                  /* primary: repl_mode = sync */
+  int syncTimeoutMs;          /* repl_sync_timeout_ms (default 2000) */
   int bPrimaryDbid;           /* standby: the only database it accepts */
   uint8_t aPrimaryDbid[16];
   struct ssl_ctx_st *pCtx;
@@ -312,6 +314,20 @@ void tdeReplCfgFree(TdeReplCfg *p);
 ** otherwise.  On failure zWhy says why (for the log, never a secret). */
 int tdeTlsClient(const TdeReplCfg *p, TdeConn *c, const char *zHost, char *zWhy, size_t nWhy);
 int tdeTlsServer(const TdeReplCfg *p, TdeConn *c, char *zWhy, size_t nWhy);
+
+/* ---- protection mode sync (sync.c) ---------------------------------------- */
+
+#define TDE_SYNC_BYTES      40
+#define TDE_SYNC_MODE_SYNC  1
+/* Shim: after a commit (the WAL write lock released with the WAL index at
+** pMine), wait until a standby acknowledged it, when a shipper runs in sync
+** mode; else return at once.  Never fails the commit. */
+void tdeReplSyncWait(const char *zDb, const TdeWalEnd *pMine);
+int tdeSyncCovers(const uint8_t *aAckSalt, uint32_t ackLast, const uint8_t *aSalt, uint32_t mxFrame);
+/* Shipper: create DB-tdeship-sync; publish the acknowledged position; remove. */
+int tdeSyncCreate(const char *zDb, uint32_t timeoutMs, int *pFd);
+void tdeSyncPublish(int fd, int bDegraded, const uint8_t *aSalt, uint32_t iLast, int bValid);
+void tdeSyncRemove(const char *zDb, int fd);
 
 /* ---- record chain and signatures (sign.c) -------------------------------- */
 

@@ -55,7 +55,10 @@ typedef struct ShipIdx {
   uint8_t flags;
   uint32_t nLost;             /* GAP with TDE_RECF_REWIND: frames the primary lost */
   uint64_t tCapture;
-  int bChain;                 /* aChain known (peer indexes only) */
+  int bChain;                 /* aChain known */
+  uint8_t aSalt[8];           /* WAL generation and position after the record (sync mode) */
+  uint32_t iLast;
+  uint8_t bFrames;            /* a TXN with frames (a header-only one has no WAL position) */
   uint8_t aChain[32];         /* the record chain up to and with this record */
 } ShipIdx;
 
@@ -108,6 +111,15 @@ struct Ship {
   int bChainBase;
   uint64_t chainBaseSeq;
   uint8_t aChainBase[32];
+  /* Sync mode (sync.c; guarded by mu): DB-tdeship-sync and the newest
+  ** acknowledged WAL position published in it. */
+  int fdSync;
+  int bDegraded;
+  int bAckValid;
+  uint8_t aAckSalt[8];
+  uint32_t ackLast;
+  uint64_t ackBest;           /* highest sequence any standby acknowledged */
+  uint64_t startMs;
   ShipIdx *aIdx;              /* capture thread only: records of the spool */
   int nIdx, nIdxAlloc;
 };
@@ -414,6 +426,8 @@ static void shipWriteState(Ship *p, const char *zState){
   tdeKvSet(kv, "pid", "%d", (int)getpid());
   tdeKvSet(kv, "state", "%s", zState);
   tdeKvSet(kv, "transport", "%s", p->pCfg && p->pCfg->bInsecure ? "insecure-no-tls" : "tls");
+  tdeKvSet(kv, "mode", "%s", p->fdSync>=0 ? "sync" : "async");
+  tdeKvSet(kv, "sync_state", "%s", p->fdSync<0 ? "" : p->bDegraded ? "degraded" : "ok");
   tdeKvSet(kv, "captured_seq", "%llu", (unsigned long long)p->capturedSeq);
   tdeKvSet(kv, "captured_ms", "%llu", (unsigned long long)p->capturedMs);
   tdeKvSet(kv, "capture_cycles", "%lld", (long long)p->nCycle);
@@ -567,6 +581,9 @@ static void peerOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n,
   q->aIdx[q->nIdx].flags = r->flags;
   q->aIdx[q->nIdx].nLost = r->kind==TDE_REC_GAP && (r->flags & TDE_RECF_REWIND) ? r->iFirst : 0;
   q->aIdx[q->nIdx].tCapture = r->tCapture;
+  memcpy(q->aIdx[q->nIdx].aSalt, r->aSalt, 8);
+  q->aIdx[q->nIdx].iLast = r->iLast;
+  q->aIdx[q->nIdx].bFrames = r->kind==TDE_REC_TXN && r->nFrame>0;
   e = &q->aIdx[q->nIdx];
   pPrev = q->nIdx ? &q->aIdx[q->nIdx-1] : 0;
   shipChainRec(q->pShip, r, aSum, pPrev, e);
@@ -613,6 +630,19 @@ static void peerNoteAck(ShipPeer *q, uint64_t seq){
   ShipIdx *e;
   int64_t nBytes = 0;
   pthread_mutex_lock(&q->pShip->mu);
+  if( q->pShip->fdSync>=0 && seq>q->pShip->ackBest ){
+    /* Sync mode: writers waiting for this position may return. */
+    Ship *p = q->pShip;
+    ShipIdx *a = peerFind(q, seq);
+    p->ackBest = seq;
+    if( a && a->bFrames
+     && (!p->bAckValid || tdeSyncCovers(a->aSalt, a->iLast, p->aAckSalt, p->ackLast)) ){
+      memcpy(p->aAckSalt, a->aSalt, 8);
+      p->ackLast = a->iLast;
+      p->bAckValid = 1;
+      tdeSyncPublish(p->fdSync, p->bDegraded, p->aAckSalt, p->ackLast, 1);
+    }
+  }
   if( !q->bAcked || seq>q->ackedSeq ){
     q->ackedSeq = seq;
     e = peerFind(q, seq);
@@ -1014,6 +1044,40 @@ static void *peerMain(void *pArg){
 
 /* ---- main loop ---------------------------------------------------------- */
 
+static void shipAudit(Ship *p, const char *zOp, const char *zDetail);
+
+/* Sync mode: no standby acknowledged a captured transaction within the
+** timeout: fall back to async (writers stop waiting), say so in the state
+** file and the audit log; back to sync once a standby caught up. */
+static void shipSyncCheck(Ship *p){
+  uint64_t now = tdeNowMs(), oldest = 0;
+  int bBehind, bChange = 0, bDeg;
+  pthread_mutex_lock(&p->mu);
+  bBehind = p->capturedSeq > p->ackBest;
+  if( bBehind ){
+    /* Capture time of the oldest transaction no standby acknowledged. */
+    for(int i=p->nIdx-1; i>=0 && p->aIdx[i].seq>p->ackBest; i--) oldest = p->aIdx[i].tCapture;
+    if( oldest<p->startMs ) oldest = p->startMs;   /* standbys get the timeout to say hello */
+  }
+  if( !p->bDegraded && bBehind && oldest && now>oldest+(uint64_t)p->pCfg->syncTimeoutMs ){
+    p->bDegraded = 1;
+    bChange = 1;
+  }else if( p->bDegraded && !bBehind ){
+    p->bDegraded = 0;
+    bChange = 1;
+  }
+  bDeg = p->bDegraded;
+  if( bChange ) tdeSyncPublish(p->fdSync, p->bDegraded, p->aAckSalt, p->ackLast, p->bAckValid);
+  pthread_mutex_unlock(&p->mu);
+  if( bChange ){
+    char zD[128];
+    snprintf(zD, sizeof(zD), bDeg ? "no standby acknowledged within %d ms: commits continue async"
+                                   : "a standby caught up: commits wait for it again (sync)", p->pCfg->syncTimeoutMs);
+    tdeLog(TDE_LOG_WARNING, "ship %s: sync mode %s: %s", p->zDb, bDeg ? "degraded" : "restored", zD);
+    shipAudit(p, bDeg ? "repl_sync_degraded" : "repl_sync_restored", zD);
+  }
+}
+
 /* One audit line (keys/audit.h format) in the shipper's audit log
 ** (repl_audit_log, default DB-tdeship-audit). */
 static void shipAudit(Ship *p, const char *zOp, const char *zDetail){
@@ -1081,7 +1145,7 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
   volatile int bNever = 0;
 
   memset(p, 0, sizeof(*p));
-  p->fdDb = p->fdShm = p->fdLock = -1;
+  p->fdDb = p->fdShm = p->fdLock = p->fdSync = -1;
   if( !zDb || nTo<1 ) return tdeErr(TDE_MISUSE, "tde_ship_run: a database and at least one standby");
   for(i=0; i<nTo; i++){
     char zHost[256];
@@ -1149,6 +1213,16 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
   p->capturedSeq = s->pos.seq;
   p->capturedMs = tdeNowMs();
 
+  if( p->pCfg->bSync ){
+    char zT[32];
+    p->startMs = tdeNowMs();
+    rc = tdeSyncCreate(zAbs, (uint32_t)p->pCfg->syncTimeoutMs, &p->fdSync);
+    if( rc ) goto done;
+    snprintf(zT, sizeof(zT), "timeout %d ms", p->pCfg->syncTimeoutMs);
+    shipAudit(p, "repl_sync_mode", zT);
+    tdeLog(TDE_LOG_INFO, "ship %s: protection mode sync: a commit returns once a standby acknowledged it "
+           "(or after %d ms, then async until the standbys catch up)", zAbs, p->pCfg->syncTimeoutMs);
+  }
   p->aPeer = sqlite3_malloc64(sizeof(ShipPeer)*(sqlite3_uint64)nTo);
   if( !p->aPeer ){ rc = TDE_NOMEM; goto done; }
   memset(p->aPeer, 0, sizeof(ShipPeer)*(size_t)nTo);
@@ -1176,6 +1250,7 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
       tdeLog(TDE_LOG_ERROR, "ship %s: capture failed: %s", zAbs, tde_last_error());
       break;
     }
+    if( p->fdSync>=0 ) shipSyncCheck(p);
     if( nowSec()-tState > 0.2 ){
       shipWriteState(p, "running");
       tState = nowSec();
@@ -1198,7 +1273,22 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
         shipEnd(db);
       }
     }
-    msleep(p->nCycleMs);
+    if( p->fdSync>=0 ){
+      /* Sync mode: a writer waits for us; look at the WAL index every
+      ** millisecond and capture as soon as it moved. */
+      double t0 = nowSec();
+      TdeWalEnd seen, now;
+      int fdDb0, fdShm0;
+      shipFds(p, &fdDb0, &fdShm0);
+      shipShmEnd(fdShm0, &seen);
+      while( !*p->pbStop && (nowSec()-t0)*1000.0 < p->nCycleMs ){
+        msleep(1);
+        shipShmEnd(fdShm0, &now);
+        if( now.bKnown && (!seen.bKnown || now.mxFrame!=seen.mxFrame || memcmp(now.aSalt, seen.aSalt, 8)) ) break;
+      }
+    }else{
+      msleep(p->nCycleMs);
+    }
   }
   *(volatile int*)p->pbStop = 1;
   for(i=0; i<p->nPeer; i++){
@@ -1216,6 +1306,7 @@ done:
   sqlite3_close(db);
   if( p->fdDb>=0 ) close(p->fdDb);       /* after every connection of ours */
   if( p->fdShm>=0 ) close(p->fdShm);
+  if( p->fdSync>=0 ) tdeSyncRemove(zAbs, p->fdSync);   /* writers stop waiting */
   if( p->fdLock>=0 ) close(p->fdLock);   /* releases the flock */
   tdeReplCfgFree(p->pCfg);
   sqlite3_free(p->zUri);

@@ -33,7 +33,8 @@
 
 static const char *const azReplKeys[] = {
   "repl_ca", "repl_cert", "repl_key", "repl_peer_name", "repl_peer_pubkey_sha256",
-  "repl_timeout_ms", "repl_primary_database_id", "repl_audit_log", "repl_sign_key", "repl_primary_pubkey", 0
+  "repl_timeout_ms", "repl_primary_database_id", "repl_audit_log", "repl_sign_key", "repl_primary_pubkey",
+  "repl_mode", "repl_sync_timeout_ms", 0
 };
 
 /* zOut = zValue, a relative path resolved against zDir. */
@@ -74,7 +75,7 @@ static int cfgParse(TdeReplCfg *p, char *zText){
     if( !azReplKeys[k] ){
       rc = tdeErr(TDE_CONFIG, "%s:%d: unknown key '%s' (known: repl_ca, repl_cert, repl_key, repl_peer_name, "
                   "repl_peer_pubkey_sha256, repl_timeout_ms, repl_primary_database_id, repl_audit_log, "
-                  "repl_sign_key, repl_primary_pubkey)", p->zPath, iLine, zKey);
+                  "repl_sign_key, repl_primary_pubkey, repl_mode, repl_sync_timeout_ms)", p->zPath, iLine, zKey);
       break;
     }
     if( aSeen[k] ){ rc = tdeErr(TDE_CONFIG, "%s:%d: duplicate key '%s'", p->zPath, iLine, zKey); break; }
@@ -84,6 +85,18 @@ static int cfgParse(TdeReplCfg *p, char *zText){
     else if( strcmp(zKey, "repl_cert")==0 ) rc = cfgPath(zDir, zVal, p->zCert, sizeof(p->zCert));
     else if( strcmp(zKey, "repl_key")==0 ) rc = cfgPath(zDir, zVal, p->zKey, sizeof(p->zKey));
     else if( strcmp(zKey, "repl_audit_log")==0 ) rc = cfgPath(zDir, zVal, p->zAudit, sizeof(p->zAudit));
+    else if( strcmp(zKey, "repl_mode")==0 ){
+      if( strcmp(zVal, "sync")==0 ) p->bSync = 1;
+      else if( strcmp(zVal, "async")!=0 ) rc = tdeErr(TDE_CONFIG, "%s:%d: repl_mode: async or sync", p->zPath, iLine);
+    }else if( strcmp(zKey, "repl_sync_timeout_ms")==0 ){
+      char *zE = 0;
+      long v = strtol(zVal, &zE, 10);
+      if( !zE || *zE || v<1 || v>600000 ){
+        rc = tdeErr(TDE_CONFIG, "%s:%d: repl_sync_timeout_ms: 1 to 600000", p->zPath, iLine);
+      }else{
+        p->syncTimeoutMs = (int)v;
+      }
+    }
     else if( strcmp(zKey, "repl_sign_key")==0 ) rc = cfgPath(zDir, zVal, p->zSignKey, sizeof(p->zSignKey));
     else if( strcmp(zKey, "repl_primary_pubkey")==0 ){
       /* The primary's Ed25519 public key(s), PEM: one, or the current and
@@ -211,6 +224,7 @@ int tdeReplCfgLoad(const char *zPath, unsigned flags, int bServer, TdeReplCfg **
   if( !p ) return TDE_NOMEM;
   memset(p, 0, sizeof(*p));
   p->timeoutMs = 10000;
+  p->syncTimeoutMs = 2000;
   p->flags = flags;
   if( !zPath && !(flags & TDE_REPL_INSECURE_NO_TLS) ){
     rc = tdeErr(TDE_CONFIG, "the standby link needs TLS: give --repl-config FILE (repl_ca, repl_cert, "
@@ -225,6 +239,7 @@ int tdeReplCfgLoad(const char *zPath, unsigned flags, int bServer, TdeReplCfg **
     rc = cfgParse(p, zText);
     if( rc ) goto done;
   }
+  if( flags & TDE_REPL_SYNC ) p->bSync = 1;
   if( p->zSignKey[0] ){
     rc = tdeSignKeyLoad(p->zSignKey, &p->pSignKey);
     if( rc ) goto done;
