@@ -13,6 +13,7 @@ Environment: TDE_BUILD, TDE_TEST_TMP (set by ctest); TDE_SYNC_ROUNDS
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -41,11 +42,19 @@ def status(db):
     return dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
 
 
-def wait_streaming(pdb, timeout=20):
+def wait_streaming(pdb, pid, timeout=20):
+    """This shipper (its pid: not the state a killed one left) streams, caught
+    up, with its DB-tdeship-sync in place."""
     t0 = time.time()
     while time.time() - t0 < timeout:
         sh = C.read_state(pdb + "-tdeship-state")
-        if sh.get("peer0_state") == "streaming" and sh.get("peer0_acked_seq") == sh.get("captured_seq"):
+        try:
+            sy = open(pdb + "-tdeship-sync", "rb").read()
+        except OSError:
+            sy = b""
+        if (sh.get("pid") == str(pid) and sh.get("peer0_state") == "streaming"
+                and sh.get("peer0_acked_seq") == sh.get("captured_seq")
+                and len(sy) >= 20 and struct.unpack(">I", sy[16:20])[0] == pid):
             return True
         time.sleep(0.02)
     return False
@@ -80,7 +89,7 @@ def main():
     t_start = time.time()
     for n in range(1, rounds + 1):
         ship = C.start_ship(d, pdb, cfg, [sport], conf=sconf, extra=["--sync"], cycle=50)
-        if not wait_streaming(pdb):
+        if not wait_streaming(pdb, ship.pid):
             C.bad("round %d: the shipper did not connect: %s" % (n, open(os.path.join(d, "ship.log")).read()[-300:]))
             break
         w = subprocess.Popen([C.PY, one, C.EXT, pdb, cfg, str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -122,7 +131,7 @@ def main():
 
     C.step("the standby goes away: the commit returns after the timeout, then async, audited; back to sync after")
     ship = C.start_ship(d, pdb, cfg, [sport], conf=sconf, extra=["--sync"], cycle=50)
-    C.check(wait_streaming(pdb), "streaming")
+    C.check(wait_streaming(pdb, ship.pid), "streaming")
     C.stop(sb)
     w = subprocess.Popen([C.PY, one, C.EXT, pdb, cfg, str(rounds + 1)], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
