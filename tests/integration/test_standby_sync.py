@@ -159,7 +159,8 @@ def main():
     C.check("repl_sync_degraded" in audit, "the audit log records the fallback")
     sb = C.start_standby(d, sdb, sport)
     t0 = time.time()
-    while time.time() - t0 < 20 and "repl_sync_restored" not in open(pdb + "-tdeship-audit").read():
+    while time.time() - t0 < 20 and ("repl_sync_restored" not in open(pdb + "-tdeship-audit").read()
+                                     or status(pdb).get("state") != "running"):
         time.sleep(0.1)
     C.check("repl_sync_restored" in open(pdb + "-tdeship-audit").read() and status(pdb).get("state") == "running",
             "the standby back: sync again (audited), state %s" % status(pdb).get("state"))
