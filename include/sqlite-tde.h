@@ -264,9 +264,12 @@ TDE_API int tde_standby_promote(const char *zDb);
 ** functions above are these with no configuration and no flags: they
 ** refuse to run.  TDE_REPL_ACCEPT_REWIND (standby): accept once a primary
 ** whose history goes back from what this copy applied (audited).
+** TDE_REPL_SYNC (ship): a commit returns once a standby acknowledged it, or
+** after repl_sync_timeout_ms (then async until the standbys catch up).
 */
 #define TDE_REPL_INSECURE_NO_TLS  0x01
 #define TDE_REPL_ACCEPT_REWIND    0x02
+#define TDE_REPL_SYNC             0x04    /* ship: protection mode sync (as repl_mode = sync) */
 TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zReplConfig, unsigned flags,
                             const char *const *azTo, int nTo, int nCycleMs, volatile int *pbStop);
 TDE_API int tde_standby_run_v2(const char *zDb, const char *zListen, const char *zReplConfig, unsigned flags,

@@ -9,8 +9,9 @@
 # STANDBY_HOST (default 127.0.0.1) is the name or IP address the shipper's
 # --to uses; PRIMARY_NAME (default primary) the name in the primary's
 # certificate, which the standby checks.  Writes DIR/ca.crt, ca.key,
-# standby.crt/.key, primary.crt/.key (keys mode 0600), ship.conf and
-# standby.conf, and prints the SHA-256 pins of both public keys.
+# standby.crt/.key, primary.crt/.key (keys mode 0600), the primary's
+# Ed25519 record-signing key sign.key (0600) and its public key sign.pub,
+# ship.conf and standby.conf, and prints the SHA-256 pins of the TLS keys.
 set -eu
 dir=${1:?usage: standby-certs.sh DIR [STANDBY_HOST] [PRIMARY_NAME]}
 host=${2:-127.0.0.1}
@@ -38,7 +39,9 @@ leaf() {   # name CN SAN EKU
 leaf standby "$host" "$san" serverAuth
 leaf primary "$prim" "DNS:$prim" clientAuth
 rm -f ca.srl
-chmod 644 ca.crt standby.crt primary.crt
+openssl genpkey -algorithm ed25519 -out sign.key 2>/dev/null
+openssl pkey -in sign.key -pubout -out sign.pub
+chmod 644 ca.crt standby.crt primary.crt sign.pub
 pin() { openssl pkey -in "$1" -pubout -outform DER | openssl dgst -sha256 -r | cut -d' ' -f1; }
 cat > ship.conf <<CONF
 # sqlite-tde ship --repl-config ship.conf (the primary side)
@@ -46,6 +49,7 @@ repl_ca = ca.crt
 repl_cert = primary.crt
 repl_key = primary.key
 repl_peer_pubkey_sha256 = $(pin standby.key)
+repl_sign_key = sign.key
 CONF
 cat > standby.conf <<CONF
 # sqlite-tde standby --repl-config standby.conf
@@ -54,6 +58,7 @@ repl_cert = standby.crt
 repl_key = standby.key
 repl_peer_name = $prim
 repl_peer_pubkey_sha256 = $(pin primary.key)
+repl_primary_pubkey = sign.pub
 CONF
 chmod 644 ship.conf standby.conf
 echo "standby public key SHA-256: $(pin standby.key)"

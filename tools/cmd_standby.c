@@ -31,6 +31,11 @@ const char cliShipHelp[] =
   "  --cycle-ms N     capture interval in milliseconds (default 50)\n"
   "  --repl-config F  TLS and the repl_* keys (below)\n"
   "  --insecure-no-tls  no TLS (test setups only)\n"
+  "  --sync           protection mode sync (as repl_mode = sync): a commit on DB\n"
+  "                   returns once a standby acknowledged it (logged and applied\n"
+  "                   durably), or after repl_sync_timeout_ms (default 2000): then\n"
+  "                   commits continue async until a standby catches up, and\n"
+  "                   --status, tde_status and the audit log say so\n"
   "A second shipper on the same database is refused, naming the running one's pid.\n"
   "\nTransport security (README \"Standby\"): every connection runs mutual TLS\n"
   "(TLS 1.3 preferred, 1.2 at least) configured by --repl-config FILE, a file of\n"
@@ -44,6 +49,12 @@ const char cliShipHelp[] =
   "                           SubjectPublicKeyInfo (DER)\n"
   "  repl_timeout_ms = N      handshake and hello deadline (default 10000)\n"
   "  repl_primary_database_id = HEX  standby: the only database it accepts\n"
+  "  repl_sign_key = PATH     ship: Ed25519 key (PEM, mode 0600) signing the record\n"
+  "                           chain and base copies (openssl genpkey -algorithm ed25519)\n"
+  "  repl_primary_pubkey = PATH[,PATH]  standby: the primary's public key(s); then\n"
+  "                           nothing unsigned is logged or applied\n"
+  "  repl_mode = async|sync   ship: protection mode; repl_sync_timeout_ms = N\n"
+  "  repl_audit_log = PATH    audit log (default DB-tdeship-audit / DB-tdestandby-audit)\n"
   "Relative paths are relative to the file.  --insecure-no-tls runs plaintext\n"
   "without peer authentication (test setups only): a warning at start and in\n"
   "--status.\n";
@@ -80,6 +91,12 @@ const char cliStandbyHelp[] =
   "                           SubjectPublicKeyInfo (DER)\n"
   "  repl_timeout_ms = N      handshake and hello deadline (default 10000)\n"
   "  repl_primary_database_id = HEX  standby: the only database it accepts\n"
+  "  repl_sign_key = PATH     ship: Ed25519 key (PEM, mode 0600) signing the record\n"
+  "                           chain and base copies (openssl genpkey -algorithm ed25519)\n"
+  "  repl_primary_pubkey = PATH[,PATH]  standby: the primary's public key(s); then\n"
+  "                           nothing unsigned is logged or applied\n"
+  "  repl_mode = async|sync   ship: protection mode; repl_sync_timeout_ms = N\n"
+  "  repl_audit_log = PATH    audit log (default DB-tdeship-audit / DB-tdestandby-audit)\n"
   "Relative paths are relative to the file.  --insecure-no-tls runs plaintext\n"
   "without peer authentication (test setups only): a warning at start and in\n"
   "--status.\n";
@@ -152,6 +169,8 @@ int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
       zRepl = pArgs->azRest[++i];
     }else if( strcmp(z, "--insecure-no-tls")==0 ){
       flags |= TDE_REPL_INSECURE_NO_TLS;
+    }else if( strcmp(z, "--sync")==0 ){
+      flags |= TDE_REPL_SYNC;
     }else if( strcmp(z, "--config")==0 ){
       if( i+1>=pArgs->nRest ) return usage("ship", "%s needs a file name", z);
       setConfig(pCli, pArgs->azRest[++i]);

@@ -82,8 +82,9 @@ typedef struct TdeSpool {
   uint64_t firstSeq;          /* smallest TXN/GAP sequence in the file (0: none) */
   ino_t ino;
   /* Called for every record scanned or appended (r NULL: the file was
-  ** replaced and the records seen so far are gone). */
-  void (*xOnRec)(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n);
+  ** replaced and the records seen so far are gone); aSum: the record's
+  ** SHA-256 trailer (NULL for MARK records or if unreadable). */
+  void (*xOnRec)(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n, const uint8_t *aSum);
   void *pOnRecArg;
 } TdeSpool;
 
@@ -277,6 +278,7 @@ const char *tdeConnProto(const TdeConn *c);
 /* ---- transport security (tls.c) ------------------------------------------ */
 
 #define TDE_REPL_MAX_PINS  4
+#define TDE_MAX_PUBKEYS    2          /* repl_primary_pubkey: the key and its successor */
 
 /* The replication configuration file (README "Standby", repl_* keys). */
 typedef struct TdeReplCfg {
@@ -289,6 +291,12 @@ typedef struct TdeReplCfg {
   int nPin;                   /* pinned SHA-256 of the peer's SubjectPublicKeyInfo */
   uint8_t aPin[TDE_REPL_MAX_PINS][32];
   int timeoutMs;              /* handshake deadline (default 10000) */
+  char zSignKey[4096];        /* primary: repl_sign_key ("" none) */
+  int nPubKey;                /* standby: repl_primary_pubkey, pinned */
+  struct evp_pkey_st *apPubKey[TDE_MAX_PUBKEYS];
+  struct evp_pkey_st *pSignKey;
+  int bSync;                  /* primary: repl_mode = sync */
+  int syncTimeoutMs;          /* repl_sync_timeout_ms (default 2000) */
   int bPrimaryDbid;           /* standby: the only database it accepts */
   uint8_t aPrimaryDbid[16];
   struct ssl_ctx_st *pCtx;
@@ -306,5 +314,45 @@ void tdeReplCfgFree(TdeReplCfg *p);
 ** otherwise.  On failure zWhy says why (for the log, never a secret). */
 int tdeTlsClient(const TdeReplCfg *p, TdeConn *c, const char *zHost, char *zWhy, size_t nWhy);
 int tdeTlsServer(const TdeReplCfg *p, TdeConn *c, char *zWhy, size_t nWhy);
+
+/* ---- protection mode sync (sync.c) ---------------------------------------- */
+
+#define TDE_SYNC_BYTES      40
+#define TDE_SYNC_MODE_SYNC  1
+/* Shim: after a commit (the WAL write lock released with the WAL index at
+** pMine), wait until a standby acknowledged it, when a shipper runs in sync
+** mode; else return at once.  Never fails the commit. */
+void tdeReplSyncWait(const char *zDb, const TdeWalEnd *pMine);
+int tdeSyncCovers(const uint8_t *aAckSalt, uint32_t ackLast, const uint8_t *aSalt, uint32_t mxFrame);
+/* Shipper: create DB-tdeship-sync; publish the acknowledged position; remove. */
+int tdeSyncCreate(const char *zDb, uint32_t timeoutMs, int *pFd);
+void tdeSyncPublish(int fd, int bDegraded, const uint8_t *aSalt, uint32_t iLast, int bValid);
+void tdeSyncRemove(const char *zDb, int fd);
+
+/* ---- record chain and signatures (sign.c) -------------------------------- */
+
+struct evp_pkey_st;
+#define TDE_SIG_BYTES     64
+#define TDE_HEAD_BYTES    (88 + TDE_SIG_BYTES)
+#define TDE_BASE_SIGNED   128           /* bytes a base copy's signature covers */
+#define TDE_MSG_HEAD      11            /* primary -> standby: a signed chain head */
+
+void tdeChainAnchor(const uint8_t *aHistory, uint64_t seq, uint8_t *aOut);
+void tdeChainNext(const uint8_t *aPrev, const uint8_t *aSum, uint8_t *aOut);
+int tdeSignKeyLoad(const char *zPath, struct evp_pkey_st **pp);
+int tdePubKeyLoad(const char *zPath, struct evp_pkey_st **pp);
+/* Hex SHA-256 of the raw Ed25519 public key (65 bytes). */
+int tdeKeyFingerprint(struct evp_pkey_st *k, char *zHex);
+int tdeSign(struct evp_pkey_st *k, const uint8_t *a, size_t n, uint8_t *aSig);
+int tdeVerify(struct evp_pkey_st *const *aKey, int nKey, const uint8_t *a, size_t n, const uint8_t *aSig);
+/* A signed head (TDE_HEAD_BYTES) into aOut; checked with the pinned keys,
+** the database id and history expected. */
+int tdeHeadMake(struct evp_pkey_st *k, const uint8_t *aDbid, const uint8_t *aHistory, uint64_t seq,
+                const uint8_t *aChain, uint8_t *aOut);
+int tdeHeadCheck(struct evp_pkey_st *const *aKey, int nKey, const uint8_t *a, size_t n, const uint8_t *aDbid,
+                 const uint8_t *aHistory, uint64_t *pSeq, uint8_t *aChain);
+/* The TDE_BASE_SIGNED bytes a base copy's signature covers. */
+void tdeBaseSigned(const uint8_t *aDbid, const uint8_t *aHistory, uint64_t seq, uint64_t size, const uint8_t *aSum,
+                   const uint8_t *aChain, uint64_t tCap, uint8_t *aOut);
 
 #endif /* TDE_REPL_H */

@@ -24,6 +24,7 @@
 #include "repl/repl.h"
 #include "cipher/cipher.h"
 #include "keys/keys.h"
+#include "keys/audit.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +41,8 @@
 #define SHIP_WINDOW      256          /* records in flight per standby */
 #define SHIP_TRIM_BYTES  (8<<20)      /* trim the spool beyond this size */
 #define SHIP_CHUNK       (1<<20)      /* base copy message size */
+#define SHIP_HEAD_EVERY  32           /* a signed head at least every K records */
+#define SHIP_HEAD_BYTES  (8<<20)      /* ... or every this many bytes of records */
 
 typedef struct Ship Ship;
 
@@ -52,6 +55,11 @@ typedef struct ShipIdx {
   uint8_t flags;
   uint32_t nLost;             /* GAP with TDE_RECF_REWIND: frames the primary lost */
   uint64_t tCapture;
+  int bChain;                 /* aChain known */
+  uint8_t aSalt[8];           /* WAL generation and position after the record (sync mode) */
+  uint32_t iLast;
+  uint8_t bFrames;            /* a TXN with frames (a header-only one has no WAL position) */
+  uint8_t aChain[32];         /* the record chain up to and with this record */
 } ShipIdx;
 
 typedef struct ShipPeer {
@@ -67,6 +75,8 @@ typedef struct ShipPeer {
   int64_t lagBytes;
   /* Sender-private. */
   uint64_t rewindFrom;        /* the next base copy rewinds a standby at or past this (0: no) */
+  uint64_t headSeq;           /* last signed head sent */
+  uint64_t headSentMs;
   ShipIdx *aIdx;
   int nIdx, nIdxAlloc;
   sqlite3 *db;                /* for base copies */
@@ -96,6 +106,20 @@ struct Ship {
   int fdDb, fdShm;
   int fdLock;                 /* DB-tdeship-lock, flock'd: one shipper per database */
   TdeReplCfg *pCfg;           /* TLS and the repl_* keys */
+  /* The record chain at the record before the spool's first one, kept in
+  ** DB-tdeship-chain across trims and restarts (guarded by mu). */
+  int bChainBase;
+  uint64_t chainBaseSeq;
+  uint8_t aChainBase[32];
+  /* Sync mode (sync.c; guarded by mu): DB-tdeship-sync and the newest
+  ** acknowledged WAL position published in it. */
+  int fdSync;
+  int bDegraded;
+  int bAckValid;
+  uint8_t aAckSalt[8];
+  uint32_t ackLast;
+  uint64_t ackBest;           /* highest sequence any standby acknowledged */
+  uint64_t startMs;
   ShipIdx *aIdx;              /* capture thread only: records of the spool */
   int nIdx, nIdxAlloc;
 };
@@ -402,6 +426,8 @@ static void shipWriteState(Ship *p, const char *zState){
   tdeKvSet(kv, "pid", "%d", (int)getpid());
   tdeKvSet(kv, "state", "%s", zState);
   tdeKvSet(kv, "transport", "%s", p->pCfg && p->pCfg->bInsecure ? "insecure-no-tls" : "tls");
+  tdeKvSet(kv, "mode", "%s", p->fdSync>=0 ? "sync" : "async");
+  tdeKvSet(kv, "sync_state", "%s", p->fdSync<0 ? "" : p->bDegraded ? "degraded" : "ok");
   tdeKvSet(kv, "captured_seq", "%llu", (unsigned long long)p->capturedSeq);
   tdeKvSet(kv, "captured_ms", "%llu", (unsigned long long)p->capturedMs);
   tdeKvSet(kv, "capture_cycles", "%lld", (long long)p->nCycle);
@@ -430,8 +456,93 @@ static void shipWriteState(Ship *p, const char *zState){
 
 /* ---- sender ------------------------------------------------------------- */
 
+/*
+** The record chain (sign.c) of index entry e for record r: from the
+** record before (pPrev), or for the spool's first record from
+** DB-tdeship-chain (a trimmed spool), else from the history's anchor.
+** Unknown after a hole (then the standby gets a signed base copy).
+*/
+static void shipChainRec(Ship *p, const TdeRec *r, const uint8_t *aSum, const ShipIdx *pPrev, ShipIdx *e){
+  e->bChain = 0;
+  if( !aSum ) return;
+  if( pPrev ){
+    if( pPrev->bChain && pPrev->seq+1==r->seq ){
+      tdeChainNext(pPrev->aChain, aSum, e->aChain);
+      e->bChain = 1;
+    }
+    return;
+  }
+  pthread_mutex_lock(&p->mu);
+  if( p->bChainBase && p->chainBaseSeq==r->seq ){
+    memcpy(e->aChain, p->aChainBase, 32);     /* the record the file names itself */
+    e->bChain = 1;
+  }else if( p->bChainBase && p->chainBaseSeq+1==r->seq ){
+    tdeChainNext(p->aChainBase, aSum, e->aChain);
+    e->bChain = 1;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if( !e->bChain ){
+    uint8_t aAnchor[32];
+    tdeChainAnchor(p->aHistory, r->seq - 1, aAnchor);
+    tdeChainNext(aAnchor, aSum, e->aChain);
+    e->bChain = 1;
+  }
+}
+
+#define TDE_CHAIN_MAGIC "sqlite-tde-chain 1"
+
+static void shipChainPath(Ship *p, char *z, size_t n){
+  snprintf(z, n, "%s-tdeship-chain", p->zDb);
+}
+
+/* Load DB-tdeship-chain if it is of this history. */
+static void shipChainLoad(Ship *p){
+  char zPath[4200];
+  TdeKv *kv = 0;
+  uint8_t aH[16], aC[32];
+  shipChainPath(p, zPath, sizeof(zPath));
+  if( tdeKvRead(zPath, TDE_CHAIN_MAGIC, &kv)!=TDE_OK ){ tdeErrClear(); return; }
+  if( tdeUnhex(tdeKvGet(kv, "history"), aH, 16)==TDE_OK && memcmp(aH, p->aHistory, 16)==0
+   && tdeUnhex(tdeKvGet(kv, "chain"), aC, 32)==TDE_OK ){
+    pthread_mutex_lock(&p->mu);
+    p->bChainBase = 1;
+    p->chainBaseSeq = (uint64_t)tdeKvInt(kv, "seq");
+    memcpy(p->aChainBase, aC, 32);
+    pthread_mutex_unlock(&p->mu);
+  }
+  tdeKvFree(kv);
+}
+
+/* Before a trim that keeps records after keepAfter: record the chain at
+** keepAfter (synced), so the trimmed spool continues the same chain. */
+static int shipChainSave(Ship *p, uint64_t keepAfter){
+  char zPath[4200], zHex[65];
+  TdeKv *kv;
+  const ShipIdx *e = 0;
+  int rc;
+  for(int i=p->nIdx-1; i>=0; i--){ if( p->aIdx[i].seq==keepAfter ){ e = &p->aIdx[i]; break; } }
+  if( !e || !e->bChain ) return tdeErr(TDE_NOTFOUND, "record chain at %llu unknown", (unsigned long long)keepAfter);
+  kv = tdeKvNew();
+  if( !kv ) return TDE_NOMEM;
+  tdeHex(p->aHistory, 16, zHex);
+  tdeKvSet(kv, "history", "%s", zHex);
+  tdeKvSet(kv, "seq", "%llu", (unsigned long long)keepAfter);
+  tdeHex(e->aChain, 32, zHex);
+  tdeKvSet(kv, "chain", "%s", zHex);
+  shipChainPath(p, zPath, sizeof(zPath));
+  rc = tdeKvWrite(kv, zPath, TDE_CHAIN_MAGIC, 1);
+  tdeKvFree(kv);
+  if( rc ) return rc;
+  pthread_mutex_lock(&p->mu);
+  p->bChainBase = 1;
+  p->chainBaseSeq = keepAfter;
+  memcpy(p->aChainBase, e->aChain, 32);
+  pthread_mutex_unlock(&p->mu);
+  return TDE_OK;
+}
+
 /* The capture thread's index of the spool, for lag in bytes. */
-static void shipOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n){
+static void shipOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n, const uint8_t *aSum){
   Ship *p = pArg;
   if( !r ){ p->nIdx = 0; return; }
   if( r->kind==TDE_REC_MARK ) return;
@@ -447,11 +558,13 @@ static void shipOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n)
   p->aIdx[p->nIdx].n = (uint32_t)n;
   p->aIdx[p->nIdx].kind = r->kind;
   p->aIdx[p->nIdx].tCapture = r->tCapture;
+  shipChainRec(p, r, aSum, p->nIdx ? &p->aIdx[p->nIdx-1] : 0, &p->aIdx[p->nIdx]);
   p->nIdx++;
 }
 
-static void peerOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n){
+static void peerOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n, const uint8_t *aSum){
   ShipPeer *q = pArg;
+  ShipIdx *e, *pPrev;
   if( !r ){ q->nIdx = 0; return; }
   if( r->kind==TDE_REC_MARK ) return;
   if( q->nIdx>=q->nIdxAlloc ){
@@ -468,6 +581,12 @@ static void peerOnRec(void *pArg, const TdeRec *r, sqlite3_int64 iOff, size_t n)
   q->aIdx[q->nIdx].flags = r->flags;
   q->aIdx[q->nIdx].nLost = r->kind==TDE_REC_GAP && (r->flags & TDE_RECF_REWIND) ? r->iFirst : 0;
   q->aIdx[q->nIdx].tCapture = r->tCapture;
+  memcpy(q->aIdx[q->nIdx].aSalt, r->aSalt, 8);
+  q->aIdx[q->nIdx].iLast = r->iLast;
+  q->aIdx[q->nIdx].bFrames = r->kind==TDE_REC_TXN && r->nFrame>0;
+  e = &q->aIdx[q->nIdx];
+  pPrev = q->nIdx ? &q->aIdx[q->nIdx-1] : 0;
+  shipChainRec(q->pShip, r, aSum, pPrev, e);
   q->nIdx++;
 }
 
@@ -481,6 +600,26 @@ static ShipIdx *peerFind(ShipPeer *q, uint64_t seq){
   return 0;
 }
 
+/* The signed head (sign.c) of record seq into aOut; TDE_NOTFOUND when the
+** chain up to it is not known (the standby then needs a base copy). */
+static int peerHead(ShipPeer *q, uint64_t seq, uint8_t *aOut){
+  Ship *p = q->pShip;
+  ShipIdx *e = peerFind(q, seq);
+  if( !e || !e->bChain ) return TDE_NOTFOUND;
+  return tdeHeadMake(p->pCfg->pSignKey, p->aDbid, p->aHistory, seq, e->aChain, aOut);
+}
+
+/* Send the signed head of record seq (just sent), when signing. */
+static int peerSendHead(ShipPeer *q, TdeConn *pConn, uint64_t seq){
+  uint8_t aHead[TDE_HEAD_BYTES];
+  int rc;
+  if( !q->pShip->pCfg->pSignKey || seq==0 ) return TDE_OK;
+  rc = peerHead(q, seq, aHead);
+  if( rc==TDE_OK ) rc = tdeConnSend(pConn, TDE_MSG_HEAD, aHead, sizeof(aHead), 0, 0);
+  if( rc==TDE_OK ){ q->headSeq = seq; q->headSentMs = tdeNowMs(); }
+  return rc;
+}
+
 static void peerSetState(ShipPeer *q, const char *zState){
   pthread_mutex_lock(&q->pShip->mu);
   snprintf(q->zState, sizeof(q->zState), "%s", zState);
@@ -491,6 +630,19 @@ static void peerNoteAck(ShipPeer *q, uint64_t seq){
   ShipIdx *e;
   int64_t nBytes = 0;
   pthread_mutex_lock(&q->pShip->mu);
+  if( q->pShip->fdSync>=0 && seq>q->pShip->ackBest ){
+    /* Sync mode: writers waiting for this position may return. */
+    Ship *p = q->pShip;
+    ShipIdx *a = peerFind(q, seq);
+    p->ackBest = seq;
+    if( a && a->bFrames
+     && (!p->bAckValid || tdeSyncCovers(a->aSalt, a->iLast, p->aAckSalt, p->ackLast)) ){
+      memcpy(p->aAckSalt, a->aSalt, 8);
+      p->ackLast = a->iLast;
+      p->bAckValid = 1;
+      tdeSyncPublish(p->fdSync, p->bDegraded, p->aAckSalt, p->ackLast, 1);
+    }
+  }
   if( !q->bAcked || seq>q->ackedSeq ){
     q->ackedSeq = seq;
     e = peerFind(q, seq);
@@ -626,7 +778,21 @@ static int peerSendBase(ShipPeer *q, TdeConn *pConn, TdeSpool *s, uint64_t *pSeq
     off += k;
   }
   if( rc==TDE_OK && EVP_DigestFinal_ex(c, sum, &nSum)!=1 ) rc = TDE_CRYPTO;
-  if( rc==TDE_OK ) rc = tdeConnSend(pConn, TDE_MSG_BASE_END, sum, 32, 0, 0);
+  if( rc==TDE_OK && p->pCfg->pSignKey ){
+    /* Signed: the copy's SHA-256 (its pages and header region), its
+    ** sequence and the record chain there, which the standby continues. */
+    uint8_t aSigned[TDE_BASE_SIGNED], aEnd[32 + 32 + TDE_SIG_BYTES], aChain[32];
+    ShipIdx *e = peerFind(q, seq);
+    if( e && e->bChain ) memcpy(aChain, e->aChain, 32);
+    else tdeChainAnchor(p->aHistory, seq, aChain);   /* the chain starts again here */
+    tdeBaseSigned(p->aDbid, p->aHistory, seq, (uint64_t)st.st_size, sum, aChain, tCap, aSigned);
+    memcpy(aEnd, sum, 32);
+    memcpy(aEnd+32, aChain, 32);
+    rc = tdeSign(p->pCfg->pSignKey, aSigned, sizeof(aSigned), aEnd+64);
+    if( rc==TDE_OK ) rc = tdeConnSend(pConn, TDE_MSG_BASE_END, aEnd, sizeof(aEnd), 0, 0);
+  }else if( rc==TDE_OK ){
+    rc = tdeConnSend(pConn, TDE_MSG_BASE_END, sum, 32, 0, 0);
+  }
   if( rc==TDE_OK ) *pSeq = seq;
 done:
   EVP_MD_CTX_free(c);
@@ -642,7 +808,8 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
   uint8_t aHello[8+16+16+32+8];
   uint8_t *aBody = 0;
   size_t nBody = 0;
-  int eType = 0, rc, bNeedBase = 0;
+  int eType = 0, rc, bNeedBase = 0, nSinceHead = 0;
+  size_t nBytesSinceHead = 0;
   uint64_t next, acked;
   double tBeat = 0, tProgress = nowSec();
 
@@ -674,6 +841,21 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
     ShipIdx *e = peerFind(q, acked+1);
     if( !e ) bNeedBase = 1;
   }
+  if( !bNeedBase && p->pCfg->pSignKey && (aBody[8] & 2) ){
+    /* The standby verifies: continue its chain, or give it a signed base
+    ** copy (flag 4: it knows its chain, which follows at 25). */
+    ShipIdx *e = peerFind(q, acked);
+    uint8_t aAnchor[32];
+    const uint8_t *aMine = 0;
+    if( e && e->bChain ) aMine = e->aChain;
+    else if( q->nIdx>0 && q->aIdx[0].seq==acked+1 ){ tdeChainAnchor(p->aHistory, acked, aAnchor); aMine = aAnchor; }
+    if( !(aBody[8] & 4) || nBody<57 || !aMine || memcmp(aMine, aBody+25, 32)!=0 ){
+      tdeLog(TDE_LOG_INFO, "ship %s: the standby's record chain at %llu is not this spool's: a signed base copy",
+             q->zAddr, (unsigned long long)acked);
+      bNeedBase = 1;
+    }
+  }
+  q->headSeq = 0;
   sqlite3_free(aBody);
   aBody = 0;
   if( !bNeedBase ) peerNoteAck(q, acked);
@@ -725,7 +907,23 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
       pthread_mutex_lock(&p->mu);
       q->sentSeq = next;
       pthread_mutex_unlock(&p->mu);
+      nSinceHead++;
+      nBytesSinceHead += nRec;
+      if( nSinceHead>=SHIP_HEAD_EVERY || nBytesSinceHead>=SHIP_HEAD_BYTES ){
+        rc = peerSendHead(q, pConn, next);
+        if( rc==TDE_NOTFOUND ){ bNeedBase = 1; break; }
+        if( rc ) return rc;
+        nSinceHead = 0;
+        nBytesSinceHead = 0;
+      }
       next++;
+    }
+    if( !bNeedBase && next-1>q->headSeq && nSinceHead>0 ){
+      rc = peerSendHead(q, pConn, next-1);
+      if( rc==TDE_NOTFOUND ) bNeedBase = 1;
+      else if( rc ) return rc;
+      nSinceHead = 0;
+      nBytesSinceHead = 0;
     }
     if( bNeedBase ) continue;
     if( next>acked+1 && nowSec()-tProgress>1.5 ){
@@ -760,7 +958,8 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
       return rc;
     }
     if( nowSec()-tBeat > 0.5 ){
-      uint8_t aBeat[32];
+      uint8_t aBeat[32 + TDE_HEAD_BYTES];
+      size_t nBeat = 32;
       uint64_t capMs;
       int64_t lag;
       pthread_mutex_lock(&p->mu);
@@ -771,7 +970,14 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
       tdePut64(aBeat+8, capMs);
       tdePut64(aBeat+16, tdeNowMs());
       tdePut64(aBeat+24, (uint64_t)lag);
-      rc = tdeConnSend(pConn, TDE_MSG_HEARTBEAT, aBeat, sizeof(aBeat), 0, 0);
+      if( p->pCfg->pSignKey && q->nIdx>0 ){
+        /* The signed head of the newest durable record: the standby's lag
+        ** is computed from it alone. */
+        uint64_t d = shipDurable(p), h = q->aIdx[q->nIdx-1].seq;
+        if( d<h ) h = d;
+        if( h>0 && peerHead(q, h, aBeat+32)==TDE_OK ) nBeat += TDE_HEAD_BYTES;
+      }
+      rc = tdeConnSend(pConn, TDE_MSG_HEARTBEAT, aBeat, nBeat, 0, 0);
       if( rc ) return rc;
       tBeat = nowSec();
     }
@@ -838,6 +1044,61 @@ static void *peerMain(void *pArg){
 
 /* ---- main loop ---------------------------------------------------------- */
 
+static void shipAudit(Ship *p, const char *zOp, const char *zDetail);
+
+/* Sync mode: no standby acknowledged a captured transaction within the
+** timeout: fall back to async (writers stop waiting), say so in the state
+** file and the audit log; back to sync once a standby caught up. */
+static void shipSyncCheck(Ship *p){
+  uint64_t now = tdeNowMs(), oldest = 0;
+  int bBehind, bChange = 0, bDeg;
+  pthread_mutex_lock(&p->mu);
+  bBehind = p->capturedSeq > p->ackBest;
+  if( bBehind ){
+    /* Capture time of the oldest transaction no standby acknowledged. */
+    for(int i=p->nIdx-1; i>=0 && p->aIdx[i].seq>p->ackBest; i--) oldest = p->aIdx[i].tCapture;
+    if( oldest<p->startMs ) oldest = p->startMs;   /* standbys get the timeout to say hello */
+  }
+  if( !p->bDegraded && bBehind && oldest && now>oldest+(uint64_t)p->pCfg->syncTimeoutMs ){
+    p->bDegraded = 1;
+    bChange = 1;
+  }else if( p->bDegraded && !bBehind ){
+    p->bDegraded = 0;
+    bChange = 1;
+  }
+  bDeg = p->bDegraded;
+  if( bChange ) tdeSyncPublish(p->fdSync, p->bDegraded, p->aAckSalt, p->ackLast, p->bAckValid);
+  pthread_mutex_unlock(&p->mu);
+  if( bChange ){
+    char zD[128];
+    snprintf(zD, sizeof(zD), bDeg ? "no standby acknowledged within %d ms: commits continue async"
+                                   : "a standby caught up: commits wait for it again (sync)", p->pCfg->syncTimeoutMs);
+    tdeLog(TDE_LOG_WARNING, "ship %s: sync mode %s: %s", p->zDb, bDeg ? "degraded" : "restored", zD);
+    shipAudit(p, bDeg ? "repl_sync_degraded" : "repl_sync_restored", zD);
+  }
+}
+
+/* One audit line (keys/audit.h format) in the shipper's audit log
+** (repl_audit_log, default DB-tdeship-audit). */
+static void shipAudit(Ship *p, const char *zOp, const char *zDetail){
+  TdeAuditRec r;
+  char zLine[1024], zPath[4200];
+  int n, fd;
+  if( p->pCfg->zAudit[0] ) snprintf(zPath, sizeof(zPath), "%s", p->pCfg->zAudit);
+  else snprintf(zPath, sizeof(zPath), "%s-tdeship-audit", p->zDb);
+  tdeAuditInit(&r, zOp);
+  r.zDbPath = p->zDb;
+  r.aDbid = p->aDbid;
+  r.zDetail = zDetail;
+  n = tdeAuditFormat(&r, (int64_t)tdeNowMs(), (int)getpid(), zLine, sizeof(zLine));
+  if( n<0 ) return;
+  fd = open(zPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if( fd<0 || write(fd, zLine, (size_t)n)!=n ){
+    tdeLog(TDE_LOG_WARNING, "ship %s: cannot write the audit log %s: %s", p->zDb, zPath, strerror(errno));
+  }
+  if( fd>=0 ) close(fd);
+}
+
 /* One shipper per database: two would both append to the spool and
 ** collide on its temporary files.  flock (not a POSIX lock: those are
 ** SQLite's) on DB-tdeship-lock, which holds the owner's pid.  The file is
@@ -884,7 +1145,7 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
   volatile int bNever = 0;
 
   memset(p, 0, sizeof(*p));
-  p->fdDb = p->fdShm = p->fdLock = -1;
+  p->fdDb = p->fdShm = p->fdLock = p->fdSync = -1;
   if( !zDb || nTo<1 ) return tdeErr(TDE_MISUSE, "tde_ship_run: a database and at least one standby");
   for(i=0; i<nTo; i++){
     char zHost[256];
@@ -906,6 +1167,16 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
   if( rc ) goto done;
   rc = shipLockInstance(p);
   if( rc ) goto done;
+  if( p->pCfg->pSignKey ){
+    char zFp[65];
+    rc = tdeKeyFingerprint(p->pCfg->pSignKey, zFp);
+    if( rc ) goto done;
+    tdeLog(TDE_LOG_INFO, "ship %s: signing the record chain with Ed25519 key %s (SHA-256 of the public key)", zAbs, zFp);
+    shipAudit(p, "repl_sign_key_use", zFp);
+  }else{
+    tdeLog(TDE_LOG_WARNING, "ship %s: no repl_sign_key: records and base copies are not signed (a standby with "
+           "repl_primary_pubkey refuses them)", zAbs);
+  }
   if( p->pCfg->bInsecure ){
     tdeLog(TDE_LOG_WARNING, "ship %s: --insecure-no-tls: the standby link is plaintext and unauthenticated; "
            "anyone on the network path can read, inject or redirect it", zAbs);
@@ -929,6 +1200,7 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
   s->xOnRec = shipOnRec;
   s->pOnRecArg = p;
   memcpy(p->aHistory, s->aHistory, 16);
+  shipChainLoad(p);
   rc = tdeSpoolScan(s, 1);
   if( rc ) goto done;
   /* The first cycle runs before any sender starts (it creates the spool's
@@ -941,6 +1213,16 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
   p->capturedSeq = s->pos.seq;
   p->capturedMs = tdeNowMs();
 
+  if( p->pCfg->bSync ){
+    char zT[32];
+    p->startMs = tdeNowMs();
+    rc = tdeSyncCreate(zAbs, (uint32_t)p->pCfg->syncTimeoutMs, &p->fdSync);
+    if( rc ) goto done;
+    snprintf(zT, sizeof(zT), "timeout %d ms", p->pCfg->syncTimeoutMs);
+    shipAudit(p, "repl_sync_mode", zT);
+    tdeLog(TDE_LOG_INFO, "ship %s: protection mode sync: a commit returns once a standby acknowledged it "
+           "(or after %d ms, then async until the standbys catch up)", zAbs, p->pCfg->syncTimeoutMs);
+  }
   p->aPeer = sqlite3_malloc64(sizeof(ShipPeer)*(sqlite3_uint64)nTo);
   if( !p->aPeer ){ rc = TDE_NOMEM; goto done; }
   memset(p->aPeer, 0, sizeof(ShipPeer)*(size_t)nTo);
@@ -968,6 +1250,7 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
       tdeLog(TDE_LOG_ERROR, "ship %s: capture failed: %s", zAbs, tde_last_error());
       break;
     }
+    if( p->fdSync>=0 ) shipSyncCheck(p);
     if( nowSec()-tState > 0.2 ){
       shipWriteState(p, "running");
       tState = nowSec();
@@ -983,11 +1266,29 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
       }
       pthread_mutex_unlock(&p->mu);
       if( bAll && minAck!=UINT64_MAX && minAck>=s->firstSeq && shipBegin(db)==TDE_OK ){
-        if( tdeSpoolScan(s, 1)==TDE_OK ) rc = tdeSpoolTrim(s, minAck);
+        /* Only once the chain there is saved: the trimmed spool must
+        ** continue it, or every standby would need a base copy. */
+        if( tdeSpoolScan(s, 1)==TDE_OK && shipChainSave(p, minAck)==TDE_OK ) rc = tdeSpoolTrim(s, minAck);
+        tdeErrClear();
         shipEnd(db);
       }
     }
-    msleep(p->nCycleMs);
+    if( p->fdSync>=0 ){
+      /* Sync mode: a writer waits for us; look at the WAL index every
+      ** millisecond and capture as soon as it moved. */
+      double t0 = nowSec();
+      TdeWalEnd seen, now;
+      int fdDb0, fdShm0;
+      shipFds(p, &fdDb0, &fdShm0);
+      shipShmEnd(fdShm0, &seen);
+      while( !*p->pbStop && (nowSec()-t0)*1000.0 < p->nCycleMs ){
+        msleep(1);
+        shipShmEnd(fdShm0, &now);
+        if( now.bKnown && (!seen.bKnown || now.mxFrame!=seen.mxFrame || memcmp(now.aSalt, seen.aSalt, 8)) ) break;
+      }
+    }else{
+      msleep(p->nCycleMs);
+    }
   }
   *(volatile int*)p->pbStop = 1;
   for(i=0; i<p->nPeer; i++){
@@ -1005,6 +1306,7 @@ done:
   sqlite3_close(db);
   if( p->fdDb>=0 ) close(p->fdDb);       /* after every connection of ours */
   if( p->fdShm>=0 ) close(p->fdShm);
+  if( p->fdSync>=0 ) tdeSyncRemove(zAbs, p->fdSync);   /* writers stop waiting */
   if( p->fdLock>=0 ) close(p->fdLock);   /* releases the flock */
   tdeReplCfgFree(p->pCfg);
   sqlite3_free(p->zUri);

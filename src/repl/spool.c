@@ -277,7 +277,7 @@ int tdeSpoolScan(TdeSpool *s, int bRepair){
     s->iEnd = TDE_SPOOL_HDR;
     memset(&s->pos, 0, sizeof(s->pos));
     s->firstSeq = 0;
-    if( s->xOnRec ) s->xOnRec(s->pOnRecArg, 0, 0, 0);
+    if( s->xOnRec ) s->xOnRec(s->pOnRecArg, 0, 0, 0, 0);
     if( spoolReadHeader(s) ) return TDE_FORMAT;
   }
   if( fstat(s->fd, &st)!=0 ) return tdeErr(TDE_IO, "%s: %s", s->zPath, strerror(errno));
@@ -289,7 +289,7 @@ int tdeSpoolScan(TdeSpool *s, int bRepair){
     s->iEnd = TDE_SPOOL_HDR;
     memset(&s->pos, 0, sizeof(s->pos));
     s->firstSeq = 0;
-    if( s->xOnRec ) s->xOnRec(s->pOnRecArg, 0, 0, 0);
+    if( s->xOnRec ) s->xOnRec(s->pOnRecArg, 0, 0, 0, 0);
   }
   /* Record headers only, except the last record, which is checked whole:
   ** an append torn by a crash can only be the last.  (Every record is
@@ -334,7 +334,14 @@ int tdeSpoolScan(TdeSpool *s, int bRepair){
     }
     posApply(&s->pos, &r);
     if( r.kind!=TDE_REC_MARK && s->firstSeq==0 ) s->firstSeq = r.seq;
-    if( s->xOnRec ) s->xOnRec(s->pOnRecArg, &r, s->iEnd, n);
+    if( s->xOnRec ){
+      uint8_t aSum[TDE_REC_SUM];
+      int bS = 1;
+      if( r.kind!=TDE_REC_MARK && tdeRawRead(&src, aSum, TDE_REC_SUM, s->iEnd + (sqlite3_int64)n - TDE_REC_SUM, &bS)!=TDE_OK ){
+        bS = 1;
+      }
+      s->xOnRec(s->pOnRecArg, &r, s->iEnd, n, (r.kind==TDE_REC_MARK || bS) ? 0 : aSum);
+    }
     s->iEnd += (sqlite3_int64)n;
   }
   return TDE_OK;
@@ -352,9 +359,9 @@ int tdeSpoolAppend(TdeSpool *s, TdeRec *r, const uint8_t *aPayload){
   if( r->nPayload ) memcpy(a+TDE_REC_HDR, aPayload, r->nPayload);
   rc = tdeSha256(a, n - TDE_REC_SUM, a + n - TDE_REC_SUM);
   if( rc==TDE_OK ) rc = writeAll(s->fd, a, n, (off_t)s->iEnd);
+  if( rc==TDE_OK && s->xOnRec ) s->xOnRec(s->pOnRecArg, r, s->iEnd, n, r->kind==TDE_REC_MARK ? 0 : a + n - TDE_REC_SUM);
   sqlite3_free(a);
   if( rc ) return rc;
-  if( s->xOnRec ) s->xOnRec(s->pOnRecArg, r, s->iEnd, n);
   s->iEnd += (sqlite3_int64)n;
   posApply(&s->pos, r);
   if( r->kind!=TDE_REC_MARK && s->firstSeq==0 ) s->firstSeq = r->seq;

@@ -52,6 +52,9 @@
 #define SB_BATCH_MAX    64
 #define SB_BATCH_BYTES  (32<<20)
 #define SB_SILENT_MS    2000        /* four heartbeats missed */
+#define SB_MAX_HEADS    16          /* verified heads kept ahead of the records */
+#define SB_PEND_MAX     512         /* records waiting for a head: the primary signs every 32 */
+#define SB_PEND_BYTES   (96u<<20)
 
 /* SQLite's unix VFS lock bytes (os_unix.c): readers hold a read lock on
 ** the SHARED range; a writer takes PENDING, then the SHARED range. */
@@ -96,6 +99,17 @@ typedef struct Standby {
   char zDiverged[320];        /* why ("" if not diverged); in the state file */
   int bAcceptRewind;          /* armed by TDE_REPL_ACCEPT_REWIND, used once */
   char zAudit[4200];          /* audit log (repl_audit_log, or DB-tdestandby-audit) */
+  /* Records that prove where they come from (sign.c). */
+  int bChain;                 /* aChain known (a v1 state file has none) */
+  uint8_t aChain[32];         /* the record chain at applied_seq */
+  uint64_t headSeq;           /* the last verified signed head */
+  /* Verifying (repl_primary_pubkey): records received in order but not yet
+  ** covered by a verified head, and the verified heads not reached yet. */
+  struct SbRec *aPend;
+  int nPend;
+  size_t nPendBytes;
+  int nHead;
+  struct { uint64_t seq; uint8_t aChain[32]; } aHead[SB_MAX_HEADS];
 } Standby;
 
 static void sbSleepMs(int ms){
@@ -166,6 +180,12 @@ static int sbWriteState(Standby *p, int bSync){
   tdeKvSet(kv, "listen", "%s", p->zListen ? p->zListen : "");
   tdeKvSet(kv, "state", "%s", p->zDiverged[0] && strcmp(p->zStatus, "stopped")!=0 ? "diverged" : p->zStatus);
   tdeKvSet(kv, "diverged", "%s", p->zDiverged);
+  if( p->bChain ){
+    char zC[65];
+    tdeHex(p->aChain, 32, zC);
+    tdeKvSet(kv, "chain", "%s", zC);
+  }
+  tdeKvSet(kv, "head_seq", "%llu", (unsigned long long)p->headSeq);
   tdeKvSet(kv, "transport", "%s", p->pCfg && p->pCfg->bInsecure ? "insecure-no-tls" : "tls");
   tdeKvSet(kv, "heard_ms", "%llu", (unsigned long long)p->tHeardMs);
   if( p->bMu ) pthread_mutex_lock(&p->mu);
@@ -200,6 +220,8 @@ static int sbLoadState(Standby *p){
   p->primaryCapture = (uint64_t)tdeKvInt(kv, "primary_capture_ms");
   snprintf(p->zPeer, sizeof(p->zPeer), "%s", tdeKvGet(kv, "primary") ? tdeKvGet(kv, "primary") : "");
   snprintf(p->zDiverged, sizeof(p->zDiverged), "%s", tdeKvGet(kv, "diverged") ? tdeKvGet(kv, "diverged") : "");
+  p->bChain = tdeUnhex(tdeKvGet(kv, "chain"), p->aChain, 32)==TDE_OK;   /* absent in version 1 */
+  p->headSeq = (uint64_t)tdeKvInt(kv, "head_seq");
   p->bHave = 1;
   tdeKvFree(kv);
   return TDE_OK;
@@ -253,7 +275,40 @@ typedef struct SbRec {
   uint8_t *a;
   size_t n;
   TdeRec r;
+  int bChain;                 /* aChain known */
+  uint8_t aChain[32];         /* the record chain with this record (sign.c) */
 } SbRec;
+
+/* The chain after rec, from the chain before it (the record's SHA-256
+** trailer is its link). */
+static void sbChainRec(const uint8_t *aPrev, SbRec *pRec){
+  tdeChainNext(aPrev, pRec->a + pRec->n - TDE_REC_SUM, pRec->aChain);
+  pRec->bChain = 1;
+}
+
+static void sbPendClear(Standby *p){
+  for(int i=0; i<p->nPend; i++) sqlite3_free(p->aPend[i].a);
+  p->nPend = 0;
+  p->nPendBytes = 0;
+  p->nHead = 0;
+}
+
+/* A verified head: kept in order of sequence (the largest dropped when
+** full: a later one covers it). */
+static void sbHeadAdd(Standby *p, uint64_t seq, const uint8_t *aChain){
+  int i;
+  if( seq>p->headSeq ) p->headSeq = seq;
+  for(i=0; i<p->nHead && p->aHead[i].seq<seq; i++){}
+  if( i<p->nHead && p->aHead[i].seq==seq ) return;
+  if( p->nHead==SB_MAX_HEADS ){
+    if( i==p->nHead ) return;
+    p->nHead--;
+  }
+  memmove(&p->aHead[i+1], &p->aHead[i], sizeof(p->aHead[0])*(size_t)(p->nHead - i));
+  p->aHead[i].seq = seq;
+  memcpy(p->aHead[i].aChain, aChain, 32);
+  p->nHead++;
+}
 
 static int sbWriteAll(int fd, const uint8_t *a, size_t n, off_t off){
   while( n>0 ){
@@ -323,6 +378,8 @@ static int sbApplyLocked(Standby *p, SbRec *aRec, int nRec){
     }
     p->applied = aRec[nRec-1].r.seq;
     p->appliedCapture = aRec[nRec-1].r.tCapture;
+    p->bChain = aRec[nRec-1].bChain;
+    if( p->bChain ) memcpy(p->aChain, aRec[nRec-1].aChain, 32);
     p->appliedAt = tdeNowMs();
     if( p->received<p->applied ){ p->received = p->applied; p->receivedCapture = p->appliedCapture; }
     p->unappliedBytes = 0;
@@ -330,6 +387,8 @@ static int sbApplyLocked(Standby *p, SbRec *aRec, int nRec){
     rc = sbWriteState(p, 1);
     if( rc ){
       p->pgsz = old.pgsz;
+      p->bChain = old.bChain;
+      memcpy(p->aChain, old.aChain, 32);
       p->applied = old.applied;
       p->appliedCapture = old.appliedCapture;
       p->appliedAt = old.appliedAt;
@@ -402,6 +461,8 @@ static int sbReplayLog(Standby *p, int *pnApplied){
     aRec[nRec].a = a;
     aRec[nRec].n = n;
     aRec[nRec].r = r;
+    aRec[nRec].bChain = 0;
+    if( nRec ? aRec[nRec-1].bChain : p->bChain ) sbChainRec(nRec ? aRec[nRec-1].aChain : p->aChain, &aRec[nRec]);
     if( sbValidate(p, &chk, &aRec[nRec])!=TDE_OK ){
       /* Never acknowledged as applied (the state file says what was): a
       ** damaged log must not block a restart or a failover. */
@@ -459,7 +520,8 @@ static int sbReceiveBase(Standby *p, TdeConn *pConn, const uint8_t *aBegin, size
   uint8_t sum[32];
   unsigned int nSum;
   EVP_MD_CTX *c = 0;
-  int fdOut = -1, rc = TDE_OK;
+  int fdOut = -1, rc = TDE_OK, bBaseChain = 0;
+  uint8_t aBaseChain[32];
   if( nBegin<40 ) return tdeErr(TDE_FORMAT, "bad base copy header");
   seq = tdeGet64(aBegin);
   size = tdeGet64(aBegin+24);
@@ -502,10 +564,28 @@ static int sbReceiveBase(Standby *p, TdeConn *pConn, const uint8_t *aBegin, size
       if( rc ) goto done;
       continue;
     }
-    if( eType==TDE_MSG_BASE_END && nBody==32 ){
+    if( eType==TDE_MSG_BASE_END && (nBody==32 || nBody==64 + TDE_SIG_BYTES) ){
       if( EVP_DigestFinal_ex(c, sum, &nSum)!=1 ) rc = TDE_CRYPTO;
       else if( got!=size || memcmp(sum, aBody, 32)!=0 ) rc = tdeErr(TDE_AUTH, "base copy damaged in transit");
+      else if( p->pCfg->nPubKey ){
+        /* Its pages, header region, sequence and chain, signed by the
+        ** pinned primary key. */
+        uint8_t aSigned[TDE_BASE_SIGNED];
+        if( nBody!=64 + TDE_SIG_BYTES ){
+          rc = tdeErr(TDE_AUTH, "refusing an unsigned base copy (repl_primary_pubkey is set)");
+        }else{
+          tdeBaseSigned(aDbid, aBegin+8, seq, size, sum, aBody+32, tCap, aSigned);
+          rc = tdeVerify(p->pCfg->apPubKey, p->pCfg->nPubKey, aSigned, sizeof(aSigned), aBody+64);
+          if( rc ) rc = tdeErr(TDE_AUTH, "refusing a base copy whose signature does not verify with the pinned "
+                               "primary key");
+          else{ memcpy(aBaseChain, aBody+32, 32); bBaseChain = 1; }
+        }
+      }else if( nBody==64 + TDE_SIG_BYTES ){
+        memcpy(aBaseChain, aBody+32, 32);      /* not verified: no key pinned */
+        bBaseChain = 1;
+      }
       sqlite3_free(aBody);
+      if( rc ) tdeLog(TDE_LOG_ERROR, "standby %s: %s", p->zDb, tde_last_error());
       break;
     }
     sqlite3_free(aBody);
@@ -565,6 +645,9 @@ static int sbReceiveBase(Standby *p, TdeConn *pConn, const uint8_t *aBegin, size
     p->bAcceptRewind = 0;
   }
   p->zDiverged[0] = 0;
+  p->bChain = bBaseChain;
+  if( bBaseChain ) memcpy(p->aChain, aBaseChain, 32);
+  p->headSeq = seq;
   memcpy(p->aDbid, aDbid, 16);
   memcpy(p->aHistory, aBegin+8, 16);
   p->applied = p->received = seq;
@@ -658,10 +741,14 @@ static int sbHello(Standby *p, TdeConn *pConn, const uint8_t *aBody, size_t nBod
   }
   p->primarySeq = tdeGet64(aBody+72);
   {
-    uint8_t aOk[25];
+    uint8_t aOk[25 + 32];
     tdePut64(aOk, p->applied);
-    aOk[8] = p->bHave ? 1 : 0;
+    /* Flags: 1 holds a copy, 2 verifies signatures, 4 its record chain
+    ** at the applied sequence follows. */
+    aOk[8] = (uint8_t)((p->bHave ? 1 : 0) | (p->pCfg->nPubKey ? 2 : 0) | (p->bChain ? 4 : 0));
     memcpy(aOk+9, p->aHistory, 16);
+    if( p->bChain ) memcpy(aOk+25, p->aChain, 32);
+    else memset(aOk+25, 0, 32);
     rc = tdeConnSend(pConn, TDE_MSG_HELLO_OK, aOk, sizeof(aOk), 0, 0);
   }
   return rc;
@@ -811,6 +898,57 @@ static int sbTakePending(Standby *p, TdeConn *pConn, uint8_t **paHello, size_t *
   return bGot;
 }
 
+/*
+** Verifying (repl_primary_pubkey): apply the pending records that verified
+** heads cover, after checking that the record chain there is the one the
+** primary signed; acknowledge after each batch.  A mismatch means a record
+** was re-sequenced, replayed or altered: nothing of it is logged or
+** applied, the connection ends.
+*/
+static int sbApplyVerified(Standby *p, TdeConn *pConn){
+  int rc = TDE_OK;
+  while( p->nHead>0 ){
+    uint64_t hs = p->aHead[0].seq;
+    int k;
+    if( hs<=p->applied ){
+      if( hs==p->applied && p->bChain && memcmp(p->aHead[0].aChain, p->aChain, 32)!=0 ){
+        return tdeErr(TDE_AUTH, "the primary's signed head at %llu is not this copy's record chain",
+                      (unsigned long long)hs);
+      }
+      p->nHead--;
+      memmove(&p->aHead[0], &p->aHead[1], sizeof(p->aHead[0])*(size_t)p->nHead);
+      continue;
+    }
+    if( hs > p->applied + (uint64_t)p->nPend ) break;
+    k = (int)(hs - p->applied);
+    if( memcmp(p->aPend[k-1].aChain, p->aHead[0].aChain, 32)!=0 ){
+      return tdeErr(TDE_AUTH, "transaction %llu is not the one the primary signed (record chain mismatch): "
+                    "a re-sequenced, replayed or altered record", (unsigned long long)hs);
+    }
+    for(int i0=0; i0<k; i0+=SB_BATCH_MAX){
+      int nB = k-i0<SB_BATCH_MAX ? k-i0 : SB_BATCH_MAX;
+      SbCheck chk;
+      memset(&chk, 0, sizeof(chk));
+      for(int i=0; rc==TDE_OK && i<nB; i++){
+        rc = sbValidate(p, &chk, &p->aPend[i0+i]);
+        if( rc ){
+          tdeLog(TDE_LOG_ERROR, "standby %s: rejecting transaction %llu from %s: %s; dropping the connection",
+                 p->zDb, (unsigned long long)p->aPend[i0+i].r.seq, p->zPeer, tde_last_error());
+        }
+      }
+      if( rc==TDE_OK ) rc = sbApplyBatch(p, &p->aPend[i0], nB);
+      if( rc==TDE_OK ) rc = sbAck(pConn, p->applied);
+      if( rc ) return rc;
+    }
+    for(int i=0; i<k; i++){ p->nPendBytes -= p->aPend[i].n; sqlite3_free(p->aPend[i].a); }
+    p->nPend -= k;
+    memmove(&p->aPend[0], &p->aPend[k], sizeof(SbRec)*(size_t)p->nPend);
+    p->nHead--;
+    memmove(&p->aHead[0], &p->aHead[1], sizeof(p->aHead[0])*(size_t)p->nHead);
+  }
+  return rc;
+}
+
 /* A session with a primary that has said hello.  A verified connection
 ** posted meanwhile (sbHandshakeMain) is answered at once: refused if it is
 ** another database, else it replaces this one (*pNext, *pbNext, its
@@ -830,6 +968,7 @@ static int sbSession(Standby *p, TdeConn *pConn, const uint8_t *aDbid, TdeConn *
   int ePend = 0;
 
   *pbNext = 0;
+  sbPendClear(p);
   p->tHeardMs = tdeNowMs();
   snprintf(p->zStatus, sizeof(p->zStatus), "streaming");
   if( p->bHave ) sbWriteState(p, 0);
@@ -876,6 +1015,101 @@ static int sbSession(Standby *p, TdeConn *pConn, const uint8_t *aDbid, TdeConn *
       if( rc ) return rc;
       p->tHeardMs = tdeNowMs();
       if( strcmp(p->zStatus, "silent")==0 ) snprintf(p->zStatus, sizeof(p->zStatus), "streaming");
+    }
+    if( eType==TDE_MSG_TXN && p->pCfg->nPubKey ){
+      TdeRec r;
+      uint64_t expect;
+      if( tdeRecCheck(aBody, nBody, &r)!=TDE_OK ){
+        sqlite3_free(aBody);
+        return tdeErr(TDE_AUTH, "a transaction failed its checksum: dropping the connection");
+      }
+      if( !p->bHave ){ sqlite3_free(aBody); continue; }
+      if( r.seq<=p->applied ){
+        if( !bDupSeen ){
+          tdeLog(TDE_LOG_INFO, "standby %s: transaction %llu is already applied: acknowledged again, "
+                 "ignored (duplicates after this one are not logged)", p->zDb, (unsigned long long)r.seq);
+          bDupSeen = 1;
+        }
+        sqlite3_free(aBody);
+        rc = sbAck(pConn, p->applied);
+        if( rc ) return rc;
+        continue;
+      }
+      expect = p->applied + (uint64_t)p->nPend + 1;
+      if( r.seq<expect ){ sqlite3_free(aBody); continue; }     /* already waiting for its head */
+      if( r.seq>expect ){
+        sqlite3_free(aBody);
+        if( resendFor!=expect || tdeNowMs()-tResend>1000 ){
+          uint8_t a[8];
+          tdeLog(TDE_LOG_WARNING, "standby %s: got transaction %llu while waiting for %llu; asking to resend",
+                 p->zDb, (unsigned long long)r.seq, (unsigned long long)expect);
+          tdePut64(a, expect);
+          rc = tdeConnSend(pConn, TDE_MSG_RESEND, a, 8, 0, 0);
+          if( rc ) return rc;
+          resendFor = expect;
+          tResend = tdeNowMs();
+        }
+        continue;
+      }
+      if( !(p->nPend ? p->aPend[p->nPend-1].bChain : p->bChain) ){
+        sqlite3_free(aBody);
+        return tdeErr(TDE_AUTH, "this copy's record chain is not known (a version 1 state file or an unsigned "
+                      "base copy): it needs a signed base copy");
+      }
+      if( p->nPend>=SB_PEND_MAX || p->nPendBytes+nBody>SB_PEND_BYTES ){
+        sqlite3_free(aBody);
+        return tdeErr(TDE_AUTH, "%d transactions without a signed head: dropping the connection", p->nPend);
+      }
+      if( !p->aPend ){
+        p->aPend = sqlite3_malloc64(sizeof(SbRec)*SB_PEND_MAX);
+        if( !p->aPend ){ sqlite3_free(aBody); return TDE_NOMEM; }
+      }
+      p->aPend[p->nPend].a = aBody;
+      p->aPend[p->nPend].n = nBody;
+      p->aPend[p->nPend].r = r;
+      sbChainRec(p->nPend ? p->aPend[p->nPend-1].aChain : p->aChain, &p->aPend[p->nPend]);
+      p->nPend++;
+      p->nPendBytes += nBody;
+      rc = sbApplyVerified(p, pConn);
+      if( rc ){
+        tdeLog(TDE_LOG_ERROR, "standby %s: from %s: %s; nothing of it applied, dropping the connection", p->zDb,
+               p->zPeer, tde_last_error());
+        return rc;
+      }
+      resendFor = UINT64_MAX;
+      continue;
+    }
+    if( eType==TDE_MSG_HEAD || (eType==TDE_MSG_HEARTBEAT && p->pCfg->nPubKey) ){
+      /* Verifying: only what a signed head says counts, lag included. */
+      uint64_t hs = 0;
+      uint8_t hc[32];
+      size_t off = eType==TDE_MSG_HEAD ? 0 : 32;
+      if( !p->pCfg->nPubKey || !p->bHave || nBody<off + TDE_HEAD_BYTES ){
+        sqlite3_free(aBody);        /* not verifying, no copy yet, or an unsigned heartbeat: ignored */
+        continue;
+      }
+      rc = tdeHeadCheck(p->pCfg->apPubKey, p->pCfg->nPubKey, aBody+off, nBody-off, p->aDbid, p->aHistory, &hs, hc);
+      if( rc ){
+        sqlite3_free(aBody);
+        tdeLog(TDE_LOG_ERROR, "standby %s: refusing a head from %s: %s; dropping the connection", p->zDb,
+               p->zPeer, tde_last_error());
+        return rc;
+      }
+      if( hs>p->primarySeq ){
+        p->primarySeq = hs;
+        p->primaryCapture = tdeGet64(aBody+off+80);
+      }
+      if( off ) p->primaryUnreceived = tdeGet64(aBody+24);
+      sqlite3_free(aBody);
+      sbHeadAdd(p, hs, hc);
+      rc = sbApplyVerified(p, pConn);
+      if( rc ){
+        tdeLog(TDE_LOG_ERROR, "standby %s: from %s: %s; nothing of it applied, dropping the connection", p->zDb,
+               p->zPeer, tde_last_error());
+        return rc;
+      }
+      if( tdeNowMs()-p->tStateMs>500 ) sbWriteState(p, 0);
+      continue;
     }
     if( eType==TDE_MSG_TXN ){
       TdeRec r;
@@ -937,6 +1171,11 @@ static int sbSession(Standby *p, TdeConn *pConn, const uint8_t *aDbid, TdeConn *
           break;
         }
       }
+      for(int i=0; i<nBatch; i++){
+        /* The chain is kept (not verified: no key pinned) for a later switch. */
+        aBatch[i].bChain = 0;
+        if( i ? aBatch[i-1].bChain : p->bChain ) sbChainRec(i ? aBatch[i-1].aChain : p->aChain, &aBatch[i]);
+      }
       if( rc==TDE_OK ){
         SbCheck chk;
         memset(&chk, 0, sizeof(chk));
@@ -960,6 +1199,7 @@ static int sbSession(Standby *p, TdeConn *pConn, const uint8_t *aDbid, TdeConn *
       continue;
     }
     if( eType==TDE_MSG_BASE_BEGIN ){
+      sbPendClear(p);
       rc = sbReceiveBase(p, pConn, aBody, nBody, aDbid);
       sqlite3_free(aBody);
       if( rc ) return rc;
@@ -1113,6 +1353,7 @@ TDE_API int tde_standby_run_v2(const char *zDb, const char *zListen, const char 
         int bNext = 0;
         uint8_t aNext[16];
         rc = sbSession(p, &conn, aDbid, &next, &bNext, aNext);
+        sbPendClear(p);
         tdeConnClose(&conn);
         bHas = 0;
         if( bNext ){ conn = next; memcpy(aDbid, aNext, 16); bHas = 1; }
@@ -1148,6 +1389,8 @@ done:
   if( p->aWake[0]>=0 ) close(p->aWake[0]);
   if( p->aWake[1]>=0 ) close(p->aWake[1]);
   pthread_mutex_destroy(&p->mu);
+  sbPendClear(p);
+  sqlite3_free(p->aPend);
   tdeReplCfgFree(p->pCfg);
   sbClose(p);
   return rc;

@@ -368,6 +368,14 @@ int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){
     if( tdeKvGet(kv, "transport") && strcmp(tdeKvGet(kv, "transport"), "insecure-no-tls")==0 ){
       noteAdd(p, "insecure-no-tls: the link is plaintext and unauthenticated");
     }
+    if( tdeKvGet(kv, "sync_state") && strcmp(tdeKvGet(kv, "sync_state"), "degraded")==0
+     && strcmp(p->zState, "stopped")!=0 ){
+      snprintf(p->zState, sizeof(p->zState), "sync degraded");
+      noteAdd(p, "sync mode degraded to async: no standby acknowledged within the timeout; commits do not wait "
+              "until one catches up");
+    }else if( tdeKvGet(kv, "mode") && strcmp(tdeKvGet(kv, "mode"), "sync")==0 ){
+      noteAdd(p, "protection mode sync");
+    }
     tdeKvFree(kv);
   }
   return TDE_OK;

@@ -33,7 +33,8 @@
 
 static const char *const azReplKeys[] = {
   "repl_ca", "repl_cert", "repl_key", "repl_peer_name", "repl_peer_pubkey_sha256",
-  "repl_timeout_ms", "repl_primary_database_id", "repl_audit_log", 0
+  "repl_timeout_ms", "repl_primary_database_id", "repl_audit_log", "repl_sign_key", "repl_primary_pubkey",
+  "repl_mode", "repl_sync_timeout_ms", 0
 };
 
 /* zOut = zValue, a relative path resolved against zDir. */
@@ -73,7 +74,8 @@ static int cfgParse(TdeReplCfg *p, char *zText){
     for(k=0; azReplKeys[k] && strcmp(azReplKeys[k], zKey)!=0; k++){}
     if( !azReplKeys[k] ){
       rc = tdeErr(TDE_CONFIG, "%s:%d: unknown key '%s' (known: repl_ca, repl_cert, repl_key, repl_peer_name, "
-                  "repl_peer_pubkey_sha256, repl_timeout_ms, repl_primary_database_id, repl_audit_log)", p->zPath, iLine, zKey);
+                  "repl_peer_pubkey_sha256, repl_timeout_ms, repl_primary_database_id, repl_audit_log, "
+                  "repl_sign_key, repl_primary_pubkey, repl_mode, repl_sync_timeout_ms)", p->zPath, iLine, zKey);
       break;
     }
     if( aSeen[k] ){ rc = tdeErr(TDE_CONFIG, "%s:%d: duplicate key '%s'", p->zPath, iLine, zKey); break; }
@@ -83,6 +85,39 @@ static int cfgParse(TdeReplCfg *p, char *zText){
     else if( strcmp(zKey, "repl_cert")==0 ) rc = cfgPath(zDir, zVal, p->zCert, sizeof(p->zCert));
     else if( strcmp(zKey, "repl_key")==0 ) rc = cfgPath(zDir, zVal, p->zKey, sizeof(p->zKey));
     else if( strcmp(zKey, "repl_audit_log")==0 ) rc = cfgPath(zDir, zVal, p->zAudit, sizeof(p->zAudit));
+    else if( strcmp(zKey, "repl_mode")==0 ){
+      if( strcmp(zVal, "sync")==0 ) p->bSync = 1;
+      else if( strcmp(zVal, "async")!=0 ) rc = tdeErr(TDE_CONFIG, "%s:%d: repl_mode: async or sync", p->zPath, iLine);
+    }else if( strcmp(zKey, "repl_sync_timeout_ms")==0 ){
+      char *zE = 0;
+      long v = strtol(zVal, &zE, 10);
+      if( !zE || *zE || v<1 || v>600000 ){
+        rc = tdeErr(TDE_CONFIG, "%s:%d: repl_sync_timeout_ms: 1 to 600000", p->zPath, iLine);
+      }else{
+        p->syncTimeoutMs = (int)v;
+      }
+    }
+    else if( strcmp(zKey, "repl_sign_key")==0 ) rc = cfgPath(zDir, zVal, p->zSignKey, sizeof(p->zSignKey));
+    else if( strcmp(zKey, "repl_primary_pubkey")==0 ){
+      /* The primary's Ed25519 public key(s), PEM: one, or the current and
+      ** the next one while the signing key is rotated. */
+      char *zTok = zVal;
+      while( rc==TDE_OK && zTok ){
+        char *zComma = strchr(zTok, ','), zFile[4096];
+        if( zComma ) *zComma = 0;
+        while( isspace((unsigned char)*zTok) ) zTok++;
+        for(z=zTok+strlen(zTok); z>zTok && isspace((unsigned char)z[-1]); z--){}
+        *z = 0;
+        if( p->nPubKey>=TDE_MAX_PUBKEYS ){
+          rc = tdeErr(TDE_CONFIG, "%s:%d: repl_primary_pubkey: at most %d keys", p->zPath, iLine, TDE_MAX_PUBKEYS);
+          break;
+        }
+        rc = cfgPath(zDir, zTok, zFile, sizeof(zFile));
+        if( rc==TDE_OK ) rc = tdePubKeyLoad(zFile, &p->apPubKey[p->nPubKey]);
+        if( rc==TDE_OK ) p->nPubKey++;
+        zTok = zComma ? zComma+1 : 0;
+      }
+    }
     else if( strcmp(zKey, "repl_peer_name")==0 ){
       if( strlen(zVal)>=sizeof(p->zPeerName) ) rc = tdeErr(TDE_CONFIG, "%s:%d: name too long", p->zPath, iLine);
       else snprintf(p->zPeerName, sizeof(p->zPeerName), "%s", zVal);
@@ -189,6 +224,7 @@ int tdeReplCfgLoad(const char *zPath, unsigned flags, int bServer, TdeReplCfg **
   if( !p ) return TDE_NOMEM;
   memset(p, 0, sizeof(*p));
   p->timeoutMs = 10000;
+  p->syncTimeoutMs = 2000;
   p->flags = flags;
   if( !zPath && !(flags & TDE_REPL_INSECURE_NO_TLS) ){
     rc = tdeErr(TDE_CONFIG, "the standby link needs TLS: give --repl-config FILE (repl_ca, repl_cert, "
@@ -201,6 +237,11 @@ int tdeReplCfgLoad(const char *zPath, unsigned flags, int bServer, TdeReplCfg **
     if( rc ) goto done;
     if( strlen(zText)!=nText ){ rc = tdeErr(TDE_CONFIG, "%s: contains a NUL byte", p->zPath); goto done; }
     rc = cfgParse(p, zText);
+    if( rc ) goto done;
+  }
+  if( flags & TDE_REPL_SYNC ) p->bSync = 1;
+  if( p->zSignKey[0] ){
+    rc = tdeSignKeyLoad(p->zSignKey, &p->pSignKey);
     if( rc ) goto done;
   }
   if( flags & TDE_REPL_INSECURE_NO_TLS ){
@@ -224,6 +265,8 @@ done:
 void tdeReplCfgFree(TdeReplCfg *p){
   if( !p ) return;
   if( p->pCtx ) SSL_CTX_free(p->pCtx);
+  EVP_PKEY_free(p->pSignKey);
+  for(int i=0; i<p->nPubKey; i++) EVP_PKEY_free(p->apPubKey[i]);
   sqlite3_free(p);
 }
 

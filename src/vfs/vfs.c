@@ -1038,7 +1038,16 @@ static int tdeShmMap(sqlite3_file *pFile, int iPg, int pgsz, int bExtend, void v
 }
 static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   TdeFile *p = (TdeFile*)pFile;
-  int rc = p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
+  TdeWalEnd syncEnd;          /* the WAL index as this writer leaves it (standby sync mode) */
+  int bSyncWait = 0, rc;
+  if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->eKind==TDE_KIND_MAIN && p->shipEnd.bKnown ){
+    tdeShmHeaderEnd(p->pShm0, &syncEnd);
+    bSyncWait = syncEnd.bKnown && (syncEnd.mxFrame!=p->shipEnd.mxFrame || memcmp(syncEnd.aSalt, p->shipEnd.aSalt, 8));
+  }
+  rc = p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
+  /* A commit: in the standby's sync mode, return once it is acknowledged
+  ** (src/repl/sync.c; no shipper in sync mode: one failed open). */
+  if( rc==SQLITE_OK && bSyncWait ) tdeReplSyncWait(p->zName, &syncEnd);
   if( rc==SQLITE_OK && offset<=1 && offset+n>1 && (flags & SQLITE_SHM_EXCLUSIVE) ){
     p->bCkpt = (flags & SQLITE_SHM_LOCK)!=0;   /* WAL_CKPT_LOCK is slot 1 */
     p->bCkptValid = 0;

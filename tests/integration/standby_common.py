@@ -347,7 +347,30 @@ def craft_rec(seq, frames, pgsz, flags=0, hdr=b"", kind=1, salt=b"\0" * 8):
     return r + hashlib.sha256(r).digest()
 
 
-def fake_primary(port, dbid, make_recs, timeout=10, ctx=None, history=b"\x07" * 16, last=1):
+def sign(data, key=None):
+    """Ed25519 signature of data with key (default CERTS/sign.key), by the
+    openssl command."""
+    # a file: openssl 3.0 needs the size of a one-shot (Ed25519) input
+    with tempfile.NamedTemporaryFile(dir=TMP) as f:
+        f.write(data)
+        f.flush()
+        r = subprocess.run(["openssl", "pkeyutl", "-sign", "-rawin", "-inkey", key or os.path.join(CERTS, "sign.key"),
+                            "-in", f.name], capture_output=True, check=True)
+    return r.stdout
+
+
+def chain_next(prev, rec):
+    """The record chain after rec (a whole spool record) from prev."""
+    return hashlib.sha256(b"TDECHN1\0" + prev + rec[-32:]).digest()
+
+
+def head_msg(dbid, history, seq, chain, key=None):
+    """A HEAD message (type 11): the signed chain head."""
+    body = b"TDEHEAD1" + dbid + history + struct.pack(">Q", seq) + chain + struct.pack(">Q", int(time.time() * 1000))
+    return wire_msg(11, body + sign(body, key))
+
+
+def fake_primary(port, dbid, make_recs, timeout=10, ctx=None, history=b"\x07" * 16, last=1, chain=None, key=None):
     """Say hello as database dbid (bytes), send the records make_recs(applied)
     returns, and report what the standby answered: a list of message types
     until it closed the connection (or timeout).  Over TLS with the
@@ -360,8 +383,16 @@ def fake_primary(port, dbid, make_recs, timeout=10, ctx=None, history=b"\x07" * 
         s.close()
         return ["no HELLO_OK: %s" % t]
     applied = struct.unpack(">Q", b[:8])[0]
-    for r in make_recs(applied):
+    recs = make_recs(applied)
+    for r in recs:
         s.sendall(wire_msg(4, r))
+    if chain is not None and recs:
+        # Sign the head of what was sent (a test double holding the key):
+        # the standby then validates the records themselves.
+        c = chain
+        for r in recs:
+            c = chain_next(c, r)
+        s.sendall(head_msg(dbid, history, applied + len(recs), c, key))
     got = []
     while True:
         t, b = wire_recv(s)
@@ -372,7 +403,7 @@ def fake_primary(port, dbid, make_recs, timeout=10, ctx=None, history=b"\x07" * 
     return got
 
 
-def fake_base(port, dbid, data, timeout=10, ctx=None):
+def fake_base(port, dbid, data, timeout=10, ctx=None, key=None):
     """Say hello as database dbid to a standby with no copy and send data as
     its base copy; the message types the standby answered until it closed."""
     s = connect_standby(port, timeout, ctx)
@@ -384,7 +415,14 @@ def fake_base(port, dbid, data, timeout=10, ctx=None):
     s.sendall(wire_msg(7, struct.pack(">Q", 1) + b"\x07" * 16 + struct.pack(">QQ", len(data), 0) + b"\0" * 8))
     if data:
         s.sendall(wire_msg(8, struct.pack(">Q", 0) + data))
-    s.sendall(wire_msg(9, hashlib.sha256(data).digest()))
+    digest = hashlib.sha256(data).digest()
+    if key is False:
+        s.sendall(wire_msg(9, digest))            # unsigned
+    else:
+        chain = b"\x11" * 32
+        signed = (b"TDEBASE1" + dbid + b"\x07" * 16 + struct.pack(">QQ", 1, len(data)) + digest + chain +
+                  struct.pack(">Q", 0))
+        s.sendall(wire_msg(9, digest + chain + sign(signed, key)))
     got = []
     while True:
         t, b = wire_recv(s)

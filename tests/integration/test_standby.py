@@ -428,7 +428,7 @@ def main():
     ]
     for what, word, make in cases:
         nrej = open(os.path.join(d, "standby.log")).read().count("rejecting transaction")
-        got = C.fake_primary(sport, dbid, make, history=hist, last=last)
+        got = C.fake_primary(sport, dbid, make, history=hist, last=last, chain=bytes.fromhex(st["chain"]))
         time.sleep(0.2)
         slog = open(os.path.join(d, "standby.log")).read()
         lines = [ln for ln in slog.splitlines() if "rejecting transaction" in ln]

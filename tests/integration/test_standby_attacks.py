@@ -23,7 +23,12 @@ primary's rows.
   forged header,        the handshake; from a peer with the primary's
   re-sequenced record   certificate: an older base copy makes the standby
                         'diverged' (no silent rewind, nothing acknowledged)
-                        until the operator restarts it with --accept-rewind.
+                        until the operator restarts it with --accept-rewind;
+                        without the primary's signing key: a genuine old
+                        record re-sequenced, heads signed by another key or
+                        for another record, an unsigned heartbeat, a forged
+                        base copy (another database, its id patched in):
+                        none is logged, applied or acknowledged.
   on-path tampering     a proxy without keys flips bytes of the TLS stream:
                         TLS drops the connection, nothing is applied from it.
   second shipper        refused, naming the running one's pid.
@@ -309,6 +314,86 @@ def main():
     audit = open(sdb + "-tdestandby-audit").read()
     C.check(seq is not None and status(sdb).get("state") == "streaming" and "standby_accept_rewind" in audit,
             "after --accept-rewind (audited) the primary streams again (sequence %s)" % seq)
+
+    C.step("an authenticated TLS peer without the signing key: re-sequenced record, forged heads and "
+           "heartbeat, forged base copy")
+    C.stop(ship)
+    rogue_key = os.path.join(d, "rogue-sign.key")
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", rogue_key], check=True, capture_output=True)
+    st = C.read_state(sdb + "-tdestandby")
+    hist, applied, chain = bytes.fromhex(st["history"]), int(st["applied_seq"]), bytes.fromhex(st["chain"])
+    sum0 = hashlib.sha256(open(sdb, "rb").read()).hexdigest()
+    # A genuine old record of the primary's spool, re-sequenced as the next
+    # one (its checksum recomputed, as an attacker can).
+    sp = open(pdb + "-tdeship", "rb").read()
+    off = 96
+    old = None
+    while off + 96 <= len(sp):
+        n = struct.unpack(">I", sp[off + 88:off + 92])[0]
+        if sp[off + 16] == 1 and struct.unpack(">I", sp[off + 44:off + 48])[0] > 0:
+            old = sp[off:off + 96 + n + 32]
+            break
+        off += 96 + n + 32
+    body = bytearray(old[:-32])
+    body[8:16] = struct.pack(">Q", applied + 1)
+    reseq = bytes(body) + hashlib.sha256(bytes(body)).digest()
+    cases = [
+        ("a re-sequenced record with no signed head", [C.wire_msg(4, reseq)], None),
+        ("a re-sequenced record with a head signed by another key",
+         [C.wire_msg(4, reseq), C.head_msg(dbid, hist, applied + 1, C.chain_next(chain, reseq), rogue_key)],
+         "does not verify"),
+        ("a re-sequenced record under a head the primary signed for another record",
+         [C.wire_msg(4, reseq), C.head_msg(dbid, hist, applied + 1, hashlib.sha256(b"other").digest())],
+         "record chain mismatch"),
+        ("an unsigned heartbeat claiming a far primary sequence",
+         [C.wire_msg(10, struct.pack(">QQQQ", 1 << 30, 0, 0, 0))], None),
+    ]
+    for what, msgs, word in cases:
+        n0 = open(slog).read().count(word) if word else 0
+        s = C.connect_standby(sport)
+        s.sendall(hello(dbid, hist, applied + 1))
+        t, _ = C.wire_recv(s)
+        for m in msgs:
+            s.sendall(m)
+        s.settimeout(1.5)
+        got = []
+        try:
+            while True:
+                t2, _ = C.wire_recv(s)
+                if t2 is None:
+                    break
+                got.append(t2)
+        except OSError:
+            pass
+        s.close()
+        time.sleep(0.3)
+        st2 = C.read_state(sdb + "-tdestandby")
+        C.check(t == 2 and 5 not in got and st2["applied_seq"] == str(applied) and
+                int(st2.get("primary_seq", 0)) < (1 << 30) and
+                hashlib.sha256(open(sdb, "rb").read()).hexdigest() == sum0 and
+                reseq[100:200] not in open(sdb + "-tdestandby-log", "rb").read() and
+                (word is None or open(slog).read().count(word) > n0),
+                "%s: not applied, not logged, not acknowledged (%s), lag not taken%s" % (
+                    what, got, "; logged '%s'" % word if word else ""))
+    os.makedirs(os.path.join(d, "sb4"))
+    sdb4 = os.path.join(d, "sb4", "standby.db")
+    sport4 = C.free_port()
+    sb4 = C.start_standby(d, sdb4, sport4, log="standby4.log")
+    time.sleep(0.5)
+    other = os.path.join(d, "other.db")
+    C.run_writer(d, other, cfg, 3, seed=3)
+    forged = bytearray(open(other, "rb").read())
+    forged[20:36] = dbid
+    for what, key, word in [("unsigned", False, "unsigned base copy"),
+                            ("signed by another key", rogue_key, "does not verify")]:
+        got = C.fake_base(sport4, dbid, bytes(forged), key=key)
+        time.sleep(0.3)
+        C.check(5 not in got and not os.path.exists(sdb4 + "-tdestandby") and word in open(os.path.join(d, "standby4.log")).read(),
+                "a forged base copy (another database, its id patched in), %s: refused (%s), nothing installed" % (what, got))
+    C.stop(sb4)
+    ship = C.start_ship(d, pdb, cfg, [sport])
+    C.run_writer(d, pdb, cfg, 5, seed=12)
+    C.check(C.wait_caught_up(pdb, sdb) is not None, "the real primary streams on")
 
     C.step("the standby's rows equal the primary's")
     pr, sr = C.rows(pdb, cfg), C.rows(sdb, cfg)

@@ -1,0 +1,125 @@
+/*
+** Protection mode "sync" (README "Standby"): a commit on the primary
+** returns only once a standby has acknowledged it (it acknowledges after
+** its redo log and its copy are synced), or after repl_sync_timeout_ms, when
+** the shipper falls back to async and says so (tde_status, audit log).
+**
+** The shipper in sync mode keeps DB-tdeship-sync (docs/FORMAT.md): its
+** mode, timeout and pid, and the WAL position (salts, last frame) of the
+** newest transaction a standby acknowledged.  The shim, when a connection
+** releases SQLite's WAL write lock after a commit, calls tdeReplSyncWait,
+** which waits for that position to reach its own commit.  No file: no
+** wait (one failed open(2)); the writer never talks to the network.
+*/
+#include "repl/repl.h"
+#include "cipher/cipher.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SYNC_MAGIC  "TDESYNC1"
+
+typedef struct SyncView {
+  uint32_t mode, timeoutMs, pid, degraded, valid, iLast;
+  uint8_t aSalt[8];
+} SyncView;
+
+/* Two equal reads (the shipper rewrites the 40 bytes in one pwrite). */
+static int syncRead(int fd, SyncView *v){
+  uint8_t a[TDE_SYNC_BYTES], b[TDE_SYNC_BYTES];
+  for(int i=0; i<4; i++){
+    if( pread(fd, a, sizeof(a), 0)!=(ssize_t)sizeof(a) ) return TDE_NOTFOUND;
+    if( pread(fd, b, sizeof(b), 0)!=(ssize_t)sizeof(b) ) return TDE_NOTFOUND;
+    if( memcmp(a, b, sizeof(a))==0 ) break;
+  }
+  if( memcmp(a, SYNC_MAGIC, 8)!=0 ) return TDE_FORMAT;
+  v->mode = tdeGet32(a+8);
+  v->timeoutMs = tdeGet32(a+12);
+  v->pid = tdeGet32(a+16);
+  v->degraded = tdeGet32(a+20);
+  memcpy(v->aSalt, a+24, 8);
+  v->iLast = tdeGet32(a+32);
+  v->valid = tdeGet32(a+36);
+  return TDE_OK;
+}
+
+/* Has the acknowledged position reached (salts, mxFrame)?  WAL restarts
+** add one to salt-1 (SQLite's walRestartHdr), so generations compare by
+** it; a WAL cannot be deleted while this connection holds it open. */
+int tdeSyncCovers(const uint8_t *aAckSalt, uint32_t ackLast, const uint8_t *aSalt, uint32_t mxFrame){
+  int32_t d = (int32_t)(tdeGet32(aAckSalt) - tdeGet32(aSalt));
+  /* A few restarts later: newer.  A difference beyond any plausible count
+  ** of restarts is another WAL (salts are random when a WAL is created). */
+  if( d>0 && d<(1<<16) ) return 1;
+  return d==0 && memcmp(aAckSalt, aSalt, 8)==0 && ackLast>=mxFrame;
+}
+
+void tdeReplSyncWait(const char *zDb, const TdeWalEnd *pMine){
+  char zPath[4200];
+  SyncView v;
+  uint64_t deadline;
+  int fd;
+  if( !zDb || !pMine->bKnown ) return;
+  if( snprintf(zPath, sizeof(zPath), "%s-tdeship-sync", zDb)>=(int)sizeof(zPath) ) return;
+  fd = open(zPath, O_RDONLY | O_CLOEXEC);
+  if( fd<0 ) return;                      /* async: no shipper in sync mode */
+  if( syncRead(fd, &v)!=TDE_OK || v.mode!=TDE_SYNC_MODE_SYNC || v.degraded ) goto done;
+  if( kill((pid_t)v.pid, 0)!=0 && errno==ESRCH ) goto done;   /* a shipper that died: nobody to wait for */
+  deadline = tdeNowMs() + v.timeoutMs;
+  for(;;){
+    struct timespec ts = { 0, 100000 };
+    if( v.valid && tdeSyncCovers(v.aSalt, v.iLast, pMine->aSalt, pMine->mxFrame) ) break;
+    if( v.degraded ) break;
+    if( tdeNowMs()>=deadline ){
+      tdeLog(TDE_LOG_WARNING, "%s: sync mode: no standby acknowledged the commit within %u ms; continuing "
+             "(the shipper falls back to async)", zDb, v.timeoutMs);
+      break;
+    }
+    nanosleep(&ts, 0);
+    if( syncRead(fd, &v)!=TDE_OK ) break;
+  }
+done:
+  close(fd);
+}
+
+int tdeSyncCreate(const char *zDb, uint32_t timeoutMs, int *pFd){
+  char zPath[4200];
+  uint8_t a[TDE_SYNC_BYTES];
+  int fd;
+  snprintf(zPath, sizeof(zPath), "%s-tdeship-sync", zDb);
+  fd = open(zPath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if( fd<0 ) return tdeErr(TDE_IO, "%s: %s", zPath, strerror(errno));
+  memset(a, 0, sizeof(a));
+  memcpy(a, SYNC_MAGIC, 8);
+  tdePut32(a+8, TDE_SYNC_MODE_SYNC);
+  tdePut32(a+12, timeoutMs);
+  tdePut32(a+16, (uint32_t)getpid());
+  if( pwrite(fd, a, sizeof(a), 0)!=(ssize_t)sizeof(a) ){
+    int rc = tdeErr(TDE_IO, "%s: %s", zPath, strerror(errno));
+    close(fd);
+    unlink(zPath);
+    return rc;
+  }
+  *pFd = fd;
+  return TDE_OK;
+}
+
+void tdeSyncPublish(int fd, int bDegraded, const uint8_t *aSalt, uint32_t iLast, int bValid){
+  uint8_t a[20];
+  tdePut32(a, (uint32_t)(bDegraded!=0));
+  if( bValid ) memcpy(a+4, aSalt, 8); else memset(a+4, 0, 8);
+  tdePut32(a+12, iLast);
+  tdePut32(a+16, (uint32_t)(bValid!=0));
+  if( pwrite(fd, a, sizeof(a), 20)!=(ssize_t)sizeof(a) ){ /* readers time out and continue */ }
+}
+
+void tdeSyncRemove(const char *zDb, int fd){
+  char zPath[4200];
+  snprintf(zPath, sizeof(zPath), "%s-tdeship-sync", zDb);
+  unlink(zPath);
+  if( fd>=0 ) close(fd);
+}
