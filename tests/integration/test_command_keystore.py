@@ -185,7 +185,7 @@ aad = base64.b64decode(req["aad"])
 check(aad[:17] == b"sqlite-tde v1 dek" and len(aad) == 37 and req["db_id"] == aad[17:33].hex()
       and req["key_version"] == int.from_bytes(aad[33:], "big") and req["protocol"] == 1,
       "unwrap request: protocol 1, aad = label || db id || version, db_id and key_version decoded")
-rc, out, err = tde(CFG, "status", DB)
+rc, out, err = tde(CFG, "status", "--all", DB)
 check(("database_id: " + req["db_id"]) in out, "the request's db_id is the database's id")
 
 # Secrets: the data key (from the recorded wrap requests) never in argv or
@@ -217,7 +217,7 @@ rc, out, err = tde(CFG, "keystore", "list")
 check(rc == 0 and KEY1 in out and KEY2 in out, "keystore list shows both keys")
 rc, out, err = sql(CFG, DB, "SELECT count(*) FROM t;\n")
 check(rc == 0 and out.strip() == "400", "readable after rotation")
-rc, out, err = tde(CFG, "status", DB)
+rc, out, err = tde(CFG, "status", "--all", DB)
 check(("master_keys: command:" + KEY2) in out, "status names the new master key")
 
 # Migration to a wallet and back.
@@ -234,7 +234,7 @@ rc, out, err = tde(WCFG, "migrate-keystore", "--to", CFG, "--drop-old", DB)
 check(rc == 0, "migrate-keystore wallet -> command (%s)" % err.strip())
 rc, out, err = sql(CFG, DB, "SELECT count(*) FROM t;\n")
 check(rc == 0 and out.strip() == "400", "readable with the command keystore after migrating back")
-rc, out, err = tde(CFG, "status", DB)
+rc, out, err = tde(CFG, "status", "--all", DB)
 check("master_keys: command:" in out and "wallet:" not in out, "only the command wrapping is left")
 
 # The oracle binds the associated data: a blob for one aad does not unwrap
@@ -433,7 +433,7 @@ for svc, helper in (("vault", "tde-vault-transit-helper"), ("aws", "tde-aws-kms-
     check(rc == 0 and out.strip() == svc, "%s: database written and reopened (%s)" % (svc, err.strip()))
     if rc != 0:
         continue
-    rc, out, err = tde(cfg, "status", db, env=SENV)
+    rc, out, err = tde(cfg, "status", "--all", db, env=SENV)
     dbid = [l.split()[-1] for l in out.splitlines() if l.startswith("database_id:")][0]
     aad = b"sqlite-tde v1 dek" + bytes.fromhex(dbid) + (1).to_bytes(4, "big")
     log = standin_log(svc)
