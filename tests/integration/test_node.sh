@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's Node section, run verbatim (issue 12): the ```js block under
 # "### From Node" in README.md is taken as it stands, with only its
-# placeholder paths replaced (/path/to/build/tde, /etc/sqlite-tde/tde.conf)
+# placeholder paths replaced (/usr/local/lib/sqlite-tde/tde, /etc/sqlite-tde/tde.conf)
 # and require('better-sqlite3') resolved to the pinned package in
 # TDE_NPM_DIR (NODE_PATH).  Lines appended after it use the `db` it opens:
 # a table written and read back, tde_status says encrypted.  Then the file
@@ -37,14 +37,18 @@ EOF
 chmod 600 tde.conf
 "$CLI" --config tde.conf keystore create --auto-login >/dev/null || { echo "FAIL: keystore create"; exit 1; }
 
+# The block writes into the Quick start's notes table.
+"$CLI" --config tde.conf shell app.db "CREATE TABLE notes(body TEXT);" >/dev/null \
+  || { echo "FAIL: creating app.db's notes table"; exit 1; }
+
 # The block: from the first ```js line after the Node heading to its ```.
 awk '/^### From Node/{f=1} f&&/^```js$/{b=1; next} b&&/^```$/{exit} b{print}' "$TDE_SRC/README.md" > readme.js
 if [ ! -s readme.js ]; then echo "FAIL: no \`\`\`js block under '### From Node' in README.md"; exit 1; fi
 echo "README's Node section:"; sed 's/^/  | /' readme.js
-grep -q "/path/to/build/tde" readme.js && grep -q "/etc/sqlite-tde/tde.conf" readme.js \
+grep -q "/usr/local/lib/sqlite-tde/tde" readme.js && grep -q "/etc/sqlite-tde/tde.conf" readme.js \
   || { echo "FAIL: the README block no longer has the placeholders this test replaces"; exit 1; }
 {
-  sed -e "s#/path/to/build/tde#$EXT#g" -e "s#/etc/sqlite-tde/tde.conf#$WORK/tde.conf#g" readme.js
+  sed -e "s#/usr/local/lib/sqlite-tde/tde#$EXT#g" -e "s#/etc/sqlite-tde/tde.conf#$WORK/tde.conf#g" readme.js
   cat <<'EOF'
 db.exec("CREATE TABLE t(x); INSERT INTO t VALUES('node-readme-secret')");
 const got = db.prepare('SELECT x FROM t').pluck().get();
