@@ -311,7 +311,7 @@ int tdeConfigReadFile(const char *zPath, TdeConfig **pp){
   rc = configAbsolute(zPath, zAbs, sizeof(zAbs));
   if( rc!=TDE_OK ) goto load_out;
 
-  fd = open(zAbs, O_RDONLY | O_CLOEXEC);
+  fd = open(zAbs, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if( fd<0 ){
     rc = tdeErr(TDE_CONFIG, "%s: cannot open: %s", zAbs, strerror(errno));
     goto load_out;
@@ -399,7 +399,7 @@ static int configPasswordFile(const TdeConfig *p, char **pz, size_t *pn){
 
   rc = tdeConfigPath(p, "password_file", zPath, sizeof(zPath));
   if( rc!=TDE_OK ) goto pwfile_out;
-  fd = open(zPath, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  fd = open(zPath, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if( fd<0 ){
     rc = tdeErr(TDE_CONFIG, "%s: password_file %s: cannot open: %s",
                 p->zPath, zPath, strerror(errno));

@@ -289,7 +289,7 @@ static int walletReadFile(const char *zPath, uint8_t **paFile, size_t *pnFile,
 
   *paFile = 0;
   *pnFile = 0;
-  fd = open(zPath, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  fd = open(zPath, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if( fd<0 ){
     if( errno==ENOENT || errno==ENOTDIR ){
       return tdeErr(TDE_NOKEYSTORE, "wallet %s: not found", zPath);

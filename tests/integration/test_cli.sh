@@ -348,6 +348,21 @@ run "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell plain.db "SELECT 1;"
 expect_rc 4 "shell refuses a plaintext database"
 expect_in err.txt 'plaintext' "with a message about plaintext"
 
+step "a FIFO where a configuration, wallet or password file should be is refused at once"
+# Opening a FIFO for reading blocks until a writer comes: each must fail
+# within the timeout with "not a regular file", not hang.
+mkfifo fifo.conf fifo.wallet fifo.pw
+printf 'keystore = wallet\nwallet = fifo.wallet\n' > fw.conf; chmod 600 fw.conf
+printf 'keystore = wallet\nwallet = auto.wallet\npassword_file = fifo.pw\n' > fp.conf; chmod 600 fp.conf
+for c in fifo.conf fw.conf fp.conf; do
+  run timeout 20 "$CLI" --config "$c" keystore status
+  if [ "$RC" -eq 124 ]; then
+    bad "$c: keystore status hung on a FIFO"
+  else
+    expect_in err.txt 'not a regular file' "$c: refused (rc $RC) naming a non-regular file"
+  fi
+done
+
 # ---------------------------------------------------------------------------
 echo
 echo "test_cli: $NPASS passed, $NFAIL failed"
