@@ -241,18 +241,50 @@ static void noteAdd(TdeReplStatus *p, const char *zFmt, ...){
 /* Shown this long after a refusal. */
 #define TDE_REFUSAL_SHOWN_MS  (10*60*1000)
 
+/*
+** zDb is a standby copy when DB-tdestandby is a valid standby state file
+** (magic and checksum) naming the database id that zDb's header carries
+** (plaintext at offset 20 of header slot 0), or naming any id while zDb
+** holds no header yet (a standby waiting for its first base copy).  A bare,
+** damaged or foreign DB-tdestandby is ignored with a warning, so it cannot
+** make a primary read-only.  The state file is replaced atomically by the
+** standby (temp file, fsync, rename): a valid one is never half-written.
+*/
 int tdeStandbyIsCopy(const char *zDb, uint64_t *pSeq){
   char zPath[4200];
   TdeKv *kv = 0;
+  uint8_t aWant[16], aHave[16];
+  int bCopy = 0, fd;
+  ssize_t n = 0;
   *pSeq = 0;
   if( !zDb ) return 0;
   snprintf(zPath, sizeof(zPath), "%s-tdestandby", zDb);
   if( access(zPath, F_OK)!=0 ) return 0;
-  if( tdeKvRead(zPath, TDE_STANDBY_STATE_MAGIC, &kv)==TDE_OK ){
-    *pSeq = (uint64_t)tdeKvInt(kv, "applied_seq");
-    tdeKvFree(kv);
+  if( tdeKvRead(zPath, TDE_STANDBY_STATE_MAGIC, &kv)!=TDE_OK ){
+    tdeLog(TDE_LOG_WARNING, "%s: ignoring %s: not a valid standby state file (%s); "
+           "the database opens as a primary", zDb, zPath, tde_last_error());
+    return 0;
   }
-  return 1;
+  if( tdeUnhex(tdeKvGet(kv, "database_id"), aWant, sizeof(aWant)) ){
+    tdeLog(TDE_LOG_WARNING, "%s: ignoring %s: it names no database id; the database opens "
+           "as a primary", zDb, zPath);
+    goto done;
+  }
+  fd = open(zDb, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if( fd>=0 ){
+    do{ n = pread(fd, aHave, sizeof(aHave), 20); }while( n<0 && errno==EINTR );
+    close(fd);
+  }
+  if( fd>=0 && n==(ssize_t)sizeof(aHave) && memcmp(aHave, aWant, sizeof(aWant))!=0 ){
+    tdeLog(TDE_LOG_WARNING, "%s: ignoring %s: it names another database; the database "
+           "opens as a primary", zDb, zPath);
+    goto done;
+  }
+  *pSeq = (uint64_t)tdeKvInt(kv, "applied_seq");
+  bCopy = 1;
+done:
+  tdeKvFree(kv);
+  return bCopy;
 }
 
 int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){

@@ -348,6 +348,19 @@ run "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell plain.db "SELECT 1;"
 expect_rc 4 "shell refuses a plaintext database"
 expect_in err.txt 'plaintext' "with a message about plaintext"
 
+step "a bare or foreign DB-tdestandby does not make a primary read-only"
+run "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell sb.db "CREATE TABLE t(x); INSERT INTO t VALUES(1);"
+expect_rc 0 "sb.db created"
+: > sb.db-tdestandby
+run "${SHELL_ENV[@]}" env SQLITE_TDE_LOG=stderr "$CLI" --config auto.conf shell sb.db "INSERT INTO t VALUES(2);"
+expect_rc 0 "an empty sb.db-tdestandby: still writable"
+expect_in err.txt 'ignoring .*sb.db-tdestandby' "with a warning naming the file"
+printf 'sqlite-tde standby state 1\ndatabase_id=00000000000000000000000000000000\n' > sb.db-tdestandby
+run "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell sb.db "INSERT INTO t VALUES(3); SELECT count(*) FROM t;"
+expect_rc 0 "a forged sb.db-tdestandby (no valid checksum, another id): still writable"
+expect_in out.txt '^3$' "all three rows written"
+rm -f sb.db-tdestandby
+
 step "a FIFO where a configuration, wallet or password file should be is refused at once"
 # Opening a FIFO for reading blocks until a writer comes: each must fail
 # within the timeout with "not a regular file", not hang.
