@@ -229,6 +229,16 @@ int tdeMainRefreshIfChanged(TdeFile *p){
   if( (!bShortA && tdeGet64(a)>p->pKeys->hdr.seq) || (!bShortB && tdeGet64(b)>p->pKeys->hdr.seq) ){
     return tdeMainRefresh(p);
   }
+  if( p->pKeys->hdr.version>=TDE_FORMAT_V2 ){
+    /* Version 2 epoch updates keep the sequence: compare the log epochs
+    ** (docs/FORMAT.md "Header slot, version 2", offset 3968). */
+    int rc = tdeRealRead(p, a, 8, 3968, &bShortA);
+    if( rc==SQLITE_OK ) rc = tdeRealRead(p, b, 8, TDE_SLOT_SIZE+3968, &bShortB);
+    if( rc ) return rc;
+    if( (!bShortA && tdeGet64(a)>p->pKeys->hdr.logEpoch) || (!bShortB && tdeGet64(b)>p->pKeys->hdr.logEpoch) ){
+      return tdeMainRefresh(p);
+    }
+  }
   return SQLITE_OK;
 }
 
@@ -248,7 +258,10 @@ int tdeMainRefresh(TdeFile *p){
   if( trc==TDE_OK && memcmp(pHdr->dbid, k->hdr.dbid, TDE_DBID_BYTES)!=0 ){
     trc = tdeErr(TDE_FORMAT, "the header names another database");
   }
-  if( trc==TDE_OK && pHdr->seq<=k->hdr.seq ) goto done;      /* unchanged (never go back) */
+  if( trc==TDE_OK && (pHdr->seq<k->hdr.seq
+                      || (pHdr->seq==k->hdr.seq && pHdr->logEpoch<=k->hdr.logEpoch)) ){
+    goto done;                  /* unchanged (never go back; version 2: nor to an older epoch) */
+  }
   if( trc==TDE_OK ){
     TdeHeader save = k->hdr;
     k->hdr = *pHdr;

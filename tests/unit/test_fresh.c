@@ -1,6 +1,18 @@
 /*
-** Issue 14 (format version 2, freshness) tests.  This file holds the nonce
-** hardening tests (docs/FORMAT.md "Nonce uniqueness"):
+** Issue 14 (format version 2, freshness) tests.
+**
+** Stale but authentic data (docs/FORMAT.md "Format version 2"), each case
+** run on a version-1 database (where the replay works: the test asserts
+** the stale rows come back, as the issue reproduced) and on a version-2
+** one (where it is refused with SQLITE_IOERR_AUTH and tde_last_error()
+** naming the file), and each time the database opens cleanly once the
+** stale file is moved aside:
+**
+**  - case 1: an old -wal copied back after later commits and checkpoints;
+**  - case 2: frames of a rolled-back transaction written back over the
+**    frames of the transaction that committed after it.
+**
+** Nonce hardening (docs/FORMAT.md "Nonce uniqueness"):
 **
 **  - a child made by a raw clone() (no atfork handler runs) must not
 **    continue its parent's sealing session: the getpid() check;
@@ -22,6 +34,7 @@
 
 #include "tde_int.h"
 #include "cipher/cipher.h"
+#include "keys/keys.h"
 
 static const uint8_t aTestDek[32] = {
   0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00,
@@ -171,6 +184,190 @@ static void test_status_sessions(void **state){
   sqlite3_close(db);
 }
 
+/* ---- stale WAL (cases 1 and 2) --------------------------------------------- */
+
+/* First column of the first row of zSql as an integer; SQLite's result
+** code of the whole statement (SQLITE_DONE becomes SQLITE_OK). */
+static int stepInt(sqlite3 *db, const char *zSql, sqlite3_int64 *pv){
+  sqlite3_stmt *p = 0;
+  int rc = sqlite3_prepare_v2(db, zSql, -1, &p, 0);
+  *pv = -1;
+  if( rc==SQLITE_OK ){
+    rc = sqlite3_step(p);
+    if( rc==SQLITE_ROW ){ *pv = sqlite3_column_int64(p, 0); rc = SQLITE_OK; }
+    else if( rc==SQLITE_DONE ) rc = SQLITE_OK;
+  }
+  sqlite3_finalize(p);
+  return rc;
+}
+
+static void fileCopy(const char *zFrom, const char *zTo){
+  size_t n = 0;
+  unsigned char *a = readAll(zFrom, &n);
+  assert_non_null(a);
+  writeAll(zTo, a, n);
+  free(a);
+}
+
+static void dbSide(char *zOut, const char *zDb, const char *zSuffix){
+  if( snprintf(zOut, PATH_MAX, "%s%s", zDb, zSuffix)>=PATH_MAX ) fail_msg("path too long");
+}
+
+/* A connection that leaves -wal in place when it closes. */
+static void closeKeepWal(sqlite3 *db){
+  sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/*
+** Case 1.  The -wal holding balance=999 is saved; later commits set it to
+** 0, checkpoints restart the log; the old -wal is copied back and -shm
+** removed.  bV2 0: the old balance reads again (the attack works on
+** version 1).  bV2 1: refused, naming the WAL; moved aside, the database
+** opens at its last checkpoint with balance 0.
+*/
+static void oldWalCase(int bV2){
+  char zDb[PATH_MAX], zWal[PATH_MAX], zShm[PATH_MAX], zSaved[PATH_MAX];
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  int rc;
+  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
+  pathOf(zDb, bV2 ? "oldwal-v2.db" : "oldwal-v1.db");
+  dbSide(zWal, zDb, "-wal");
+  dbSide(zShm, zDb, "-shm");
+  dbSide(zSaved, zDb, "-wal.saved");
+  removeDb(zDb);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;"
+           "CREATE TABLE acct(id INTEGER PRIMARY KEY, balance INT);"
+           "INSERT INTO acct VALUES(1, 999);");
+  fileCopy(zWal, zSaved);                        /* the attacker's copy */
+  exec(db, "UPDATE acct SET balance=0 WHERE id=1; INSERT INTO acct VALUES(2, 5);");
+  exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  exec(db, "INSERT INTO acct VALUES(3, 7)");     /* a new generation */
+  exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+  fileCopy(zSaved, zWal);
+  unlink(zShm);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  sqlite3_extended_result_codes(db, 1);
+  rc = stepInt(db, "SELECT balance FROM acct WHERE id=1", &v);
+  if( !bV2 ){
+    assert_int_equal(rc, SQLITE_OK);
+    assert_int_equal(v, 999);                    /* stale, and authentic in version 1 */
+    assert_int_equal(stepInt(db, "SELECT count(*) FROM acct", &v), SQLITE_OK);
+    assert_int_equal(v, 1);                      /* the later rows are gone */
+    closeKeepWal(db);
+    tdeSetCreateVersion(TDE_FORMAT_V2);
+    return;
+  }
+  assert_int_equal(rc, SQLITE_IOERR_AUTH);
+  assert_int_equal(sqlite3_extended_errcode(db), SQLITE_IOERR_AUTH);
+  assert_non_null(strstr(tde_last_error(), zWal));
+  assert_non_null(strstr(tde_last_error(), "older state"));
+  assert_non_null(strstr(tde_last_error(), "move it aside"));
+  closeKeepWal(db);
+  {
+    size_t n1 = 0, n2 = 0;       /* the refusal modified nothing */
+    unsigned char *a1 = readAll(zWal, &n1), *a2 = readAll(zSaved, &n2);
+    assert_true(a1 && a2 && n1==n2 && memcmp(a1, a2, n1)==0);
+    free(a1); free(a2);
+  }
+  /* What to do: move it aside; the database opens at its last checkpoint. */
+  assert_int_equal(rename(zWal, zSaved), 0);
+  unlink(zShm);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  assert_int_equal(stepInt(db, "SELECT balance FROM acct WHERE id=1", &v), SQLITE_OK);
+  assert_int_equal(v, 0);
+  assert_int_equal(stepInt(db, "SELECT count(*) FROM acct", &v), SQLITE_OK);
+  assert_int_equal(v, 3);
+  assert_true(integrityOk(db));
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+static void test_case1_old_wal_v1(void **state){ (void)state; oldWalCase(0); }
+static void test_case1_old_wal_v2(void **state){ (void)state; oldWalCase(1); }
+
+#define FRAME_BYTES(P) (24 + (P))
+
+/*
+** Case 2.  T2 spills many frames and is rolled back; T3 commits over the
+** same frames and beyond.  T2's frames are written back at their own
+** indices and -shm removed.  Version 1: T2's values read as committed.
+** Version 2: refused (the chain breaks at the first T3 frame after the
+** splice while T3's commit frame still authenticates).
+*/
+static void splicedFramesCase(int bV2){
+  char zDb[PATH_MAX], zWal[PATH_MAX], zShm[PATH_MAX];
+  unsigned char *aT2 = 0, *aT3 = 0;
+  size_t nT1 = 0, nT2 = 0, nT3 = 0;
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  const size_t P = 4096;
+  int rc;
+  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
+  pathOf(zDb, bV2 ? "splice-v2.db" : "splice-v1.db");
+  dbSide(zWal, zDb, "-wal");
+  dbSide(zShm, zDb, "-shm");
+  removeDb(zDb);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "PRAGMA page_size=4096; PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;"
+           "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
+           "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<600)"
+           " INSERT INTO t SELECT i, printf('T1 %d %.900c', i, 'a') FROM c;");
+  exec(db, "PRAGMA wal_checkpoint(TRUNCATE); INSERT INTO t VALUES(1000, 'T1 1000');");
+  free(readAll(zWal, &nT1));
+  assert_true(nT1>32);                           /* T2 and T3 share the generation */
+  exec(db, "PRAGMA cache_size=4; BEGIN;"
+           "UPDATE t SET v=printf('T2 %d %.900c', id, 'b') WHERE id<=300;");
+  exec(db, "ROLLBACK");
+  aT2 = readAll(zWal, &nT2);
+  exec(db, "UPDATE t SET v=printf('T3 %d %.900c', id, 'c')");
+  closeKeepWal(db);
+  aT3 = readAll(zWal, &nT3);
+  assert_non_null(aT2);
+  assert_non_null(aT3);
+  assert_true(nT2>nT1 + 10*FRAME_BYTES(P));      /* T2 spilled */
+  assert_true(nT3>nT2);                          /* T3 goes past T2's frames */
+  memcpy(aT3 + nT1, aT2 + nT1, nT2 - nT1);       /* T2's frames at their own indices */
+  writeAll(zWal, aT3, nT3);
+  unlink(zShm);
+
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  sqlite3_extended_result_codes(db, 1);
+  rc = stepInt(db, "SELECT count(*) FROM t WHERE v LIKE 'T2 %'", &v);
+  if( !bV2 ){
+    assert_int_equal(rc, SQLITE_OK);
+    assert_true(v>0);                            /* T2's values appear committed */
+    closeKeepWal(db);
+  }else{
+    assert_int_equal(rc, SQLITE_IOERR_AUTH);
+    assert_non_null(strstr(tde_last_error(), zWal));
+    closeKeepWal(db);
+    {
+      size_t n = 0;              /* the refusal modified nothing */
+      unsigned char *a = readAll(zWal, &n);
+      assert_true(a && n==nT3 && memcmp(a, aT3, n)==0);
+      free(a);
+    }
+    /* Moved aside: the database opens at its last checkpoint (T1). */
+    unlink(zWal);
+    unlink(zShm);
+    assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+    assert_int_equal(stepInt(db, "SELECT count(*) FROM t WHERE v LIKE 'T1 %'", &v), SQLITE_OK);
+    assert_int_equal(v, 600);
+    assert_true(integrityOk(db));
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  }
+  free(aT2);
+  free(aT3);
+  tdeSetCreateVersion(TDE_FORMAT_V2);
+}
+
+static void test_case2_spliced_frames_v1(void **state){ (void)state; splicedFramesCase(0); }
+static void test_case2_spliced_frames_v2(void **state){ (void)state; splicedFramesCase(1); }
+
 static int groupSetup(void **state){
   (void)state;
   return tdetestGroupSetup("tdefresh", 0);
@@ -188,6 +385,10 @@ int main(void){
     cmocka_unit_test(test_random_counter_start),
     cmocka_unit_test(test_session_cap),
     cmocka_unit_test(test_status_sessions),
+    cmocka_unit_test(test_case1_old_wal_v1),
+    cmocka_unit_test(test_case1_old_wal_v2),
+    cmocka_unit_test(test_case2_spliced_frames_v1),
+    cmocka_unit_test(test_case2_spliced_frames_v2),
   };
   return cmocka_run_group_tests_name("fresh", tests, groupSetup, groupTeardown);
 }
