@@ -12,6 +12,12 @@
 **  - case 2: frames of a rolled-back transaction written back over the
 **    frames of the transaction that committed after it.
 **
+** Upgrade: version-1 databases (made by this build's version-1 path, and
+** by main's code at 0ad65da: tests/fixtures/v1-0ad65da) open, are moved to
+** version 2 in place by tde_db_upgrade, verify, and then refuse a stale
+** WAL like any version-2 database; tde_status shows format_version and
+** freshness.
+**
 ** Nonce hardening (docs/FORMAT.md "Nonce uniqueness"):
 **
 **  - a child made by a raw clone() (no atfork handler runs) must not
@@ -368,6 +374,143 @@ static void splicedFramesCase(int bV2){
 static void test_case2_spliced_frames_v1(void **state){ (void)state; splicedFramesCase(0); }
 static void test_case2_spliced_frames_v2(void **state){ (void)state; splicedFramesCase(1); }
 
+/* ---- upgrade from version 1 (item 6) --------------------------------------- */
+
+static void statusFormat(sqlite3 *db, sqlite3_int64 *piVersion, char *zFresh, size_t nFresh){
+  sqlite3_stmt *p = 0;
+  *piVersion = -1;
+  zFresh[0] = 0;
+  assert_int_equal(sqlite3_prepare_v2(db, "SELECT format_version, freshness FROM tde_status WHERE schema='main'",
+                                      -1, &p, 0), SQLITE_OK);
+  assert_int_equal(sqlite3_step(p), SQLITE_ROW);
+  *piVersion = sqlite3_column_int64(p, 0);
+  snprintf(zFresh, nFresh, "%s", sqlite3_column_text(p, 1) ? (const char*)sqlite3_column_text(p, 1) : "");
+  sqlite3_finalize(p);
+}
+
+/* Upgrade zDb (version 1, open through zConfig) in place and check it. */
+static void upgradeAndCheck(const char *zDb, const char *zConfig, sqlite3_int64 nRows, const char *zSumSql,
+                            sqlite3_int64 iSum){
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  int64_t nChecked = 0, iBad = 0;
+  char zFresh[8];
+  assert_int_equal(openTdeCfg(zDb, zConfig, &db), SQLITE_OK);
+  statusFormat(db, &v, zFresh, sizeof(zFresh));
+  assert_int_equal(v, 1);
+  assert_string_equal(zFresh, "off");
+  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  statusFormat(db, &v, zFresh, sizeof(zFresh));
+  assert_int_equal(v, 2);
+  assert_string_equal(zFresh, "on");
+  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);            /* again: nothing to do */
+  assert_int_equal(stepInt(db, "SELECT count(*) FROM t", &v), SQLITE_OK);
+  assert_int_equal(v, nRows);
+  assert_int_equal(stepInt(db, zSumSql, &v), SQLITE_OK);
+  assert_int_equal(v, iSum);
+  assert_true(integrityOk(db));
+  assert_int_equal(tde_verify(db, "main", &nChecked, &iBad, 0, 0), TDE_OK);
+  assert_true(nChecked>0);
+  /* It keeps working as version 2, and across a reopen. */
+  exec(db, "INSERT INTO t(id, v) VALUES(100000, 'after the upgrade')");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_int_equal(openTdeCfg(zDb, zConfig, &db), SQLITE_OK);
+  statusFormat(db, &v, zFresh, sizeof(zFresh));
+  assert_int_equal(v, 2);
+  assert_int_equal(stepInt(db, "SELECT count(*) FROM t", &v), SQLITE_OK);
+  assert_int_equal(v, nRows + 1);
+  assert_true(integrityOk(db));
+  assert_int_equal(tde_verify(db, "main", &nChecked, &iBad, 0, 0), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/* A version-1 database (WAL mode, frames not yet checkpointed) made by
+** this build's version-1 path: upgraded in place; then an old -wal put
+** back is refused as on a database created as version 2. */
+static void test_upgrade_v1_wal(void **state){
+  char zDb[PATH_MAX], zWal[PATH_MAX], zShm[PATH_MAX], zSaved[PATH_MAX];
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  (void)state;
+  tdeSetCreateVersion(TDE_FORMAT_V1);
+  pathOf(zDb, "upgrade-wal.db");
+  dbSide(zWal, zDb, "-wal");
+  dbSide(zShm, zDb, "-shm");
+  dbSide(zSaved, zDb, "-wal.saved");
+  removeDb(zDb);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;"
+           "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
+           "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<200)"
+           " INSERT INTO t SELECT i, printf('row %d', i) FROM c;");
+  closeKeepWal(db);                              /* frames left in the version-1 WAL */
+  tdeSetCreateVersion(TDE_FORMAT_V2);
+  upgradeAndCheck(zDb, zCfg, 200, "SELECT sum(id) FROM t WHERE id<=200", 200*201/2);
+
+  /* Freshness is on now: the case-1 replay is refused. */
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "PRAGMA wal_autocheckpoint=0; UPDATE t SET v='old' WHERE id=1;");
+  fileCopy(zWal, zSaved);
+  exec(db, "UPDATE t SET v='new' WHERE id=1; PRAGMA wal_checkpoint(TRUNCATE);"
+           "INSERT INTO t(id, v) VALUES(100001, 'x'); PRAGMA wal_checkpoint(TRUNCATE);");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  fileCopy(zSaved, zWal);
+  unlink(zShm);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  sqlite3_extended_result_codes(db, 1);
+  assert_int_equal(stepInt(db, "SELECT count(*) FROM t WHERE v='old'", &v), SQLITE_IOERR_AUTH);
+  closeKeepWal(db);
+}
+
+/* Rollback-journal mode: the same, without a WAL. */
+static void test_upgrade_v1_delete(void **state){
+  char zDb[PATH_MAX];
+  sqlite3 *db = 0;
+  (void)state;
+  tdeSetCreateVersion(TDE_FORMAT_V1);
+  pathOf(zDb, "upgrade-delete.db");
+  removeDb(zDb);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
+           "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<300)"
+           " INSERT INTO t SELECT i, printf('row %d %.500c', i, 'r') FROM c;");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  tdeSetCreateVersion(TDE_FORMAT_V2);
+  upgradeAndCheck(zDb, zCfg, 300, "SELECT sum(id) FROM t WHERE id<=300", 300*301/2);
+}
+
+/* A version-1 database made by main's code (commit 0ad65da, fixture in
+** tests/fixtures/v1-0ad65da with its wallet): opens, upgrades, verifies;
+** in WAL mode with its frames still in the version-1 WAL. */
+static void test_upgrade_fixture(void **state){
+  static const char *azFile[] = { "fix.db", "fixwal.db", "fixwal.db-wal", "tde.conf", "w.tdew" };
+  char zSrc[PATH_MAX], zDir[PATH_MAX], zFrom[PATH_MAX], zTo[PATH_MAX], zFixCfg[PATH_MAX];
+  char *zSlash;
+  (void)state;
+  snprintf(zSrc, sizeof(zSrc), "%s", __FILE__);          /* .../tests/unit/test_fresh.c */
+  zSlash = strrchr(zSrc, '/');
+  assert_non_null(zSlash);
+  *zSlash = 0;
+  zSlash = strrchr(zSrc, '/');
+  assert_non_null(zSlash);
+  *zSlash = 0;                                         /* .../tests */
+  pathOf(zDir, "fixture-v1");
+  mkdir(zDir, 0700);
+  for(size_t i=0; i<sizeof(azFile)/sizeof(azFile[0]); i++){
+    if( snprintf(zFrom, sizeof(zFrom), "%.3000s/fixtures/v1-0ad65da/%.64s", zSrc, azFile[i])>=(int)sizeof(zFrom) ){
+      fail_msg("path too long");
+    }
+    joinPath(zTo, zDir, azFile[i]);
+    fileCopy(zFrom, zTo);
+    chmod(zTo, 0600);
+  }
+  joinPath(zFixCfg, zDir, "tde.conf");
+  joinPath(zTo, zDir, "fix.db");
+  upgradeAndCheck(zTo, zFixCfg, 150, "SELECT sum(id) FROM t WHERE v LIKE 'fixture %'", 150*151/2);
+  joinPath(zTo, zDir, "fixwal.db");
+  upgradeAndCheck(zTo, zFixCfg, 150, "SELECT sum(id) FROM t WHERE v LIKE 'fixture %'", 150*151/2);
+}
+
 static int groupSetup(void **state){
   (void)state;
   return tdetestGroupSetup("tdefresh", 0);
@@ -389,6 +532,9 @@ int main(void){
     cmocka_unit_test(test_case1_old_wal_v2),
     cmocka_unit_test(test_case2_spliced_frames_v1),
     cmocka_unit_test(test_case2_spliced_frames_v2),
+    cmocka_unit_test(test_upgrade_v1_wal),
+    cmocka_unit_test(test_upgrade_v1_delete),
+    cmocka_unit_test(test_upgrade_fixture),
   };
   return cmocka_run_group_tests_name("fresh", tests, groupSetup, groupTeardown);
 }
