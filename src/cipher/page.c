@@ -91,6 +91,7 @@ struct TdePageCipher {
   uint64_t nSealed;                  /* seals in this session */
   uint64_t nSessions;                /* sessions this object has started */
   uint32_t ivHigh;                   /* IV bits 95..64 (tdePageCipherSetIvHigh) */
+  uint32_t reserved;                 /* trailer [44..48) (tdePageCipherSetReserved) */
   uint8_t aSealSalt[PAGE_SALT_BYTES];
 
   uint64_t iClock;                   /* LRU clock */
@@ -335,6 +336,10 @@ void tdePageCipherSetIvHigh(TdePageCipher *p, uint32_t iHigh){
   p->ivHigh = iHigh;
 }
 
+void tdePageCipherSetReserved(TdePageCipher *p, uint32_t v){
+  p->reserved = v;
+}
+
 void tdePageCipherAgeSession(TdePageCipher *p, uint64_t nSeals){
   if( p->bSealReady ) p->nSealed = nSeals;
 }
@@ -373,7 +378,7 @@ int tdePageSeal(TdePageCipher *p, const uint8_t *aad, size_t nAad,
   tdePut32(t + TRL_IV, p->ivHigh);
   tdePut64(t + TRL_IV + 4, p->ctrLo);
   tdePut32(t + TRL_VERSION, p->keyVersion);
-  tdePut32(t + TRL_RESERVED, 0);
+  tdePut32(t + TRL_RESERVED, p->reserved);
   /* Consume the counter now (mod 2^64: a session's PAGE_SESSION_SEALS
   ** values from its random start never repeat). */
   p->ctrLo++;

@@ -188,6 +188,9 @@ int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size
   uint64_t nBefore;
   int rc;
   if( !c ) return TDE_NOKEY;
+  /* Version 2: the page records the header sequence it was sealed under
+  ** (docs/FORMAT.md "Pages, version 2"). */
+  tdePageCipherSetReserved(c, k && k->hdr.version>=TDE_FORMAT_V2 ? (uint32_t)k->hdr.seq : 0);
   nBefore = tdePageCipherSessions(c);
   rc = tdePageSeal(c, aad, nAad, pt, n, ct, trailer);
   if( k && tdePageCipherSessions(c)!=nBefore ){
@@ -205,11 +208,29 @@ int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size
 int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size_t n,
             const uint8_t *trailer, uint8_t *pt){
   TdePageCipher *c = tdeCipherForOpen(p, tdeTrailerVersion(trailer));
+  TdeDbKeys *k = fileKeys(p);
+  uint32_t q = tdeGet32(trailer + 44);
+  int rc;
   if( !c ){
     memset(pt, 0, n);
     return TDE_NOKEY;
   }
-  return tdePageOpen(c, aad, nAad, ct, n, trailer, pt);
+  rc = tdePageOpen(c, aad, nAad, ct, n, trailer, pt);
+  if( rc==TDE_OK && k && k->hdr.version>=TDE_FORMAT_V2 && q>(uint32_t)k->hdr.seq ){
+    /* Sealed under a newer header than ours: another connection may have
+    ** advanced it; if the header on disk is older still, it was put back. */
+    TdeFile *m = p->eKind==TDE_KIND_MAIN ? p : p->pMain;
+    if( m && tdeMainRefresh(m)!=SQLITE_OK ) tdeErrClear();
+    if( q>(uint32_t)k->hdr.seq ){
+      tdeWipe(pt, n);
+      rc = tdeErr(TDE_AUTH, "%s: a page was sealed under header sequence %u but the header is at %llu: "
+                  "the header region was rolled back (put the current header back, or restore the "
+                  "whole database from one backup)", m && m->zName ? m->zName : "database",
+                  q, (unsigned long long)k->hdr.seq);
+      tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+    }
+  }
+  return rc;
 }
 
 /*

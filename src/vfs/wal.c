@@ -240,16 +240,27 @@ static int walStoredMac(TdeFile *p, uint32_t j, uint8_t *aOut){
   return rc;
 }
 
-/* The MAC frame idx chains from: the chain's when it reaches idx-1
-** (*pbChain = 1), else the one stored in frame idx-1's header on disk. */
+/* The MAC frame idx chains from: the chain's own when frame idx-1 is the
+** header or part of a committed prefix of it (those never change within a
+** generation), else the one stored in frame idx-1's header on disk -- a
+** frame beyond the last commit may have been rewritten by another
+** connection since it was verified.  *pbChain: the value is the verified
+** chain's (the stored one equals it). */
 static int walPrevMac(TdeFile *p, uint32_t idx, uint8_t *aOut, int *pbChain){
+  int rc;
   *pbChain = 0;
-  if( p->wal.bChain && idx-1<=p->wal.iChain && idx-1<p->wal.nMac ){
+  if( p->wal.bChain && idx-1<p->wal.nMac && idx-1<=p->wal.iChain
+   && (idx==1 || idx-1<=p->wal.iChainCommit) ){
     memcpy(aOut, p->wal.aMac[idx-1].mac, MAC_BYTES);
     *pbChain = 1;
     return SQLITE_OK;
   }
-  return walStoredMac(p, idx-1, aOut);
+  rc = walStoredMac(p, idx-1, aOut);
+  if( rc==SQLITE_OK && p->wal.bChain && idx-1<p->wal.nMac && idx-1<=p->wal.iChain
+   && memcmp(aOut, p->wal.aMac[idx-1].mac, MAC_BYTES)==0 ){
+    *pbChain = 1;
+  }
+  return rc;
 }
 
 static void walCkRemember(TdeFile *p, uint32_t idx, const uint8_t *mac, const uint8_t *aSqliteCk){
@@ -589,15 +600,28 @@ static int walFrameCurrent(TdeFile *p, uint32_t idx, const uint8_t *aFrame, int 
   int rc;
   *pbOk = 0;
   if( !p->wal.bChain ) return SQLITE_OK;
-  rc = walChainExtend(p, idx);
-  if( rc ) return rc;
-  if( idx<=p->wal.iChain && p->wal.iChainCommit>=idx ){
-    rc = walFrameMac(p, idx, aFrame, aTrl, p->wal.aMac[idx-1].mac, mac);
-    if( rc && rc!=SQLITE_NOTFOUND ) return rc;
-    if( rc==SQLITE_OK && tdeCtEqual(mac, aFrame+16, MAC_BYTES)
-     && memcmp(mac, p->wal.aMac[idx].mac, MAC_BYTES)==0 ){
-      *pbOk = 1;
-      return SQLITE_OK;
+  for(int iTry=0; iTry<3; iTry++){
+    /* Again from the last verified commit (frames after it may have been
+    ** rewritten by another connection's transaction), then from the
+    ** header: a cache never refuses a frame the file holds validly. */
+    if( iTry==1 ){
+      if( p->wal.iChain<=p->wal.iChainCommit ) continue;
+      walChainCut(p, p->wal.iChainCommit);
+    }
+    if( iTry==2 ){
+      if( p->wal.iChain==0 ) break;
+      walChainCut(p, 0);
+    }
+    rc = walChainExtend(p, idx);
+    if( rc ) return rc;
+    if( idx<=p->wal.iChain && p->wal.iChainCommit>=idx ){
+      rc = walFrameMac(p, idx, aFrame, aTrl, p->wal.aMac[idx-1].mac, mac);
+      if( rc && rc!=SQLITE_NOTFOUND ) return rc;
+      if( rc==SQLITE_OK && tdeCtEqual(mac, aFrame+16, MAC_BYTES)
+       && memcmp(mac, p->wal.aMac[idx].mac, MAC_BYTES)==0 ){
+        *pbOk = 1;
+        return SQLITE_OK;
+      }
     }
   }
   return walOwnFrame(p, idx, aFrame, pbOk);
@@ -1094,6 +1118,20 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   idx = (uint32_t)((iOfst - WAL_HDR) / szFrame) + 1;
   within = (uint32_t)((iOfst - WAL_HDR) % szFrame);
 
+  if( within==0 && iAmt==FRAME_HDR && walV2(p) ){
+    static const uint8_t aZero[8];
+    if( memcmp(z+8, aZero, 8)!=0 && memcmp(z+8, p->wal.aHdr+16, 8)!=0 ){
+      /* Another connection restarted the WAL since this handle last read
+      ** its header: the chain starts from the header on disk. */
+      uint8_t aHdr[WAL_HDR];
+      uint64_t w = 0;
+      int state;
+      rc = tdeWalFlush(p);
+      if( rc==SQLITE_OK ) rc = walLoadHeaderW(p, aHdr, &state, &w);
+      if( rc ) return rc;
+      if( state==FRAME_STALE ) return walStale(p, w);
+    }
+  }
   if( within==0 && iAmt==FRAME_HDR ){
     rc = tdeWalFlush(p);
     if( rc ) return rc;

@@ -10,7 +10,9 @@
 **
 **  - case 1: an old -wal copied back after later commits and checkpoints;
 **  - case 2: frames of a rolled-back transaction written back over the
-**    frames of the transaction that committed after it.
+**    frames of the transaction that committed after it;
+**  - case 4: the header region saved during a rekey put back after it
+**    finished, with the pages from before the rekey.
 **
 ** Upgrade: version-1 databases (made by this build's version-1 path, and
 ** by main's code at 0ad65da: tests/fixtures/v1-0ad65da) open, are moved to
@@ -511,6 +513,129 @@ static void test_upgrade_fixture(void **state){
   upgradeAndCheck(zTo, zFixCfg, 150, "SELECT sum(id) FROM t WHERE v LIKE 'fixture %'", 150*151/2);
 }
 
+/* ---- header rollback after a rekey (case 4) --------------------------------- */
+
+/* Log lines kept while a case runs (the refusal must be logged). */
+static char zLogSeen[8192];
+static void captureLog(void *pArg, int level, const char *zMsg){
+  size_t n = strlen(zLogSeen);
+  (void)pArg;
+  if( level==TDE_LOG_ERROR && n + strlen(zMsg) + 2 < sizeof(zLogSeen) ){
+    memcpy(zLogSeen + n, zMsg, strlen(zMsg));
+    zLogSeen[n + strlen(zMsg)] = '\n';
+    zLogSeen[n + strlen(zMsg) + 1] = 0;
+  }
+  quietLog(pArg, level, zMsg);
+}
+
+static unsigned char aSavedHeader[8192];
+static int bHeaderSaved;
+static char zRekeyDb[PATH_MAX];
+
+/* Rekey progress: the attacker copies the header region mid-rekey. */
+static int saveHeaderProgress(void *pArg, int64_t nDone, int64_t nTotal){
+  (void)pArg; (void)nTotal;
+  if( !bHeaderSaved && nDone>0 ){
+    size_t n = 0;
+    unsigned char *a = readAll(zRekeyDb, &n);
+    if( a && n>=sizeof(aSavedHeader) ){
+      memcpy(aSavedHeader, a, sizeof(aSavedHeader));
+      bHeaderSaved = 1;
+    }
+    free(a);
+  }
+  return 0;
+}
+
+/*
+** Case 4.  Pages from before a rekey and the header region saved during it
+** are put back after it finished.  Version 1: the old data key is back and
+** the old pages read as valid.  Version 2: page 1 (sealed again at the
+** finish) carries a newer header sequence than the header put back: the
+** database refuses to open, naming the rollback; with the current header
+** back it opens again.
+*/
+static void headerRollbackCase(int bV2){
+  char zDb[PATH_MAX];
+  unsigned char *aBefore = 0, *aNow = 0, aCurHeader[8192];
+  size_t nBefore = 0, nNow = 0;
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  int rc;
+  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
+  pathOf(zDb, bV2 ? "hdrroll-v2.db" : "hdrroll-v1.db");
+  snprintf(zRekeyDb, sizeof(zRekeyDb), "%s", zDb);
+  removeDb(zDb);
+  removeDbFiles(zDb, 1);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
+           "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<200)"
+           " INSERT INTO t SELECT i, printf('before %d %.300c', i, 'b') FROM c;");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  aBefore = readAll(zDb, &nBefore);               /* pages under data key 1 */
+  assert_non_null(aBefore);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "UPDATE t SET v=printf('after %d %.300c', id, 'a')");
+  bHeaderSaved = 0;
+  assert_int_equal(tde_db_rekey(db, "main", 4, saveHeaderProgress, 0), TDE_OK);
+  assert_true(bHeaderSaved);
+  assert_int_equal(stepInt(db, "SELECT count(*) FROM t WHERE v LIKE 'after %'", &v), SQLITE_OK);
+  assert_int_equal(v, 200);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+  /* The attack: the header region saved mid-rekey, and every page but 1
+  ** from before the rekey. */
+  aNow = readAll(zDb, &nNow);
+  assert_non_null(aNow);
+  assert_true(nNow==nBefore);
+  memcpy(aCurHeader, aNow, sizeof(aCurHeader));
+  memcpy(aNow, aSavedHeader, sizeof(aSavedHeader));
+  {
+    size_t pgsz = 4096;
+    memcpy(aNow + 8192 + pgsz, aBefore + 8192 + pgsz, nNow - 8192 - pgsz);
+  }
+  writeAll(zDb, aNow, nNow);
+
+  zLogSeen[0] = 0;
+  tde_set_log(captureLog, 0);
+  rc = openTdeCfg(zDb, zCfg, &db);
+  if( rc==SQLITE_OK ){
+    sqlite3_extended_result_codes(db, 1);
+    rc = stepInt(db, "SELECT count(*) FROM t WHERE v LIKE 'before %'", &v);
+  }
+  if( !bV2 ){
+    assert_int_equal(rc, SQLITE_OK);
+    assert_true(v>0);                            /* stale pages under the retired key */
+  }else{
+    assert_int_equal(rc & 0xff, SQLITE_IOERR);       /* SQLITE_IOERR_AUTH once extended codes are on */
+    if( rc!=SQLITE_IOERR_AUTH ) assert_int_equal(sqlite3_extended_errcode(db), SQLITE_IOERR_AUTH);
+    /* The log names the file and what was stale (tde_last_error() then
+    ** holds the page-size search's summary: see the report). */
+    assert_non_null(strstr(zLogSeen, "the header region was rolled back"));
+    assert_non_null(strstr(zLogSeen, zDb));
+  }
+  sqlite3_close(db);
+  tde_set_log(quietLog, 0);
+  if( bV2 ){
+    /* The current header back: the open works again, and the pages from
+    ** before the rekey fail as they do in version 1 (their key is gone). */
+    memcpy(aNow, aCurHeader, sizeof(aCurHeader));
+    writeAll(zDb, aNow, nNow);
+    assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+    sqlite3_extended_result_codes(db, 1);
+    assert_int_equal(stepInt(db, "SELECT count(*) FROM sqlite_schema", &v), SQLITE_OK);
+    assert_int_equal(v, 1);
+    assert_int_equal(stepInt(db, "SELECT count(*) FROM t WHERE v LIKE 'before %'", &v), SQLITE_IOERR_AUTH);
+    sqlite3_close(db);
+  }
+  free(aBefore);
+  free(aNow);
+  tdeSetCreateVersion(TDE_FORMAT_V2);
+}
+
+static void test_case4_header_rollback_v1(void **state){ (void)state; headerRollbackCase(0); }
+static void test_case4_header_rollback_v2(void **state){ (void)state; headerRollbackCase(1); }
+
 static int groupSetup(void **state){
   (void)state;
   return tdetestGroupSetup("tdefresh", 0);
@@ -535,6 +660,8 @@ int main(void){
     cmocka_unit_test(test_upgrade_v1_wal),
     cmocka_unit_test(test_upgrade_v1_delete),
     cmocka_unit_test(test_upgrade_fixture),
+    cmocka_unit_test(test_case4_header_rollback_v1),
+    cmocka_unit_test(test_case4_header_rollback_v2),
   };
   return cmocka_run_group_tests_name("fresh", tests, groupSetup, groupTeardown);
 }
