@@ -228,6 +228,15 @@ TDE_API int tde_db_rekey(struct sqlite3 *db, const char *zSchema, int nPagesPerS
                          tde_progress_fn xProgress, void *pArg);
 
 /*
+** tde_db_upgrade: move a format-version-1 database to version 2 (freshness
+** checks, docs/FORMAT.md "Upgrade from version 1") in place: in WAL mode a
+** TRUNCATE checkpoint first, then one header update under the write lock,
+** audited.  Crash-safe and resumable; TDE_OK without change if already
+** version 2; TDE_LOCKED while readers keep the WAL from being emptied.
+*/
+TDE_API int tde_db_upgrade(struct sqlite3 *db, const char *zSchema);
+
+/*
 ** Encrypted standby (README "Standby", docs/FORMAT.md "Standby").  The
 ** primary's committed WAL transactions are shipped as the ciphertext they
 ** are; the standby applies them to its copy without any key.

@@ -157,6 +157,7 @@ static const CliCommand aCommand[] = {
     "rollback-journal mode: each step holds an exclusive lock (a few ms).\n"
     "\nOptions:\n  --step N   pages per step (default 1024)\n",
     1, CLI_OPT_STEP, cliCmdRekey },
+  { "upgrade", "DB", "move a format-version-1 database to version 2 (freshness checks)", "Move DB from format version 1 to 2 in place (docs/FORMAT.md \"Upgrade from version 1\"): in WAL mode\na TRUNCATE checkpoint first, then one header update under the write lock, audited.  Pages\nare not rewritten.  Crash-safe and resumable; a version-2 database is left as it is.\n", 1, 0, cliCmdUpgrade },
   { "migrate-keystore", "--to CFG [--drop-old] DB...",
     "move databases to the keystore another configuration names",
     "Add a wrapping of each DB's data key under the current master key of the\n"

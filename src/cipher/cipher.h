@@ -115,6 +115,13 @@ void tdePageCipherFree(TdePageCipher *p);
 uint32_t tdePageCipherVersion(const TdePageCipher *p);
 /* Sessions (salts) this object has started so far. */
 uint64_t tdePageCipherSessions(const TdePageCipher *p);
+/* IV bits 95..64 of the following seals (0 unless set: format version 1;
+** version 2 puts a WAL frame's index there).  Uniqueness rests on the low
+** 64 bits alone. */
+void tdePageCipherSetIvHigh(TdePageCipher *p, uint32_t iHigh);
+/* Trailer field [44..48) of the following seals (0 unless set: format
+** version 1; version 2 puts the header sequence number there). */
+void tdePageCipherSetReserved(TdePageCipher *p, uint32_t v);
 /* Tests only: pretend the current session has sealed nSeals pages. */
 void tdePageCipherAgeSession(TdePageCipher *p, uint64_t nSeals);
 

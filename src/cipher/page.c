@@ -81,17 +81,18 @@ struct TdePageCipher {
   EVP_CIPHER *pAlg;                  /* fetched AES-256-GCM */
 
   /* Sealing session: created on the first seal, replaced after
-  ** PAGE_SESSION_SEALS seals and in a child process.  IV = ctrHi || ctrLo;
-  ** ctrLo starts at a random value and advances by one per seal (mod
-  ** 2^64), ctrHi is 0 (format version 1). */
+  ** PAGE_SESSION_SEALS seals and in a child process.  IV = ivHigh ||
+  ** ctrLo; ctrLo starts at a random value and advances by one per seal
+  ** (mod 2^64). */
   EVP_CIPHER_CTX *pSealCtx;
   int bSealReady;                    /* pSealCtx keyed for aSealSalt */
   uint64_t iForkGen;                 /* pageForkGen when the session began */
   pid_t iPid;                        /* getpid() when the session began */
-  uint32_t ctrHi;                    /* IV bits 95..64 */
   uint64_t ctrLo;                    /* IV bits 63..0: the session counter */
   uint64_t nSealed;                  /* seals in this session */
   uint64_t nSessions;                /* sessions this object has started */
+  uint32_t ivHigh;                   /* IV bits 95..64 (tdePageCipherSetIvHigh) */
+  uint32_t reserved;                 /* trailer [44..48) (tdePageCipherSetReserved) */
   uint8_t aSealSalt[PAGE_SALT_BYTES];
 
   uint64_t iClock;                   /* LRU clock */
@@ -200,7 +201,6 @@ static int pageNewSession(TdePageCipher *p){
   rc = pageKeyCtx(p, aRand, p->pSealCtx, 1);
   if( rc==TDE_OK ){
     memcpy(p->aSealSalt, aRand, PAGE_SALT_BYTES);
-    p->ctrHi = 0;
     p->ctrLo = tdeGet64(aRand + PAGE_SALT_BYTES);
     p->nSealed = 0;
     p->iForkGen = pageForkNow();
@@ -328,6 +328,14 @@ uint64_t tdePageCipherSessions(const TdePageCipher *p){
   return p->nSessions;
 }
 
+void tdePageCipherSetIvHigh(TdePageCipher *p, uint32_t iHigh){
+  p->ivHigh = iHigh;
+}
+
+void tdePageCipherSetReserved(TdePageCipher *p, uint32_t v){
+  p->reserved = v;
+}
+
 void tdePageCipherAgeSession(TdePageCipher *p, uint64_t nSeals){
   if( p->bSealReady ) p->nSealed = nSeals;
 }
@@ -363,10 +371,10 @@ int tdePageSeal(TdePageCipher *p, const uint8_t *aad, size_t nAad,
   pCtx = p->pSealCtx;
 
   memcpy(t + TRL_SALT, p->aSealSalt, PAGE_SALT_BYTES);
-  tdePut32(t + TRL_IV, p->ctrHi);
+  tdePut32(t + TRL_IV, p->ivHigh);
   tdePut64(t + TRL_IV + 4, p->ctrLo);
   tdePut32(t + TRL_VERSION, p->keyVersion);
-  tdePut32(t + TRL_RESERVED, 0);
+  tdePut32(t + TRL_RESERVED, p->reserved);
   /* Consume the counter now (mod 2^64: a session's PAGE_SESSION_SEALS
   ** values from its random start never repeat). */
   p->ctrLo++;

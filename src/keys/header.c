@@ -24,6 +24,12 @@
 #define H_FLAGS     44    /* u32 */
 #define H_NENTRY    48    /* u16 */
 #define H_ENTRIES   50
+#define H_FRESH     3968  /* version 2: the freshness area starts here */
+#define H_LOGEPOCH  3968  /* u64 log epoch L */
+#define H_WALSALT   3976  /* 8 bytes: WAL salts bound to L */
+#define H_MAPROOT   3984  /* 16 bytes: page-map root */
+#define H_UPCURSOR  4000  /* u64 upgrade cursor */
+#define H_FRESH_END 4008  /* zero from here to H_MAC */
 #define H_MAC       (TDE_SLOT_SIZE - 64)   /* HMAC-SHA256 over [0, H_MAC) */
 #define H_SUM       (TDE_SLOT_SIZE - 32)   /* SHA-256 over [0, H_SUM) */
 
@@ -49,12 +55,22 @@ int tdeHeaderMacKey(const uint8_t dek[32], const uint8_t dbid[16], uint8_t out[3
   return tdeHkdf(dek, 32, NULL, 0, info, sizeof(info), out, 32);
 }
 
+#include <stdatomic.h>
+static atomic_int createVersion = TDE_FORMAT_V2;
+int tdeCreateVersion(void){ return atomic_load(&createVersion); }
+void tdeSetCreateVersion(int v){
+  atomic_store(&createVersion, v==TDE_FORMAT_V1 ? TDE_FORMAT_V1 : TDE_FORMAT_V2);
+}
+
 int tdeHeaderEncode(const TdeHeader *p, const uint8_t macKey[32], uint8_t *a){
   size_t off = H_ENTRIES;
+  uint16_t version = p->version ? p->version : TDE_FORMAT_V1;
+  size_t nKeyring = version>=TDE_FORMAT_V2 ? H_FRESH : H_MAC;   /* keyring must end here */
   int rc;
+  if( version!=TDE_FORMAT_V1 && version!=TDE_FORMAT_V2 ) return tdeErr(TDE_RANGE, "header: bad format version");
   memset(a, 0, TDE_SLOT_SIZE);
   memcpy(a+H_MAGIC, TDE_HDR_MAGIC, 8);
-  tdePut16(a+H_VERSION, TDE_FORMAT_VERSION);
+  tdePut16(a+H_VERSION, version);
   tdePut16(a+H_SLOTSZ, TDE_SLOT_SIZE);
   tdePut64(a+H_SEQ, p->seq);
   memcpy(a+H_DBID, p->dbid, TDE_DBID_BYTES);
@@ -69,7 +85,7 @@ int tdeHeaderEncode(const TdeHeader *p, const uint8_t macKey[32], uint8_t *a){
     size_t nId = strlen(e->zKeyId);
     size_t len = 2 + 4 + 1 + 1 + 1 + nId + 2 + e->nBlob;
     if( nId>TDE_KEYID_MAX || nId>255 || e->nBlob>TDE_WRAP_MAX ) return tdeErr(TDE_RANGE, "header: entry too large");
-    if( off+len > H_MAC ) return tdeErr(TDE_RANGE, "header: keyring does not fit in a %d-byte slot", TDE_SLOT_SIZE);
+    if( off+len > nKeyring ) return tdeErr(TDE_RANGE, "header: keyring does not fit in a %d-byte slot", TDE_SLOT_SIZE);
     tdePut16(a+off, (uint16_t)len);
     tdePut32(a+off+2, e->version);
     a[off+6] = e->ksType;
@@ -79,6 +95,12 @@ int tdeHeaderEncode(const TdeHeader *p, const uint8_t macKey[32], uint8_t *a){
     tdePut16(a+off+9+nId, e->nBlob);
     memcpy(a+off+11+nId, e->aBlob, e->nBlob);
     off += len;
+  }
+  if( version>=TDE_FORMAT_V2 ){
+    tdePut64(a+H_LOGEPOCH, p->logEpoch);
+    memcpy(a+H_WALSALT, p->aWalSalt, 8);
+    memcpy(a+H_MAPROOT, p->aMapRoot, 16);
+    tdePut64(a+H_UPCURSOR, p->upgradeCursor);
   }
   {
     const uint8_t *apPart[1] = { a };
@@ -92,15 +114,19 @@ int tdeHeaderEncode(const TdeHeader *p, const uint8_t macKey[32], uint8_t *a){
 int tdeHeaderDecode(const uint8_t *a, TdeHeader *p){
   uint8_t sum[32];
   size_t off = H_ENTRIES;
+  size_t nKeyring;
+  uint16_t version;
   int rc;
   if( memcmp(a+H_MAGIC, TDE_HDR_MAGIC, 8)!=0 ) return tdeErr(TDE_FORMAT, "header slot: bad magic");
   rc = tdeSha256(a, H_SUM, sum);
   if( rc ) return rc;
   if( !tdeCtEqual(sum, a+H_SUM, 32) ) return tdeErr(TDE_FORMAT, "header slot: checksum mismatch");
-  if( tdeGet16(a+H_VERSION)!=TDE_FORMAT_VERSION ){
-    return tdeErr(TDE_FORMAT, "header slot: format version %u not supported (this build reads %d)",
-                  tdeGet16(a+H_VERSION), TDE_FORMAT_VERSION);
+  version = tdeGet16(a+H_VERSION);
+  if( version!=TDE_FORMAT_V1 && version!=TDE_FORMAT_V2 ){
+    return tdeErr(TDE_FORMAT, "header slot: format version %u not supported (this build reads 1 and %d)",
+                  version, TDE_FORMAT_VERSION);
   }
+  nKeyring = version>=TDE_FORMAT_V2 ? H_FRESH : H_MAC;
   if( tdeGet16(a+H_SLOTSZ)!=TDE_SLOT_SIZE ) return tdeErr(TDE_FORMAT, "header slot: bad slot size");
   memset(p, 0, sizeof(*p));
   p->seq = tdeGet64(a+H_SEQ);
@@ -109,6 +135,16 @@ int tdeHeaderDecode(const uint8_t *a, TdeHeader *p){
   p->reserve = tdeGet16(a+H_RESERVE);
   p->curVersion = tdeGet32(a+H_CURVER);
   p->flags = tdeGet32(a+H_FLAGS);
+  p->version = version;
+  if( version>=TDE_FORMAT_V2 ){
+    p->logEpoch = tdeGet64(a+H_LOGEPOCH);
+    memcpy(p->aWalSalt, a+H_WALSALT, 8);
+    memcpy(p->aMapRoot, a+H_MAPROOT, 16);
+    p->upgradeCursor = tdeGet64(a+H_UPCURSOR);
+    for(size_t i=H_FRESH_END; i<H_MAC; i++){
+      if( a[i] ) return tdeErr(TDE_FORMAT, "header slot: non-zero reserved bytes in the freshness area");
+    }
+  }
   if( p->cipher!=TDE_CIPHER_AES256GCM_V1 ) return tdeErr(TDE_FORMAT, "header slot: cipher %u not supported", p->cipher);
   if( p->reserve!=TDE_RESERVE_BYTES ) return tdeErr(TDE_FORMAT, "header slot: reserve %u not supported", p->reserve);
   p->nEntry = tdeGet16(a+H_NENTRY);
@@ -116,10 +152,10 @@ int tdeHeaderDecode(const uint8_t *a, TdeHeader *p){
   for(int i=0; i<p->nEntry; i++){
     TdeWrapEntry *e = &p->aEntry[i];
     size_t len, nId, nBlob;
-    if( off+11 > H_MAC ) return tdeErr(TDE_FORMAT, "header slot: keyring entry %d truncated", i);
+    if( off+11 > nKeyring ) return tdeErr(TDE_FORMAT, "header slot: keyring entry %d truncated", i);
     len = tdeGet16(a+off);
     nId = a[off+8];
-    if( len<11 || off+len>H_MAC || 11+nId>len || nId>TDE_KEYID_MAX ){
+    if( len<11 || off+len>nKeyring || 11+nId>len || nId>TDE_KEYID_MAX ){
       return tdeErr(TDE_FORMAT, "header slot: keyring entry %d malformed", i);
     }
     nBlob = tdeGet16(a+off+9+nId);
@@ -134,7 +170,7 @@ int tdeHeaderDecode(const uint8_t *a, TdeHeader *p){
     memcpy(e->aBlob, a+off+11+nId, nBlob);
     off += len;
   }
-  for(size_t i=off; i<H_MAC; i++){
+  for(size_t i=off; i<nKeyring; i++){
     if( a[i] ) return tdeErr(TDE_FORMAT, "header slot: non-zero bytes after the keyring");
   }
   return TDE_OK;
@@ -163,7 +199,10 @@ int tdeHeaderPick(const uint8_t *aRegion, size_t nRegion, TdeHeader *p, int *piS
   for(int i=0; i<2; i++){
     if( nRegion < (size_t)(i+1)*TDE_SLOT_SIZE ) break;
     if( tdeHeaderDecode(aRegion + i*TDE_SLOT_SIZE, tmp)!=TDE_OK ) continue;
-    if( best<0 || tmp->seq > p->seq ){
+    /* Version 2: an epoch update keeps the sequence number and advances
+    ** the log epoch, so on equal sequence numbers the larger epoch wins. */
+    if( best<0 || tmp->seq > p->seq
+     || (tmp->seq==p->seq && tmp->version>=TDE_FORMAT_V2 && tmp->logEpoch > p->logEpoch) ){
       memcpy(p, tmp, sizeof(*tmp));
       best = i;
     }
@@ -209,6 +248,8 @@ int tdeKeyringCreate(TdeKeystore *ks, TdeHeader *p, uint8_t *aDek){
   int rc;
   memset(p, 0, sizeof(*p));
   p->seq = 1;
+  p->version = (uint16_t)tdeCreateVersion();
+  if( p->version>=TDE_FORMAT_V2 ) p->logEpoch = 1;
   p->cipher = TDE_CIPHER_AES256GCM_V1;
   p->reserve = TDE_RESERVE_BYTES;
   p->curVersion = 1;

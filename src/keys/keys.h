@@ -27,7 +27,9 @@
 #define TDE_SLOT_SIZE     4096
 #define TDE_MAX_ENTRIES   16
 #define TDE_CIPHER_AES256GCM_V1 1
-#define TDE_FORMAT_VERSION 1
+#define TDE_FORMAT_V1     1
+#define TDE_FORMAT_V2     2                   /* freshness (docs/FORMAT.md "Format version 2") */
+#define TDE_FORMAT_VERSION TDE_FORMAT_V2      /* the newest this build reads and writes */
 #define TDE_HDR_MAGIC     "SQLT-TDE"          /* 8 bytes, no NUL stored */
 #define TDE_DBID_BYTES    16
 
@@ -47,6 +49,12 @@ typedef struct TdeHeader {
   uint16_t reserve;                 /* TDE_RESERVE_BYTES */
   uint32_t curVersion;              /* data key version for new writes */
   uint32_t flags;                   /* 0 */
+  uint16_t version;                 /* format version: TDE_FORMAT_V1 or _V2 (0 encodes as 1) */
+  /* Version 2 only (the freshness area; zero in version 1): */
+  uint64_t logEpoch;                /* L: what the current WAL generation / journal is bound to */
+  uint8_t aWalSalt[8];              /* salts of the WAL generation bound to L (zero: a journal) */
+  uint8_t aMapRoot[16];             /* page-map root (zero: none) */
+  uint64_t upgradeCursor;           /* zero: no upgrade in progress */
   int nEntry;
   TdeWrapEntry aEntry[TDE_MAX_ENTRIES];
 } TdeHeader;
@@ -76,9 +84,14 @@ int tdeHeaderMacKey(const uint8_t dek[32], const uint8_t dbid[16], uint8_t out[3
 void tdeWrapAad(const uint8_t dbid[16], uint32_t version, uint8_t out[TDE_WRAP_AAD_BYTES]);
 
 /* New database: random id and data key (version 1) wrapped under the
-** keystore's current master key.  aDek (32 bytes, secure memory) receives
-** the data key. */
+** keystore's current master key, format version tdeCreateVersion().  aDek
+** (32 bytes, secure memory) receives the data key. */
 int tdeKeyringCreate(TdeKeystore *ks, TdeHeader *p, uint8_t *aDek);
+
+/* Format version new databases get (TDE_FORMAT_V2 unless set; the setter
+** exists for tests that need a version-1 database).  Process-wide. */
+int tdeCreateVersion(void);
+void tdeSetCreateVersion(int v);
 
 /* Unwrap data key `version` with any wrapping the keystore can use.
 ** TDE_NOKEY with a message naming the master keys if none is held. */

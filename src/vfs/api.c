@@ -396,6 +396,33 @@ static void rekeyUnlock(sqlite3 *db, TdeFile *p, int bWal){
   sqlite3_exec(db, "COMMIT", 0, 0, 0);
 }
 
+static int opUpgrade(TdeFile *p, void *pArg){
+  return tdeMainUpgrade(p, (int*)pArg);
+}
+
+int tde_db_upgrade(sqlite3 *db, const char *zSchema){
+  int bDone = 0, nLog = -1, nCkpt = -1, trc = TDE_OK, rc;
+  if( !zSchema ) zSchema = "main";
+  if( !sqlite3_get_autocommit(db) ){
+    return tdeErr(TDE_MISUSE, "a transaction is open on this connection; commit it first");
+  }
+  /* Version-1 WAL frames are not chained: empty the WAL first (a no-op
+  ** in rollback-journal mode). */
+  for(int nTry=0; nTry<100; nTry++){
+    rc = sqlite3_wal_checkpoint_v2(db, zSchema, SQLITE_CHECKPOINT_TRUNCATE, &nLog, &nCkpt);
+    if( rc==SQLITE_OK ) trc = tdeUnderWriteLock(db, zSchema, opUpgrade, &bDone);
+    if( rc==SQLITE_OK && trc!=TDE_LOCKED ) break;
+    sqlite3_sleep(50);
+  }
+  if( rc!=SQLITE_OK && rc!=SQLITE_BUSY ){
+    return tdeErr(TDE_ERROR, "upgrade: checkpoint failed: %s", sqlite3_errmsg(db));
+  }
+  if( rc==SQLITE_BUSY ){
+    return tdeErr(TDE_LOCKED, "upgrade: readers keep the WAL from being emptied; nothing was changed, try again");
+  }
+  return trc;
+}
+
 int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
                  tde_progress_fn xProgress, void *pArg){
   TdeFile *p;

@@ -209,6 +209,9 @@ int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size
   uint64_t nBefore;
   int rc;
   if( !c ) return trc;
+  /* Version 2: the page records the header sequence it was sealed under
+  ** (docs/FORMAT.md "Pages, version 2"). */
+  tdePageCipherSetReserved(c, k && k->hdr.version>=TDE_FORMAT_V2 ? (uint32_t)k->hdr.seq : 0);
   nBefore = tdePageCipherSessions(c);
   rc = tdePageSeal(c, aad, nAad, pt, n, ct, trailer);
   if( k && tdePageCipherSessions(c)!=nBefore ){
@@ -227,11 +230,29 @@ int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size
             const uint8_t *trailer, uint8_t *pt){
   int trc;
   TdePageCipher *c = tdeCipherForOpen(p, tdeTrailerVersion(trailer), &trc);
+  TdeDbKeys *k = fileKeys(p);
+  uint32_t q = tdeGet32(trailer + 44);
+  int rc;
   if( !c ){
     memset(pt, 0, n);
     return trc;
   }
-  return tdePageOpen(c, aad, nAad, ct, n, trailer, pt);
+  rc = tdePageOpen(c, aad, nAad, ct, n, trailer, pt);
+  if( rc==TDE_OK && k && k->hdr.version>=TDE_FORMAT_V2 && q>(uint32_t)k->hdr.seq ){
+    /* Sealed under a newer header than ours: another connection may have
+    ** advanced it; if the header on disk is older still, it was put back. */
+    TdeFile *m = p->eKind==TDE_KIND_MAIN ? p : p->pMain;
+    if( m && tdeMainRefresh(m)!=SQLITE_OK ) tdeErrClear();
+    if( q>(uint32_t)k->hdr.seq ){
+      tdeWipe(pt, n);
+      rc = tdeErr(TDE_AUTH, "%s: a page was sealed under header sequence %u but the header is at %llu: "
+                  "the header region was rolled back (put the current header back, or restore the "
+                  "whole database from one backup)", m && m->zName ? m->zName : "database",
+                  q, (unsigned long long)k->hdr.seq);
+      tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+    }
+  }
+  return rc;
 }
 
 /*
@@ -250,6 +271,16 @@ int tdeMainRefreshIfChanged(TdeFile *p){
   }
   if( (!bShortA && tdeGet64(a)>p->pKeys->hdr.seq) || (!bShortB && tdeGet64(b)>p->pKeys->hdr.seq) ){
     return tdeMainRefresh(p);
+  }
+  if( p->pKeys->hdr.version>=TDE_FORMAT_V2 ){
+    /* Version 2 epoch updates keep the sequence: compare the log epochs
+    ** (docs/FORMAT.md "Header slot, version 2", offset 3968). */
+    int rc = tdeRealRead(p, a, 8, 3968, &bShortA);
+    if( rc==SQLITE_OK ) rc = tdeRealRead(p, b, 8, TDE_SLOT_SIZE+3968, &bShortB);
+    if( rc ) return rc;
+    if( (!bShortA && tdeGet64(a)>p->pKeys->hdr.logEpoch) || (!bShortB && tdeGet64(b)>p->pKeys->hdr.logEpoch) ){
+      return tdeMainRefresh(p);
+    }
   }
   return SQLITE_OK;
 }
@@ -270,7 +301,10 @@ int tdeMainRefresh(TdeFile *p){
   if( trc==TDE_OK && memcmp(pHdr->dbid, k->hdr.dbid, TDE_DBID_BYTES)!=0 ){
     trc = tdeErr(TDE_FORMAT, "the header names another database");
   }
-  if( trc==TDE_OK && pHdr->seq<=k->hdr.seq ) goto done;      /* unchanged (never go back) */
+  if( trc==TDE_OK && (pHdr->seq<k->hdr.seq
+                      || (pHdr->seq==k->hdr.seq && pHdr->logEpoch<=k->hdr.logEpoch)) ){
+    goto done;                  /* unchanged (never go back; version 2: nor to an older epoch) */
+  }
   if( trc==TDE_OK ){
     /* Verify first, then swap: the new header's MAC is checked with its
     ** current data key before anything of it is installed. */

@@ -31,7 +31,17 @@ static void keyringFilter(TdeHeader *h, int (*xDrop)(const TdeWrapEntry*, void*)
   h->nEntry = j;
 }
 
-int tdeMainHeaderUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg){
+/*
+** The header update: re-read, check, edit, seal, write both slots (the
+** one not in force first), syncing after each.  bEpoch (a version-2 epoch
+** update, docs/FORMAT.md "Epoch updates"): the sequence number stays, and
+** only the last 512-byte sector of each slot changes (log epoch, WAL
+** salts, MAC, checksum), so each write is one aligned sector that a power
+** loss cannot tear; a slot whose other bytes differ (after a torn update
+** or damage) is written whole.
+*/
+#define EPOCH_SECTOR (TDE_SLOT_SIZE - 512)
+static int headerUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg, int bEpoch){
   TdeDbKeys *k = p->pKeys;
   uint8_t *aRegion = 0;
   TdeHeader *pCur = 0;
@@ -55,7 +65,7 @@ int tdeMainHeaderUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg){
   if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
   if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + iSlot*TDE_SLOT_SIZE, macKey);
   if( trc ){ rc = tdeSqliteRc(trc); goto done; }
-  pCur->seq++;
+  if( !bEpoch ) pCur->seq++;
   rc = xEdit(p, pCur, pArg);
   if( rc ) goto done;
   /* The MAC is keyed by the new header's current data key (a rekey's
@@ -65,14 +75,33 @@ int tdeMainHeaderUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg){
     if( !d ){ rc = SQLITE_ERROR; goto done; }
     trc = tdeHeaderMacKey(d->aDek, pCur->dbid, macKey);
   }
-  if( trc==TDE_OK ) trc = tdeHeaderEncode(pCur, macKey, aRegion);
-  if( trc ){ rc = tdeSqliteRc(trc); goto done; }
-  /* New header into the slot not in force, durable, then into the other. */
-  rc = p->pReal->pMethods->xWrite(p->pReal, aRegion, TDE_SLOT_SIZE, (1-iSlot)*TDE_SLOT_SIZE);
-  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
-  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aRegion, TDE_SLOT_SIZE, iSlot*TDE_SLOT_SIZE);
-  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
-  if( rc ) goto done;
+  if( trc==TDE_OK && bEpoch ){
+    uint8_t *aSlot = sqlite3_malloc(TDE_SLOT_SIZE);
+    if( !aSlot ){ rc = SQLITE_NOMEM; goto done; }
+    trc = tdeHeaderEncode(pCur, macKey, aSlot);
+    /* New header into the slot not in force, durable, then into the other:
+    ** one sector each when the rest of the slot is already the same. */
+    for(int i=0; i<2 && trc==TDE_OK && rc==SQLITE_OK; i++){
+      int iTo = i==0 ? 1-iSlot : iSlot;
+      int bSame = memcmp(aRegion + iTo*TDE_SLOT_SIZE, aSlot, EPOCH_SECTOR)==0;
+      int iFrom = bSame ? EPOCH_SECTOR : 0;
+      rc = p->pReal->pMethods->xWrite(p->pReal, aSlot+iFrom, TDE_SLOT_SIZE-iFrom,
+                                      (sqlite3_int64)iTo*TDE_SLOT_SIZE + iFrom);
+      if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+    }
+    sqlite3_free(aSlot);
+    if( trc ){ rc = tdeSqliteRc(trc); goto done; }
+    if( rc ) goto done;
+  }else{
+    if( trc==TDE_OK ) trc = tdeHeaderEncode(pCur, macKey, aRegion);
+    if( trc ){ rc = tdeSqliteRc(trc); goto done; }
+    /* New header into the slot not in force, durable, then into the other. */
+    rc = p->pReal->pMethods->xWrite(p->pReal, aRegion, TDE_SLOT_SIZE, (1-iSlot)*TDE_SLOT_SIZE);
+    if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+    if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aRegion, TDE_SLOT_SIZE, iSlot*TDE_SLOT_SIZE);
+    if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+    if( rc ) goto done;
+  }
   k->hdr = *pCur;
   k->iSlot = 1 - iSlot;
   k->bSlotDamaged = 0;
@@ -92,6 +121,39 @@ done:
   if( pCur ){ tdeWipe(pCur, sizeof(*pCur)); sqlite3_free(pCur); }
   sqlite3_free(aRegion);
   return rc;
+}
+
+int tdeMainHeaderUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg){
+  return headerUpdate(p, xEdit, pArg, 0);
+}
+
+/* ---- version-2 epoch updates ------------------------------------------- */
+
+typedef struct EpochCtx {
+  uint64_t logEpoch;         /* the new L */
+  const uint8_t *aSalt;      /* WAL salts bound to it, NULL for a journal */
+} EpochCtx;
+
+static int editEpoch(TdeFile *p, TdeHeader *h, void *pArg){
+  EpochCtx *c = pArg;
+  if( h->version<TDE_FORMAT_V2 ) return SQLITE_MISUSE;
+  if( c->logEpoch!=h->logEpoch+1 ){
+    tdeErr(TDE_FORMAT, "log epoch moved under the write lock (%llu, expected %llu)",
+           (unsigned long long)h->logEpoch, (unsigned long long)c->logEpoch-1);
+    tdeLog(TDE_LOG_ERROR, "%s: %s", p->zName ? p->zName : "", tde_last_error());
+    return SQLITE_IOERR_AUTH;
+  }
+  h->logEpoch = c->logEpoch;
+  if( c->aSalt ) memcpy(h->aWalSalt, c->aSalt, 8);
+  else memset(h->aWalSalt, 0, 8);
+  return SQLITE_OK;
+}
+
+int tdeMainEpochUpdate(TdeFile *p, uint64_t logEpoch, const uint8_t *aSalt){
+  EpochCtx c;
+  c.logEpoch = logEpoch;
+  c.aSalt = aSalt;
+  return headerUpdate(p, editEpoch, &c, 1);   /* sequence unchanged, epoch + 1 */
 }
 
 /* ---- rotation ----------------------------------------------------------- */

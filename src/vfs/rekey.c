@@ -396,8 +396,63 @@ static int editFinish(TdeFile *p, TdeHeader *h, void *pArg){
   return SQLITE_OK;
 }
 
+/*
+** Version 2, after the finish's header update (sequence s): seal page 1
+** again, so it records s and a header region saved before the finish --
+** which would bring the old data key back -- is refused when SQLite reads
+** page 1 (docs/FORMAT.md "Header rollback after a rekey").  Crash-safe as
+** a step: the old ciphertext goes to DB-tderekey and is synced first.
+*/
+static int rekeyResealPage1(TdeFile *p){
+  uint32_t pgsz = p->pgsz;
+  uint8_t *aOld = 0, *aNew = 0, *aJ = 0;
+  RekeyJournal j;
+  int bShort = 0, rc;
+  memset(&j, 0, sizeof(j));
+  if( p->pKeys->hdr.version<TDE_FORMAT_V2 || !tdeValidPgsz(pgsz) ) return SQLITE_OK;
+  aOld = sqlite3_malloc((int)pgsz);
+  aNew = sqlite3_malloc((int)pgsz);
+  aJ = sqlite3_malloc((int)(RJ_HDR + 4 + pgsz + RJ_SUM));
+  if( !aOld || !aNew || !aJ ){ rc = SQLITE_NOMEM; goto done; }
+  rc = tdeRealRead(p, aOld, (int)pgsz, TDE_HEADER_BYTES, &bShort);
+  if( rc || bShort || allZero(aOld, pgsz) ) goto done;     /* no page 1 on disk */
+  memcpy(aNew, aOld, pgsz);
+  rc = tdeOpenPage(p, aNew, pgsz, 1, "database");
+  if( rc==SQLITE_OK ) rc = tdeSealPage(p, aNew, pgsz, 1, aNew);
+  if( rc ) goto done;
+  memcpy(aJ, RJ_MAGIC, 8);
+  memcpy(aJ+8, p->dbid, TDE_DBID_BYTES);
+  tdePut32(aJ+24, pgsz);
+  tdePut32(aJ+28, 1);
+  tdePut32(aJ+RJ_HDR, 1);
+  memcpy(aJ+RJ_HDR+4, aOld, pgsz);
+  rc = tdeSha256(aJ, RJ_HDR + 4 + pgsz, aJ + RJ_HDR + 4 + pgsz) ? SQLITE_IOERR : SQLITE_OK;
+  if( rc==SQLITE_OK ) rc = rjOpen(p, 1, &j);
+  if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
+  for(sqlite3_int64 off=0, nJ=RJ_HDR + 4 + pgsz + RJ_SUM; rc==SQLITE_OK && off<nJ; off+=65536){
+    rc = j.pFd->pMethods->xWrite(j.pFd, aJ+off, (int)(nJ-off < 65536 ? nJ-off : 65536), off);
+  }
+  if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xSync(j.pFd, SQLITE_SYNC_NORMAL);
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aNew, (int)pgsz, TDE_HEADER_BYTES);
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+  if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
+  if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xSync(j.pFd, SQLITE_SYNC_NORMAL);
+done:
+  rjClose(&j);
+  if( aNew ){ tdeWipe(aNew, pgsz); sqlite3_free(aNew); }
+  sqlite3_free(aOld);
+  sqlite3_free(aJ);
+  return rc;
+}
+
 int tdeMainRekeyFinish(TdeFile *p){
   int rc = tdeMainHeaderUpdate(p, editFinish, 0);
+  if( rc==SQLITE_OK && rekeyResealPage1(p)!=SQLITE_OK ){
+    /* The rekey itself is done and durable; only the early detection of a
+    ** header put back waits for the next write of page 1. */
+    tdeLog(TDE_LOG_WARNING, "%s: rekey finished, but page 1 could not be sealed again: %s",
+           p->zName ? p->zName : "", tde_last_error());
+  }
   if( rc==SQLITE_OK && p->zName ){
     sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
     char *zJ = sqlite3_mprintf("%s-tderekey", p->zName);

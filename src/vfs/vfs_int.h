@@ -86,6 +86,17 @@ typedef struct TdeWal {
   uint32_t nCk;               /* entries allocated in aCk */
   uint32_t iMaxWritten;       /* highest frame this handle wrote ... */
   uint8_t aMaxSalt[8];        /* ... in the generation with these salts */
+  /* Format version 2 (chained frame MACs, docs/FORMAT.md): aMac[0] is the
+  ** WAL header's stored MAC, aMac[i] frame i's MAC as verified (i <=
+  ** iChain: one chain from the header) or as this handle wrote it (bOwn,
+  ** with the predecessor it was computed from). */
+  struct TdeWalMac { uint8_t mac[8]; uint8_t prev[8]; uint8_t bOwn, bCommit; } *aMac;
+  uint32_t nMac;              /* entries allocated in aMac */
+  int bChain;                 /* aMac[0] is the current header's MAC */
+  uint32_t iChain;            /* frames 1..iChain verified as one chain */
+  uint32_t iChainCommit;      /* last commit frame of this generation in 1..iChain */
+  uint64_t w;                 /* log epoch the current WAL header is bound to */
+  uint8_t aHdrMac[8];         /* the current WAL header's stored MAC */
 } TdeWal;
 
 typedef struct TdeFile TdeFile;
@@ -245,6 +256,9 @@ int tdeBlockFileSize(TdeFile *p, sqlite3_int64 *pSize);
 /* keyops.c: header updates (caller holds SQLite's write lock). */
 typedef int (*TdeHeaderEdit)(TdeFile *pMain, TdeHeader *pNew, void *pArg);
 int tdeMainHeaderUpdate(TdeFile *pMain, TdeHeaderEdit xEdit, void *pArg);
+/* Version 2: advance the log epoch to logEpoch (= L + 1) bound to WAL salts
+** aSalt (NULL: a rollback journal); one slot written and synced. */
+int tdeMainEpochUpdate(TdeFile *pMain, uint64_t logEpoch, const uint8_t *aSalt);
 int tdeEditRewrap(TdeFile *pMain, TdeHeader *pNew, void *pArg);
 int tdeMainMigrate(TdeFile *pMain, TdeKeystore *pNew, const TdeConfig *pNewCfg, int bDropOthers);
 /* Re-wrap under the keystore's current master key if the header is stale
@@ -254,6 +268,10 @@ int tdeMainRewrapAudited(TdeFile *pMain, const char *zOp, const char *zDetail);
 void tdeKeysCheckStale(TdeDbKeys *k);
 void tdeKeysNoteMasterKey(TdeDbKeys *k);
 void tdeAuditKeys(TdeDbKeys *k, const char *zDbPath, const char *zOp, int trc);
+
+/* upgrade.c: format version 1 -> 2 (caller holds the write lock, the WAL
+** emptied); *pbDone 1 if this call upgraded it. */
+int tdeMainUpgrade(TdeFile *pMain, int *pbDone);
 
 /* rekey.c: re-encrypt every page under a new data-key version. */
 int tdeRekeyInProgress(const TdeDbKeys *k);

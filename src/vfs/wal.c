@@ -18,8 +18,19 @@
 ** MAC over the page's trailer.  A header rewritten alone (SQLite's
 ** walRewriteChecksums) is completed from the page trailer already on disk.
 **
-** Must never: return a frame page that failed authentication; store a
-** checksum SQLite computed.
+** Format version 2 (docs/FORMAT.md "WAL, version 2") chains the frame
+** MACs: frame i's MAC covers frame i-1's (frame 1's the WAL header's), and
+** the header's MAC covers the log epoch the generation is bound to, which
+** the database header records.  A restart binds the new generation to
+** L + 1 (WAL header written and synced, then the epoch update).  Pages are
+** served only from frames that are part of one chain from the header up
+** to a commit frame of this generation (or, for the writer, from frames of
+** its own open transaction); what a handle has verified is cached, so a
+** frame is verified once.
+**
+** Must never: return a frame page that failed authentication or that a
+** chain from the current header does not reach; store a checksum SQLite
+** computed.
 */
 #include "vfs/vfs_int.h"
 
@@ -31,6 +42,7 @@
 #define FRAME_OK      0
 #define FRAME_SHORT   1    /* not all bytes present */
 #define FRAME_BAD     2    /* MAC or page authentication failed */
+#define FRAME_STALE   3    /* (header) authentic, but bound to an older log epoch */
 
 static const char *walName(TdeFile *p){ return p->zName ? p->zName : "(wal)"; }
 
@@ -64,6 +76,14 @@ void tdeWalFree(TdeFile *p){
   sqlite3_free(p->wal.aCk);
   p->wal.aCk = 0;
   p->wal.nCk = 0;
+  sqlite3_free(p->wal.aMac);
+  p->wal.aMac = 0;
+  p->wal.nMac = 0;
+}
+
+/* Is this the WAL of a format-version-2 database (chained MACs)? */
+static int walV2(TdeFile *p){
+  return p->pMain && p->pMain->pKeys && p->pMain->pKeys->hdr.version>=TDE_FORMAT_V2;
 }
 
 /* SQLite's WAL checksum, as the WAL file format documents it: 32-bit words
@@ -90,32 +110,38 @@ static int walBigEndian(TdeFile *p){ return p->wal.aHdr[3] & 1; }
 
 /* MAC of the WAL header's first 24 bytes under WAL MAC key aKey (the
 ** current data-key version's when written; readers try each they hold). */
-static int walHdrMac(TdeHmac *aKey, const uint8_t *aHdr, uint8_t mac[MAC_BYTES]){
-  static const uint8_t zTag[4] = { 'W', '1', 'H', 0 };
+static int walHdrMac(TdeHmac *aKey, const uint8_t *aHdr, int bV2, uint64_t w, uint8_t mac[MAC_BYTES]){
+  static const uint8_t zTag1[4] = { 'W', '1', 'H', 0 };
+  static const uint8_t zTag2[4] = { 'W', '2', 'H', 0 };
+  uint8_t aW[8];
   uint8_t full[32];
-  const uint8_t *ap[2] = { zTag, aHdr };
-  const size_t an[2] = { sizeof(zTag), 24 };
+  const uint8_t *ap[3] = { bV2 ? zTag2 : zTag1, aHdr, aW };
+  const size_t an[3] = { 4, 24, 8 };
   int rc;
   if( !aKey ) return SQLITE_IOERR;
-  rc = tdeHmacCompute(aKey, ap, an, 2, full);
+  tdePut64(aW, w);
+  rc = tdeHmacCompute(aKey, ap, an, bV2 ? 3 : 2, full);
   memcpy(mac, full, MAC_BYTES);
   tdeWipe(full, sizeof(full));
   return rc ? SQLITE_IOERR : SQLITE_OK;
 }
 
 /* MAC of frame idx: its header fields (page number, commit size, salts)
-** and its page trailer (which authenticates the page). */
+** and its page trailer (which authenticates the page); in version 2 also
+** the previous frame's MAC aPrev (the WAL header's for frame 1).  aPrev
+** NULL: version 1. */
 static int walFrameMac(TdeFile *p, uint32_t idx, const uint8_t *aHdr16,
-                       const uint8_t *aTrailer, uint8_t mac[MAC_BYTES]){
+                       const uint8_t *aTrailer, const uint8_t *aPrev, uint8_t mac[MAC_BYTES]){
   uint8_t pre[8] = { 'W', '1', 'F', 0, 0, 0, 0, 0 };
   uint8_t full[32];
-  const uint8_t *ap[3] = { pre, aHdr16, aTrailer };
-  const size_t an[3] = { sizeof(pre), 16, TDE_TRAILER_SIZE };
+  const uint8_t *ap[4] = { pre, aHdr16, aTrailer, aPrev };
+  const size_t an[4] = { sizeof(pre), 16, TDE_TRAILER_SIZE, MAC_BYTES };
   TdeHmac *aKey = walKey(p, tdeTrailerVersion(aTrailer));   /* the page's version */
   int rc;
   if( !aKey ) return SQLITE_NOTFOUND;   /* unknown data-key version: cannot authenticate */
+  if( aPrev ) pre[1] = '2';
   tdePut32(pre+4, idx);
-  rc = tdeHmacCompute(aKey, ap, an, 3, full);
+  rc = tdeHmacCompute(aKey, ap, an, aPrev ? 4 : 3, full);
   memcpy(mac, full, MAC_BYTES);
   tdeWipe(full, sizeof(full));
   return rc ? SQLITE_IOERR : SQLITE_OK;
@@ -125,9 +151,116 @@ static sqlite3_int64 walFrameOffset(TdeFile *p, uint32_t idx){
   return WAL_HDR + (sqlite3_int64)(idx-1) * (FRAME_HDR + p->wal.pgsz);
 }
 
+/* Forget the chain (a new header, a truncation); bHdr: aHdrMac is the
+** current header's MAC and starts the new chain. */
+static int walMacRoom(TdeFile *p, uint32_t idx);
+static void walChainReset(TdeFile *p, int bHdr){
+  p->wal.iChain = 0;
+  p->wal.iChainCommit = 0;
+  p->wal.bChain = 0;
+  if( p->wal.aMac ) memset(p->wal.aMac, 0, sizeof(p->wal.aMac[0]) * p->wal.nMac);
+  if( bHdr && walV2(p) && walMacRoom(p, 0) ){
+    memcpy(p->wal.aMac[0].mac, p->wal.aHdrMac, MAC_BYTES);
+    p->wal.bChain = 1;
+  }
+}
+
 static void walCkForget(TdeFile *p){
   p->wal.iRunFrame = 0;
   if( p->wal.aCk ) memset(p->wal.aCk, 0, sizeof(p->wal.aCk[0]) * p->wal.nCk);
+  walChainReset(p, p->wal.bHdr);
+}
+
+/* Make aMac hold index idx (a cache: 0 when memory runs out). */
+static int walMacRoom(TdeFile *p, uint32_t idx){
+  if( idx>=p->wal.nMac ){
+    uint32_t n = idx*2 + 64;
+    void *pNew = sqlite3_realloc64(p->wal.aMac, sizeof(p->wal.aMac[0]) * (sqlite3_uint64)n);
+    if( !pNew ) return 0;
+    p->wal.aMac = pNew;
+    memset(p->wal.aMac + p->wal.nMac, 0, sizeof(p->wal.aMac[0]) * (n - p->wal.nMac));
+    if( p->wal.nMac==0 && p->wal.bHdr ){
+      memcpy(p->wal.aMac[0].mac, p->wal.aHdrMac, MAC_BYTES);
+      p->wal.bChain = 1;
+    }
+    p->wal.nMac = n;
+  }
+  return 1;
+}
+
+/* The chain ends at frame iEnd: drop what was verified after it. */
+static void walChainCut(TdeFile *p, uint32_t iEnd){
+  if( p->wal.iChain<=iEnd ) return;
+  p->wal.iChain = iEnd;
+  while( p->wal.iChainCommit>iEnd ){
+    uint32_t j = iEnd;
+    while( j>0 && !p->wal.aMac[j].bCommit ) j--;
+    p->wal.iChainCommit = j;
+  }
+}
+
+/* Is the frame header aHdr16 a commit frame of the current generation? */
+static int walIsCommit(TdeFile *p, const uint8_t *aHdr16){
+  return tdeGet32(aHdr16+4)!=0 && memcmp(aHdr16+8, p->wal.aHdr+16, 8)==0;
+}
+
+/* Frame idx's MAC verified from the chain's aMac[idx-1]: extend the
+** chain (or, where it already reached idx with another MAC, cut it there:
+** another connection rewrote a frame of its open transaction). */
+static void walChainNote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *mac){
+  if( !p->wal.bChain || idx==0 || idx>p->wal.iChain+1 || !walMacRoom(p, idx) ) return;
+  if( idx<=p->wal.iChain ){
+    if( memcmp(p->wal.aMac[idx].mac, mac, MAC_BYTES)==0 ) return;
+    walChainCut(p, idx-1);
+  }
+  memcpy(p->wal.aMac[idx].mac, mac, MAC_BYTES);
+  p->wal.aMac[idx].bCommit = (uint8_t)walIsCommit(p, aHdr16);
+  p->wal.iChain = idx;
+  if( p->wal.aMac[idx].bCommit ) p->wal.iChainCommit = idx;
+}
+
+/* This handle wrote frame idx with MAC mac computed from aPrev (bChain:
+** aPrev was the chain's own aMac[idx-1]). */
+static void walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *mac,
+                          const uint8_t *aPrev, int bChain){
+  if( !walMacRoom(p, idx) ){ walChainCut(p, 0); return; }
+  walChainCut(p, idx-1);
+  if( bChain && p->wal.iChain==idx-1 ) walChainNote(p, idx, aHdr16, mac);
+  memcpy(p->wal.aMac[idx].mac, mac, MAC_BYTES);
+  memcpy(p->wal.aMac[idx].prev, aPrev, MAC_BYTES);
+  p->wal.aMac[idx].bOwn = 1;
+}
+
+/* The stored MAC of frame j (j==0: the WAL header's). */
+static int walStoredMac(TdeFile *p, uint32_t j, uint8_t *aOut){
+  sqlite3_int64 iOff = j==0 ? 24 : walFrameOffset(p, j) + 16;
+  int bShort = 0;
+  int rc = tdeRealRead(p, aOut, MAC_BYTES, iOff, &bShort);
+  if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
+  return rc;
+}
+
+/* The MAC frame idx chains from: the chain's own when frame idx-1 is the
+** header or part of a committed prefix of it (those never change within a
+** generation), else the one stored in frame idx-1's header on disk -- a
+** frame beyond the last commit may have been rewritten by another
+** connection since it was verified.  *pbChain: the value is the verified
+** chain's (the stored one equals it). */
+static int walPrevMac(TdeFile *p, uint32_t idx, uint8_t *aOut, int *pbChain){
+  int rc;
+  *pbChain = 0;
+  if( p->wal.bChain && idx-1<p->wal.nMac && idx-1<=p->wal.iChain
+   && (idx==1 || idx-1<=p->wal.iChainCommit) ){
+    memcpy(aOut, p->wal.aMac[idx-1].mac, MAC_BYTES);
+    *pbChain = 1;
+    return SQLITE_OK;
+  }
+  rc = walStoredMac(p, idx-1, aOut);
+  if( rc==SQLITE_OK && p->wal.bChain && idx-1<p->wal.nMac && idx-1<=p->wal.iChain
+   && memcmp(aOut, p->wal.aMac[idx-1].mac, MAC_BYTES)==0 ){
+    *pbChain = 1;
+  }
+  return rc;
 }
 
 static void walCkRemember(TdeFile *p, uint32_t idx, const uint8_t *mac, const uint8_t *aSqliteCk){
@@ -145,61 +278,226 @@ static void walCkRemember(TdeFile *p, uint32_t idx, const uint8_t *mac, const ui
   p->wal.aCk[idx].bValid = 1;
 }
 
+/* Does the stored header aHdr's MAC verify under some data-key version
+** held, bound to log epoch w (version 2) or unbound (bV2 0)? */
+static int walHdrVerifies(TdeFile *p, const uint8_t *aHdr, int bV2, uint64_t w, int *pbOk){
+  const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
+  uint8_t mac[MAC_BYTES];
+  *pbOk = 0;
+  for(int i=0; k && i<k->nVer && !*pbOk; i++){
+    int rc = walHdrMac(k->aVer[i].pWalHmac, aHdr, bV2, w, mac);
+    if( rc ) return rc;
+    *pbOk = tdeCtEqual(mac, aHdr+24, MAC_BYTES);
+  }
+  return SQLITE_OK;
+}
+
+/* Version 2: the log epochs a current header may be bound to, L (with the
+** salts the database header records) and L + 1 (a restart interrupted
+** before its epoch update).  *pw gets the one that verifies; *pbStale is
+** set when the MAC verifies with w = L but the salts differ. */
+static int walHdrCurrent(TdeFile *p, const uint8_t *aHdr, uint64_t *pw, int *pbOk, int *pbStale){
+  const TdeHeader *h = &p->pMain->pKeys->hdr;
+  int rc;
+  *pbStale = 0;
+  rc = walHdrVerifies(p, aHdr, 1, h->logEpoch, pbOk);
+  if( rc==SQLITE_OK && *pbOk ){
+    *pw = h->logEpoch;
+    if( memcmp(aHdr+16, h->aWalSalt, 8)!=0 ){ *pbOk = 0; *pbStale = 1; }
+    return SQLITE_OK;
+  }
+  if( rc==SQLITE_OK ) rc = walHdrVerifies(p, aHdr, 1, h->logEpoch+1, pbOk);
+  if( rc==SQLITE_OK && *pbOk ) *pw = h->logEpoch+1;
+  return rc;
+}
+
+/* Version 2, error path: is aHdr an authentic header of an older
+** generation (bound to an older log epoch, or of version 1 from before an
+** upgrade)?  *pw gets its epoch (0: version 1). */
+static int walHdrOlder(TdeFile *p, const uint8_t *aHdr, uint64_t *pw, int *pbOk){
+  uint64_t L = p->pMain->pKeys->hdr.logEpoch;
+  int rc = SQLITE_OK;
+  *pbOk = 0;
+  for(uint64_t w=L; w>0 && w+64>L && rc==SQLITE_OK && !*pbOk; w--){
+    rc = walHdrVerifies(p, aHdr, 1, w-1, pbOk);
+    if( *pbOk ) *pw = w-1;
+  }
+  if( rc==SQLITE_OK && !*pbOk ){
+    rc = walHdrVerifies(p, aHdr, 0, 0, pbOk);
+    if( *pbOk ) *pw = 0;
+  }
+  return rc;
+}
+
+/* Refuse a stale WAL: log line and tde_last_error() naming the file. */
+static int walStale(TdeFile *p, uint64_t w){
+  uint64_t L = p->pMain && p->pMain->pKeys ? p->pMain->pKeys->hdr.logEpoch : 0;
+  tdeErr(TDE_AUTH, "%s: this WAL belongs to an older state of the database (log epoch %llu, "
+         "the database is at %llu): it was put back from a copy; move it aside -- the database "
+         "opens at its last checkpoint", walName(p), (unsigned long long)w, (unsigned long long)L);
+  tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+  p->nAuthFail++;
+  return SQLITE_IOERR_AUTH;
+}
+
 /*
 ** Read and authenticate the WAL header from disk.  On success aHdr holds
 ** the header as SQLite wrote it, with SQLite's checksum recomputed, and is
 ** cached.  *pState: FRAME_OK, FRAME_SHORT (file shorter than a header),
-** FRAME_BAD (MAC mismatch; aOut then holds the stored bytes).
+** FRAME_BAD (MAC mismatch; aOut then holds the stored bytes), FRAME_STALE
+** (version 2: authentic but bound to an older log epoch; *pw, if not NULL,
+** gets that epoch).
 */
-static int walLoadHeader(TdeFile *p, uint8_t *aOut, int *pState){
-  uint8_t mac[MAC_BYTES];
+static int walLoadHeaderW(TdeFile *p, uint8_t *aOut, int *pState, uint64_t *pwStale){
   uint32_t ck[2];
-  int bShort, rc;
+  uint64_t w = 0;
+  int bShort, rc, bOk = 0, bStale = 0;
   rc = tdeRealRead(p, aOut, WAL_HDR, 0, &bShort);
   if( rc ) return rc;
   if( bShort ){ *pState = FRAME_SHORT; return SQLITE_OK; }
-  {
-    /* Written under the then-current data-key version: try each held. */
-    const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
-    int bOk = 0;
-    for(int i=0; k && i<k->nVer && !bOk; i++){
-      rc = walHdrMac(k->aVer[i].pWalHmac, aOut, mac);
-      if( rc ) return rc;
-      bOk = tdeCtEqual(mac, aOut+24, MAC_BYTES);
-    }
-    if( !bOk && p->pMain && tdeMainRefresh(p->pMain)==SQLITE_OK ){
-      for(int i=0; k && i<k->nVer && !bOk; i++){
-        rc = walHdrMac(k->aVer[i].pWalHmac, aOut, mac);
+  /* Written under the then-current data-key version: try each held, and
+  ** again after reading the database header (another connection may have
+  ** rekeyed, or restarted the WAL and advanced the log epoch). */
+  for(int iPass=0; iPass<2 && !bOk; iPass++){
+    if( iPass==1 && !(p->pMain && tdeMainRefresh(p->pMain)==SQLITE_OK) ) break;
+    if( walV2(p) ) rc = walHdrCurrent(p, aOut, &w, &bOk, &bStale);
+    else rc = walHdrVerifies(p, aOut, 0, 0, &bOk);
+    if( rc ) return rc;
+  }
+  if( !bOk ){
+    p->wal.bChain = 0;           /* the header on disk is not the one cached */
+    if( walV2(p) ){
+      if( !bStale ){
+        rc = walHdrOlder(p, aOut, &w, &bStale);
         if( rc ) return rc;
-        bOk = tdeCtEqual(mac, aOut+24, MAC_BYTES);
+      }
+      if( bStale ){
+        if( pwStale ) *pwStale = w;
+        *pState = FRAME_STALE;
+        return SQLITE_OK;
       }
     }
-    if( !bOk ){ *pState = FRAME_BAD; return SQLITE_OK; }
+    *pState = FRAME_BAD;
+    return SQLITE_OK;
   }
-  walChecksum(aOut[3] & 1, aOut, 24, 0, ck);
-  tdePut32(aOut+24, ck[0]);
-  tdePut32(aOut+28, ck[1]);
-  if( !p->wal.bHdr || memcmp(p->wal.aHdr, aOut, WAL_HDR)!=0 ){
-    memcpy(p->wal.aHdr, aOut, WAL_HDR);
-    p->wal.bHdr = 1;
-    walCkForget(p);
+  {
+    uint8_t aMac[MAC_BYTES];
+    memcpy(aMac, aOut+24, MAC_BYTES);
+    walChecksum(aOut[3] & 1, aOut, 24, 0, ck);
+    tdePut32(aOut+24, ck[0]);
+    tdePut32(aOut+28, ck[1]);
+    if( !p->wal.bHdr || memcmp(p->wal.aHdr, aOut, WAL_HDR)!=0 || memcmp(p->wal.aHdrMac, aMac, MAC_BYTES)!=0
+     || (walV2(p) && !p->wal.bChain) ){
+      memcpy(p->wal.aHdr, aOut, WAL_HDR);
+      memcpy(p->wal.aHdrMac, aMac, MAC_BYTES);
+      p->wal.bHdr = 1;
+      p->wal.w = w;
+      walCkForget(p);
+    }
   }
   if( tdeValidPgsz(tdeGet32(aOut+8)) ) p->wal.pgsz = tdeGet32(aOut+8);
   *pState = FRAME_OK;
   return SQLITE_OK;
 }
 
+
+
 /* Make sure the header (and so the page size) is known. */
 static int walNeedHeader(TdeFile *p){
   uint8_t aHdr[WAL_HDR];
+  uint64_t w = 0;
   int state, rc;
   if( p->wal.bHdr && p->wal.pgsz ) return SQLITE_OK;
-  rc = walLoadHeader(p, aHdr, &state);
+  rc = walLoadHeaderW(p, aHdr, &state, &w);
   if( rc ) return rc;
+  if( state==FRAME_STALE ) return walStale(p, w);
   if( state!=FRAME_OK || !p->wal.pgsz ){
     tdeLog(TDE_LOG_ERROR, "%s: WAL header missing or failed authentication", walName(p));
     return SQLITE_IOERR_AUTH;
   }
+  return SQLITE_OK;
+}
+
+/*
+** Version 2, frames checked on their own (scans past a bad frame, the
+** first frame under a bad header): does frame idx's MAC (aHdr16, aTrl)
+** verify from some MAC its predecessor may have had?  The one stored in
+** frame idx-1, and the one recomputed from frame idx-1's own fields and
+** the MAC stored before it (so a damaged MAC field in frame idx-1 does not
+** hide an authentic frame idx); for frame 1 the WAL header's stored MAC
+** and the MACs its first 24 bytes give under L and L + 1.
+*/
+static int walFrameVerifiesAlone(TdeFile *p, uint32_t idx, const uint8_t *aHdr16,
+                                 const uint8_t *aTrl, int *pbOk){
+  uint8_t aCand[1 + 2*TDE_MAX_VERSIONS][MAC_BYTES];
+  uint8_t mac[MAC_BYTES];
+  int nCand = 0, rc;
+  *pbOk = 0;
+  rc = walStoredMac(p, idx-1, aCand[nCand]);
+  if( rc==SQLITE_OK ) nCand++;
+  else if( rc!=SQLITE_IOERR_SHORT_READ ) return rc;
+  if( idx==1 ){
+    uint8_t aHdr[WAL_HDR];
+    int bShort = 0;
+    const TdeDbKeys *k = p->pMain->pKeys;
+    rc = tdeRealRead(p, aHdr, WAL_HDR, 0, &bShort);
+    if( rc ) return rc;
+    for(int i=0; !bShort && i<k->nVer; i++){
+      for(uint64_t w=k->hdr.logEpoch; w<=k->hdr.logEpoch+1; w++){
+        rc = walHdrMac(k->aVer[i].pWalHmac, aHdr, 1, w, aCand[nCand]);
+        if( rc ) return rc;
+        nCand++;
+      }
+    }
+  }else{
+    uint8_t aPrevHdr[FRAME_HDR], aPrevTrl[TDE_TRAILER_SIZE], aPrevPrev[MAC_BYTES];
+    int bShort = 0;
+    sqlite3_int64 iOff = walFrameOffset(p, idx-1);
+    rc = tdeRealRead(p, aPrevHdr, FRAME_HDR, iOff, &bShort);
+    if( rc==SQLITE_OK && !bShort ){
+      rc = tdeRealRead(p, aPrevTrl, TDE_TRAILER_SIZE, iOff + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE, &bShort);
+    }
+    if( rc==SQLITE_OK && !bShort ) rc = walStoredMac(p, idx-2, aPrevPrev);
+    if( rc==SQLITE_OK && !bShort ){
+      rc = walFrameMac(p, idx-1, aPrevHdr, aPrevTrl, aPrevPrev, aCand[nCand]);
+      if( rc==SQLITE_OK ) nCand++;
+    }
+    if( rc==SQLITE_IOERR_SHORT_READ || rc==SQLITE_NOTFOUND ) rc = SQLITE_OK;
+    if( rc ) return rc;
+  }
+  for(int i=0; i<nCand && !*pbOk; i++){
+    rc = walFrameMac(p, idx, aHdr16, aTrl, aCand[i], mac);
+    if( rc==SQLITE_NOTFOUND ) return SQLITE_OK;
+    if( rc ) return rc;
+    *pbOk = tdeCtEqual(mac, aHdr16+16, MAC_BYTES);
+  }
+  return SQLITE_OK;
+}
+
+/*
+** Version 2: is frame idx (aFrame: stored header, then the stored page or
+** at least its trailer at the end) one this handle wrote, exactly as it
+** wrote it, in its own open transaction (beyond the committed end of the
+** WAL index; any frame when there is no shared index, as with
+** locking_mode=EXCLUSIVE, where no other connection writes)?
+*/
+static int walOwnFrame(TdeFile *p, uint32_t idx, const uint8_t *aFrame, int *pbOwn){
+  const uint8_t *aTrl = aFrame + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE;
+  uint8_t mac[MAC_BYTES];
+  int rc;
+  *pbOwn = 0;
+  if( idx>=p->wal.nMac || !p->wal.aMac[idx].bOwn ) return SQLITE_OK;
+  if( p->pMain->pShm0 ){
+    TdeWalEnd end;
+    tdeShmHeaderEnd(p->pMain->pShm0, &end);
+    /* An index of another generation (or none yet) has committed nothing
+    ** of this one: a restart's first transaction. */
+    if( end.bKnown && memcmp(end.aSalt, p->wal.aHdr+16, 8)==0 && idx<=end.mxFrame ) return SQLITE_OK;
+  }
+  rc = walFrameMac(p, idx, aFrame, aTrl, p->wal.aMac[idx].prev, mac);
+  if( rc==SQLITE_NOTFOUND ) return SQLITE_OK;
+  if( rc ) return rc;
+  *pbOwn = tdeCtEqual(mac, aFrame+16, MAC_BYTES) && memcmp(mac, p->wal.aMac[idx].mac, MAC_BYTES)==0;
   return SQLITE_OK;
 }
 
@@ -212,11 +510,41 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
   uint32_t pgsz = p->wal.pgsz;
   uint8_t mac[MAC_BYTES];
   int bShort, rc;
+  uint8_t aPrev[MAC_BYTES];
+  int bChain = 0, bV2 = walV2(p);
   rc = tdeRealRead(p, aFrame, (int)(FRAME_HDR + pgsz), walFrameOffset(p, idx), &bShort);
   if( rc ) return rc;
   if( bShort ){ *pState = FRAME_SHORT; return SQLITE_OK; }
-  rc = walFrameMac(p, idx, aFrame, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, mac);
+  if( bV2 ){
+    /* Chained from the verified chain when it reaches idx-1, else from
+    ** the MAC stored in frame idx-1 (the torn-or-tampered scans past a
+    ** bad frame). */
+    rc = walPrevMac(p, idx, aPrev, &bChain);
+    if( rc==SQLITE_IOERR_SHORT_READ ){ *pState = FRAME_BAD; p->nAuthFail++; return SQLITE_OK; }
+    if( rc ) return rc;
+  }
+  rc = walFrameMac(p, idx, aFrame, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, bV2 ? aPrev : 0, mac);
   if( rc && rc!=SQLITE_NOTFOUND ) return rc;
+  if( bV2 && !bChain && (rc==SQLITE_NOTFOUND || !tdeCtEqual(mac, aFrame+16, MAC_BYTES)) ){
+    int bOk = 0;
+    rc = walFrameVerifiesAlone(p, idx, aFrame, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, &bOk);
+    if( rc ) return rc;
+    if( bOk ) memcpy(mac, aFrame+16, MAC_BYTES);
+    else rc = SQLITE_NOTFOUND;
+  }
+  if( bV2 && (rc==SQLITE_NOTFOUND || !tdeCtEqual(mac, aFrame+16, MAC_BYTES)) ){
+    /* A frame of this handle's own open transaction whose predecessor
+    ** SQLite rewrote in place: its chain is repaired at the commit. */
+    int bOwn = 0;
+    rc = walOwnFrame(p, idx, aFrame, &bOwn);
+    if( rc ) return rc;
+    if( bOwn ){
+      memcpy(mac, aFrame+16, MAC_BYTES);
+      bChain = 0;
+    }else{
+      rc = SQLITE_NOTFOUND;
+    }
+  }
   if( rc==SQLITE_NOTFOUND || !tdeCtEqual(mac, aFrame+16, MAC_BYTES) ){
     if( zWhat ) tdeLog(TDE_LOG_ERROR, "%s: frame %u header failed authentication", walName(p), idx);
     p->nAuthFail++;
@@ -226,7 +554,77 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
   }
   rc = tdeOpenPage(p, aFrame+FRAME_HDR, pgsz, tdeGet32(aFrame), zWhat);
   *pState = rc==SQLITE_OK ? FRAME_OK : FRAME_BAD;
+  if( rc==SQLITE_OK && bChain ) walChainNote(p, idx, aFrame, mac);
   return SQLITE_OK;
+}
+
+/*
+** Version 2: extend the verified chain (frame headers and trailers only:
+** 72 bytes and one HMAC per frame, once per frame per handle) until it
+** holds a commit frame of this generation at or after idx, or breaks.
+*/
+static int walChainExtend(TdeFile *p, uint32_t idx){
+  uint32_t pgsz = p->wal.pgsz;
+  while( p->wal.bChain && p->wal.iChainCommit<idx ){
+    uint32_t j = p->wal.iChain + 1;
+    uint8_t aHdr[FRAME_HDR], aTrl[TDE_TRAILER_SIZE], mac[MAC_BYTES];
+    int bShort = 0, rc;
+    if( !walMacRoom(p, j) ) return SQLITE_NOMEM;
+    rc = tdeRealRead(p, aHdr, FRAME_HDR, walFrameOffset(p, j), &bShort);
+    if( rc==SQLITE_OK && !bShort ){
+      rc = tdeRealRead(p, aTrl, TDE_TRAILER_SIZE, walFrameOffset(p, j) + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, &bShort);
+    }
+    if( rc ) return rc;
+    if( bShort ) break;
+    rc = walFrameMac(p, j, aHdr, aTrl, p->wal.aMac[j-1].mac, mac);
+    if( rc==SQLITE_NOTFOUND ) break;
+    if( rc ) return rc;
+    if( !tdeCtEqual(mac, aHdr+16, MAC_BYTES) ) break;
+    walChainNote(p, j, aHdr, mac);
+    if( p->wal.iChain!=j ) break;
+  }
+  return SQLITE_OK;
+}
+
+/*
+** Version 2: may the page of frame idx (aFrame: its stored header, then
+** its stored page) be served?  Only if its MAC verifies from the chain and
+** the chain reaches a commit frame of this generation at or after it; or
+** the frame is one this handle wrote as it is, beyond the committed end
+** of the WAL index (its own open transaction, whose frames SQLite may
+** read back before the commit).  *pbOk.
+*/
+static int walFrameCurrent(TdeFile *p, uint32_t idx, const uint8_t *aFrame, int *pbOk){
+  const uint8_t *aTrl = aFrame + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE;
+  uint8_t mac[MAC_BYTES];
+  int rc;
+  *pbOk = 0;
+  if( !p->wal.bChain ) return SQLITE_OK;
+  for(int iTry=0; iTry<3; iTry++){
+    /* Again from the last verified commit (frames after it may have been
+    ** rewritten by another connection's transaction), then from the
+    ** header: a cache never refuses a frame the file holds validly. */
+    if( iTry==1 ){
+      if( p->wal.iChain<=p->wal.iChainCommit ) continue;
+      walChainCut(p, p->wal.iChainCommit);
+    }
+    if( iTry==2 ){
+      if( p->wal.iChain==0 ) break;
+      walChainCut(p, 0);
+    }
+    rc = walChainExtend(p, idx);
+    if( rc ) return rc;
+    if( idx<=p->wal.iChain && p->wal.iChainCommit>=idx ){
+      rc = walFrameMac(p, idx, aFrame, aTrl, p->wal.aMac[idx-1].mac, mac);
+      if( rc && rc!=SQLITE_NOTFOUND ) return rc;
+      if( rc==SQLITE_OK && tdeCtEqual(mac, aFrame+16, MAC_BYTES)
+       && memcmp(mac, p->wal.aMac[idx].mac, MAC_BYTES)==0 ){
+        *pbOk = 1;
+        return SQLITE_OK;
+      }
+    }
+  }
+  return walOwnFrame(p, idx, aFrame, pbOk);
 }
 
 /*
@@ -348,6 +746,46 @@ static int walCkAfter(TdeFile *p, uint32_t k, uint32_t *aCk){
 ** the log when nothing valid follows it (a torn write after a crash);
 ** otherwise it is tampering and an error.
 */
+/* Version 2: does the stored frame header aHdr16 carry the salts of
+** another generation (not this one's, not zero)? */
+static int walOtherGeneration(TdeFile *p, uint32_t idx, const uint8_t *aHdr16){
+  static const uint8_t aZero[8];
+  uint8_t aFix[FRAME_HDR], aTrl[TDE_TRAILER_SIZE];
+  int bShort = 0, bOk = 0;
+  if( !walV2(p) || memcmp(aHdr16+8, p->wal.aHdr+16, 8)==0 || memcmp(aHdr16+8, aZero, 8)==0 ) return 0;
+  /* A frame of this generation whose salts were altered verifies with
+  ** this generation's salts put back: that is tampering, not the end. */
+  memcpy(aFix, aHdr16, FRAME_HDR);
+  memcpy(aFix+8, p->wal.aHdr+16, 8);
+  if( tdeRealRead(p, aTrl, TDE_TRAILER_SIZE, walFrameOffset(p, idx) + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE,
+                  &bShort)!=SQLITE_OK || bShort ) return 0;
+  if( walFrameVerifiesAlone(p, idx, aFix, aTrl, &bOk)!=SQLITE_OK ) return 0;
+  if( !bOk && idx>=2 && p->wal.bChain && idx-1<=p->wal.iChain ){
+    uint8_t mac[MAC_BYTES];
+    if( walFrameMac(p, idx, aFix, aTrl, p->wal.aMac[idx-1].mac, mac)==SQLITE_OK ){
+      bOk = tdeCtEqual(mac, aFix+16, MAC_BYTES);
+    }
+  }
+  if( bOk ) return 0;
+  /* Its page must be a page of this database (GCM under its key, at the
+  ** page number the header names): a frame from another database's WAL
+  ** is damage, not an older generation of this one. */
+  {
+    uint8_t *aTmp = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
+    int bPage = 0;
+    if( !aTmp ) return 0;
+    if( tdeRealRead(p, aTmp, (int)(FRAME_HDR + p->wal.pgsz), walFrameOffset(p, idx), &bShort)==SQLITE_OK && !bShort ){
+      uint32_t ivHigh = tdeGet32(aTmp + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE + 12);
+      bPage = tdeOpenPage(p, aTmp+FRAME_HDR, p->wal.pgsz, tdeGet32(aTmp), 0)==SQLITE_OK;
+      if( !bPage ) p->nAuthFail--;
+      bPage = bPage && ivHigh==idx;       /* at its own index: not moved */
+    }
+    tdeWipe(aTmp, FRAME_HDR + p->wal.pgsz);
+    sqlite3_free(aTmp);
+    return bPage;
+  }
+}
+
 static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
   uint32_t ck[2];
   int state, rc;
@@ -356,6 +794,15 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
   if( state==FRAME_SHORT ){
     memset(aOut, 0, FRAME_HDR + p->wal.pgsz);
     return SQLITE_IOERR_SHORT_READ;
+  }
+  if( state==FRAME_BAD && walOtherGeneration(p, idx, aOut) ){
+    /* Version 2: a frame of another generation cannot be authenticated
+    ** (the frame its MAC chains from was overwritten), so it is the end of
+    ** the log, as an authentic one is in version 1: a power loss under
+    ** synchronous=NORMAL can leave one before later frames, and altering a
+    ** frame's salts only cuts the log short, as deleting frames does. */
+    p->nAuthFail--;
+    state = FRAME_OK;
   }
   if( state==FRAME_OK && memcmp(aOut+8, p->wal.aHdr+16, 8)!=0 ){
     /* An authentic frame of an older generation: the end of the log. */
@@ -368,8 +815,9 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
     ** with a sector of zeros was never completely written (a power loss
     ** that kept a later write): the torn end, as SQLite treats it. */
     if( !walHasZeroSector(p, idx) && walCommitFollows(p, idx+1) ){
-      tdeLog(TDE_LOG_ERROR, "%s: frame %u failed authentication and a later committed transaction "
+      tdeErr(TDE_AUTH, "%s: frame %u failed authentication and a later committed transaction "
              "authenticates: the WAL was tampered with", walName(p), idx);
+      tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
       memset(aOut, 0, FRAME_HDR + p->wal.pgsz);
       return SQLITE_IOERR_AUTH;
     }
@@ -416,9 +864,11 @@ static int walReadPage(TdeFile *p, uint32_t idx, uint8_t *zBuf){
     static const uint8_t aZero[8];
     if( memcmp(aFrame+8, aZero, 8)!=0 ){
       uint8_t aHdr[WAL_HDR];
+      uint64_t w = 0;
       int state;
-      rc = walLoadHeader(p, aHdr, &state);
+      rc = walLoadHeaderW(p, aHdr, &state, &w);
       if( rc ) return rc;
+      if( state==FRAME_STALE ){ memset(zBuf, 0, pgsz); return walStale(p, w); }
       if( state!=FRAME_OK || memcmp(aFrame+8, p->wal.aHdr+16, 8)!=0 ){
         tdeLog(TDE_LOG_ERROR, "%s: frame %u belongs to another WAL generation or was tampered with",
                walName(p), idx);
@@ -428,13 +878,42 @@ static int walReadPage(TdeFile *p, uint32_t idx, uint8_t *zBuf){
       }
     }
   }
-  rc = walFrameMac(p, idx, aFrame, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, mac);
-  if( rc && rc!=SQLITE_NOTFOUND ) return rc;
-  if( rc==SQLITE_NOTFOUND || !tdeCtEqual(mac, aFrame+16, MAC_BYTES) ){
-    tdeLog(TDE_LOG_ERROR, "%s: frame %u header failed authentication", walName(p), idx);
-    p->nAuthFail++;
-    memset(zBuf, 0, pgsz);
-    return SQLITE_IOERR_AUTH;
+  if( walV2(p) ){
+    int bOk = 0;
+    rc = walFrameCurrent(p, idx, aFrame, &bOk);
+    if( rc==SQLITE_OK && !bOk ){
+      /* The WAL header may have been rewritten with the same salts (a
+      ** restart whose first transaction rolled back, then the next one):
+      ** read it again, and if it changed, check against the new chain. */
+      uint8_t aHdr[WAL_HDR], aOld[MAC_BYTES];
+      uint64_t w = 0;
+      int state;
+      memcpy(aOld, p->wal.aHdrMac, MAC_BYTES);
+      rc = walLoadHeaderW(p, aHdr, &state, &w);
+      if( rc==SQLITE_OK && state==FRAME_STALE ){ memset(zBuf, 0, pgsz); return walStale(p, w); }
+      if( rc==SQLITE_OK && state==FRAME_OK && memcmp(aOld, p->wal.aHdrMac, MAC_BYTES)!=0 ){
+        rc = walFrameCurrent(p, idx, aFrame, &bOk);
+      }
+    }
+    if( rc ){ memset(zBuf, 0, pgsz); return rc; }
+    if( !bOk ){
+      tdeErr(TDE_AUTH, "%s: frame %u is not part of an authentic committed transaction of this "
+             "WAL (the chain of frame MACs from the WAL header breaks after frame %u): frames "
+             "were spliced in, damaged or rolled back", walName(p), idx, p->wal.iChain);
+      tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+      p->nAuthFail++;
+      memset(zBuf, 0, pgsz);
+      return SQLITE_IOERR_AUTH;
+    }
+  }else{
+    rc = walFrameMac(p, idx, aFrame, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, 0, mac);
+    if( rc && rc!=SQLITE_NOTFOUND ) return rc;
+    if( rc==SQLITE_NOTFOUND || !tdeCtEqual(mac, aFrame+16, MAC_BYTES) ){
+      tdeLog(TDE_LOG_ERROR, "%s: frame %u header failed authentication", walName(p), idx);
+      p->nAuthFail++;
+      memset(zBuf, 0, pgsz);
+      return SQLITE_IOERR_AUTH;
+    }
   }
   rc = tdeOpenPageTo(p, aFrame+FRAME_HDR, zBuf, pgsz, tdeGet32(aFrame), "WAL frame");
   if( rc==SQLITE_OK && p->pMain && p->pMain->bCkpt && p->pMain->pKeys
@@ -466,9 +945,14 @@ int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
 
   if( iOfst<WAL_HDR ){
     uint8_t aHdr[WAL_HDR];
+    uint64_t w = 0;
     if( iOfst+iAmt>WAL_HDR ) return SQLITE_IOERR_READ;
-    rc = walLoadHeader(p, aHdr, &state);
+    rc = walLoadHeaderW(p, aHdr, &state, &w);
     if( rc ) return rc;
+    if( state==FRAME_STALE ){
+      memset(z, 0, (size_t)iAmt);
+      return walStale(p, w);
+    }
     if( state==FRAME_SHORT ){
       memset(z, 0, (size_t)iAmt);
       return SQLITE_IOERR_SHORT_READ;
@@ -545,8 +1029,17 @@ int tdeWalFlush(TdeFile *p){
     return SQLITE_IOERR_WRITE;
   }
   memcpy(aHdr, p->wal.aPending, 16);
-  rc = walFrameMac(p, idx, aHdr, aTrailer, aHdr+16);
-  if( rc ) return rc;
+  if( walV2(p) ){
+    uint8_t aPrev[MAC_BYTES];
+    int bChain = 0;
+    rc = walPrevMac(p, idx, aPrev, &bChain);
+    if( rc==SQLITE_OK ) rc = walFrameMac(p, idx, aHdr, aTrailer, aPrev, aHdr+16);
+    if( rc ) return rc;
+    walChainWrote(p, idx, aHdr, aHdr+16, aPrev, bChain);
+  }else{
+    rc = walFrameMac(p, idx, aHdr, aTrailer, 0, aHdr+16);
+    if( rc ) return rc;
+  }
   rc = p->pReal->pMethods->xWrite(p->pReal, aHdr, FRAME_HDR, p->wal.iPendingOff);
   if( rc ) return rc;
   walCkRemember(p, idx, aHdr+16, p->wal.aPending+16);
@@ -572,18 +1065,44 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     uint8_t aHdr[WAL_HDR];
     rc = tdeWalFlush(p);
     if( rc ) return rc;
+    uint64_t w = 0;
+    int bV2;
     walShipHook(p, TDE_CAPTURE_RESTART, z);
     memcpy(aHdr, z, 24);
+    /* Version 2: the new generation is bound to L + 1 (the database
+    ** header was re-read when this connection took the write lock). */
+    bV2 = walV2(p);
+    if( bV2 ){
+      rc = tdeMainRefreshIfChanged(p->pMain);   /* the current L, whatever the lock path */
+      if( rc ) return rc;
+      w = p->pMain->pKeys->hdr.logEpoch + 1;
+    }
     {
       const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
       const TdeDekVer *d = k ? tdeKeysFind(k, k->hdr.curVersion) : 0;
-      rc = walHdrMac(d ? d->pWalHmac : 0, aHdr, aHdr+24);
+      rc = walHdrMac(d ? d->pWalHmac : 0, aHdr, bV2, w, aHdr+24);
     }
     if( rc ) return rc;
     memset(aHdr+24+MAC_BYTES, 0, WAL_HDR-24-MAC_BYTES);
     rc = p->pReal->pMethods->xWrite(p->pReal, aHdr, WAL_HDR, 0);
     if( rc ) return rc;
+    if( bV2 ){
+      /* The WAL header durable first, then the epoch update: a crash in
+      ** between leaves a header bound to L + 1, which readers accept (the
+      ** generation has no frame yet); never a database header bound to a
+      ** WAL header that is not on disk.  (docs/FORMAT.md "Restart") */
+      rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+      if( rc==SQLITE_OK ) rc = tdeMainEpochUpdate(p->pMain, w, z+16);
+      if( rc ){
+        tdeLog(TDE_LOG_ERROR, "%s: WAL restart: the log epoch update failed (SQLite error %d)",
+               walName(p), rc);
+        p->wal.bHdr = 0;
+        return rc;
+      }
+    }
     memcpy(p->wal.aHdr, z, WAL_HDR);
+    memcpy(p->wal.aHdrMac, aHdr+24, MAC_BYTES);
+    p->wal.w = w;
     p->wal.bHdr = 1;
     p->wal.pgsz = tdeValidPgsz(tdeGet32(z+8)) ? tdeGet32(z+8) : 0;
     p->wal.iMaxWritten = 0;     /* a new generation */
@@ -600,6 +1119,20 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   idx = (uint32_t)((iOfst - WAL_HDR) / szFrame) + 1;
   within = (uint32_t)((iOfst - WAL_HDR) % szFrame);
 
+  if( within==0 && iAmt==FRAME_HDR && walV2(p) ){
+    static const uint8_t aZero[8];
+    if( memcmp(z+8, aZero, 8)!=0 && memcmp(z+8, p->wal.aHdr+16, 8)!=0 ){
+      /* Another connection restarted the WAL since this handle last read
+      ** its header: the chain starts from the header on disk. */
+      uint8_t aHdr[WAL_HDR];
+      uint64_t w = 0;
+      int state;
+      rc = tdeWalFlush(p);
+      if( rc==SQLITE_OK ) rc = walLoadHeaderW(p, aHdr, &state, &w);
+      if( rc ) return rc;
+      if( state==FRAME_STALE ) return walStale(p, w);
+    }
+  }
   if( within==0 && iAmt==FRAME_HDR ){
     rc = tdeWalFlush(p);
     if( rc ) return rc;
@@ -636,10 +1169,26 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
              walName(p), z[20], TDE_RESERVE_BYTES);
       return SQLITE_IOERR_WRITE;
     }
+    {
+      /* Version 2: the frame index in the page's IV bits 95..64, so the
+      ** page (GCM) names its index even where the chain cannot be
+      ** checked (a frame of an older generation). */
+      TdePageCipher *c = tdeCipherForSeal(p);
+      if( c ) tdePageCipherSetIvHigh(c, walV2(p) ? idx : 0);
+    }
     rc = tdeSealPage(p, z, p->wal.pgsz, pgno, aFrame+FRAME_HDR);
     if( rc ) return rc;
-    rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aFrame+16);
-    if( rc ) return rc;
+    if( walV2(p) ){
+      uint8_t aPrev[MAC_BYTES];
+      int bChain = 0;
+      rc = walPrevMac(p, idx, aPrev, &bChain);
+      if( rc==SQLITE_OK ) rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aPrev, aFrame+16);
+      if( rc ) return rc;
+      walChainWrote(p, idx, aFrame, aFrame+16, aPrev, bChain);
+    }else{
+      rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, 0, aFrame+16);
+      if( rc ) return rc;
+    }
     if( p->wal.iRunFrame>=idx ) p->wal.iRunFrame = 0;
     {
       static const uint8_t aZero[8];
@@ -703,8 +1252,12 @@ int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_
   *piBad = 0;
   rc = tdeWalFlush(p);
   if( rc ) return rc;
-  rc = walLoadHeader(p, aHdr, &state);
-  if( rc ) return rc;
+  {
+    uint64_t w = 0;
+    rc = walLoadHeaderW(p, aHdr, &state, &w);
+    if( rc ) return rc;
+    if( state==FRAME_STALE ){ *piBad = -1; return walStale(p, w); }
+  }
   if( state==FRAME_SHORT ) return SQLITE_OK;
   if( state==FRAME_BAD ){
     if( mxFrame>0 || walFirstFrameAuthentic(p) ){ *piBad = -1; return SQLITE_IOERR_AUTH; }
@@ -719,6 +1272,10 @@ int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_
     if( state==FRAME_SHORT ){
       if( mxFrame ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; }
       break;
+    }
+    if( state==FRAME_BAD && !mxFrame && walOtherGeneration(p, idx, aFrame) ){
+      p->nAuthFail--;
+      break;                       /* as recovery reads it: the end */
     }
     if( state==FRAME_BAD ){
       if( mxFrame || walCommitFollows(p, idx+1) ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; }

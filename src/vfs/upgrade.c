@@ -1,0 +1,62 @@
+/*
+** Upgrade of a format-version-1 database to version 2 in place
+** (docs/FORMAT.md "Upgrade from version 1"), for tde_db_upgrade() and
+** `sqlite-tde upgrade`.
+**
+** The upgrade is one header update under SQLite's write lock: version 2,
+** log epoch 1, no WAL generation bound yet.  Pages are not rewritten
+** (version-1 pages are valid version-2 pages), so the header update is the
+** atomic switch: a crash leaves the old or the new header in force, and
+** running it again finishes or finds nothing to do.  In WAL mode the WAL
+** must be empty first (its version-1 frames are not chained): the caller
+** runs a TRUNCATE checkpoint, and the update refuses (SQLITE_BUSY, retry)
+** if frames remain.
+**
+** Must never: upgrade with WAL frames present; write anything but the
+** header.
+*/
+#include "vfs/vfs_int.h"
+#include "keys/audit.h"
+
+static int editUpgrade(TdeFile *p, TdeHeader *h, void *pArg){
+  TDE_UNUSED(p); TDE_UNUSED(pArg);
+  h->version = TDE_FORMAT_V2;
+  h->logEpoch = 1;
+  memset(h->aWalSalt, 0, sizeof(h->aWalSalt));
+  memset(h->aMapRoot, 0, sizeof(h->aMapRoot));
+  h->upgradeCursor = 0;
+  return SQLITE_OK;
+}
+
+int tdeMainUpgrade(TdeFile *p, int *pbDone){
+  TdeAuditRec r;
+  int rc;
+  *pbDone = 0;
+  if( !p->pKeys ) return SQLITE_MISUSE;
+  rc = tdeMainRefreshIfChanged(p);
+  if( rc ) return rc;
+  if( p->pKeys->hdr.version>=TDE_FORMAT_V2 ) return SQLITE_OK;   /* nothing to do */
+  if( p->pShm0 ){
+    TdeWalEnd end;
+    tdeShmHeaderEnd(p->pShm0, &end);
+    if( !end.bKnown || end.mxFrame!=0 ){
+      tdeErr(TDE_LOCKED, "%s: the WAL still holds frames (a reader or a writer kept it from being "
+             "emptied); nothing was changed, try again", p->zName ? p->zName : "");
+      return SQLITE_BUSY;
+    }
+  }
+  rc = tdeMainHeaderUpdate(p, editUpgrade, 0);
+  tdeAuditInit(&r, "upgrade");
+  r.bFailure = rc!=SQLITE_OK;
+  r.zDbPath = p->zName;
+  r.aDbid = p->pKeys->hdr.dbid;
+  r.keyVersion = p->pKeys->hdr.curVersion;
+  r.zDetail = rc==SQLITE_OK ? "format version 1 -> 2 (freshness checks on); header only"
+                            : tde_last_error();
+  tdeAudit(p->pKeys->pCfg, &r);
+  if( rc==SQLITE_OK ){
+    *pbDone = 1;
+    tdeLog(TDE_LOG_INFO, "%s: upgraded to format version 2", p->zName ? p->zName : "");
+  }
+  return rc;
+}
