@@ -1173,8 +1173,10 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
       /* Version 2: the frame index in the page's IV bits 95..64, so the
       ** page (GCM) names its index even where the chain cannot be
       ** checked (a frame of an older generation). */
-      TdePageCipher *c = tdeCipherForSeal(p);
-      if( c ) tdePageCipherSetIvHigh(c, walV2(p) ? idx : 0);
+      int trc;
+      TdePageCipher *c = tdeCipherForSeal(p, &trc);
+      if( !c ) return trc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_WRITE;
+      tdePageCipherSetIvHigh(c, walV2(p) ? idx : 0);
     }
     rc = tdeSealPage(p, z, p->wal.pgsz, pgno, aFrame+FRAME_HDR);
     if( rc ) return rc;
