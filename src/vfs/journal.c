@@ -37,6 +37,13 @@
 #define JR_AAD      (2 + TDE_DBID_BYTES + JID_BYTES + 8 + 4 + 4)
 #define JNREC_ALL   0xffffffffu                          /* nRec: count from the file size */
 
+/* The previous format (read only, at the end of this file). */
+#define OBLOCK 512
+#define OPLAIN (16 + OBLOCK)
+#define OSLOT  (OPLAIN + TDE_TRAILER_SIZE)
+#define OPAIR  (2 * OSLOT)
+#define OAAD   (1 + TDE_DBID_BYTES + 8)
+
 static const uint8_t aJMagic[8] = { 0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7 };
 
 /* Journal formats. */
@@ -414,7 +421,6 @@ static int jFlush(TdeFile *p, struct TdeJrnl *j){
   n = j->ePend==1 ? 4 : (int)(4 + j->pgsz);
   j->ePend = 0;
   rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, n, j->iPend);
-  tdeWipe(p->aBuf, (size_t)n);
   if( rc==SQLITE_OK && j->iPend + n > j->iOwnEnd ) j->iOwnEnd = j->iPend + n;
   return rc;
 }
@@ -578,13 +584,12 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
     if( tdeGet32(z)!=j->pendCk ){
       tdeLog(TDE_LOG_ERROR, "%s: SQLite's journal checksum at %lld is not the one the shim "
              "computes (layout mismatch); refusing the write", jName(p), (long long)iOfst);
-      tdeWipe(p->aBuf, (size_t)n);
       return SQLITE_IOERR_WRITE;
     }
+    /* (What is held is ciphertext, a page number and a tag: nothing to wipe.) */
     memcpy(aCk, aCk - TDE_TRAILER_SIZE + 24, 4);
     rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, n, j->iPend);
     if( rc==SQLITE_OK && j->iPend + n > j->iOwnEnd ) j->iOwnEnd = j->iPend + n;
-    tdeWipe(p->aBuf, (size_t)n);
     return rc;
   }
   if( j->ePend==3 ) return jSupWrite(p, j, z, iAmt, iOfst);
@@ -860,7 +865,24 @@ int tdeJournalSync(TdeFile *p, int flags){
   return p->pReal->pMethods->xSync(p->pReal, flags);
 }
 
+/*
+** Close: wipe the parts of the scratch buffer a journal uses -- records
+** decoded at its start (page plaintext), header slots at TDE_MAX_PAGE --
+** and free it, so the close does not wipe all of it (about 74 KiB at every
+** transaction's journal).
+*/
 void tdeJournalFree(TdeFile *p){
+  if( p->pJrnl && p->aBuf && p->pJrnl->pgsz ){
+    size_t n = (size_t)p->pJrnl->pgsz + 8;
+    if( n < p->pJrnl->nSector ) n = p->pJrnl->nSector;
+    if( n < OPAIR + OPLAIN ) n = OPAIR + OPLAIN;
+    /* (n <= TDE_MAX_PAGE + 8: the slots region starts 8 bytes into a
+    ** 64 KiB page's record, and is wiped as well.) */
+    tdeWipe(p->aBuf, n);
+    tdeWipe(p->aBuf + TDE_MAX_PAGE, JSLOTS + JSLOT_PLAIN);
+    sqlite3_free(p->aBuf);
+    p->aBuf = 0;
+  }
   if( p->pJrnl ){
     sqlite3_free(p->pJrnl->aSeg);
     sqlite3_free(p->pJrnl->aSup);
@@ -877,11 +899,6 @@ void tdeJournalFree(TdeFile *p){
 ** block; the last pair may be a torn append; an earlier pair of zeros was
 ** never written and reads as zeros.
 */
-#define OBLOCK 512
-#define OPLAIN (16 + OBLOCK)
-#define OSLOT  (OPLAIN + TDE_TRAILER_SIZE)
-#define OPAIR  (2 * OSLOT)
-#define OAAD   (1 + TDE_DBID_BYTES + 8)
 
 typedef struct OBlock {
   int iSlot, bZero;
