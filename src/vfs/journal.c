@@ -21,7 +21,7 @@
 ** block) is read with the old rules until the first write or truncation.
 **
 ** Keys: the database's data key (another process may have to play a hot
-** journal back), so the page cipher of this handle seals.
+** journal back), in the sealing session of the main file's handle (jKeys).
 ** Must never: return bytes that did not authenticate (torn records read as
 ** page number 0, which ends SQLite's playback); store a checksum SQLite
 ** computed from plaintext.
@@ -93,6 +93,16 @@ struct TdeJrnl {
 };
 
 static const char *jName(TdeFile *p){ return p->zName ? p->zName : "(journal)"; }
+
+/*
+** The file whose ciphers seal and open journal data: the main database's
+** handle.  Its sealing session outlives the journal (SQLite opens a new
+** journal for every transaction in DELETE mode, and a new session costs a
+** subkey derivation); SQLite uses a main file and its journal under one
+** connection's lock, never at once, and one session's counter gives every
+** seal its own IV, pages and journal data alike.
+*/
+static TdeFile *jKeys(TdeFile *p){ return p->pMain ? p->pMain : p; }
 
 static uint32_t jCksum(uint32_t init, const uint8_t *aPage, uint32_t pgsz){
   uint32_t ck = init;
@@ -184,7 +194,7 @@ static int jHdrLoad(TdeFile *p, struct TdeJrnl *j, sqlite3_int64 h, JHdr *pH){
     uint64_t seq;
     if( jAllZero(aSlot, JSLOT) ) continue;
     jHdrAad(p, h, s, aad);
-    if( tdeOpen(p, aad, sizeof(aad), aSlot, JSLOT_PLAIN, aSlot+JSLOT_PLAIN, aPlain)!=TDE_OK
+    if( tdeOpen(jKeys(p), aad, sizeof(aad), aSlot, JSLOT_PLAIN, aSlot+JSLOT_PLAIN, aPlain)!=TDE_OK
      || (h>0 && (!j->bId || !tdeCtEqual(aPlain+8+JHDR, j->aId, JID_BYTES))) ){
       abBad[s] = 1;
       continue;
@@ -345,7 +355,7 @@ static int jSupWrite(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int n, sql
     return SQLITE_OK;
   }
   if( j->iSupStage==4 && off==s+12+nName && n==8 && memcmp(z, aJMagic, 8)==0 ){
-    TdePageCipher *c = tdeCipherForSeal(p);
+    TdePageCipher *c = tdeCipherForSeal(jKeys(p));
     int rc;
     if( !c ) return SQLITE_IOERR_WRITE;
     tdePut32(j->aSup, tdePageCipherVersion(c));
@@ -468,7 +478,7 @@ static int jWriteNewHeader(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int 
   /* aPlain+8+JHDR+16: journal epoch (8), 0 in format v1 -- the hook for
   ** binding a journal to the database epoch; then 4 reserved bytes. */
   jHdrAad(p, h, 0, aad);
-  rc = tdeSeal(p, aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
+  rc = tdeSeal(jKeys(p), aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
   tdeWipe(aPlain, JSLOT_PLAIN);
   if( rc ) return SQLITE_IOERR_WRITE;
   rc = jSegPush(j, &hdr);
@@ -516,7 +526,7 @@ static int jWriteHeaderEdit(TdeFile *p, struct TdeJrnl *j, int i, const uint8_t 
   memcpy(aPlain+8, aNew, JHDR);
   memcpy(aPlain+8+JHDR, j->aId, JID_BYTES);
   jHdrAad(p, h->iOff, iSlot, aad);
-  rc = tdeSeal(p, aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
+  rc = tdeSeal(jKeys(p), aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
   tdeWipe(aPlain, JSLOT_PLAIN);
   if( rc ) return SQLITE_IOERR_WRITE;
   rc = p->pReal->pMethods->xWrite(p->pReal, aOut, JSLOT, h->iOff + iSlot*JSLOT);
@@ -565,7 +575,7 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
     uint32_t n = j->pgsz - TDE_TRAILER_SIZE;
     uint8_t aad[JR_AAD];
     jRecAad(p, j->aId, j->iPend, pgno, j->pgsz, aad);
-    rc = tdeSeal(p, aad, sizeof(aad), z, n, p->aBuf+4, p->aBuf+4+n);
+    rc = tdeSeal(jKeys(p), aad, sizeof(aad), z, n, p->aBuf+4, p->aBuf+4+n);
     if( rc ){
       j->ePend = 0;
       tdeLog(TDE_LOG_ERROR, "%s: sealing journal record at %lld failed: %s", jName(p),
@@ -703,7 +713,7 @@ static int jRecLoad(TdeFile *p, struct TdeJrnl *j, int i, sqlite3_int64 r){
   bAuth = 0;
   if( !bShort ){
     jRecAad(p, j->aId, r, pgno, P, aad);
-    bAuth = tdeOpen(p, aad, sizeof(aad), a+4, n, a+4+n, a+4)==TDE_OK;
+    bAuth = tdeOpen(jKeys(p), aad, sizeof(aad), a+4, n, a+4+n, a+4)==TDE_OK;
   }
   if( bAuth && tdeCtEqual(aTag, a+4+P, 4) ){
     memset(a+4+n, 0, TDE_TRAILER_SIZE);
@@ -925,7 +935,7 @@ static int oLoad(TdeFile *p, sqlite3_int64 jb, sqlite3_int64 phys, OBlock *b){
   for(int s=0; s<2; s++){
     const uint8_t *aSlot = aPair + s*OSLOT;
     if( (s+1)*OSLOT > avail ) break;
-    if( tdeOpen(p, aad, sizeof(aad), aSlot, OPLAIN, aSlot+OPLAIN, aPlain)!=TDE_OK ) continue;
+    if( tdeOpen(jKeys(p), aad, sizeof(aad), aSlot, OPLAIN, aSlot+OPLAIN, aPlain)!=TDE_OK ) continue;
     if( tdeGet16(aPlain+8)>OBLOCK ) continue;
     if( b->iSlot<0 || tdeGet64(aPlain)>best ){
       b->iSlot = s;
