@@ -21,7 +21,7 @@
 ** block) is read with the old rules until the first write or truncation.
 **
 ** Keys: the database's data key (another process may have to play a hot
-** journal back), so the page cipher of this handle seals.
+** journal back), in the sealing session of the main file's handle (jKeys).
 ** Must never: return bytes that did not authenticate (torn records read as
 ** page number 0, which ends SQLite's playback); store a checksum SQLite
 ** computed from plaintext.
@@ -36,6 +36,13 @@
 #define JH_AAD      (2 + TDE_DBID_BYTES + 8 + 1)
 #define JR_AAD      (2 + TDE_DBID_BYTES + JID_BYTES + 8 + 4 + 4)
 #define JNREC_ALL   0xffffffffu                          /* nRec: count from the file size */
+
+/* The previous format (read only, at the end of this file). */
+#define OBLOCK 512
+#define OPLAIN (16 + OBLOCK)
+#define OSLOT  (OPLAIN + TDE_TRAILER_SIZE)
+#define OPAIR  (2 * OSLOT)
+#define OAAD   (1 + TDE_DBID_BYTES + 8)
 
 static const uint8_t aJMagic[8] = { 0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7 };
 
@@ -86,6 +93,16 @@ struct TdeJrnl {
 };
 
 static const char *jName(TdeFile *p){ return p->zName ? p->zName : "(journal)"; }
+
+/*
+** The file whose ciphers seal and open journal data: the main database's
+** handle.  Its sealing session outlives the journal (SQLite opens a new
+** journal for every transaction in DELETE mode, and a new session costs a
+** subkey derivation); SQLite uses a main file and its journal under one
+** connection's lock, never at once, and one session's counter gives every
+** seal its own IV, pages and journal data alike.
+*/
+static TdeFile *jKeys(TdeFile *p){ return p->pMain ? p->pMain : p; }
 
 static uint32_t jCksum(uint32_t init, const uint8_t *aPage, uint32_t pgsz){
   uint32_t ck = init;
@@ -186,7 +203,7 @@ static int jHdrLoad(TdeFile *p, struct TdeJrnl *j, sqlite3_int64 h, JHdr *pH){
     uint64_t seq;
     if( jAllZero(aSlot, JSLOT) ) continue;
     jHdrAad(p, h, s, aad);
-    trc = tdeOpen(p, aad, sizeof(aad), aSlot, JSLOT_PLAIN, aSlot+JSLOT_PLAIN, aPlain);
+    trc = tdeOpen(jKeys(p), aad, sizeof(aad), aSlot, JSLOT_PLAIN, aSlot+JSLOT_PLAIN, aPlain);
     if( jOpenFailRc(trc) ){
       tdeWipe(aPlain, JSLOT_PLAIN);
       return jOpenFailRc(trc);
@@ -353,7 +370,7 @@ static int jSupWrite(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int n, sql
   }
   if( j->iSupStage==4 && off==s+12+nName && n==8 && memcmp(z, aJMagic, 8)==0 ){
     int rc, trc;
-    TdePageCipher *c = tdeCipherForSeal(p, &trc);
+    TdePageCipher *c = tdeCipherForSeal(jKeys(p), &trc);
     if( !c ) return trc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_WRITE;
     tdePut32(j->aSup, tdePageCipherVersion(c));
     rc = jSupMac(p, j, s, j->aSup, nName, j->aSup+8+nName);
@@ -428,7 +445,6 @@ static int jFlush(TdeFile *p, struct TdeJrnl *j){
   n = j->ePend==1 ? 4 : (int)(4 + j->pgsz);
   j->ePend = 0;
   rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, n, j->iPend);
-  tdeWipe(p->aBuf, (size_t)n);
   if( rc==SQLITE_OK && j->iPend + n > j->iOwnEnd ) j->iOwnEnd = j->iPend + n;
   return rc;
 }
@@ -476,7 +492,7 @@ static int jWriteNewHeader(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int 
   /* aPlain+8+JHDR+16: journal epoch (8), 0 in format v1 -- the hook for
   ** binding a journal to the database epoch; then 4 reserved bytes. */
   jHdrAad(p, h, 0, aad);
-  rc = tdeSeal(p, aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
+  rc = tdeSeal(jKeys(p), aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
   tdeWipe(aPlain, JSLOT_PLAIN);
   if( rc ) return SQLITE_IOERR_WRITE;
   rc = jSegPush(j, &hdr);
@@ -524,7 +540,7 @@ static int jWriteHeaderEdit(TdeFile *p, struct TdeJrnl *j, int i, const uint8_t 
   memcpy(aPlain+8, aNew, JHDR);
   memcpy(aPlain+8+JHDR, j->aId, JID_BYTES);
   jHdrAad(p, h->iOff, iSlot, aad);
-  rc = tdeSeal(p, aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
+  rc = tdeSeal(jKeys(p), aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
   tdeWipe(aPlain, JSLOT_PLAIN);
   if( rc ) return SQLITE_IOERR_WRITE;
   rc = p->pReal->pMethods->xWrite(p->pReal, aOut, JSLOT, h->iOff + iSlot*JSLOT);
@@ -573,7 +589,7 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
     uint32_t n = j->pgsz - TDE_TRAILER_SIZE;
     uint8_t aad[JR_AAD];
     jRecAad(p, j->aId, j->iPend, pgno, j->pgsz, aad);
-    rc = tdeSeal(p, aad, sizeof(aad), z, n, p->aBuf+4, p->aBuf+4+n);
+    rc = tdeSeal(jKeys(p), aad, sizeof(aad), z, n, p->aBuf+4, p->aBuf+4+n);
     if( rc ){
       j->ePend = 0;
       tdeLog(TDE_LOG_ERROR, "%s: sealing journal record at %lld failed: %s", jName(p),
@@ -592,13 +608,12 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
     if( tdeGet32(z)!=j->pendCk ){
       tdeLog(TDE_LOG_ERROR, "%s: SQLite's journal checksum at %lld is not the one the shim "
              "computes (layout mismatch); refusing the write", jName(p), (long long)iOfst);
-      tdeWipe(p->aBuf, (size_t)n);
       return SQLITE_IOERR_WRITE;
     }
+    /* (What is held is ciphertext, a page number and a tag: nothing to wipe.) */
     memcpy(aCk, aCk - TDE_TRAILER_SIZE + 24, 4);
     rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, n, j->iPend);
     if( rc==SQLITE_OK && j->iPend + n > j->iOwnEnd ) j->iOwnEnd = j->iPend + n;
-    tdeWipe(p->aBuf, (size_t)n);
     return rc;
   }
   if( j->ePend==3 ) return jSupWrite(p, j, z, iAmt, iOfst);
@@ -713,7 +728,7 @@ static int jRecLoad(TdeFile *p, struct TdeJrnl *j, int i, sqlite3_int64 r){
   if( !bShort ){
     int trc;
     jRecAad(p, j->aId, r, pgno, P, aad);
-    trc = tdeOpen(p, aad, sizeof(aad), a+4, n, a+4+n, a+4);
+    trc = tdeOpen(jKeys(p), aad, sizeof(aad), a+4, n, a+4+n, a+4);
     if( jOpenFailRc(trc) ){
       tdeWipe(a, P + 8);
       return jOpenFailRc(trc);
@@ -880,7 +895,24 @@ int tdeJournalSync(TdeFile *p, int flags){
   return p->pReal->pMethods->xSync(p->pReal, flags);
 }
 
+/*
+** Close: wipe the parts of the scratch buffer a journal uses -- records
+** decoded at its start (page plaintext), header slots at TDE_MAX_PAGE --
+** and free it, so the close does not wipe all of it (about 74 KiB at every
+** transaction's journal).
+*/
 void tdeJournalFree(TdeFile *p){
+  if( p->pJrnl && p->aBuf && p->pJrnl->pgsz ){
+    size_t n = (size_t)p->pJrnl->pgsz + 8;
+    if( n < p->pJrnl->nSector ) n = p->pJrnl->nSector;
+    if( n < OPAIR + OPLAIN ) n = OPAIR + OPLAIN;
+    /* (n <= TDE_MAX_PAGE + 8: the slots region starts 8 bytes into a
+    ** 64 KiB page's record, and is wiped as well.) */
+    tdeWipe(p->aBuf, n);
+    tdeWipe(p->aBuf + TDE_MAX_PAGE, JSLOTS + JSLOT_PLAIN);
+    sqlite3_free(p->aBuf);
+    p->aBuf = 0;
+  }
   if( p->pJrnl ){
     sqlite3_free(p->pJrnl->aSeg);
     sqlite3_free(p->pJrnl->aSup);
@@ -897,11 +929,6 @@ void tdeJournalFree(TdeFile *p){
 ** block; the last pair may be a torn append; an earlier pair of zeros was
 ** never written and reads as zeros.
 */
-#define OBLOCK 512
-#define OPLAIN (16 + OBLOCK)
-#define OSLOT  (OPLAIN + TDE_TRAILER_SIZE)
-#define OPAIR  (2 * OSLOT)
-#define OAAD   (1 + TDE_DBID_BYTES + 8)
 
 typedef struct OBlock {
   int iSlot, bZero;
@@ -928,7 +955,7 @@ static int oLoad(TdeFile *p, sqlite3_int64 jb, sqlite3_int64 phys, OBlock *b){
   for(int s=0; s<2; s++){
     const uint8_t *aSlot = aPair + s*OSLOT;
     if( (s+1)*OSLOT > avail ) break;
-    int trc = tdeOpen(p, aad, sizeof(aad), aSlot, OPLAIN, aSlot+OPLAIN, aPlain);
+    int trc = tdeOpen(jKeys(p), aad, sizeof(aad), aSlot, OPLAIN, aSlot+OPLAIN, aPlain);
     if( jOpenFailRc(trc) ){
       tdeWipe(aPlain, OPLAIN);
       return jOpenFailRc(trc);
