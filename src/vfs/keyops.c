@@ -105,8 +105,23 @@ static int headerUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg, int bEpoch)
   k->hdr = *pCur;
   k->iSlot = 1 - iSlot;
   k->bSlotDamaged = 0;
-  tdeKeysUnlockAll(k);      /* forgets versions no longer listed; aliases the current one */
-  tdeErrClear();
+  {
+    /* Forget versions no longer listed, unwrap new ones, alias the current
+    ** one.  If that fails (no memory, keystore), the new header is durable
+    ** but this handle's keys do not match it: mark the header held here
+    ** as older than any on disk (sequence and epoch 0), so the next lock
+    ** reads it again, and report the failure -- never carry on sealing
+    ** with keys the header does not name. */
+    int trcKeys = tdeKeysUnlockAll(k);
+    if( trcKeys ){
+      tdeLog(TDE_LOG_ERROR, "%s: header written, but its keys could not be loaded: %s",
+             p->zName ? p->zName : "", tde_last_error());
+      rc = tdeSqliteRc(trcKeys);
+      k->hdr.seq = 0;
+      k->hdr.logEpoch = 0;
+      goto done_keep;
+    }
+  }
   tdeKeysNoteMasterKey(k);
   tdeKeysCheckStale(k);
 
@@ -117,6 +132,7 @@ done:
     tdeKeysUnlockAll(k);
     tdeErrClear();
   }
+done_keep:
   tdeWipe(macKey, sizeof(macKey));
   if( pCur ){ tdeWipe(pCur, sizeof(*pCur)); sqlite3_free(pCur); }
   sqlite3_free(aRegion);

@@ -359,7 +359,12 @@ static int walLoadHeaderW(TdeFile *p, uint8_t *aOut, int *pState, uint64_t *pwSt
   ** again after reading the database header (another connection may have
   ** rekeyed, or restarted the WAL and advanced the log epoch). */
   for(int iPass=0; iPass<2 && !bOk; iPass++){
-    if( iPass==1 && !(p->pMain && tdeMainRefresh(p->pMain)==SQLITE_OK) ) break;
+    if( iPass==1 ){
+      /* A header that could not be re-read is an error, never "no log". */
+      if( !p->pMain ) break;
+      rc = tdeMainRefresh(p->pMain);
+      if( rc ) return rc;
+    }
     if( walV2(p) ) rc = walHdrCurrent(p, aOut, &w, &bOk, &bStale);
     else rc = walHdrVerifies(p, aOut, 0, 0, &bOk);
     if( rc ) return rc;
