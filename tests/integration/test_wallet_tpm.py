@@ -17,9 +17,14 @@ stopped by pid) stand for two machines.  Checked:
     (a new wallet key each time, none left in the file, audited);
   - a PCR change (tpm2_pcrextend in the test, never in the library) makes
     a PCR-bound wallet refuse to open, naming the policy; a wallet sealed
-    without PCRs still opens.
+    without PCRs still opens;
+  - dictionary-attack lockout (max-tries 2 and wrong passwords against a
+    DA-protected object, with tpm2-tools in the test): the wallet sealed
+    without PCRs fails to open naming the lockout, nothing written; a
+    PCR-bound wallet (not DA-checked) still opens; after
+    tpm2_dictionarylockout --clear-lockout the wallet opens again.
 Environment: TDE_BUILD, TDE_SRC, TDE_TEST_TMP.  A missing swtpm or
-tpm2_pcrextend fails the test.
+tpm2-tools fails the test.
 """
 import os
 import shutil
@@ -51,7 +56,7 @@ def die(msg):
 if not BUILD or not SRC:
     die("TDE_BUILD and TDE_SRC must be set")
 CLI = os.path.join(BUILD, "sqlite-tde")
-for tool in ("swtpm", "tpm2_pcrextend"):
+for tool in ("swtpm", "tpm2_pcrextend", "tpm2_dictionarylockout", "tpm2_unseal", "tpm2_getcap"):
     if shutil.which(tool) is None:
         die("missing tool: %s (scripts/deps.sh installs swtpm and tpm2-tools)" % tool)
 os.makedirs(TMP, exist_ok=True)
@@ -319,6 +324,94 @@ try:
           "after a PCR change the wallet refuses, naming the policy: " + err2.strip().splitlines()[-1][:200])
     rc, out, err = tde(NCFG, "keystore", "status")
     check(rc == 0 and "status: OPEN" in out, "the wallet sealed without PCRs still opens")
+
+    # Dictionary-attack lockout.  Only a DA-protected authorization is
+    # refused in lockout: the wallet sealed without PCRs is unsealed in an
+    # HMAC session with its (empty) auth value, and its object has no noDA,
+    # so its Unseal is refused; the owner-hierarchy primary (noDA) and a
+    # PCR-bound wallet (a policy session without PolicyAuthValue) are not
+    # DA-checked, so a PCR-bound wallet still opens.  tpm2-tools in the test
+    # put swtpm in lockout: max-tries 2 with a long recovery time, then wrong
+    # passwords against a DA-protected sealed object made here for the
+    # purpose (passwords from files, not argv).
+    NDB = os.path.join(NP, "n.db")
+    rc, out, err = tde(NCFG, "shell", NDB, stdin="CREATE TABLE t(x); INSERT INTO t VALUES('nopcr');\n")
+    check(rc == 0, "a database with the wallet sealed without PCRs (%s)" % err.strip())
+    LP = os.path.join(W, "lockpcr")
+    os.makedirs(LP)
+    LPCFG = write(os.path.join(LP, "tde.conf"), "keystore = wallet\nwallet = w.wallet\n"
+                  "wallet_seal = tpm2\nwallet_tpm_pcrs = 7\nwallet_tpm_tcti = %s\n" % TA)
+    rc, out, err = tde(LPCFG, "keystore", "create", "--auto-login")
+    check(rc == 0, "a wallet sealed to the current PCR 7 (%s)" % err.strip())
+    DA = os.path.join(W, "da")
+    os.makedirs(DA)
+    daf = {n: os.path.join(DA, n) for n in ("prim.ctx", "obj.pub", "obj.priv", "obj.ctx")}
+    write(os.path.join(DA, "good"), "da-bait-right")
+    write(os.path.join(DA, "bad"), "da-bait-wrong")
+    write(os.path.join(DA, "data"), "not a secret")
+
+    def tool(*args):
+        return subprocess.run(list(args), env=e, capture_output=True, text=True, timeout=60)
+
+    def tpm_var():
+        x = tool("tpm2_getcap", "properties-variable")
+        return x.returncode, x.stdout
+
+    def in_lockout():
+        rcv, text = tpm_var()
+        lines = [l.split(":")[1].strip() for l in text.splitlines() if l.strip().startswith("inLockout:")]
+        return lines[0] if rcv == 0 and len(lines) == 1 else "?"
+
+    steps = [tool("tpm2_dictionarylockout", "-s", "-n", "2", "-t", "600", "-l", "600"),
+             tool("tpm2_createprimary", "-C", "o", "-c", daf["prim.ctx"]),
+             tool("tpm2_flushcontext", "-t"),
+             tool("tpm2_create", "-C", daf["prim.ctx"], "-p", "file:" + os.path.join(DA, "good"),
+                  "-a", "fixedtpm|fixedparent|userwithauth", "-i", os.path.join(DA, "data"),
+                  "-u", daf["obj.pub"], "-r", daf["obj.priv"]),
+             tool("tpm2_flushcontext", "-t"),
+             tool("tpm2_load", "-C", daf["prim.ctx"], "-u", daf["obj.pub"], "-r", daf["obj.priv"],
+                  "-c", daf["obj.ctx"]),
+             tool("tpm2_flushcontext", "-t")]
+    check(all(x.returncode == 0 for x in steps) and in_lockout() == "0",
+          "max-tries 2 set, a DA-protected bait object made, not in lockout yet (%s)"
+          % " ".join(x.stderr.strip() for x in steps)[:300])
+    tries = []
+    for _ in range(3):
+        x = tool("tpm2_unseal", "-c", daf["obj.ctx"], "-p", "file:" + os.path.join(DA, "bad"))
+        tries.append(x)
+        tool("tpm2_flushcontext", "-t")
+    check(all(x.returncode != 0 for x in tries) and "0x98E" in tries[0].stderr
+          and "0x98E" in tries[1].stderr and "0x921" in tries[2].stderr and in_lockout() == "1",
+          "two wrong passwords count as DA failures, the third try is refused with "
+          "TPM_RC_LOCKOUT, and the TPM reports inLockout")
+
+    def snapshot(folder):
+        d = {}
+        for n in sorted(os.listdir(folder)):
+            with open(os.path.join(folder, n), "rb") as f:
+                d[n] = f.read()
+        return d
+
+    before = snapshot(NP)
+    rc, out, err = py_once(NCFG, NDB, "SELECT x FROM t")
+    rc2, out2, err2 = tde(NCFG, "keystore", "status")
+    rc3, out3, err3 = tde(NCFG, "shell", NDB, stdin="INSERT INTO t VALUES('locked');\n")
+    after = snapshot(NP)
+    check((rc != 0 or "ERROR" in out) and rc2 != 0 and "status: OPEN" not in out2 and rc3 != 0,
+          "in lockout the wallet sealed without PCRs does not open (module, status, shell)")
+    check("dictionary-attack lockout" in err2 and TA in err2 and "dictionary-attack lockout" in err3,
+          "... the reason names the lockout and the TPM: ..." + (err2.strip().splitlines() or ["?"])[-1][-200:])
+    check(before == after, "... and nothing is written (the folder's files and bytes are unchanged)")
+    rc, out, err = tde(LPCFG, "keystore", "status")
+    check(rc == 0 and "status: OPEN" in out,
+          "in lockout a PCR-bound wallet still opens (its policy session is not DA-checked) (%s)"
+          % err.strip()[:200])
+    x = tool("tpm2_dictionarylockout", "-c")
+    check(x.returncode == 0 and in_lockout() == "0", "lockout cleared with the lockout hierarchy (%s)"
+          % x.stderr.strip())
+    rc, out, err = py_once(NCFG, NDB, "SELECT x FROM t")
+    check(rc == 0 and out == "[('nopcr',)]", "after the lockout is cleared the wallet opens again (%s)"
+          % err.strip())
 
     # Configuration values are checked.
     for text, want in (("wallet_seal = tpm3\n", "wallet_seal must be"),
