@@ -416,3 +416,22 @@ void tdeKeysNoteMasterKey(TdeDbKeys *k){
     }
   }
 }
+
+/* Does the keystore's current master key already wrap the current data
+** key?  If not, the next write transaction re-wraps it. */
+void tdeKeysCheckStale(TdeDbKeys *k){
+  char zCur[TDE_KEYID_MAX+1];
+  k->bStaleWrap = 0;
+  if( !k->pKs || k->pKs->pMethods->xCurrentKey(k->pKs, zCur, sizeof(zCur))!=TDE_OK ){
+    tdeErrClear();
+    return;
+  }
+  for(int i=0; i<k->hdr.nEntry; i++){
+    const TdeWrapEntry *e = &k->hdr.aEntry[i];
+    if( e->version==k->hdr.curVersion && e->ksType==k->pKs->pMethods->typeId
+     && strcmp(e->zKeyId, zCur)==0 ){
+      return;
+    }
+  }
+  k->bStaleWrap = 1;
+}

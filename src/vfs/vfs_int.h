@@ -265,8 +265,11 @@ int tdeMainMigrate(TdeFile *pMain, TdeKeystore *pNew, const TdeConfig *pNewCfg, 
 ** (called at the start of a write transaction). */
 int tdeMainHeaderDue(TdeFile *pMain);
 int tdeMainRewrapAudited(TdeFile *pMain, const char *zOp, const char *zDetail);
+/* dek.c: which master key unwrapped the current data key (status), and
+** whether the keystore's current master key wraps it (else re-wrap due). */
 void tdeKeysCheckStale(TdeDbKeys *k);
 void tdeKeysNoteMasterKey(TdeDbKeys *k);
+/* vfs.c */
 void tdeAuditKeys(TdeDbKeys *k, const char *zDbPath, const char *zOp, int trc);
 
 /* upgrade.c: format version 1 -> 2 (caller holds the write lock, the WAL
