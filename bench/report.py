@@ -271,7 +271,7 @@ def standby_latency_rows(res):
                     if not r:
                         cells.append("n/a")
                     elif base and base["median"]:
-                        cells.append("%s (%.2fx)" % (num(r["median"]), r["median"] / base["median"]))
+                        cells.append("%s (%sx)" % (num(r["median"]), num(r["median"] / base["median"])))
                     else:
                         cells.append(num(r["median"]))
                 if cells != ["n/a", "n/a"]:
