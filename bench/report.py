@@ -27,7 +27,7 @@ PRIMARY = "wallet"                       # the sqlite-tde condition the summary 
 CHART_CONDITIONS = ["wallet", "sqlcipher4", "sqlite3mc"]
 COLORS = {"plain": "#6b6b6b", "wallet": "#1f77b4", "wallet-password": "#2ca02c", "pkcs11": "#9467bd",
           "kmip": "#8c564b", "sqlcipher": "#e377c2", "sqlcipher4": "#d62728", "sqlite3mc": "#ff7f0e",
-          "standby": "#17becf"}
+          "standby": "#17becf", "standby-sync": "#bcbd22"}
 MODE_TEXT = {"DELETE": "rollback journal (DELETE, SQLite's default)", "WAL": "WAL",
              "DELETE+cached": "rollback journal, everything cached"}
 MODE_PHRASE = {"DELETE": "with the rollback journal (SQLite's default)", "WAL": "in WAL mode",
@@ -233,11 +233,50 @@ def per_condition_rows(res, io=False):
     return rows
 
 
-STANDBY_HEAD = ["repeat", "mode", "workload", "rows/s", "lag max (txn / bytes / s)",
-                "lag at end (txn / bytes / s)", "caught up after (s)", "ship lock mean / max (ms)"]
-STANDBY_TEXT = ("Condition standby: a shipper (50 ms capture cycles) and a standby on 127.0.0.1 "
-                "attached during the run; lag = captured on the primary but not yet acknowledged "
-                "(applied) by the standby, sampled every 50 ms from the shipper's state file.")
+STANDBY_HEAD = ["repeat", "mode", "workload", "condition", "transport / mode", "rows/s",
+                "lag max (txn / bytes / s)", "lag at end (txn / bytes / s)", "caught up after (s)",
+                "ship lock mean / max (ms)"]
+STANDBY_TEXT = ("Conditions standby and standby-sync: a shipper (50 ms capture cycles) and a standby "
+                "on 127.0.0.1 attached during the run, over mutual TLS with an Ed25519-signed record "
+                "chain (set up by scripts/standby-certs.sh); standby-sync in protection mode sync, "
+                "where a commit returns only once the standby acknowledged it (a run in which sync "
+                "fell back to async counts as failed). Lag = captured on the primary but not yet "
+                "acknowledged (applied) by the standby, sampled every 50 ms from the shipper's state "
+                "file.")
+
+
+STANDBY_LAT_METRICS = ["commit_ms_p50", "commit_ms_p99", "lat_ms_p50", "lat_ms_p99"]
+STANDBY_LAT_HEAD = ["workload", "mode", "metric", "wallet (ms)", "standby, async (ms)", "standby-sync (ms)"]
+STANDBY_LAT_TEXT = ("Commit latency of the standby conditions against the auto-login wallet alone "
+                    "(the same keystore without a standby): medians over runs of each run's "
+                    "percentile; in brackets the ratio of medians to wallet.  insert: the COMMIT of "
+                    "a 500-row batch; tpcb-rw: a whole transaction.")
+
+
+def standby_latency_rows(res):
+    """Per workload, mode and commit-latency metric: wallet, standby and
+    standby-sync medians, the standby ones with their ratio to wallet."""
+    S = index(res)
+    live = live_conditions(res)
+    if not any(c in live for c in ("standby", "standby-sync")):
+        return []
+    rows = []
+    for mn in modes(res):
+        for w in res["options"]["workloads"]:
+            for m in STANDBY_LAT_METRICS:
+                base = S.get((w, mn, m, "wallet"))
+                cells = []
+                for c in ("standby", "standby-sync"):
+                    r = S.get((w, mn, m, c))
+                    if not r:
+                        cells.append("n/a")
+                    elif base and base["median"]:
+                        cells.append("%s (%sx)" % (num(r["median"]), num(r["median"] / base["median"])))
+                    else:
+                        cells.append(num(r["median"]))
+                if cells != ["n/a", "n/a"]:
+                    rows.append((w, mn, m, num(base["median"]) if base else "n/a", cells[0], cells[1]))
+    return rows
 
 
 def standby_rows(res):
@@ -246,7 +285,9 @@ def standby_rows(res):
         q = ob.get("result") or {}
         if "standby_lag_txn_max" not in q:
             continue
-        rows.append((ob["repeat"], ob["mode"], ob["workload"], num(q.get("rows_per_s")),
+        rows.append((ob["repeat"], ob["mode"], ob["workload"], ob["condition"],
+                     "%s / %s" % (q.get("standby_transport", "?"), q.get("standby_mode", "?")),
+                     num(q.get("rows_per_s")),
                      "%d / %d / %s" % (q["standby_lag_txn_max"], q["standby_lag_bytes_max"], num(q["standby_lag_s_max"])),
                      "%d / %d / %s" % (q["standby_lag_txn_end"], q["standby_lag_bytes_end"], num(q["standby_lag_s_end"])),
                      num(q.get("standby_catchup_s")),
@@ -401,6 +442,9 @@ def md_report(res):
         rows.append([w, mn, c] + cells)
     L += md_table(["workload", "mode", "condition", "bytes written (wchar)", "bytes to storage",
                    "pwrites", "preads", "journal bytes", "WAL bytes"], rows) + [""]
+    sl = standby_latency_rows(res)
+    if sl:
+        L += ["## Standby commit latency", "", STANDBY_LAT_TEXT, ""] + md_table(STANDBY_LAT_HEAD, sl) + [""]
     sb = standby_rows(res)
     if sb:
         L += ["## Standby lag", "", STANDBY_TEXT, ""] + md_table(STANDBY_HEAD, sb) + [""]
@@ -642,10 +686,14 @@ def html_report(res):
                                   for r in rr])
     P.append(h_table(["workload", "mode", "condition", "bytes written (wchar)", "bytes to storage",
                       "pwrites", "preads", "journal bytes", "WAL bytes"], rows, left=3))
+    sl = standby_latency_rows(res)
+    if sl:
+        P.append("<h2>Standby commit latency</h2><p>%s</p>" % e(STANDBY_LAT_TEXT))
+        P.append(h_table(STANDBY_LAT_HEAD, sl, left=3))
     sb = standby_rows(res)
     if sb:
         P.append("<h2>Standby lag</h2><p>%s</p>" % e(STANDBY_TEXT))
-        P.append(h_table(STANDBY_HEAD, sb, left=3))
+        P.append(h_table(STANDBY_HEAD, sb, left=5))
     P.append("<h2>Method</h2><p>%s</p><h3>Conditions</h3><ul>%s</ul>" % (
         e(method_text(res)), "".join("<li><b>%s</b>: %s</li>" % (e(a), e(b)) for a, b in conditions_text(res))))
     P.append("<h2>Environment</h2>")

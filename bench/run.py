@@ -19,6 +19,7 @@ written to 0600 files in the scratch folder, and handed over by file name.
 """
 import argparse
 import datetime
+import glob
 import html
 import json
 import os
@@ -46,7 +47,8 @@ except ImportError:
 HIGHER, LOWER = "higher", "lower"
 METRICS = {
     "insert": [("rows_per_s", "insert throughput", "rows/s", HIGHER),
-               ("commit_ms_p50", "insert commit p50", "ms", LOWER)],
+               ("commit_ms_p50", "insert commit p50", "ms", LOWER),
+               ("commit_ms_p99", "insert commit p99", "ms", LOWER)],
     "delete-replenish": [("rows_per_s", "delete-replenish throughput", "rows/s", HIGHER),
                          ("commit_ms_mean", "delete-replenish commit mean", "ms", LOWER),
                          ("commit_ms_p50", "delete-replenish commit p50", "ms", LOWER),
@@ -116,7 +118,10 @@ CONDITION_HELP = {
     "sqlcipher": "old peer: Debian's SQLCipher 3.4.1 (SQLite 3.15.2)",
     "sqlcipher4": "current peer: SQLCipher 4 amalgamation, OpenSSL libcrypto",
     "sqlite3mc": "current peer: SQLite3 Multiple Ciphers amalgamation, its default cipher",
-    "standby": "auto-login wallet with sqlite-tde ship to a standby on 127.0.0.1 (WAL only)",
+    "standby": "auto-login wallet with sqlite-tde ship to a standby on 127.0.0.1, mutual TLS and "
+               "signed records (scripts/standby-certs.sh), async (WAL only)",
+    "standby-sync": "the same in protection mode sync (ship --sync): each commit waits for the "
+                    "standby's acknowledgement (WAL only)",
     "tpm2": "sqlite-tde, auto-login wallet sealed by a swtpm the kit starts (PCR 7 policy)",
     "command": "sqlite-tde, keystore = command with the openssl example helper",
 }
@@ -124,8 +129,10 @@ CONDITION_HELP = {
 # whole data set); DELETE, SQLite's default, first.
 DEFAULT_MODES = "DELETE,WAL"
 # Run only when named in --conditions: the auto-login wallet with a standby
-# attached on 127.0.0.1 (sqlite-tde ship + standby), its lag sampled.
-EXTRA_CONDITIONS = ["standby", "tpm2", "command"]
+# attached on 127.0.0.1 (sqlite-tde ship + standby over mutual TLS with
+# signed records; standby-sync in protection mode sync), its lag sampled.
+EXTRA_CONDITIONS = ["standby", "standby-sync", "tpm2", "command"]
+STANDBY_CONDITIONS = ["standby", "standby-sync"]
 TDE_CONDITIONS = ["wallet", "wallet-password", "pkcs11", "kmip", "tpm2", "command"]
 # Throughput workloads of the ">= 0.97" target (encryption overhead, WAL).
 THROUGHPUT_TARGET = ["insert", "delete-replenish", "row-at-a-time", "tpcb-select", "tpcb-rw"]
@@ -160,6 +167,8 @@ class Condition:
         self.label = name
         self.dataset = None
         self.standby = False   # run with a shipper and a standby attached
+        self.sync = False      # ... in protection mode sync (ship --sync)
+        self.repl = None       # folder of the replication certificates and configurations
 
     def driver_args(self):
         a = []
@@ -277,6 +286,36 @@ def kmip_stop(proc):
         pass
 
 
+def source_tree(opt):
+    """The source tree of this kit: the build folder's CMake cache names it;
+    else the folder above bench/ when run from the source tree; or None."""
+    try:
+        with open(os.path.join(opt.build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("CMAKE_HOME_DIRECTORY:"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    up = os.path.dirname(HERE)
+    return up if os.path.isfile(os.path.join(up, "bench", "run.py")) else None
+
+
+def standby_certs(c, d, opt):
+    """The replication set-up a user makes (README "Standby"): a throwaway
+    CA, both certificates, the record-signing key, ship.conf and
+    standby.conf, by scripts/standby-certs.sh in d/repl (standby host
+    127.0.0.1, primary named "primary").  Sets c.skip when it cannot."""
+    script = os.path.join(source_tree(opt) or "/nonexistent", "scripts", "standby-certs.sh")
+    if not os.path.isfile(script):
+        c.skip = "scripts/standby-certs.sh not found next to the build"
+        return
+    c.repl = os.path.join(d, "repl")
+    p = subprocess.run(["sh", script, c.repl, "127.0.0.1", "primary"], capture_output=True, text=True,
+                       timeout=120, env=env_without_preload())
+    if p.returncode != 0:
+        c.skip = "scripts/standby-certs.sh failed: %s" % (p.stdout + p.stderr).strip()[-300:]
+
+
 def setup_condition(name, work, opt):
     c = Condition(name)
     d = os.path.join(work, name)
@@ -322,17 +361,24 @@ def setup_condition(name, work, opt):
         if rc != 0:
             c.skip = "keystore status failed for %s: %s" % (c.config, out[-300:])
         return c
-    if name in ("wallet", "standby"):
+    if name in ["wallet"] + STANDBY_CONDITIONS:
         write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\n")
         rc, out = run_cli(cli, c.config, ["keystore", "create", "--auto-login"])
         c.label = "wallet (auto-login)"
-        if name == "standby":
-            # Shipping needs WAL: the condition runs in the WAL modes only.
+        if name in STANDBY_CONDITIONS:
+            # Shipping needs WAL: the conditions run in the WAL modes only.
             c.standby = True
-            c.label = ("standby (auto-login wallet; sqlite-tde ship to a standby on 127.0.0.1, 50 ms "
-                       "cycles; WAL modes only)")
+            c.sync = name == "standby-sync"
+            c.label = ("%s (auto-login wallet; sqlite-tde ship to a standby on 127.0.0.1 over mutual "
+                       "TLS, Ed25519-signed record chain, certificates by scripts/standby-certs.sh; "
+                       "%s; 50 ms cycles; WAL modes only)" % (
+                           name, "protection mode sync (ship --sync): a commit returns once the "
+                           "standby acknowledged it, default repl_sync_timeout_ms" if c.sync else
+                           "protection mode async (the default)"))
             if not any(m["journal"] == "WAL" for m in opt.modes):
                 c.skip = "shipping needs journal_mode WAL (--journal %s)" % opt.journal
+            else:
+                standby_certs(c, d, opt)
     elif name == "wallet-password":
         write_private(os.path.join(d, "wallet.pw"), secrets.token_urlsafe(24) + "\n")
         write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\npassword_file = wallet.pw\n")
@@ -418,14 +464,7 @@ def setup_condition(name, work, opt):
     elif name == "command":
         # keystore = command with the openssl example helper (the source
         # tree is found through the build folder's CMake cache).
-        src = None
-        try:
-            with open(os.path.join(opt.build, "CMakeCache.txt")) as f:
-                for line in f:
-                    if line.startswith("CMAKE_HOME_DIRECTORY:"):
-                        src = line.split("=", 1)[1].strip()
-        except OSError:
-            pass
+        src = source_tree(opt)
         helper = os.path.join(src or "/nonexistent", "contrib", "keystore-helpers", "tde-openssl-helper")
         if not os.path.isfile(helper):
             c.skip = "contrib/keystore-helpers/tde-openssl-helper not found next to the build"
@@ -525,25 +564,57 @@ def standby_start(c, opt, work, run_db):
     s.close()
     cli = os.path.join(opt.build, "sqlite-tde")
     log = open(os.path.join(d, "log"), "a")
-    # Loopback only: plaintext (--insecure-no-tls), so the figures are the
-    # shipping cost without TLS set-up (README "Standby").
-    procs = [subprocess.Popen([cli, "standby", "--listen", "127.0.0.1:%d" % port, "--insecure-no-tls",
-                               os.path.join(d, "s.db")],
+    # As a user sets it up (README "Standby"): mutual TLS and signed
+    # records, the configurations standby-certs.sh wrote; the standby names
+    # its primary by the pin of the primary's TLS key.
+    procs = [subprocess.Popen([cli, "standby", "--listen", "127.0.0.1:%d" % port, "--repl-config",
+                               os.path.join(c.repl, "standby.conf"), os.path.join(d, "s.db")],
                               stdout=subprocess.DEVNULL, stderr=log, env=env_without_preload())]
     time.sleep(0.2)
     procs.append(subprocess.Popen([cli, "--config", c.config, "ship", "--cycle-ms", "50", "--to",
-                                   "127.0.0.1:%d" % port, "--insecure-no-tls", run_db], stdout=subprocess.DEVNULL,
+                                   "127.0.0.1:%d" % port, "--repl-config", os.path.join(c.repl, "ship.conf")]
+                                  + (["--sync"] if c.sync else []) + [run_db], stdout=subprocess.DEVNULL,
                                   stderr=log, env=env_without_preload()))
+    log.close()
     t0 = time.time()
     while time.time() - t0 < 300:
         lag = ship_lag(run_db)
-        if lag is not None and lag[0] == 0 and read_state(os.path.join(d, "s.db-tdestandby")):
+        if lag is not None and lag[0] == 0 and read_state(os.path.join(d, "s.db-tdestandby")) \
+                and standby_ready(c, run_db, procs[1].pid):
             return procs, d
         if any(p.poll() is not None for p in procs):
             break
         time.sleep(0.1)
     standby_stop(procs)
     raise RuntimeError("the standby did not take its base copy: %s" % open(os.path.join(d, "log")).read()[-300:])
+
+
+def standby_ready(c, run_db, pid):
+    """This shipper streams over TLS in the condition's mode; in sync mode
+    its DB-tdeship-sync (docs/FORMAT.md) is in place, so the first commit
+    of the run already waits."""
+    st = read_state(run_db + "-tdeship-state")
+    if st.get("pid") != str(pid) or st.get("peer0_state") != "streaming" or st.get("transport") != "tls":
+        return False
+    if not c.sync:
+        return st.get("mode") == "async"
+    try:
+        with open(run_db + "-tdeship-sync", "rb") as f:
+            sy = f.read(40)
+    except OSError:
+        return False
+    return st.get("mode") == "sync" and st.get("sync_state") == "ok" and len(sy) >= 20 \
+        and int.from_bytes(sy[16:20], "big") == pid
+
+
+def sync_degraded(run_db):
+    """How often the shipper fell back to async (repl_sync_degraded lines of
+    its audit log DB-tdeship-audit)."""
+    try:
+        with open(run_db + "-tdeship-audit") as f:
+            return sum(1 for line in f if "repl_sync_degraded" in line)
+    except OSError:
+        return 0
 
 
 def standby_stop(procs):
@@ -604,17 +675,27 @@ def run_one_standby(c, workload, mode, opt, work, run_db):
         st = read_state(run_db + "-tdeship-state")
         r["ship_lock_ms_avg"] = float(st.get("capture_lock_ms_avg", "nan"))
         r["ship_lock_ms_max"] = float(st.get("capture_lock_ms_max", "nan"))
+        r["standby_transport"] = st.get("transport")
+        r["standby_mode"] = st.get("mode")
+        r["standby_sync_degraded"] = sync_degraded(run_db)
         if caught is None:
             raise RuntimeError("the standby did not catch up within 120 s (lag %s)" % (ship_lag(run_db),))
+        if r["standby_transport"] != "tls" or r["standby_mode"] != ("sync" if c.sync else "async"):
+            raise RuntimeError("the shipper ran transport %s, mode %s" % (r["standby_transport"], r["standby_mode"]))
+        if r["standby_sync_degraded"]:
+            # Some commits returned after the timeout without an
+            # acknowledgement: these are not sync figures.
+            raise RuntimeError("sync mode degraded to async %d times during the run (no acknowledgement "
+                               "within repl_sync_timeout_ms)" % r["standby_sync_degraded"])
         return r
     finally:
         stop.append(1)
         standby_stop(procs)
         shutil.rmtree(d, ignore_errors=True)
         remove_db(run_db)
-        for sfx in ("-tdeship", "-tdeship-state"):
+        for f in glob.glob(glob.escape(run_db) + "-tdeship*"):
             try:
-                os.unlink(run_db + sfx)
+                os.unlink(f)
             except FileNotFoundError:
                 pass
 

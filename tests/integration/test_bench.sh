@@ -7,7 +7,11 @@
 # its journal mode and its I/O counts (consistent with each other), the
 # peers are labelled with their versions, stdout holds the headline table
 # and one targets line, the reports hold their sections and the HTML loads
-# nothing from the network.  (The report's rendering: test_bench_report.sh.)
+# nothing from the network.  A second, smaller run (WAL, insert only) runs
+# the opt-in standby conditions: standby and standby-sync run over mutual
+# TLS with signed records in their protection modes, and the report has
+# their commit-latency and lag tables.  (The report's rendering:
+# test_bench_report.sh.)
 #
 # Environment (set by ctest): TDE_BUILD, TDE_SRC, TDE_TEST_TMP.
 set -uo pipefail
@@ -28,7 +32,7 @@ bad() { NFAIL=$((NFAIL+1)); echo "  FAIL  $*"; }
 MISSING=""
 for w in insert delete-replenish cold-scan warm-scan bounce row-at-a-time tpcb-select tpcb-rw \
          vacuum update-all update-rows delete-rows plain wallet wallet-password pkcs11 kmip \
-         sqlcipher sqlcipher4 sqlite3mc standby; do
+         sqlcipher sqlcipher4 sqlite3mc standby standby-sync; do
   grep -qE "^  $w " "$WORK/help.txt" || MISSING="$MISSING $w"
 done
 [ -z "$MISSING" ] && ok "bench --help lists every workload and condition" || bad "bench --help lacks:$MISSING"
@@ -126,6 +130,59 @@ done
 grep -q '<svg' "$OUT/report.html" && ok "report.html has inline SVG charts" || bad "no SVG in report.html"
 if grep -Eq '(src|href)=["'\'']?(https?:)?//' "$OUT/report.html"; then bad "report.html loads from the network"; else ok "report.html is self-contained"; fi
 [ -d "$OUT/work" ] && bad "scratch folder left behind" || ok "scratch folder removed"
+
+# The standby conditions (only when named; WAL only): a shipper and a
+# standby over mutual TLS with signed records, async and sync.
+SOUT="$WORK/out-standby"
+"$TDE_BUILD/sqlite-tde" bench --quick --repeats 2 --journal WAL --workloads insert \
+  --conditions standby,standby-sync --out "$SOUT" </dev/null >"$WORK/stdout-standby.txt" 2>"$WORK/stderr-standby.txt"
+RC=$?
+if [ "$RC" = 0 ]; then ok "sqlite-tde bench --conditions standby,standby-sync exits 0"; else
+  bad "sqlite-tde bench --conditions standby,standby-sync exited $RC"; tail -20 "$WORK/stderr-standby.txt"; fi
+if /usr/bin/python3 "$TDE_SRC/bench/check_results.py" "$SOUT/results.json" "$TDE_SRC/bench/results.schema.json"; then
+  ok "standby results.json matches bench/results.schema.json"
+else
+  bad "standby results.json does not match the schema"
+fi
+/usr/bin/python3 - "$SOUT/results.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+errs = []
+live = [c["name"] for c in r["conditions"] if not c["skipped"]]
+lab = {c["name"]: c["label"] for c in r["conditions"]}
+for name, mode in (("standby", "async"), ("standby-sync", "sync")):
+    if name not in live:
+        errs.append("condition %s did not run: %s" % (name, [c["skipped"] for c in r["conditions"] if c["name"] == name]))
+        continue
+    if "mutual TLS" not in lab[name] or "protection mode " + mode not in lab[name]:
+        errs.append("condition %s label %r does not say mutual TLS and protection mode %s" % (name, lab[name], mode))
+    obs = [o for o in r["observations"] if o["condition"] == name]
+    if len(obs) != r["options"]["repeats"] or any("result" not in o for o in obs):
+        errs.append("condition %s: %d observations, failures %s" % (name, len(obs), [o.get("error") for o in obs]))
+    for o in obs:
+        q = o.get("result") or {}
+        if (q.get("standby_transport"), q.get("standby_mode"), q.get("standby_sync_degraded")) != ("tls", mode, 0):
+            errs.append("%s run %d: transport %s, mode %s, degraded %s (want tls, %s, 0)" % (
+                name, o["repeat"], q.get("standby_transport"), q.get("standby_mode"),
+                q.get("standby_sync_degraded"), mode))
+        if q.get("standby_catchup_s") is None:
+            errs.append("%s run %d: the standby did not catch up" % (name, o["repeat"]))
+if not any(s["condition"] == "standby-sync" and s["metric"] == "commit_ms_p99" for s in r["summary"]):
+    errs.append("no insert commit p99 for standby-sync in the summary")
+for e in errs:
+    print("  FAIL  " + e)
+print("  ok    standby conditions ran over TLS in their modes: %s" % ", ".join(live) if not errs else "")
+sys.exit(1 if errs else 0)
+PY
+[ $? = 0 ] || NFAIL=$((NFAIL+1))
+for s in '## Standby commit latency' '## Standby lag'; do
+  grep -q "^$s" "$SOUT/report.md" && ok "standby report.md has $s" || bad "standby report.md lacks $s"
+done
+if env -u LD_PRELOAD pgrep -f "$SOUT/work" >/dev/null; then
+  bad "the bench left a shipper or standby running"
+  env -u LD_PRELOAD pgrep -af "$SOUT/work"
+else ok "the bench stopped its shippers and standbys"; fi
+[ -d "$SOUT/work" ] && bad "standby scratch folder left behind" || ok "standby scratch folder removed"
 
 if [ "$NFAIL" = 0 ]; then echo "test_bench: all passed"; rm -rf "$WORK"; exit 0; fi
 echo "test_bench: $NFAIL failed"
