@@ -22,8 +22,9 @@
 /* The columns the compact view shows (NULL ones are left out), in this
 ** order: what a DBA looks at.  Everything else needs --all. */
 static const char *const azStatusCompact[] = {
-  "schema", "encrypted", "cipher", "keystore", "keystore_status", "master_key",
-  "data_key_version", "page_size", "pages", "auth_failures", "rekey_in_progress",
+  "schema", "encrypted", "format_version", "freshness", "cipher", "keystore",
+  "keystore_status", "master_key", "data_key_version", "page_size", "pages",
+  "auth_failures", "rekey_in_progress",
   "pages_by_version", "role", "repl_state", "peer", "transport_lag_txn",
   "transport_lag_seconds", "apply_lag_txn", "apply_lag_seconds", 0
 };

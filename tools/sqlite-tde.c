@@ -78,9 +78,10 @@ static const CliCommand aCommand[] = {
   { "status", "[--all] DB",
     "show the encryption status of a database",
     "Open DB through the tde VFS and print its tde_status row as \"column: value\"\n"
-    "lines: cipher, keystore and its status, master key id, data key version,\n"
-    "page size, pages, authentication failures, rekey progress, and the\n"
-    "replication role and lag when DB is shipped or a standby.  Columns without\n"
+    "lines: format version, freshness checks, cipher, keystore and its status,\n"
+    "master key id, data key version, page size, pages, authentication\n"
+    "failures, rekey progress, and the replication role and lag when DB is\n"
+    "shipped or a standby.  Columns without\n"
     "a value are left out.  Exit 3 when the key cannot be had, 4 when DB is not\n"
     "a readable sqlite-tde database.\n"
     "\nOptions:\n"
