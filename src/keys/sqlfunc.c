@@ -32,13 +32,26 @@
 #include <stdio.h>
 #include <unistd.h>
 
+/* The result of a keystore open: "OPEN", or the error with its detail
+** (never the password), SQLITE_AUTH when the key cannot be had. */
+static void sqlOpenResult(sqlite3_context *ctx, const char *zFn, int rc){
+  char zMsg[1024];
+  if( rc!=TDE_OK ){
+    const char *zDetail = tde_last_error();
+    snprintf(zMsg, sizeof(zMsg), "%s: %s", zFn, zDetail && zDetail[0] ? zDetail : tde_errstr(rc));
+    sqlite3_result_error(ctx, zMsg, -1);
+    sqlite3_result_error_code(ctx, rc==TDE_BADPASSWORD || rc==TDE_NOKEY || rc==TDE_NOKEYSTORE
+                                   ? SQLITE_AUTH : SQLITE_ERROR);
+    return;
+  }
+  sqlite3_result_text(ctx, "OPEN", -1, SQLITE_STATIC);
+}
+
 static void fnKeystoreOpen(sqlite3_context *ctx, int argc, sqlite3_value **argv){
   const char *zConfig = 0;
   char *zPw = 0;                 /* SQLite's buffer of the password argument */
   int nPw = 0, nUse = 0;
   char *zCopy = 0;               /* NUL-terminated copy, in locked memory */
-  int rc;
-  char zMsg[1024];
 
   if( sqlite3_value_type(argv[0])!=SQLITE_NULL ){
     zConfig = (const char*)sqlite3_value_text(argv[0]);
@@ -68,17 +81,7 @@ static void fnKeystoreOpen(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     memcpy(zCopy, zPw, (size_t)nUse);
     zCopy[nUse] = 0;
   }
-  rc = tde_keystore_open(zConfig, zCopy);
-  if( rc!=TDE_OK ){
-    const char *zDetail = tde_last_error();
-    snprintf(zMsg, sizeof(zMsg), "tde_keystore_open: %s",
-             zDetail && zDetail[0] ? zDetail : tde_errstr(rc));
-    sqlite3_result_error(ctx, zMsg, -1);
-    sqlite3_result_error_code(ctx, rc==TDE_BADPASSWORD || rc==TDE_NOKEY || rc==TDE_NOKEYSTORE
-                                   ? SQLITE_AUTH : SQLITE_ERROR);
-    goto done;
-  }
-  sqlite3_result_text(ctx, "OPEN", -1, SQLITE_STATIC);
+  sqlOpenResult(ctx, "tde_keystore_open", tde_keystore_open(zConfig, zCopy));
 done:
   if( zPw && nPw>0 ) tdeWipe(zPw, (size_t)nPw);
   if( zCopy ) tdeSecureFree(zCopy, (size_t)nUse + 1);
@@ -94,7 +97,6 @@ static void fnKeystoreOpenFd(sqlite3_context *ctx, int argc, sqlite3_value **arg
   char *zPw = 0;                 /* TDE_SQLFN_PW_MAX+1 bytes of locked memory */
   size_t n = 0;
   sqlite3_int64 fd;
-  int rc;
   char zMsg[1024];
 
   TDE_UNUSED(argc);
@@ -133,17 +135,7 @@ static void fnKeystoreOpenFd(sqlite3_context *ctx, int argc, sqlite3_value **arg
                                 : "tde_keystore_open_fd: no password (empty, or already read)", -1);
     goto done;
   }
-  rc = tde_keystore_open(zConfig, zPw);
-  if( rc!=TDE_OK ){
-    const char *zDetail = tde_last_error();
-    snprintf(zMsg, sizeof(zMsg), "tde_keystore_open_fd: %s",
-             zDetail && zDetail[0] ? zDetail : tde_errstr(rc));
-    sqlite3_result_error(ctx, zMsg, -1);
-    sqlite3_result_error_code(ctx, rc==TDE_BADPASSWORD || rc==TDE_NOKEY || rc==TDE_NOKEYSTORE
-                                   ? SQLITE_AUTH : SQLITE_ERROR);
-    goto done;
-  }
-  sqlite3_result_text(ctx, "OPEN", -1, SQLITE_STATIC);
+  sqlOpenResult(ctx, "tde_keystore_open_fd", tde_keystore_open(zConfig, zPw));
 done:
   tdeSecureFree(zPw, zPw ? TDE_SQLFN_PW_MAX + 1 : 0);
 }
