@@ -313,7 +313,7 @@ int cliCmdShell(Cli *pCli, const CliArgs *pArgs){
   ShellKey key;
   int bLocked, iKeyFd = -1, rc = CLI_FAIL;
 
-  memset(&key, 0, sizeof(key));
+  explicit_bzero(&key, sizeof(key));   /* holds the password later; wiped again at done */
   bLocked = mlock(&key, sizeof(key))==0;
   if( findExtension(zExt, sizeof(zExt)) ) goto done;
   if( shellKeystore(pCli, &key) ) goto done;
