@@ -40,7 +40,7 @@ test: test-fast test-asan
 # target if one leaked; testtmp is removed only when all passed.
 test-fast: build
 	@rm -rf $(BUILD)/testtmp; mkdir -p $(BUILD)/testtmp; rc=0; \
-	  (cd $(BUILD) && TDE_KEEP_SCRATCH=1 ctest --output-on-failure -j$(JOBS)) || rc=1; \
+	  (cd $(BUILD) && TDE_KEEP_SCRATCH=1 ctest --output-on-failure -j$(JOBS)) || { rc=1; scripts/ci-failures.sh $(BUILD); }; \
 	  scripts/scan-secrets.sh $(BUILD)/testtmp $(BUILD)/Testing || rc=1; \
 	  if [ $$rc -eq 0 ]; then rm -rf $(BUILD)/testtmp; fi; exit $$rc
 
@@ -48,7 +48,7 @@ test-asan: build-asan
 	@rm -rf $(BUILD_SAN)/testtmp; mkdir -p $(BUILD_SAN)/testtmp; rc=0; \
 	  (cd $(BUILD_SAN) && TDE_KEEP_SCRATCH=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j$(JOBS)) || rc=1; \
+	  ctest --output-on-failure -j$(JOBS)) || { rc=1; scripts/ci-failures.sh $(BUILD_SAN); }; \
 	  scripts/scan-secrets.sh $(BUILD_SAN)/testtmp $(BUILD_SAN)/Testing || rc=1; \
 	  if [ $$rc -eq 0 ]; then rm -rf $(BUILD_SAN)/testtmp; fi; exit $$rc
 

@@ -224,19 +224,23 @@ def main():
     C.check(row[0] == "primary" and row[1] == seq and row[2] == 0 and "streaming" in row[3],
             "tde_status on the primary: %s" % (row,))
     os.kill(ship.pid, signal.SIGSTOP)               # a primary that hangs: no heartbeat
-    time.sleep(4)
-    sst = status(sdb)
+    time.sleep(2.5)                                 # the standby calls it silent after 2 s
+    sst = wait_state(sdb, "silent")
     silent = sst.get("state")
     C.check("primary silent for" in sst.get("note", "") and sst.get("transport_lag_txn") == "-1",
             "a silent primary: lag shown unknown (-1), not 0; note: %s" % sst.get("note"))
     os.kill(ship.pid, signal.SIGCONT)
-    time.sleep(1.5)
-    C.check(silent == "silent" and status(sdb).get("state") == "streaming",
-            "standby --status says 'silent' without a heartbeat (was %s), 'streaming' again after" % silent)
+    again = wait_state(sdb, "streaming").get("state")
+    C.check(silent == "silent" and again == "streaming",
+            "standby --status says 'silent' without a heartbeat (was %s), 'streaming' again after (%s)" % (silent, again))
     C.stop(sb)
     C.run_writer(d, pdb, cfg, 60, seed=6)
-    time.sleep(1.0)
-    pt = status(pdb)
+    t0 = time.time()
+    while True:                                     # the shipper notices the standby is gone
+        pt = status(pdb)
+        if int(pt.get("transport_lag_txn", 0)) >= 60 or time.time() - t0 > 20:
+            break
+        time.sleep(0.2)
     C.check(int(pt.get("transport_lag_txn", 0)) >= 60 and int(pt.get("transport_lag_bytes", 0)) > 0
             and float(pt.get("transport_lag_seconds", 0)) > 0,
             "standby down: the primary shows the lag (%s txn, %s bytes, %s s)" % (
@@ -382,7 +386,10 @@ def main():
     C.run_writer(d, odb, cfg, 5, seed=9)
     before = C.read_state(sdb + "-tdestandby").get("applied_seq")
     other = C.start_ship(d, odb, cfg, [sport], log="other.log")
-    time.sleep(2.5)
+    t0 = time.time()
+    while time.time() - t0 < 20 and not ("refused" in open(os.path.join(d, "other.log")).read() and
+                                         "refusing the primary" in open(os.path.join(d, "standby.log")).read()):
+        time.sleep(0.2)
     C.stop(other)
     olog = open(os.path.join(d, "other.log")).read()
     slog = open(os.path.join(d, "standby.log")).read()
