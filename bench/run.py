@@ -124,6 +124,8 @@ CONDITION_HELP = {
                     "standby's acknowledgement (WAL only)",
     "tpm2": "sqlite-tde, auto-login wallet sealed by a swtpm the kit starts (PCR 7 policy)",
     "command": "sqlite-tde, keystore = command with the openssl example helper",
+    "wallet-v1": "sqlite-tde, auto-login wallet, databases in format version 1 (format_version = 1): "
+                 "beside wallet, the cost of version 2's freshness checks",
 }
 # Journal modes: JOURNAL or JOURNAL+cached (cache_size large enough for the
 # whole data set); DELETE, SQLite's default, first.
@@ -131,9 +133,9 @@ DEFAULT_MODES = "DELETE,WAL"
 # Run only when named in --conditions: the auto-login wallet with a standby
 # attached on 127.0.0.1 (sqlite-tde ship + standby over mutual TLS with
 # signed records; standby-sync in protection mode sync), its lag sampled.
-EXTRA_CONDITIONS = ["standby", "standby-sync", "tpm2", "command"]
+EXTRA_CONDITIONS = ["standby", "standby-sync", "tpm2", "command", "wallet-v1"]
 STANDBY_CONDITIONS = ["standby", "standby-sync"]
-TDE_CONDITIONS = ["wallet", "wallet-password", "pkcs11", "kmip", "tpm2", "command"]
+TDE_CONDITIONS = ["wallet", "wallet-password", "pkcs11", "kmip", "tpm2", "command", "wallet-v1"]
 # Throughput workloads of the ">= 0.97" target (encryption overhead, WAL).
 THROUGHPUT_TARGET = ["insert", "delete-replenish", "row-at-a-time", "tpcb-select", "tpcb-rw"]
 BOUNCE_TARGET_MS = {"wallet": 2.0, "pkcs11": 10.0, "kmip": 50.0}
@@ -379,6 +381,10 @@ def setup_condition(name, work, opt):
                 c.skip = "shipping needs journal_mode WAL (--journal %s)" % opt.journal
             else:
                 standby_certs(c, d, opt)
+    elif name == "wallet-v1":
+        write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\nformat_version = 1\n")
+        rc, out = run_cli(cli, c.config, ["keystore", "create", "--auto-login"])
+        c.label = "wallet-v1 (auto-login; format version 1: no freshness checks)"
     elif name == "wallet-password":
         write_private(os.path.join(d, "wallet.pw"), secrets.token_urlsafe(24) + "\n")
         write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\npassword_file = wallet.pw\n")

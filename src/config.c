@@ -33,7 +33,8 @@
 
 /* Keys every configuration may use, whatever the provider. */
 static const char *const azGenericKeys[] = {
-  "keystore", "password_file", "password_env", "password_fd", "audit_log", "audit_syslog", 0
+  "keystore", "password_file", "password_env", "password_fd", "audit_log", "audit_syslog",
+  "format_version", 0
 };
 
 /* Copy zSrc into zOut[nOut]; TDE_RANGE if it does not fit. */
@@ -148,6 +149,11 @@ int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName){
      && strcmp(pE->zValue, "yes")!=0 && strcmp(pE->zValue, "no")!=0 ){
       return tdeErr(TDE_CONFIG, "%s:%d: audit_syslog must be 'yes' or 'no'",
                     zName, pE->iLine);
+    }
+    if( strcmp(pE->zKey, "format_version")==0
+     && strcmp(pE->zValue, "1")!=0 && strcmp(pE->zValue, "2")!=0 ){
+      return tdeErr(TDE_CONFIG, "%s:%d: format_version must be 1 or 2 (the format of new "
+                    "databases)", zName, pE->iLine);
     }
   }
   /* Two password sources would make it unclear which one is used. */

@@ -248,6 +248,18 @@ done:
   return rc;
 }
 
+/* The configuration's format_version for a new database: "2" (the
+** default) or "1" (for a fleet that still has version-1 readers, and for
+** the benchmark kit's cost-of-version-2 comparison).  A version-1 header
+** has no freshness area: the log epoch stays 0. */
+static int tdeCreateFormat(const TdeConfig *pCfg, TdeHeader *h){
+  const char *z = tdeConfigGet(pCfg, "format_version");
+  if( z==0 || strcmp(z, "1")!=0 ) return TDE_OK;   /* the config check refused others */
+  h->version = TDE_FORMAT_V1;
+  h->logEpoch = 0;
+  return TDE_OK;
+}
+
 /*
 ** Create the header of a new database: a random id and data key wrapped
 ** by the keystore's current master key, written to both slots, then
@@ -271,6 +283,7 @@ static int tdeMainCreate(TdeFile *p){
   if( trc==TDE_OK ){
     uint8_t *aDek = tdeSecureAlloc(32);
     trc = aDek ? tdeKeyringCreate(k->pKs, &k->hdr, aDek) : TDE_NOMEM;
+    if( trc==TDE_OK ) trc = tdeCreateFormat(k->pCfg, &k->hdr);
     if( trc==TDE_OK ) trc = tdeKeysAddVersion(k, k->hdr.curVersion, aDek);
     tdeSecureFree(aDek, 32);
     if( trc==TDE_OK ) tdeKeysNoteMasterKey(k);
