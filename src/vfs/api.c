@@ -228,7 +228,10 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
   bWal = p->pWalFile!=0;
   if( bWal ){
     uint32_t mx = tdeWalIndexMxFrame(p), nBackfill = tdeWalIndexBackfill(p);
-    if( nBackfill<mx ) tdeWalPageList(p->pWalFile, nBackfill+1, mx, &aWalPg, &nWalPg);
+    if( nBackfill<mx ){
+      rc = tdeWalPageList(p->pWalFile, nBackfill+1, mx, &aWalPg, &nWalPg);
+      if( rc ){ trc = tdeErr(TDE_IO, "reading the WAL's page list failed (SQLite error %d)", rc); goto done; }
+    }
   }
   iLockPage = (sqlite3_int64)(0x40000000 / p->pgsz) + 1;
   for(i=1; i<=nPage; i++){
@@ -238,10 +241,13 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
       rc = tdeRealRead(p, aPage, (int)p->pgsz, TDE_HEADER_BYTES + (i-1)*p->pgsz, &bShort);
       if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
     }
-    /* Pages never written: in WAL mode a checkpoint may write page N+1
-    ** before page N, whose newest version is still in the WAL; with
-    ** SQLITE_FCNTL_CHUNK_SIZE the file is zero-padded past the last page. */
-    if( rc==SQLITE_OK && (bWal || (nPageCount>=0 && i>nPageCount)) && tdeAllZero(aPage, p->pgsz) ){
+    /* Pages never written: beyond the database's size (with
+    ** SQLITE_FCNTL_CHUNK_SIZE the file is zero-padded past the last page),
+    ** and in WAL mode a page whose newest version is still in a frame not
+    ** yet checkpointed (a checkpoint may write page N+1 before page N).
+    ** Any other all-zero page is damage, as it is for SQLite's reads. */
+    if( rc==SQLITE_OK && ((nPageCount>=0 && i>nPageCount) || (bWal && tdeInList(aWalPg, nWalPg, (uint32_t)i)))
+     && tdeAllZero(aPage, p->pgsz) ){
       continue;
     }
     if( rc==SQLITE_OK ){

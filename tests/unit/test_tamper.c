@@ -1129,6 +1129,47 @@ static void crashImages(const char *zMode, int bTde){
   }
 }
 /* Controls: the simulator is fair -- plain SQLite survives every image. */
+/* tde_verify in WAL mode: an all-zero page inside the database's size is
+** damage unless a frame not yet checkpointed holds that page (it used to
+** skip every all-zero page in WAL mode). */
+static void test_verify_zero_page_wal(void **state){
+  char zDb[PATH_MAX];
+  sqlite3 *db = 0;
+  int64_t nChecked = 0, iBad = 0;
+  int fd;
+  (void)state;
+  pathOf(zDb, "vz.db");
+  removeDb(zDb);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "PRAGMA page_size=1024");
+  exec(db, "PRAGMA journal_mode=WAL");
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, k INT, v TEXT)");
+  exec(db, "BEGIN");
+  fillTable(db, 1, 60, "base");
+  exec(db, "COMMIT");
+  exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  assert_int_equal(tde_verify(db, "main", &nChecked, &iBad, 0, 0), TDE_OK);
+  assert_true(nChecked >= 4);
+  /* Zero page 3 of the checkpointed file (header region 8 KiB first). */
+  fd = open(zDb, O_WRONLY);
+  assert_true(fd >= 0);
+  {
+    static const unsigned char aZero[PGSZ];
+    assert_int_equal(pwrite(fd, aZero, PGSZ, 8192 + 2*PGSZ), PGSZ);
+  }
+  close(fd);
+  assert_int_equal(tde_verify(db, "main", &nChecked, &iBad, 0, 0), TDE_AUTH);
+  assert_int_equal(iBad, 3);
+  /* And so does a new connection (no page of it is in the WAL). */
+  sqlite3_close(db);
+  db = 0;
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int*)0);
+  assert_int_equal(tde_verify(db, "main", &nChecked, &iBad, 0, 0), TDE_AUTH);
+  assert_int_equal(iBad, 3);
+  sqlite3_close(db);
+}
+
 static void test_crash_images_control(void **s){ (void)s; crashImages("delete", 0); crashImages("wal", 0); }
 static void test_crash_images_delete(void **s){ (void)s; crashImages("delete", 1); }
 static void test_crash_images_wal(void **s){ (void)s; crashImages("wal", 1); }
@@ -1141,6 +1182,7 @@ int main(void){
     cmocka_unit_test(test_tamper_journal_format),
     cmocka_unit_test(test_journal_previous_format),
     cmocka_unit_test(test_journal_super_record),
+    cmocka_unit_test(test_verify_zero_page_wal),
     cmocka_unit_test(test_crash_images_control),
     cmocka_unit_test(test_crash_images_delete),
     cmocka_unit_test(test_crash_images_wal),
