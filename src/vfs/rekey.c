@@ -20,6 +20,11 @@
 **           caller checkpoints first) uses an old version, the old
 **           versions' wrappings are removed from the header.
 **
+** A rekey of a format-version-1 database also upgrades it to version 2
+** (docs/FORMAT.md "Upgrade from version 1"): the begin writes version 2
+** when the WAL holds no frame (always in rollback mode), else the finish
+** does, after the caller emptied the WAL.  Audited as an upgrade.
+**
 ** Must never: return a page that failed authentication; rewrite a page
 ** without its old ciphertext being durable in the journal first.
 */
@@ -201,7 +206,11 @@ int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut){
 
 /* ---- begin / step / finish ---------------------------------------------- */
 
-typedef struct BeginCtx { uint8_t *aDek; } BeginCtx;
+typedef struct BeginCtx {
+  uint8_t *aDek;
+  int bUpgrade;          /* also move a version-1 header to version 2 */
+  int bUpgraded;         /* ... the edit did */
+} BeginCtx;
 
 static int editBegin(TdeFile *p, TdeHeader *h, void *pArg){
   BeginCtx *c = pArg;
@@ -226,6 +235,10 @@ static int editBegin(TdeFile *p, TdeHeader *h, void *pArg){
   if( trc==TDE_OK ) trc = tdeKeysAddVersion(k, vNew, c->aDek);
   if( trc ) return tdeSqliteRc(trc);
   h->curVersion = vNew;
+  if( c->bUpgrade && h->version<TDE_FORMAT_V2 ){
+    tdeUpgradeEdit(h);
+    c->bUpgraded = 1;
+  }
   return SQLITE_OK;
 }
 
@@ -236,8 +249,13 @@ int tdeMainRekeyBegin(TdeFile *p){
   if( tdeRekeyInProgress(p->pKeys) ) return SQLITE_OK;
   c.aDek = tdeSecureAlloc(32);
   if( !c.aDek ) return SQLITE_NOMEM;
+  c.bUpgrade = p->pKeys->hdr.version<TDE_FORMAT_V2 && tdeUpgradeWalEmpty(p);
+  c.bUpgraded = 0;
   rc = tdeMainHeaderUpdate(p, editBegin, &c);
   tdeSecureFree(c.aDek, 32);
+  if( c.bUpgraded ){
+    tdeUpgradeAudit(p, rc, "format version 1 -> 2 (freshness checks on) at the begin of a rekey");
+  }
   {
     TdeAuditRec r;
     tdeAuditInit(&r, "rekey_start");
@@ -381,10 +399,20 @@ static int dropOldVersions(const TdeWrapEntry *e, void *pArg){
   return e->version!=*(const uint32_t*)pArg;
 }
 
+typedef struct FinishCtx {
+  int bUpgrade;          /* a version-1 header: move it to version 2 */
+  int bUpgraded;
+} FinishCtx;
+
 static int editFinish(TdeFile *p, TdeHeader *h, void *pArg){
+  FinishCtx *c = pArg;
   uint32_t cur = h->curVersion;
   int j = 0;
-  TDE_UNUSED(p); TDE_UNUSED(pArg);
+  TDE_UNUSED(p);
+  if( c->bUpgrade && h->version<TDE_FORMAT_V2 ){
+    tdeUpgradeEdit(h);
+    c->bUpgraded = 1;
+  }
   for(int i=0; i<h->nEntry; i++){
     if( !dropOldVersions(&h->aEntry[i], &cur) ){
       if( j!=i ) h->aEntry[j] = h->aEntry[i];
@@ -446,7 +474,17 @@ done:
 }
 
 int tdeMainRekeyFinish(TdeFile *p){
-  int rc = tdeMainHeaderUpdate(p, editFinish, 0);
+  FinishCtx c;
+  int rc;
+  c.bUpgrade = p->pKeys->hdr.version<TDE_FORMAT_V2 && tdeUpgradeWalEmpty(p);
+  c.bUpgraded = 0;
+  rc = tdeMainHeaderUpdate(p, editFinish, &c);
+  if( c.bUpgraded ){
+    tdeUpgradeAudit(p, rc, "format version 1 -> 2 (freshness checks on) at the finish of a rekey");
+  }else if( rc==SQLITE_OK && p->pKeys->hdr.version<TDE_FORMAT_V2 ){
+    tdeLog(TDE_LOG_WARNING, "%s: rekey finished, but the WAL held frames, so the database stays "
+           "at format version 1: run `sqlite-tde upgrade`", p->zName ? p->zName : "");
+  }
   if( rc==SQLITE_OK && rekeyResealPage1(p)!=SQLITE_OK ){
     /* The rekey itself is done and durable; only the early detection of a
     ** header put back waits for the next write of page 1. */

@@ -550,8 +550,11 @@ static int saveHeaderProgress(void *pArg, int64_t nDone, int64_t nTotal){
 
 /*
 ** Case 4.  Pages from before a rekey and the header region saved during it
-** are put back after it finished.  Version 1: the old data key is back and
-** the old pages read as valid.  Version 2: page 1 (sealed again at the
+** are put back after it finished.  Version 1 once let the old data key
+** back and the old pages read as valid; now a rekey of a version-1
+** database upgrades it (its begin writes version 2), so bV2 0 checks that
+** the rekey upgraded it and that the same replay is then refused as for a
+** database created as version 2.  Version 2: page 1 (sealed again at the
 ** finish) carries a newer header sequence than the header put back: the
 ** database refuses to open, naming the rollback; with the current header
 ** back it opens again.
@@ -582,7 +585,9 @@ static void headerRollbackCase(int bV2){
   assert_true(bHeaderSaved);
   assert_int_equal(stepInt(db, "SELECT count(*) FROM t WHERE v LIKE 'after %'", &v), SQLITE_OK);
   assert_int_equal(v, 200);
+  assert_int_equal(queryInt64(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 2);
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  bV2 = 1;                                      /* (a version-1 database is one now) */
 
   /* The attack: the header region saved mid-rekey, and every page but 1
   ** from before the rekey. */
@@ -634,7 +639,7 @@ static void headerRollbackCase(int bV2){
   tdeSetCreateVersion(TDE_FORMAT_V2);
 }
 
-static void test_case4_header_rollback_v1(void **state){ (void)state; headerRollbackCase(0); }
+static void test_case4_header_rollback_v1_rekey_upgrades(void **state){ (void)state; headerRollbackCase(0); }
 static void test_case4_header_rollback_v2(void **state){ (void)state; headerRollbackCase(1); }
 
 static int groupSetup(void **state){
@@ -661,7 +666,7 @@ int main(void){
     cmocka_unit_test(test_upgrade_v1_wal),
     cmocka_unit_test(test_upgrade_v1_delete),
     cmocka_unit_test(test_upgrade_fixture),
-    cmocka_unit_test(test_case4_header_rollback_v1),
+    cmocka_unit_test(test_case4_header_rollback_v1_rekey_upgrades),
     cmocka_unit_test(test_case4_header_rollback_v2),
   };
   return cmocka_run_group_tests_name("fresh", tests, groupSetup, groupTeardown);
