@@ -553,6 +553,14 @@ static int jWriteNewHeader(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int 
     }
     j->nSeg = 0;
     jBindInstall(p, j, 0);
+    if( p->pMain && p->pMain->pKeys && p->pMain->pKeys->bRekeyRecover ){
+      /* Page 1 was read from the rekey journal (torn while the rekey's
+      ** finish sealed it again): put it back on disk before the journal
+      ** records which page 1 it starts from. */
+      rc = tdeRekeyRecover(p->pMain);
+      if( rc ) return rc;
+      p->pMain->pKeys->bRekeyRecover = 0;
+    }
     rc = jBindNew(p, j, pgsz);
     if( rc ) return rc;
     if( tdeRandom(j->aId, JID_BYTES)!=TDE_OK ) return SQLITE_IOERR_WRITE;
@@ -1257,4 +1265,112 @@ static int jOldRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
     return SQLITE_IOERR_SHORT_READ;
   }
   return SQLITE_OK;
+}
+
+/* ---- page 1 sealed again under a hot journal (version 2) ----------------
+**
+** After a rotation or a migration (a header update to sequence s), page 1
+** is sealed again so it records s ("Header rollback after a rekey" in
+** docs/FORMAT.md).  It is protected the way SQLite protects a page: a
+** journal DB-journal of this format holding page 1 is written through the
+** functions above, in SQLite's own order (header with no magic, record,
+** sync, magic and record count, sync), then page 1 is written, the
+** database synced and the journal deleted.  A crash leaves a hot journal
+** bound to page 1 (T, and J in the re-sealed page) that SQLite plays back:
+** page 1 comes back with the same content.  Rollback mode only; the caller
+** holds SQLite's RESERVED lock and the connection has no journal open.
+*/
+int tdeJournalResealPage1(TdeFile *pMain){
+  sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
+  TdeFile jf;
+  uint8_t *aPage = 0, *aSealed = 0, aHdr[512], a4[4];
+  uint32_t P = pMain->pgsz, ckInit;
+  sqlite3_int64 sz = 0;
+  char *zJ = 0;
+  int bExists = 0, bShort = 0, bCreated = 0, bHot = 0, rc, outFlags = 0;
+
+  memset(&jf, 0, sizeof(jf));
+  if( !pMain->zName || !tdeValidPgsz(P) ) return SQLITE_OK;
+  zJ = sqlite3_mprintf("%s-journal", pMain->zName);
+  jf.pReal = sqlite3_malloc(pOrig->szOsFile);
+  aPage = sqlite3_malloc((int)P);
+  aSealed = sqlite3_malloc((int)P);
+  if( !zJ || !jf.pReal || !aPage || !aSealed ){ rc = SQLITE_NOMEM; goto done; }
+  memset(jf.pReal, 0, (size_t)pOrig->szOsFile);
+  rc = pOrig->xAccess(pOrig, zJ, SQLITE_ACCESS_EXISTS, &bExists);
+  if( rc ) goto done;
+  if( bExists ){
+    /* A journal file kept by PERSIST or TRUNCATE mode, or one another
+    ** process is about to play back: leave page 1 as it is. */
+    rc = SQLITE_BUSY;
+    goto done;
+  }
+  rc = pMain->pReal->pMethods->xFileSize(pMain->pReal, &sz);
+  if( rc ) goto done;
+  if( sz < TDE_HEADER_BYTES + (sqlite3_int64)P ) goto done;        /* no page 1 yet */
+  rc = tdeRealRead(pMain, aPage, (int)P, TDE_HEADER_BYTES, &bShort);
+  if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
+  if( rc==SQLITE_OK ) rc = tdeOpenPage(pMain, aPage, P, 1, "database");
+  if( rc ) goto done;
+
+  jf.eKind = TDE_KIND_JOURNAL;
+  jf.openFlags = SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_MAIN_JOURNAL;
+  jf.zName = zJ;
+  jf.pMain = pMain;
+  memcpy(jf.dbid, pMain->dbid, TDE_DBID_BYTES);
+  rc = pOrig->xOpen(pOrig, zJ, jf.pReal, jf.openFlags, &outFlags);
+  if( rc ){ jf.pReal->pMethods = 0; goto done; }
+  bCreated = 1;
+
+  /* SQLite's header (synchronous=FULL): no magic yet, nRec 0. */
+  memset(aHdr, 0, sizeof(aHdr));
+  if( tdeRandom(a4, 4)!=TDE_OK ){ rc = SQLITE_IOERR_WRITE; goto done; }
+  ckInit = tdeGet32(a4);
+  tdePut32(aHdr+12, ckInit);
+  tdePut32(aHdr+16, (uint32_t)((sz - TDE_HEADER_BYTES) / P));    /* dbOrigSize */
+  tdePut32(aHdr+20, 512);                                         /* sector size */
+  tdePut32(aHdr+24, P);
+  rc = tdeJournalWrite(&jf, aHdr, (int)sizeof(aHdr), 0);
+  /* The record: page number, page image, checksum. */
+  tdePut32(a4, 1);
+  if( rc==SQLITE_OK ) rc = tdeJournalWrite(&jf, a4, 4, 512);
+  if( rc==SQLITE_OK ) rc = tdeJournalWrite(&jf, aPage, (int)P, 516);
+  tdePut32(a4, jCksum(ckInit, aPage, P));
+  if( rc==SQLITE_OK ) rc = tdeJournalWrite(&jf, a4, 4, 516 + P);
+  if( rc==SQLITE_OK ) rc = tdeJournalSync(&jf, SQLITE_SYNC_NORMAL);
+  /* The magic and the record count: hot from here on. */
+  memcpy(aHdr, aJMagic, 8);
+  tdePut32(aHdr+8, 1);
+  if( rc==SQLITE_OK ) rc = tdeJournalWrite(&jf, aHdr, 12, 0);
+  if( rc==SQLITE_OK ) rc = tdeJournalSync(&jf, SQLITE_SYNC_NORMAL);
+  if( rc ) goto done;
+  bHot = 1;
+
+  /* Page 1 sealed again (it carries the journal's J), durable; then the
+  ** journal goes. */
+  rc = tdeSealPage(pMain, aPage, P, 1, aSealed);
+  if( rc==SQLITE_OK ) rc = pMain->pReal->pMethods->xWrite(pMain->pReal, aSealed, (int)P, TDE_HEADER_BYTES);
+  tdePage1Forget(pMain);
+  if( rc==SQLITE_OK ) rc = pMain->pReal->pMethods->xSync(pMain->pReal, SQLITE_SYNC_NORMAL);
+  if( rc ) goto done;
+  jf.pReal->pMethods->xClose(jf.pReal);
+  jf.pReal->pMethods = 0;
+  rc = pOrig->xDelete(pOrig, zJ, 0);
+  bCreated = 0;
+
+done:
+  if( jf.pReal ){
+    if( jf.pReal->pMethods ) jf.pReal->pMethods->xClose(jf.pReal);
+    /* A journal that never became hot protects nothing: remove it.  A hot
+    ** one stays after a failure once page 1 may have been written: SQLite
+    ** plays it back when the connection's lock is released. */
+    if( bCreated && rc && !bHot ) pOrig->xDelete(pOrig, zJ, 0);
+    sqlite3_free(jf.pReal);
+  }
+  tdeJournalFree(&jf);       /* wipes its scratch; J leaves the main handle */
+  if( jf.aBuf ){ tdeWipe(jf.aBuf, TDE_MAX_PAGE); sqlite3_free(jf.aBuf); }
+  if( aPage ){ tdeWipe(aPage, P); sqlite3_free(aPage); }
+  sqlite3_free(aSealed);
+  sqlite3_free(zJ);
+  return rc;
 }

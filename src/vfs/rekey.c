@@ -184,9 +184,10 @@ int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut){
   uint8_t *a = 0;
   uint32_t n = 0, jPgsz = 0;
   int rc, found = SQLITE_IOERR_AUTH;
-  /* Only while a rekey runs (or was interrupted): otherwise a -tderekey
-  ** file is no business of a failing page. */
-  if( !p->pKeys || !tdeRekeyInProgress(p->pKeys) ) return SQLITE_IOERR_AUTH;
+  /* Only while a rekey runs (or was interrupted), and for page 1 after its
+  ** finish (page 1 is sealed again then, through the journal): otherwise
+  ** a -tderekey file is no business of a failing page. */
+  if( !p->pKeys || (!tdeRekeyInProgress(p->pKeys) && pgno!=1) ) return SQLITE_IOERR_AUTH;
   rc = rjOpen(p, 0, &j);
   if( rc ) return SQLITE_IOERR_AUTH;
   if( rjLoad(p, &j, &a, &n, &jPgsz)==SQLITE_OK && jPgsz==pgsz ){
@@ -196,6 +197,9 @@ int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut){
       memcpy(aOut, e+4, pgsz);
       found = tdeOpenPage(p, aOut, pgsz, pgno, 0);
       if( found ) p->nAuthFail--;
+      /* Page 1 torn while it was sealed again after a header update:
+      ** put the journal copy back at the next write transaction. */
+      if( found==SQLITE_OK ) p->pKeys->bRekeyRecover = 1;
       break;
     }
   }
@@ -429,7 +433,11 @@ static int editFinish(TdeFile *p, TdeHeader *h, void *pArg){
 ** again, so it records s and a header region saved before the finish --
 ** which would bring the old data key back -- is refused when SQLite reads
 ** page 1 (docs/FORMAT.md "Header rollback after a rekey").  Crash-safe as
-** a step: the old ciphertext goes to DB-tderekey and is synced first.
+** a step: the old ciphertext goes to DB-tderekey and is synced first (a
+** page 1 torn by a crash is then read, and at the next write transaction
+** restored, from there: tdeRekeyLookup, tdeRekeyRecover).  The caller holds
+** the write lock, and in WAL mode the checkpoint lock.  (Rotation and
+** migration re-seal page 1 under a rollback journal instead: journal.c.)
 */
 static int rekeyResealPage1(TdeFile *p){
   uint32_t pgsz = p->pgsz;
@@ -454,7 +462,9 @@ static int rekeyResealPage1(TdeFile *p){
   tdePut32(aJ+28, 1);
   tdePut32(aJ+RJ_HDR, 1);
   memcpy(aJ+RJ_HDR+4, aOld, pgsz);
-  rc = tdeSha256(aJ, RJ_HDR + 4 + pgsz, aJ + RJ_HDR + 4 + pgsz) ? SQLITE_IOERR : SQLITE_OK;
+  /* Keyed like every rekey journal (an unkeyed checksum here made the copy
+  ** one that recovery ignores). */
+  rc = rjMac(p, aJ, RJ_HDR + 4 + pgsz, aJ + RJ_HDR + 4 + pgsz) ? SQLITE_IOERR : SQLITE_OK;
   if( rc==SQLITE_OK ) rc = rjOpen(p, 1, &j);
   if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
   for(sqlite3_int64 off=0, nJ=RJ_HDR + 4 + pgsz + RJ_SUM; rc==SQLITE_OK && off<nJ; off+=65536){

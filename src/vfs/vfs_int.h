@@ -68,6 +68,8 @@ typedef struct TdeDbKeys {
   int bSlotDamaged;           /* the slot not in force failed its checksum at open
                               ** (a torn header update, or damage): rewritten at
                               ** the next write transaction */
+  int bRekeyRecover;          /* a page was read from DB-tderekey: restore it on disk
+                              ** at the next rollback journal (journal.c) */
   uint64_t nSessions;         /* sealing sessions this connection's handles started */
   uint32_t nSessionsVersion;  /* ... under this data-key version (tde_status) */
 } TdeDbKeys;
@@ -243,6 +245,10 @@ int tdeJournalTruncate(TdeFile *p, sqlite3_int64 size);
 int tdeJournalFileSize(TdeFile *p, sqlite3_int64 *pSize);
 int tdeJournalSync(TdeFile *p, int flags);
 int tdeJournalFlush(TdeFile *p);     /* write a record held in memory (before close) */
+/* Version 2, rollback mode, under RESERVED with no journal open: seal page
+** 1 again under the header in force, protected by a one-record hot
+** journal (rotation, migration).  SQLITE_BUSY: a journal file exists. */
+int tdeJournalResealPage1(TdeFile *pMain);
 void tdeJournalFree(TdeFile *p);
 
 /* page1.c: page 1 kept per handle, for SQLite's partial reads of it. */

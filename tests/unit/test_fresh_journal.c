@@ -18,11 +18,19 @@
 **    journal of the transaction in progress with page 1 not yet written
 **    (a spill), with page 1 written (the commit point: the journal's
 **    deletion), and a crash during the playback itself.
+**  - Page 1 sealed again after a rotation or a rekey's finish (case 4,
+**    "Header rollback after a rekey") is crash-safe.  Rotation: the hot
+**    journal that protects the write, with page 1 written or torn, is
+**    played back.  Rekey: page 1 torn by the write, with the rekey journal
+**    as it was synced just before, reads from the journal, and the next
+**    write transaction puts it back on disk.
 **
 ** A snapshot VFS sits below tde (the default VFS when tde is registered):
 ** it forwards everything to "unix" and, when armed, copies the database
 ** and its journal just before the journal is deleted -- the moment after
 ** SQLite wrote and synced the database and before the commit point.
+**
+** It also keeps the content of a DB-tderekey file at each of its syncs.
 **
 ** Run against SQLite 3.40 (system) and 3.53 (test_fresh_journal_353).
 */
@@ -51,8 +59,61 @@ static void sidePath(char *zOut, const char *zDb, const char *zSuffix){
   if( snprintf(zOut, PATH_MAX, "%s%s", zDb, zSuffix)>=PATH_MAX ) fail_msg("path too long");
 }
 
+/* DB-tderekey files: forwarded to unix; at each sync, a non-empty file's
+** content is kept in aRk (the last one: the journal a re-seal of page 1
+** writes just before the page). */
+typedef struct SnapFile { sqlite3_file base; sqlite3_file *pReal; const char *zName; } SnapFile;
+static unsigned char *aRk;
+static size_t nRk;
+
+#define SNAP_REAL(f) (((SnapFile*)(f))->pReal)
+static int sfClose(sqlite3_file *f){ return SNAP_REAL(f)->pMethods->xClose(SNAP_REAL(f)); }
+static int sfRead(sqlite3_file *f, void *z, int n, sqlite3_int64 o){ return SNAP_REAL(f)->pMethods->xRead(SNAP_REAL(f), z, n, o); }
+static int sfWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 o){ return SNAP_REAL(f)->pMethods->xWrite(SNAP_REAL(f), z, n, o); }
+static int sfTruncate(sqlite3_file *f, sqlite3_int64 n){ return SNAP_REAL(f)->pMethods->xTruncate(SNAP_REAL(f), n); }
+static int sfSync(sqlite3_file *f, int fl){
+  int rc = SNAP_REAL(f)->pMethods->xSync(SNAP_REAL(f), fl);
+  size_t n = 0;
+  unsigned char *a = readAll(((SnapFile*)f)->zName, &n);
+  if( a && n>0 ){ free(aRk); aRk = a; nRk = n; }else{ free(a); }
+  return rc;
+}
+static int sfFileSize(sqlite3_file *f, sqlite3_int64 *p){ return SNAP_REAL(f)->pMethods->xFileSize(SNAP_REAL(f), p); }
+static int sfLock(sqlite3_file *f, int e){ return SNAP_REAL(f)->pMethods->xLock(SNAP_REAL(f), e); }
+static int sfUnlock(sqlite3_file *f, int e){ return SNAP_REAL(f)->pMethods->xUnlock(SNAP_REAL(f), e); }
+static int sfCheckReserved(sqlite3_file *f, int *p){ return SNAP_REAL(f)->pMethods->xCheckReservedLock(SNAP_REAL(f), p); }
+static int sfFileControl(sqlite3_file *f, int op, void *p){ return SNAP_REAL(f)->pMethods->xFileControl(SNAP_REAL(f), op, p); }
+static int sfSectorSize(sqlite3_file *f){ return SNAP_REAL(f)->pMethods->xSectorSize(SNAP_REAL(f)); }
+static int sfDevChar(sqlite3_file *f){ return SNAP_REAL(f)->pMethods->xDeviceCharacteristics(SNAP_REAL(f)); }
+static const sqlite3_io_methods snapIo = {
+  1,                /* iVersion */
+  sfClose,          /* xClose */
+  sfRead,           /* xRead */
+  sfWrite,          /* xWrite */
+  sfTruncate,       /* xTruncate */
+  sfSync,           /* xSync */
+  sfFileSize,       /* xFileSize */
+  sfLock,           /* xLock */
+  sfUnlock,         /* xUnlock */
+  sfCheckReserved,  /* xCheckReservedLock */
+  sfFileControl,    /* xFileControl */
+  sfSectorSize,     /* xSectorSize */
+  sfDevChar,        /* xDeviceCharacteristics */
+  0, 0, 0, 0, 0, 0  /* (version 1) */
+};
+
 static int snapOpen(sqlite3_vfs *v, const char *z, sqlite3_file *f, int fl, int *pOut){
+  size_t n = z ? strlen(z) : 0;
   (void)v;
+  if( n>9 && strcmp(z + n - 9, "-tderekey")==0 ){
+    SnapFile *p = (SnapFile*)f;
+    int rc;
+    p->pReal = (sqlite3_file*)&p[1];
+    p->zName = z;
+    rc = pUnix->xOpen(pUnix, z, p->pReal, fl, pOut);
+    p->base.pMethods = rc==SQLITE_OK ? &snapIo : 0;
+    return rc;
+  }
   return pUnix->xOpen(pUnix, z, f, fl, pOut);
 }
 
@@ -387,6 +448,111 @@ static void test_persist_v2(void **s){
   expectRecovered(zImg);
 }
 
+/* ---- page 1 sealed again after a header update: crash safety --------------- */
+
+/*
+** A master-key rotation: the snapshot VFS copies the database and the hot
+** journal that protects the page-1 write just before that journal is
+** deleted (page 1 written and synced).  That image, and the same with
+** page 1 torn after its first sector (its trailer still the old one),
+** open: the journal is played back (it is bound to page 1 either way).
+*/
+static void test_torn_reseal_rotation(void **s){
+  char zDb[PATH_MAX], zImg[PATH_MAX], zImgJ[PATH_MAX], zTorn[PATH_MAX], zTornJ[PATH_MAX];
+  char zId[TDE_KEYID_MAX+1];
+  unsigned char *aOld, *aImg;
+  size_t nOld = 0, nImg = 0;
+  const size_t P = PGSZ, HDR = 8192;
+  sqlite3 *db = 0;
+  (void)s;
+  pathOf(zDb, "reseal-rotate.db");
+  pathOf(zImg, "reseal-rotate-img.db");
+  pathOf(zTorn, "reseal-rotate-torn.db");
+  sidePath(zImgJ, zImg, "-journal");
+  sidePath(zTornJ, zTorn, "-journal");
+  removeDb(zImg);
+  removeDb(zTorn);
+  makeDb(zDb, 1);
+  aOld = readAll(zDb, &nOld);
+  assert_true(aOld && nOld>HDR + P);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  assert_int_equal(tde_keystore_new_key(zCfg, zId, sizeof(zId)), TDE_OK);
+  nSnaps = 0;
+  snapArm(zDb, zImg);
+  assert_int_equal(tde_db_rewrap(db, "main"), TDE_OK);
+  assert_int_equal(nSnaps, 1);                   /* the re-seal's journal, deleted */
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+  aImg = readAll(zImg, &nImg);
+  assert_true(aImg && nImg==nOld);
+  assert_memory_not_equal(aImg + HDR, aOld + HDR, P);    /* page 1 sealed again */
+  memcpy(aImg + HDR + 512, aOld + HDR + 512, P - 512);   /* torn after its first sector */
+  writeAll(zTorn, aImg, nImg);
+  fileCopy(zImgJ, zTornJ);
+  free(aImg);
+  free(aOld);
+  expectRecovered(zImg);
+  expectRecovered(zTorn);
+}
+
+/*
+** A rekey (its finish seals page 1 again).  The state a crash leaves
+** mid-way through that page-1 write is
+** rebuilt: the rekey journal as synced just before (captured by the
+** snapshot VFS), page 1 with only its first 512-byte sector new.  The
+** database opens and reads (page 1 from the journal), the next write
+** transaction puts page 1 back on disk, and then every page verifies.
+*/
+static void test_torn_reseal_rekey(void **s){
+  char zDb[PATH_MAX], zRk[PATH_MAX];
+  unsigned char *aDb, *aOldPage;
+  size_t nDb = 0;
+  sqlite3 *db = 0;
+  const size_t P = PGSZ, HDR = 8192;
+  (void)s;
+  pathOf(zDb, "torn-reseal-rekey.db");
+  sidePath(zRk, zDb, "-tderekey");
+  makeDb(zDb, 1);
+  unlink(zRk);
+  free(aRk);
+  aRk = 0;
+  nRk = 0;
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  assert_int_equal(tde_db_rekey(db, "main", 1000, 0, 0), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_false(fileExists(zRk));
+
+  /* The last journal synced: one entry, page 1's ciphertext before. */
+  assert_true(aRk && nRk==32 + 4 + P + 32);
+  assert_memory_equal(aRk, "TDERKJ02", 8);
+  assert_int_equal(((uint32_t)aRk[28]<<24 | (uint32_t)aRk[29]<<16 | (uint32_t)aRk[30]<<8 | aRk[31]), 1);
+  assert_int_equal(((uint32_t)aRk[32]<<24 | (uint32_t)aRk[33]<<16 | (uint32_t)aRk[34]<<8 | aRk[35]), 1);
+  aOldPage = aRk + 36;
+  aDb = readAll(zDb, &nDb);
+  assert_true(aDb && nDb>HDR + P);
+  assert_memory_not_equal(aDb + HDR, aOldPage, P);       /* page 1 was sealed again */
+  memcpy(aDb + HDR + 512, aOldPage + 512, P - 512);      /* torn after its first sector */
+  writeAll(zDb, aDb, nDb);
+  writeAll(zRk, aRk, nRk);
+  free(aDb);
+
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  sqlite3_extended_result_codes(db, 1);
+  assert_int_equal(countLike(db, "T0"), NROW);
+  assert_true(integrityOk(db));
+  exec(db, "UPDATE t SET v=printf('T1 %04d', id) WHERE id=1");
+  assert_int_equal(countLike(db, "T1"), 1);
+  assert_int_equal(tde_verify(db, "main", 0, 0, 0, 0), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  {
+    size_t n = 1;
+    unsigned char *a = readAll(zRk, &n);        /* emptied by the restore */
+    assert_true(!a || n==0);
+    free(a);
+  }
+}
+
+
 static int groupSetup(void **state){
   (void)state;
   return tdetestGroupSetup("tdefreshj", 0);
@@ -407,6 +573,8 @@ int main(void){
     cmocka_unit_test(test_genuine_crash_v1),
     cmocka_unit_test(test_genuine_crash_v2),
     cmocka_unit_test(test_persist_v2),
+    cmocka_unit_test(test_torn_reseal_rotation),
+    cmocka_unit_test(test_torn_reseal_rekey),
   };
   /* The snapshot VFS goes below tde: the default before tde_register. */
   if( sqlite3_initialize() ) return 1;
@@ -416,6 +584,7 @@ int main(void){
   snapVfs.zName = "tdetest-snap";
   snapVfs.pNext = 0;
   snapVfs.xOpen = snapOpen;
+  snapVfs.szOsFile = (int)sizeof(SnapFile) + pUnix->szOsFile;
   snapVfs.xDelete = snapDelete;
   if( sqlite3_vfs_register(&snapVfs, 1) ) return 1;
   return cmocka_run_group_tests_name("fresh_journal", tests, groupSetup, groupTeardown);
