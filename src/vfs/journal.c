@@ -553,14 +553,6 @@ static int jWriteNewHeader(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int 
     }
     j->nSeg = 0;
     jBindInstall(p, j, 0);
-    if( p->pMain && p->pMain->pKeys && p->pMain->pKeys->bRekeyRecover ){
-      /* Page 1 was read from the rekey journal (torn while the rekey's
-      ** finish sealed it again): put it back on disk before the journal
-      ** records which page 1 it starts from. */
-      rc = tdeRekeyRecover(p->pMain);
-      if( rc ) return rc;
-      p->pMain->pKeys->bRekeyRecover = 0;
-    }
     rc = jBindNew(p, j, pgsz);
     if( rc ) return rc;
     if( tdeRandom(j->aId, JID_BYTES)!=TDE_OK ) return SQLITE_IOERR_WRITE;

@@ -197,9 +197,6 @@ int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut){
       memcpy(aOut, e+4, pgsz);
       found = tdeOpenPage(p, aOut, pgsz, pgno, 0);
       if( found ) p->nAuthFail--;
-      /* Page 1 torn while it was sealed again after a header update:
-      ** put the journal copy back at the next write transaction. */
-      if( found==SQLITE_OK ) p->pKeys->bRekeyRecover = 1;
       break;
     }
   }
@@ -434,8 +431,9 @@ static int editFinish(TdeFile *p, TdeHeader *h, void *pArg){
 ** which would bring the old data key back -- is refused when SQLite reads
 ** page 1 (docs/FORMAT.md "Header rollback after a rekey").  Crash-safe as
 ** a step: the old ciphertext goes to DB-tderekey and is synced first (a
-** page 1 torn by a crash is then read, and at the next write transaction
-** restored, from there: tdeRekeyLookup, tdeRekeyRecover).  The caller holds
+** page 1 torn by a crash is then read from there, tdeRekeyLookup, until
+** SQLite writes page 1 again; the next rekey's first step empties the
+** journal, tdeRekeyRecover).  The caller holds
 ** the write lock, and in WAL mode the checkpoint lock.  (Rotation and
 ** migration re-seal page 1 under a rollback journal instead: journal.c.)
 */

@@ -68,8 +68,6 @@ typedef struct TdeDbKeys {
   int bSlotDamaged;           /* the slot not in force failed its checksum at open
                               ** (a torn header update, or damage): rewritten at
                               ** the next write transaction */
-  int bRekeyRecover;          /* a page was read from DB-tderekey: restore it on disk
-                              ** at the next rollback journal (journal.c) */
   uint64_t nSessions;         /* sealing sessions this connection's handles started */
   uint32_t nSessionsVersion;  /* ... under this data-key version (tde_status) */
 } TdeDbKeys;

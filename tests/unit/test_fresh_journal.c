@@ -22,8 +22,8 @@
 **    "Header rollback after a rekey") is crash-safe.  Rotation: the hot
 **    journal that protects the write, with page 1 written or torn, is
 **    played back.  Rekey: page 1 torn by the write, with the rekey journal
-**    as it was synced just before, reads from the journal, and the next
-**    write transaction puts it back on disk.
+**    as it was synced just before, reads from the journal until the next
+**    write transaction rewrites page 1.
 **
 ** A snapshot VFS sits below tde (the default VFS when tde is registered):
 ** it forwards everything to "unix" and, when armed, copies the database
@@ -500,8 +500,9 @@ static void test_torn_reseal_rotation(void **s){
 ** mid-way through that page-1 write is
 ** rebuilt: the rekey journal as synced just before (captured by the
 ** snapshot VFS), page 1 with only its first 512-byte sector new.  The
-** database opens and reads (page 1 from the journal), the next write
-** transaction puts page 1 back on disk, and then every page verifies.
+** database opens and reads (page 1 from the journal); the next write
+** transaction rewrites page 1 (the change counter), and then every page
+** verifies.
 */
 static void test_torn_reseal_rekey(void **s){
   char zDb[PATH_MAX], zRk[PATH_MAX];
@@ -544,12 +545,6 @@ static void test_torn_reseal_rekey(void **s){
   assert_int_equal(countLike(db, "T1"), 1);
   assert_int_equal(tde_verify(db, "main", 0, 0, 0, 0), TDE_OK);
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
-  {
-    size_t n = 1;
-    unsigned char *a = readAll(zRk, &n);        /* emptied by the restore */
-    assert_true(!a || n==0);
-    free(a);
-  }
 }
 
 
