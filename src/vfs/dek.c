@@ -212,6 +212,9 @@ int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size
   /* Version 2: the page records the header sequence it was sealed under
   ** (docs/FORMAT.md "Pages, version 2"). */
   tdePageCipherSetReserved(c, k && k->hdr.version>=TDE_FORMAT_V2 ? (uint32_t)k->hdr.seq : 0);
+  /* ... and, sealed by a main handle, its rollback journal's binding id
+  ** ("Rollback journal, version 2"; WAL handles set their frame index). */
+  if( p->eKind==TDE_KIND_MAIN ) tdePageCipherSetIvHigh(c, p->jrnlBind);
   nBefore = tdePageCipherSessions(c);
   rc = tdePageSeal(c, aad, nAad, pt, n, ct, trailer);
   if( k && tdePageCipherSessions(c)!=nBefore ){

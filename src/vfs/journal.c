@@ -20,6 +20,15 @@
 ** A journal left by the previous format (two 576-byte slots per 512-byte
 ** block) is read with the old rules until the first write or truncation.
 **
+** Format version 2 (docs/FORMAT.md "Rollback journal, version 2"): every
+** header slot records the page 1 the journal was started from (a tag
+** prefix T) and a random binding id J, which the main handle puts into
+** the IV of every page it seals while the journal exists.  A hot journal
+** read by another handle is allowed only if page 1 on disk is the one
+** recorded or carries J; a playback handle also checks, before SQLite
+** applies anything, every record a synced header counts.  Neither costs
+** a write or an fsync.
+**
 ** Keys: the database's data key (another process may have to play a hot
 ** journal back), in the sealing session of the main file's handle (jKeys).
 ** Must never: return bytes that did not authenticate (torn records read as
@@ -29,13 +38,18 @@
 #include "vfs/vfs_int.h"
 
 #define JHDR        28                                   /* SQLite's header bytes */
-#define JSLOT_PLAIN 64                                   /* seq, header, id, epoch, reserved */
+#define JSLOT_PLAIN 64                                   /* seq, header, id, binding */
 #define JSLOT       (JSLOT_PLAIN + TDE_TRAILER_SIZE)     /* stored slot: 112 */
 #define JSLOTS      (2 * JSLOT)
 #define JID_BYTES   16
 #define JH_AAD      (2 + TDE_DBID_BYTES + 8 + 1)
 #define JR_AAD      (2 + TDE_DBID_BYTES + JID_BYTES + 8 + 4 + 4)
 #define JNREC_ALL   0xffffffffu                          /* nRec: count from the file size */
+/* Binding fields in a slot's plaintext (version 2): T (7), flags (1), J (4). */
+#define JB_OFF      (8 + JHDR + JID_BYTES)
+#define JB_TAG      7
+#define JB_BOUND    0x01                                 /* flags: a version-2 journal */
+#define JB_SYNCED   0x02                                 /* flags: the counted records were synced first */
 
 /* The previous format (read only, at the end of this file). */
 #define OBLOCK 512
@@ -62,6 +76,9 @@ typedef struct JHdr {
   int bZero;           /* both slots are zero bytes */
   uint64_t seq;
   uint8_t a[JHDR];     /* SQLite's header bytes (zero if JH_NONE) */
+  uint8_t flags;       /* binding flags of the newest version (JB_*) */
+  uint32_t bindId;     /* J */
+  uint8_t aTag[JB_TAG];/* T */
 } JHdr;
 
 /* Record states in the read cache. */
@@ -90,7 +107,16 @@ struct TdeJrnl {
   int iSupStage;               /* writing: parts received (marker, name, length, checksum) */
   sqlite3_int64 iSup;          /* its offset */
   uint8_t *aSup;               /* nSupName + 20 bytes, heap */
+  /* Version-2 binding (docs/FORMAT.md "Rollback journal, version 2"). */
+  int bBound;                  /* the journal carries T and J */
+  uint32_t bindId;             /* J */
+  uint8_t aTag[JB_TAG];        /* T */
+  int bDirty;                  /* a record written since this handle's last sync */
+  int eHot;                    /* 0 not checked, 1 allowed, 2 refused */
+  int bBindSet;                /* this journal installed J in its main handle */
 };
+#define JHOT_ALLOWED 1
+#define JHOT_REFUSED 2
 
 static const char *jName(TdeFile *p){ return p->zName ? p->zName : "(journal)"; }
 
@@ -219,6 +245,9 @@ static int jHdrLoad(TdeFile *p, struct TdeJrnl *j, sqlite3_int64 h, JHdr *pH){
       pH->seq = seq;
       memcpy(pH->a, aPlain+8, JHDR);
       memcpy(aId, aPlain+8+JHDR, JID_BYTES);
+      memcpy(pH->aTag, aPlain+JB_OFF, JB_TAG);
+      pH->flags = aPlain[JB_OFF+JB_TAG];
+      pH->bindId = tdeGet32(aPlain+JB_OFF+JB_TAG+1);
     }
   }
   tdeWipe(aPlain, JSLOT_PLAIN);
@@ -250,8 +279,36 @@ static int jHdrLoad(TdeFile *p, struct TdeJrnl *j, sqlite3_int64 h, JHdr *pH){
     j->bId = 1;
     j->nSector = nSector;
     j->pgsz = pgsz;
+    if( !j->bOwn ){
+      j->bBound = (pH->flags & JB_BOUND)!=0 && pH->bindId!=0;
+      j->bindId = pH->bindId;
+      memcpy(j->aTag, pH->aTag, JB_TAG);
+    }
   }
   return SQLITE_OK;
+}
+
+/* The binding fields of a slot being sealed (zero for an unbound journal);
+** bSynced: this version counts records synced before it was written. */
+static void jSlotBind(const struct TdeJrnl *j, uint8_t *aPlain, int bSynced){
+  uint8_t *a = aPlain + JB_OFF;
+  memset(a, 0, JSLOT_PLAIN - JB_OFF);
+  if( !j->bBound ) return;
+  memcpy(a, j->aTag, JB_TAG);
+  a[JB_TAG] = (uint8_t)(JB_BOUND | (bSynced ? JB_SYNCED : 0));
+  tdePut32(a+JB_TAG+1, j->bindId);
+}
+
+/* Install J as the IV bits of every page the main handle seals (0: none). */
+static void jBindInstall(TdeFile *p, struct TdeJrnl *j, int bOn){
+  if( !p->pMain ) return;
+  if( bOn ){
+    p->pMain->jrnlBind = j->bindId;
+    j->bBindSet = 1;
+  }else if( j->bBindSet ){
+    if( p->pMain->jrnlBind==j->bindId ) p->pMain->jrnlBind = 0;
+    j->bBindSet = 0;
+  }
 }
 
 /* Make sure the header at 0 is known (aSeg[0]). */
@@ -444,6 +501,7 @@ static int jFlush(TdeFile *p, struct TdeJrnl *j){
   }
   n = j->ePend==1 ? 4 : (int)(4 + j->pgsz);
   j->ePend = 0;
+  j->bDirty = 1;
   rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, n, j->iPend);
   if( rc==SQLITE_OK && j->iPend + n > j->iOwnEnd ) j->iOwnEnd = j->iPend + n;
   return rc;
@@ -451,6 +509,32 @@ static int jFlush(TdeFile *p, struct TdeJrnl *j){
 
 int tdeJournalFlush(TdeFile *p){
   return jFlush(p, p->pJrnl);
+}
+
+/*
+** A new journal at offset 0 of a version-2 database: record which page 1
+** the database file holds now (T, from its trailer: one 48-byte pread,
+** under SQLite's RESERVED lock, before any page of the transaction is
+** written) and draw the binding id J.  Other versions: unbound.
+*/
+static int jBindNew(TdeFile *p, struct TdeJrnl *j, uint32_t pgsz){
+  TdeFile *m = p->pMain;
+  uint8_t aTr[TDE_TRAILER_SIZE], aJ[4];
+  int bShort = 0, rc;
+  j->bBound = 0;
+  j->bindId = 0;
+  memset(j->aTag, 0, JB_TAG);
+  if( !m || !m->pKeys || m->pKeys->hdr.version<TDE_FORMAT_V2 ) return SQLITE_OK;
+  rc = tdeRealRead(m, aTr, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + pgsz - TDE_TRAILER_SIZE, &bShort);
+  if( rc ) return rc;
+  if( bShort ) memset(aTr, 0, sizeof(aTr));
+  memcpy(j->aTag, aTr+24, JB_TAG);
+  do{
+    if( tdeRandom(aJ, sizeof(aJ))!=TDE_OK ) return SQLITE_IOERR_WRITE;
+    j->bindId = tdeGet32(aJ);
+  }while( j->bindId==0 );
+  j->bBound = 1;
+  return SQLITE_OK;
 }
 
 /* SQLite writes a new header sector (or its first chunk) at h. */
@@ -468,12 +552,17 @@ static int jWriteNewHeader(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int 
       return SQLITE_IOERR_WRITE;
     }
     j->nSeg = 0;
+    jBindInstall(p, j, 0);
+    rc = jBindNew(p, j, pgsz);
+    if( rc ) return rc;
     if( tdeRandom(j->aId, JID_BYTES)!=TDE_OK ) return SQLITE_IOERR_WRITE;
     j->bId = 1;
     j->nSector = nSector;
     j->pgsz = pgsz;
     j->bOwn = 1;
     j->iOwnEnd = 0;
+    j->eHot = 0;
+    if( j->bBound ) jBindInstall(p, j, 1);
   }else{
     jSegCut(j, h);
     if( !j->bId || (uint32_t)n>j->nSector ) return SQLITE_IOERR_WRITE;
@@ -489,8 +578,10 @@ static int jWriteNewHeader(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int 
   tdePut64(aPlain, hdr.seq);
   memcpy(aPlain+8, hdr.a, JHDR);
   memcpy(aPlain+8+JHDR, j->aId, JID_BYTES);
-  /* aPlain+8+JHDR+16: journal epoch (8), 0 in format v1 -- the hook for
-  ** binding a journal to the database epoch; then 4 reserved bytes. */
+  jSlotBind(j, aPlain, 0);
+  hdr.flags = aPlain[JB_OFF+JB_TAG];
+  hdr.bindId = j->bindId;
+  memcpy(hdr.aTag, j->aTag, JB_TAG);
   jHdrAad(p, h, 0, aad);
   rc = tdeSeal(jKeys(p), aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
   tdeWipe(aPlain, JSLOT_PLAIN);
@@ -509,6 +600,7 @@ static int jWriteHeaderEdit(TdeFile *p, struct TdeJrnl *j, int i, const uint8_t 
   uint8_t *aOut = p->aBuf;
   uint8_t *aPlain = p->aBuf + TDE_MAX_PAGE;
   uint8_t aad[JH_AAD];
+  uint8_t newFlags;
   int iSlot, rc;
   if( h->eState==JH_DAMAGED ){
     p->nAuthFail++;
@@ -526,7 +618,12 @@ static int jWriteHeaderEdit(TdeFile *p, struct TdeJrnl *j, int i, const uint8_t 
     h->eState = JH_NONE;
     h->iSlot = -1;
     memset(h->a, 0, JHDR);
-    if( h->iOff==0 ){ j->bOwn = 0; }
+    if( h->iOff==0 ){
+      /* The journal ends here (PERSIST, exclusive mode): pages sealed from
+      ** now on carry no binding id. */
+      j->bOwn = 0;
+      jBindInstall(p, j, 0);
+    }
     return SQLITE_OK;
   }
   if( h->eState!=JH_OK || !j->bId ){
@@ -539,6 +636,10 @@ static int jWriteHeaderEdit(TdeFile *p, struct TdeJrnl *j, int i, const uint8_t 
   tdePut64(aPlain, h->seq + 1);
   memcpy(aPlain+8, aNew, JHDR);
   memcpy(aPlain+8+JHDR, j->aId, JID_BYTES);
+  /* Synced: SQLite synced every record this count covers before writing
+  ** it (synchronous=FULL); with NORMAL both reach the disk in one sync. */
+  jSlotBind(j, aPlain, !j->bDirty);
+  newFlags = aPlain[JB_OFF+JB_TAG];
   jHdrAad(p, h->iOff, iSlot, aad);
   rc = tdeSeal(jKeys(p), aad, sizeof(aad), aPlain, JSLOT_PLAIN, aOut, aOut+JSLOT_PLAIN);
   tdeWipe(aPlain, JSLOT_PLAIN);
@@ -548,6 +649,7 @@ static int jWriteHeaderEdit(TdeFile *p, struct TdeJrnl *j, int i, const uint8_t 
   h->seq++;
   h->iSlot = iSlot;
   memcpy(h->a, aNew, JHDR);
+  h->flags = newFlags;
   return SQLITE_OK;
 }
 
@@ -612,6 +714,7 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
     }
     /* (What is held is ciphertext, a page number and a tag: nothing to wipe.) */
     memcpy(aCk, aCk - TDE_TRAILER_SIZE + 24, 4);
+    j->bDirty = 1;
     rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, n, j->iPend);
     if( rc==SQLITE_OK && j->iPend + n > j->iOwnEnd ) j->iOwnEnd = j->iPend + n;
     return rc;
@@ -690,6 +793,7 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
       int bShort;
       rc = tdeRealRead(p, aTag, 4, iOfst - TDE_TRAILER_SIZE + 24, &bShort);
       if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_WRITE;
+      j->bDirty = 1;
       if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aTag, 4, iOfst);
       if( rc==SQLITE_OK && j->bOwn && iOfst+4 > j->iOwnEnd ) j->iOwnEnd = iOfst+4;
       return rc;
@@ -718,6 +822,10 @@ static int jRecLoad(TdeFile *p, struct TdeJrnl *j, int i, sqlite3_int64 r){
   if( j->iCache==r ) return SQLITE_OK;
   j->iCache = -1;
   if( h->eState==JH_OK && jIsHot(h->a) ) nRec = tdeGet32(h->a+8);
+  /* Version 2: a count covers its records only if they were synced before
+  ** it was written (synchronous=FULL); otherwise a power loss may keep
+  ** the count and lose records, which SQLite reads as the torn end. */
+  if( j->bBound && !(h->flags & JB_SYNCED) ) nRec = 0;
   bCovered = (j->bOwn && r + P + 8 <= j->iOwnEnd)
           || (nRec!=0 && nRec!=JNREC_ALL && k<(sqlite3_int64)nRec);
   rc = tdeRealRead(p, a, (int)(P + 8), r, &bShort);
@@ -761,6 +869,101 @@ static int jRecLoad(TdeFile *p, struct TdeJrnl *j, int i, sqlite3_int64 r){
   return SQLITE_OK;
 }
 
+/* ---- version 2: the playback check ------------------------------------ */
+
+/*
+** Page 1 on disk must be the one the journal was started from (its tag
+** prefix is T) or one this journal's transaction wrote (its IV bits
+** 95..64 are J); the trailer alone decides, so a torn write of page 1 by
+** this transaction still plays back.  Nothing is written.
+*/
+static int jBindCheck(TdeFile *p, struct TdeJrnl *j){
+  TdeFile *m = p->pMain;
+  uint8_t aTr[TDE_TRAILER_SIZE];
+  int bShort = 0, rc;
+  if( !m ) return SQLITE_OK;      /* (no keys either: nothing of it reads) */
+  rc = tdeRealRead(m, aTr, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + j->pgsz - TDE_TRAILER_SIZE, &bShort);
+  if( rc ) return rc;
+  if( bShort ) memset(aTr, 0, sizeof(aTr));
+  if( tdeCtEqual(aTr+24, j->aTag, JB_TAG) || tdeGet32(aTr+12)==j->bindId ) return SQLITE_OK;
+  p->nAuthFail++;
+  tdeErr(TDE_AUTH, "%s: this hot journal belongs to an older transaction (page 1 of the database "
+         "was written by a later commit): it was put back from a copy; move it aside -- the "
+         "database is consistent without it", jName(p));
+  tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+  return SQLITE_IOERR_AUTH;
+}
+
+/*
+** Before SQLite applies anything: every record that a synced header of
+** each segment counts must authenticate (jRecLoad fails such a record as
+** covered).  SQLite stops playback silently at the first bad record; a
+** zeroed record in the middle would leave a torn database.
+*/
+static int jRecCheck(TdeFile *p, struct TdeJrnl *j){
+  int i = 0, rc;
+  for(;;){
+    const JHdr *h = &j->aSeg[i];
+    sqlite3_int64 next, hOff = h->iOff;
+    uint32_t nRec;
+    int iNext;
+    if( h->eState!=JH_OK || !jIsHot(h->a) ) return SQLITE_OK;
+    nRec = tdeGet32(h->a+8);
+    if( nRec==JNREC_ALL ) return SQLITE_OK;    /* counted from the file size: no count to hold */
+    if( h->flags & JB_SYNCED ){
+      for(uint32_t k=0; k<nRec; k++){
+        sqlite3_int64 r = hOff + j->nSector + (sqlite3_int64)k*(j->pgsz + 8);
+        rc = jRecLoad(p, j, i, r);
+        if( rc==SQLITE_IOERR_AUTH ){
+          tdeErr(TDE_AUTH, "%s: record %u of the segment at offset %lld (journal offset %lld) "
+                 "fails authentication although the synced journal header counts it: the "
+                 "journal was damaged or tampered with; nothing was played back",
+                 jName(p), k, (long long)hOff, (long long)r);
+          tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+        }
+        if( rc ) return rc;
+      }
+    }
+    next = jSegNext(j, i);
+    if( next<0 ) return SQLITE_OK;
+    rc = jSegFind(p, j, next, &iNext);
+    if( rc ) return rc;
+    if( iNext!=i+1 ) return SQLITE_OK;
+    i = iNext;
+  }
+}
+
+/*
+** A hot journal read through a handle that did not write it: the binding
+** (any handle; SQLite's read-only hot-journal probe too) and the counted
+** records (handles that can play it back), once per handle.  On success
+** the main handle seals the pages the playback writes with J.
+*/
+static int jHotCheck(TdeFile *p, struct TdeJrnl *j){
+  const JHdr *h0 = &j->aSeg[0];
+  int rc;
+  if( j->eHot==JHOT_ALLOWED ) return SQLITE_OK;
+  if( j->eHot==JHOT_REFUSED ) return SQLITE_IOERR_AUTH;
+  if( h0->eState!=JH_OK || !jIsHot(h0->a) ) return SQLITE_OK;   /* nothing to play back */
+  if( !j->bBound ){
+    if( p->pMain && p->pMain->pKeys && p->pMain->pKeys->hdr.version>=TDE_FORMAT_V2 ){
+      tdeLog(TDE_LOG_WARNING, "%s: hot journal without a freshness binding (written by an "
+             "earlier sqlite-tde): played back unchecked", jName(p));
+    }
+    j->eHot = JHOT_ALLOWED;
+    return SQLITE_OK;
+  }
+  rc = jBindCheck(p, j);
+  if( rc==SQLITE_OK && (p->openFlags & SQLITE_OPEN_READWRITE) ) rc = jRecCheck(p, j);
+  if( rc ){
+    if( rc==SQLITE_IOERR_AUTH ) j->eHot = JHOT_REFUSED;
+    return rc;
+  }
+  j->eHot = JHOT_ALLOWED;
+  jBindInstall(p, j, 1);
+  return SQLITE_OK;
+}
+
 int tdeJournalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   uint8_t *z = zBuf;
   struct TdeJrnl *j;
@@ -786,7 +989,8 @@ int tdeJournalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   }
   H = j->nSector;
   if( !j->bOwn ){
-    rc = jSupFind(p, j);
+    rc = jHotCheck(p, j);
+    if( rc==SQLITE_OK ) rc = jSupFind(p, j);
     if( rc ) goto done;
   }
   if( j->eSup==2 && iOfst>=j->iSup ){
@@ -877,6 +1081,8 @@ int tdeJournalTruncate(TdeFile *p, sqlite3_int64 size){
     j->bId = 0;
     j->bOwn = 0;
     j->iOwnEnd = 0;
+    j->eHot = 0;
+    jBindInstall(p, j, 0);       /* the journal ended (TRUNCATE mode) */
     jSupForget(j);
   }else{
     /* PERSIST mode cutting what lies past its journal (journal_size_limit,
@@ -892,7 +1098,9 @@ int tdeJournalTruncate(TdeFile *p, sqlite3_int64 size){
 int tdeJournalSync(TdeFile *p, int flags){
   int rc = jFlush(p, p->pJrnl);
   if( rc ) return rc;
-  return p->pReal->pMethods->xSync(p->pReal, flags);
+  rc = p->pReal->pMethods->xSync(p->pReal, flags);
+  if( rc==SQLITE_OK && p->pJrnl ) p->pJrnl->bDirty = 0;
+  return rc;
 }
 
 /*
@@ -914,6 +1122,7 @@ void tdeJournalFree(TdeFile *p){
     p->aBuf = 0;
   }
   if( p->pJrnl ){
+    jBindInstall(p, p->pJrnl, 0);   /* the journal ends (DELETE mode) */
     sqlite3_free(p->pJrnl->aSeg);
     sqlite3_free(p->pJrnl->aSup);
     tdeWipe(p->pJrnl, sizeof(*p->pJrnl));
@@ -1048,4 +1257,112 @@ static int jOldRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
     return SQLITE_IOERR_SHORT_READ;
   }
   return SQLITE_OK;
+}
+
+/* ---- page 1 sealed again under a hot journal (version 2) ----------------
+**
+** After a rotation or a migration (a header update to sequence s), page 1
+** is sealed again so it records s ("Header rollback after a rekey" in
+** docs/FORMAT.md).  It is protected the way SQLite protects a page: a
+** journal DB-journal of this format holding page 1 is written through the
+** functions above, in SQLite's own order (header with no magic, record,
+** sync, magic and record count, sync), then page 1 is written, the
+** database synced and the journal deleted.  A crash leaves a hot journal
+** bound to page 1 (T, and J in the re-sealed page) that SQLite plays back:
+** page 1 comes back with the same content.  Rollback mode only; the caller
+** holds SQLite's RESERVED lock and the connection has no journal open.
+*/
+int tdeJournalResealPage1(TdeFile *pMain){
+  sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
+  TdeFile jf;
+  uint8_t *aPage = 0, *aSealed = 0, aHdr[512], a4[4];
+  uint32_t P = pMain->pgsz, ckInit;
+  sqlite3_int64 sz = 0;
+  char *zJ = 0;
+  int bExists = 0, bShort = 0, bCreated = 0, bHot = 0, rc, outFlags = 0;
+
+  memset(&jf, 0, sizeof(jf));
+  if( !pMain->zName || !tdeValidPgsz(P) ) return SQLITE_OK;
+  zJ = sqlite3_mprintf("%s-journal", pMain->zName);
+  jf.pReal = sqlite3_malloc(pOrig->szOsFile);
+  aPage = sqlite3_malloc((int)P);
+  aSealed = sqlite3_malloc((int)P);
+  if( !zJ || !jf.pReal || !aPage || !aSealed ){ rc = SQLITE_NOMEM; goto done; }
+  memset(jf.pReal, 0, (size_t)pOrig->szOsFile);
+  rc = pOrig->xAccess(pOrig, zJ, SQLITE_ACCESS_EXISTS, &bExists);
+  if( rc ) goto done;
+  if( bExists ){
+    /* A journal file kept by PERSIST or TRUNCATE mode, or one another
+    ** process is about to play back: leave page 1 as it is. */
+    rc = SQLITE_BUSY;
+    goto done;
+  }
+  rc = pMain->pReal->pMethods->xFileSize(pMain->pReal, &sz);
+  if( rc ) goto done;
+  if( sz < TDE_HEADER_BYTES + (sqlite3_int64)P ) goto done;        /* no page 1 yet */
+  rc = tdeRealRead(pMain, aPage, (int)P, TDE_HEADER_BYTES, &bShort);
+  if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
+  if( rc==SQLITE_OK ) rc = tdeOpenPage(pMain, aPage, P, 1, "database");
+  if( rc ) goto done;
+
+  jf.eKind = TDE_KIND_JOURNAL;
+  jf.openFlags = SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_MAIN_JOURNAL;
+  jf.zName = zJ;
+  jf.pMain = pMain;
+  memcpy(jf.dbid, pMain->dbid, TDE_DBID_BYTES);
+  rc = pOrig->xOpen(pOrig, zJ, jf.pReal, jf.openFlags, &outFlags);
+  if( rc ){ jf.pReal->pMethods = 0; goto done; }
+  bCreated = 1;
+
+  /* SQLite's header (synchronous=FULL): no magic yet, nRec 0. */
+  memset(aHdr, 0, sizeof(aHdr));
+  if( tdeRandom(a4, 4)!=TDE_OK ){ rc = SQLITE_IOERR_WRITE; goto done; }
+  ckInit = tdeGet32(a4);
+  tdePut32(aHdr+12, ckInit);
+  tdePut32(aHdr+16, (uint32_t)((sz - TDE_HEADER_BYTES) / P));    /* dbOrigSize */
+  tdePut32(aHdr+20, 512);                                         /* sector size */
+  tdePut32(aHdr+24, P);
+  rc = tdeJournalWrite(&jf, aHdr, (int)sizeof(aHdr), 0);
+  /* The record: page number, page image, checksum. */
+  tdePut32(a4, 1);
+  if( rc==SQLITE_OK ) rc = tdeJournalWrite(&jf, a4, 4, 512);
+  if( rc==SQLITE_OK ) rc = tdeJournalWrite(&jf, aPage, (int)P, 516);
+  tdePut32(a4, jCksum(ckInit, aPage, P));
+  if( rc==SQLITE_OK ) rc = tdeJournalWrite(&jf, a4, 4, 516 + P);
+  if( rc==SQLITE_OK ) rc = tdeJournalSync(&jf, SQLITE_SYNC_NORMAL);
+  /* The magic and the record count: hot from here on. */
+  memcpy(aHdr, aJMagic, 8);
+  tdePut32(aHdr+8, 1);
+  if( rc==SQLITE_OK ) rc = tdeJournalWrite(&jf, aHdr, 12, 0);
+  if( rc==SQLITE_OK ) rc = tdeJournalSync(&jf, SQLITE_SYNC_NORMAL);
+  if( rc ) goto done;
+  bHot = 1;
+
+  /* Page 1 sealed again (it carries the journal's J), durable; then the
+  ** journal goes. */
+  rc = tdeSealPage(pMain, aPage, P, 1, aSealed);
+  if( rc==SQLITE_OK ) rc = pMain->pReal->pMethods->xWrite(pMain->pReal, aSealed, (int)P, TDE_HEADER_BYTES);
+  tdePage1Forget(pMain);
+  if( rc==SQLITE_OK ) rc = pMain->pReal->pMethods->xSync(pMain->pReal, SQLITE_SYNC_NORMAL);
+  if( rc ) goto done;
+  jf.pReal->pMethods->xClose(jf.pReal);
+  jf.pReal->pMethods = 0;
+  rc = pOrig->xDelete(pOrig, zJ, 0);
+  bCreated = 0;
+
+done:
+  if( jf.pReal ){
+    if( jf.pReal->pMethods ) jf.pReal->pMethods->xClose(jf.pReal);
+    /* A journal that never became hot protects nothing: remove it.  A hot
+    ** one stays after a failure once page 1 may have been written: SQLite
+    ** plays it back when the connection's lock is released. */
+    if( bCreated && rc && !bHot ) pOrig->xDelete(pOrig, zJ, 0);
+    sqlite3_free(jf.pReal);
+  }
+  tdeJournalFree(&jf);       /* wipes its scratch; J leaves the main handle */
+  if( jf.aBuf ){ tdeWipe(jf.aBuf, TDE_MAX_PAGE); sqlite3_free(jf.aBuf); }
+  if( aPage ){ tdeWipe(aPage, P); sqlite3_free(aPage); }
+  sqlite3_free(aSealed);
+  sqlite3_free(zJ);
+  return rc;
 }

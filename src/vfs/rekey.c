@@ -20,6 +20,11 @@
 **           caller checkpoints first) uses an old version, the old
 **           versions' wrappings are removed from the header.
 **
+** A rekey of a format-version-1 database also upgrades it to version 2
+** (docs/FORMAT.md "Upgrade from version 1"): the begin writes version 2
+** when the WAL holds no frame (always in rollback mode), else the finish
+** does, after the caller emptied the WAL.  Audited as an upgrade.
+**
 ** Must never: return a page that failed authentication; rewrite a page
 ** without its old ciphertext being durable in the journal first.
 */
@@ -179,9 +184,10 @@ int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut){
   uint8_t *a = 0;
   uint32_t n = 0, jPgsz = 0;
   int rc, found = SQLITE_IOERR_AUTH;
-  /* Only while a rekey runs (or was interrupted): otherwise a -tderekey
-  ** file is no business of a failing page. */
-  if( !p->pKeys || !tdeRekeyInProgress(p->pKeys) ) return SQLITE_IOERR_AUTH;
+  /* Only while a rekey runs (or was interrupted), and for page 1 after its
+  ** finish (page 1 is sealed again then, through the journal): otherwise
+  ** a -tderekey file is no business of a failing page. */
+  if( !p->pKeys || (!tdeRekeyInProgress(p->pKeys) && pgno!=1) ) return SQLITE_IOERR_AUTH;
   rc = rjOpen(p, 0, &j);
   if( rc ) return SQLITE_IOERR_AUTH;
   if( rjLoad(p, &j, &a, &n, &jPgsz)==SQLITE_OK && jPgsz==pgsz ){
@@ -201,7 +207,11 @@ int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut){
 
 /* ---- begin / step / finish ---------------------------------------------- */
 
-typedef struct BeginCtx { uint8_t *aDek; } BeginCtx;
+typedef struct BeginCtx {
+  uint8_t *aDek;
+  int bUpgrade;          /* also move a version-1 header to version 2 */
+  int bUpgraded;         /* ... the edit did */
+} BeginCtx;
 
 static int editBegin(TdeFile *p, TdeHeader *h, void *pArg){
   BeginCtx *c = pArg;
@@ -226,6 +236,10 @@ static int editBegin(TdeFile *p, TdeHeader *h, void *pArg){
   if( trc==TDE_OK ) trc = tdeKeysAddVersion(k, vNew, c->aDek);
   if( trc ) return tdeSqliteRc(trc);
   h->curVersion = vNew;
+  if( c->bUpgrade && h->version<TDE_FORMAT_V2 ){
+    tdeUpgradeEdit(h);
+    c->bUpgraded = 1;
+  }
   return SQLITE_OK;
 }
 
@@ -236,8 +250,13 @@ int tdeMainRekeyBegin(TdeFile *p){
   if( tdeRekeyInProgress(p->pKeys) ) return SQLITE_OK;
   c.aDek = tdeSecureAlloc(32);
   if( !c.aDek ) return SQLITE_NOMEM;
+  c.bUpgrade = p->pKeys->hdr.version<TDE_FORMAT_V2 && tdeUpgradeWalEmpty(p);
+  c.bUpgraded = 0;
   rc = tdeMainHeaderUpdate(p, editBegin, &c);
   tdeSecureFree(c.aDek, 32);
+  if( c.bUpgraded ){
+    tdeUpgradeAudit(p, rc, "format version 1 -> 2 (freshness checks on) at the begin of a rekey");
+  }
   {
     TdeAuditRec r;
     tdeAuditInit(&r, "rekey_start");
@@ -381,10 +400,20 @@ static int dropOldVersions(const TdeWrapEntry *e, void *pArg){
   return e->version!=*(const uint32_t*)pArg;
 }
 
+typedef struct FinishCtx {
+  int bUpgrade;          /* a version-1 header: move it to version 2 */
+  int bUpgraded;
+} FinishCtx;
+
 static int editFinish(TdeFile *p, TdeHeader *h, void *pArg){
+  FinishCtx *c = pArg;
   uint32_t cur = h->curVersion;
   int j = 0;
-  TDE_UNUSED(p); TDE_UNUSED(pArg);
+  TDE_UNUSED(p);
+  if( c->bUpgrade && h->version<TDE_FORMAT_V2 ){
+    tdeUpgradeEdit(h);
+    c->bUpgraded = 1;
+  }
   for(int i=0; i<h->nEntry; i++){
     if( !dropOldVersions(&h->aEntry[i], &cur) ){
       if( j!=i ) h->aEntry[j] = h->aEntry[i];
@@ -401,7 +430,12 @@ static int editFinish(TdeFile *p, TdeHeader *h, void *pArg){
 ** again, so it records s and a header region saved before the finish --
 ** which would bring the old data key back -- is refused when SQLite reads
 ** page 1 (docs/FORMAT.md "Header rollback after a rekey").  Crash-safe as
-** a step: the old ciphertext goes to DB-tderekey and is synced first.
+** a step: the old ciphertext goes to DB-tderekey and is synced first (a
+** page 1 torn by a crash is then read from there, tdeRekeyLookup, until
+** SQLite writes page 1 again; the next rekey's first step empties the
+** journal, tdeRekeyRecover).  The caller holds
+** the write lock, and in WAL mode the checkpoint lock.  (Rotation and
+** migration re-seal page 1 under a rollback journal instead: journal.c.)
 */
 static int rekeyResealPage1(TdeFile *p){
   uint32_t pgsz = p->pgsz;
@@ -426,7 +460,9 @@ static int rekeyResealPage1(TdeFile *p){
   tdePut32(aJ+28, 1);
   tdePut32(aJ+RJ_HDR, 1);
   memcpy(aJ+RJ_HDR+4, aOld, pgsz);
-  rc = tdeSha256(aJ, RJ_HDR + 4 + pgsz, aJ + RJ_HDR + 4 + pgsz) ? SQLITE_IOERR : SQLITE_OK;
+  /* Keyed like every rekey journal (an unkeyed checksum here made the copy
+  ** one that recovery ignores). */
+  rc = rjMac(p, aJ, RJ_HDR + 4 + pgsz, aJ + RJ_HDR + 4 + pgsz) ? SQLITE_IOERR : SQLITE_OK;
   if( rc==SQLITE_OK ) rc = rjOpen(p, 1, &j);
   if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
   for(sqlite3_int64 off=0, nJ=RJ_HDR + 4 + pgsz + RJ_SUM; rc==SQLITE_OK && off<nJ; off+=65536){
@@ -446,7 +482,17 @@ done:
 }
 
 int tdeMainRekeyFinish(TdeFile *p){
-  int rc = tdeMainHeaderUpdate(p, editFinish, 0);
+  FinishCtx c;
+  int rc;
+  c.bUpgrade = p->pKeys->hdr.version<TDE_FORMAT_V2 && tdeUpgradeWalEmpty(p);
+  c.bUpgraded = 0;
+  rc = tdeMainHeaderUpdate(p, editFinish, &c);
+  if( c.bUpgraded ){
+    tdeUpgradeAudit(p, rc, "format version 1 -> 2 (freshness checks on) at the finish of a rekey");
+  }else if( rc==SQLITE_OK && p->pKeys->hdr.version<TDE_FORMAT_V2 ){
+    tdeLog(TDE_LOG_WARNING, "%s: rekey finished, but the WAL held frames, so the database stays "
+           "at format version 1: run `sqlite-tde upgrade`", p->zName ? p->zName : "");
+  }
   if( rc==SQLITE_OK && rekeyResealPage1(p)!=SQLITE_OK ){
     /* The rekey itself is done and durable; only the early detection of a
     ** header put back waits for the next write of page 1. */

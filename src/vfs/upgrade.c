@@ -12,51 +12,65 @@
 ** runs a TRUNCATE checkpoint, and the update refuses (SQLITE_BUSY, retry)
 ** if frames remain.
 **
+** A rekey also upgrades (rekey.c): its begin -- or, in WAL mode with frames
+** present then, its finish, after the WAL was emptied -- writes version 2
+** with these same fields (tdeUpgradeEdit), audited the same way.
+**
 ** Must never: upgrade with WAL frames present; write anything but the
 ** header.
 */
 #include "vfs/vfs_int.h"
 #include "keys/audit.h"
 
-static int editUpgrade(TdeFile *p, TdeHeader *h, void *pArg){
-  TDE_UNUSED(p); TDE_UNUSED(pArg);
+void tdeUpgradeEdit(TdeHeader *h){
   h->version = TDE_FORMAT_V2;
   h->logEpoch = 1;
   memset(h->aWalSalt, 0, sizeof(h->aWalSalt));
   memset(h->aMapRoot, 0, sizeof(h->aMapRoot));
   h->upgradeCursor = 0;
+}
+
+static int editUpgrade(TdeFile *p, TdeHeader *h, void *pArg){
+  TDE_UNUSED(p); TDE_UNUSED(pArg);
+  tdeUpgradeEdit(h);
   return SQLITE_OK;
 }
 
-int tdeMainUpgrade(TdeFile *p, int *pbDone){
+int tdeUpgradeWalEmpty(TdeFile *p){
+  TdeWalEnd end;
+  if( !p->pShm0 ) return 1;
+  tdeShmHeaderEnd(p->pShm0, &end);
+  return end.bKnown && end.mxFrame==0;
+}
+
+void tdeUpgradeAudit(TdeFile *p, int rc, const char *zHow){
   TdeAuditRec r;
+  tdeAuditInit(&r, "upgrade");
+  r.bFailure = rc!=SQLITE_OK;
+  r.zDbPath = p->zName;
+  r.aDbid = p->pKeys->hdr.dbid;
+  r.keyVersion = p->pKeys->hdr.curVersion;
+  r.zDetail = rc==SQLITE_OK ? zHow : tde_last_error();
+  tdeAudit(p->pKeys->pCfg, &r);
+  if( rc==SQLITE_OK ){
+    tdeLog(TDE_LOG_INFO, "%s: upgraded to format version 2", p->zName ? p->zName : "");
+  }
+}
+
+int tdeMainUpgrade(TdeFile *p, int *pbDone){
   int rc;
   *pbDone = 0;
   if( !p->pKeys ) return SQLITE_MISUSE;
   rc = tdeMainRefreshIfChanged(p);
   if( rc ) return rc;
   if( p->pKeys->hdr.version>=TDE_FORMAT_V2 ) return SQLITE_OK;   /* nothing to do */
-  if( p->pShm0 ){
-    TdeWalEnd end;
-    tdeShmHeaderEnd(p->pShm0, &end);
-    if( !end.bKnown || end.mxFrame!=0 ){
-      tdeErr(TDE_LOCKED, "%s: the WAL still holds frames (a reader or a writer kept it from being "
-             "emptied); nothing was changed, try again", p->zName ? p->zName : "");
-      return SQLITE_BUSY;
-    }
+  if( !tdeUpgradeWalEmpty(p) ){
+    tdeErr(TDE_LOCKED, "%s: the WAL still holds frames (a reader or a writer kept it from being "
+           "emptied); nothing was changed, try again", p->zName ? p->zName : "");
+    return SQLITE_BUSY;
   }
   rc = tdeMainHeaderUpdate(p, editUpgrade, 0);
-  tdeAuditInit(&r, "upgrade");
-  r.bFailure = rc!=SQLITE_OK;
-  r.zDbPath = p->zName;
-  r.aDbid = p->pKeys->hdr.dbid;
-  r.keyVersion = p->pKeys->hdr.curVersion;
-  r.zDetail = rc==SQLITE_OK ? "format version 1 -> 2 (freshness checks on); header only"
-                            : tde_last_error();
-  tdeAudit(p->pKeys->pCfg, &r);
-  if( rc==SQLITE_OK ){
-    *pbDone = 1;
-    tdeLog(TDE_LOG_INFO, "%s: upgraded to format version 2", p->zName ? p->zName : "");
-  }
+  tdeUpgradeAudit(p, rc, "format version 1 -> 2 (freshness checks on); header only");
+  if( rc==SQLITE_OK ) *pbDone = 1;
   return rc;
 }

@@ -150,6 +150,10 @@ struct TdeFile {
   uint8_t *aPage1;
   uint32_t nPage1, nPage1Alloc;
   uint8_t aPage1Trailer[TDE_TRAILER_SIZE];
+  /* main, version 2: the binding id J of the rollback journal in progress
+  ** (journal.c), put into IV bits 95..64 of every page this handle seals
+  ** (tdeSeal); 0 when there is none. */
+  uint32_t jrnlBind;
 };
 
 /* fileio.c: the registry of open main files (added at open, removed at
@@ -239,6 +243,10 @@ int tdeJournalTruncate(TdeFile *p, sqlite3_int64 size);
 int tdeJournalFileSize(TdeFile *p, sqlite3_int64 *pSize);
 int tdeJournalSync(TdeFile *p, int flags);
 int tdeJournalFlush(TdeFile *p);     /* write a record held in memory (before close) */
+/* Version 2, rollback mode, under RESERVED with no journal open: seal page
+** 1 again under the header in force, protected by a one-record hot
+** journal (rotation, migration).  SQLITE_BUSY: a journal file exists. */
+int tdeJournalResealPage1(TdeFile *pMain);
 void tdeJournalFree(TdeFile *p);
 
 /* page1.c: page 1 kept per handle, for SQLite's partial reads of it. */
@@ -275,6 +283,11 @@ void tdeAuditKeys(TdeDbKeys *k, const char *zDbPath, const char *zOp, int trc);
 /* upgrade.c: format version 1 -> 2 (caller holds the write lock, the WAL
 ** emptied); *pbDone 1 if this call upgraded it. */
 int tdeMainUpgrade(TdeFile *pMain, int *pbDone);
+/* The header fields an upgrade writes; whether the WAL holds no frame (1
+** in rollback mode); the audit line of an upgrade (zHow on success). */
+void tdeUpgradeEdit(TdeHeader *h);
+int tdeUpgradeWalEmpty(TdeFile *pMain);
+void tdeUpgradeAudit(TdeFile *pMain, int rc, const char *zHow);
 
 /* rekey.c: re-encrypt every page under a new data-key version. */
 int tdeRekeyInProgress(const TdeDbKeys *k);

@@ -49,6 +49,31 @@ for db in fix.db fixwal.db; do
   check '[ "$(grep -c "\"op\":\"upgrade\",\"outcome\":\"success\".*'"$db"'" audit.log)" = 1 ]' "$db: one audit line for the upgrade"
 done
 
+# A rekey also upgrades (docs/FORMAT.md "Upgrade from version 1"): in
+# rollback mode its begin writes version 2; with frames in the version-1
+# WAL its finish does, after the rekey emptied the WAL.
+cp "$TDE_SRC/tests/fixtures/v1-0ad65da/fix.db" rk.db
+cp "$TDE_SRC/tests/fixtures/v1-0ad65da/fixwal.db" rkwal.db
+cp "$TDE_SRC/tests/fixtures/v1-0ad65da/fixwal.db-wal" rkwal.db-wal
+chmod 600 rk.db rkwal.db rkwal.db-wal
+for db in rk.db rkwal.db; do
+  echo "== rekey $db"
+  "$CLI" --config "$CFG" status "$db" > st1.txt 2>&1
+  check 'grep -q "^format_version: 1$" st1.txt' "$db: version 1 before the rekey"
+  "$CLI" --config "$CFG" rekey "$db" > rk.txt 2>&1
+  RC=$?
+  check '[ $RC -eq 0 ]' "rekey $db succeeds ($(tail -1 rk.txt))"
+  "$CLI" --config "$CFG" status "$db" > st2.txt 2>&1
+  check 'grep -q "^format_version: 2$" st2.txt && grep -q "^freshness: on$" st2.txt' "$db: version 2, freshness on after the rekey"
+  "$CLI" --config "$CFG" verify "$db" > vf.txt 2>&1
+  RC=$?
+  check '[ $RC -eq 0 ]' "$db: verify OK after the rekey ($(head -1 vf.txt))"
+  N=$("$CLI" --config "$CFG" shell "$db" "SELECT count(*) || ' ' || sum(id) FROM t WHERE v LIKE 'fixture %';" 2>/dev/null)
+  check '[ "$N" = "150 11325" ]' "$db: the 150 fixture rows read back ($N)"
+  check '[ "$(grep "\"op\":\"upgrade\",\"outcome\":\"success\"" audit.log | grep "'"$db"'" | grep -c "of a rekey")" = 1 ]' "$db: one audit line for the upgrade by the rekey"
+  check '[ "$(grep "\"op\":\"rekey_end\",\"outcome\":\"success\"" audit.log | grep -c "'"$db"'")" = 1 ]' "$db: the rekey finished (audit rekey_end)"
+done
+
 echo
 echo "test_upgrade: $NPASS passed, $NFAIL failed"
 [ "$NFAIL" -eq 0 ]

@@ -12,7 +12,10 @@
 **  - case 2: frames of a rolled-back transaction written back over the
 **    frames of the transaction that committed after it;
 **  - case 4: the header region saved during a rekey put back after it
-**    finished, with the pages from before the rekey.
+**    finished, with the pages from before the rekey (a version-1 database
+**    is upgraded by the rekey, so it is refused too); and the header
+**    region saved before a master-key rotation put back right after it,
+**    before any write (the rotation sealed page 1 again).
 **
 ** Upgrade: version-1 databases (made by this build's version-1 path, and
 ** by main's code at 0ad65da: tests/fixtures/v1-0ad65da) open, are moved to
@@ -550,8 +553,11 @@ static int saveHeaderProgress(void *pArg, int64_t nDone, int64_t nTotal){
 
 /*
 ** Case 4.  Pages from before a rekey and the header region saved during it
-** are put back after it finished.  Version 1: the old data key is back and
-** the old pages read as valid.  Version 2: page 1 (sealed again at the
+** are put back after it finished.  Version 1 once let the old data key
+** back and the old pages read as valid; now a rekey of a version-1
+** database upgrades it (its begin writes version 2), so bV2 0 checks that
+** the rekey upgraded it and that the same replay is then refused as for a
+** database created as version 2.  Version 2: page 1 (sealed again at the
 ** finish) carries a newer header sequence than the header put back: the
 ** database refuses to open, naming the rollback; with the current header
 ** back it opens again.
@@ -582,7 +588,9 @@ static void headerRollbackCase(int bV2){
   assert_true(bHeaderSaved);
   assert_int_equal(stepInt(db, "SELECT count(*) FROM t WHERE v LIKE 'after %'", &v), SQLITE_OK);
   assert_int_equal(v, 200);
+  assert_int_equal(queryInt64(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 2);
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  bV2 = 1;                                      /* (a version-1 database is one now) */
 
   /* The attack: the header region saved mid-rekey, and every page but 1
   ** from before the rekey. */
@@ -634,8 +642,82 @@ static void headerRollbackCase(int bV2){
   tdeSetCreateVersion(TDE_FORMAT_V2);
 }
 
-static void test_case4_header_rollback_v1(void **state){ (void)state; headerRollbackCase(0); }
+static void test_case4_header_rollback_v1_rekey_upgrades(void **state){ (void)state; headerRollbackCase(0); }
 static void test_case4_header_rollback_v2(void **state){ (void)state; headerRollbackCase(1); }
+
+/*
+** Case 4 after a master-key rotation (and the same for a keystore
+** migration: one header update each): the header region saved before the
+** rotation -- which still wraps the data key under the old master key --
+** put back after it, before any write.  Version 2: the rotation sealed
+** page 1 again under the new header sequence, so the open refuses the
+** old header.  Version 1: nothing records it; the old header is used.
+*/
+static void rotationRollbackCase(int bV2){
+  char zDb[PATH_MAX], zId[TDE_KEYID_MAX+1];
+  unsigned char aOld[8192], aCur[8192], *a;
+  size_t n = 0;
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  int rc;
+  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
+  pathOf(zDb, bV2 ? "rotroll-v2.db" : "rotroll-v1.db");
+  removeDbFiles(zDb, 1);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
+           "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<50)"
+           " INSERT INTO t SELECT i, printf('row %d', i) FROM c;");
+  a = readAll(zDb, &n);
+  assert_true(a && n>sizeof(aOld));
+  memcpy(aOld, a, sizeof(aOld));                 /* the attacker's copy of the header */
+  free(a);
+  assert_int_equal(tde_keystore_new_key(zCfg, zId, sizeof(zId)), TDE_OK);
+  assert_int_equal(tde_db_rewrap(db, "main"), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  {
+    char zJ[PATH_MAX+16];
+    snprintf(zJ, sizeof(zJ), "%s-tderekey", zDb);
+    assert_int_equal(access(zJ, F_OK), -1);      /* no rekey journal, */
+    snprintf(zJ, sizeof(zJ), "%s-journal", zDb);
+    assert_int_equal(access(zJ, F_OK), -1);      /* and the re-seal's journal is gone */
+  }
+
+  a = readAll(zDb, &n);
+  assert_non_null(a);
+  memcpy(aCur, a, sizeof(aCur));
+  memcpy(a, aOld, sizeof(aOld));                 /* put back, before any write */
+  writeAll(zDb, a, n);
+  zLogSeen[0] = 0;
+  tde_set_log(captureLog, 0);
+  rc = openTdeCfg(zDb, zCfg, &db);
+  if( rc==SQLITE_OK ){
+    sqlite3_extended_result_codes(db, 1);
+    rc = stepInt(db, "SELECT count(*) FROM t", &v);
+  }
+  sqlite3_close(db);
+  tde_set_log(quietLog, 0);
+  if( !bV2 ){
+    assert_int_equal(rc, SQLITE_OK);             /* the old header is in force again */
+    assert_int_equal(v, 50);
+  }else{
+    assert_int_equal(rc & 0xff, SQLITE_IOERR);
+    assert_non_null(strstr(zLogSeen, "the header region was rolled back"));
+    assert_non_null(strstr(zLogSeen, zDb));
+    /* The current header back: it opens again. */
+    memcpy(a, aCur, sizeof(aCur));
+    writeAll(zDb, a, n);
+    assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+    assert_int_equal(stepInt(db, "SELECT count(*) FROM t", &v), SQLITE_OK);
+    assert_int_equal(v, 50);
+    assert_true(integrityOk(db));
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  }
+  free(a);
+  tdeSetCreateVersion(TDE_FORMAT_V2);
+}
+
+static void test_case4_after_rotation_v1(void **state){ (void)state; rotationRollbackCase(0); }
+static void test_case4_after_rotation_v2(void **state){ (void)state; rotationRollbackCase(1); }
 
 static int groupSetup(void **state){
   (void)state;
@@ -661,8 +743,10 @@ int main(void){
     cmocka_unit_test(test_upgrade_v1_wal),
     cmocka_unit_test(test_upgrade_v1_delete),
     cmocka_unit_test(test_upgrade_fixture),
-    cmocka_unit_test(test_case4_header_rollback_v1),
+    cmocka_unit_test(test_case4_header_rollback_v1_rekey_upgrades),
     cmocka_unit_test(test_case4_header_rollback_v2),
+    cmocka_unit_test(test_case4_after_rotation_v1),
+    cmocka_unit_test(test_case4_after_rotation_v2),
   };
   return cmocka_run_group_tests_name("fresh", tests, groupSetup, groupTeardown);
 }
