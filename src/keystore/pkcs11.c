@@ -119,7 +119,10 @@ typedef struct P11_FUNCTION_LIST {
   P11_UNUSED C_CloseAllSessions, C_GetSessionInfo, C_GetOperationState, C_SetOperationState;
   P11_RV (*C_Login)(P11_SESSION_HANDLE hSession, P11_ULONG userType,
                     unsigned char *pPin, P11_ULONG ulPinLen);
-  P11_UNUSED C_Logout, C_CreateObject, C_CopyObject, C_DestroyObject, C_GetObjectSize;
+  P11_UNUSED C_Logout;
+  P11_RV (*C_CreateObject)(P11_SESSION_HANDLE hSession, P11_ATTRIBUTE *pTemplate,
+                           P11_ULONG ulCount, P11_OBJECT_HANDLE *phObject);
+  P11_UNUSED C_CopyObject, C_DestroyObject, C_GetObjectSize;
   P11_RV (*C_GetAttributeValue)(P11_SESSION_HANDLE hSession, P11_OBJECT_HANDLE hObject,
                                 P11_ATTRIBUTE *pTemplate, P11_ULONG ulCount);
   P11_RV (*C_SetAttributeValue)(P11_SESSION_HANDLE hSession, P11_OBJECT_HANDLE hObject,
@@ -165,12 +168,15 @@ typedef P11_RV (*P11_GetFunctionList)(P11_FUNCTION_LIST **ppFunctionList);
 #define CKF_USER_PIN_FINAL_TRY            0x20000UL
 #define CKF_USER_PIN_LOCKED               0x40000UL
 #define CKU_USER                          1UL
+#define CKO_DATA                          0UL
 #define CKO_SECRET_KEY                    4UL
 #define CKK_AES                           0x1FUL
 #define CKA_CLASS                         0x000UL
 #define CKA_TOKEN                         0x001UL
 #define CKA_PRIVATE                       0x002UL
 #define CKA_LABEL                         0x003UL
+#define CKA_APPLICATION                   0x010UL
+#define CKA_VALUE                         0x011UL
 #define CKA_KEY_TYPE                      0x100UL
 #define CKA_SENSITIVE                     0x103UL
 #define CKA_ENCRYPT                       0x104UL
@@ -914,6 +920,8 @@ static int p11Unwrap(TdeKeystore *p, const char *zKeyId, uint8_t mech,
                      const uint8_t *aAad, size_t nAad,
                      uint8_t *aDek, size_t nDek);
 static int p11Retire(TdeKeystore *p, const char *zKeyId);
+static int p11AnchorGet(TdeKeystore *p, const char *zName, uint8_t *aOut, size_t nOut, size_t *pnOut);
+static int p11AnchorSet(TdeKeystore *p, const char *zName, const uint8_t *aIn, size_t nIn);
 
 static const char *const azPkcs11Keys[] = {
   "pkcs11_module", "pkcs11_token_label", "pkcs11_key_label", 0
@@ -925,7 +933,7 @@ static int p11CheckConfig(const TdeConfig *cfg, const char *zName){
 }
 
 const tde_keystore_methods tdePkcs11Methods = {
-  2,                              /* iVersion */
+  3,                              /* iVersion */
   (int)sizeof(tde_keystore_methods), /* szStruct */
   "pkcs11",                       /* zName */
   TDE_KS_PKCS11,                  /* typeId */
@@ -942,6 +950,8 @@ const tde_keystore_methods tdePkcs11Methods = {
   p11Unwrap,                      /* xUnwrap */
   p11Retire,                      /* xRetire */
   p11CheckConfig,                 /* xCheckConfig */
+  p11AnchorGet,                   /* xAnchorGet */
+  p11AnchorSet,                   /* xAnchorSet */
 };
 
 /*
@@ -1374,4 +1384,144 @@ retire_out:
   pthread_mutex_unlock(&k->mutex);
   p11Audit(k->pAudit, "master_key_retire", zKeyId, rc, zDetail);
   return rc;
+}
+
+/* ---- freshness anchors: CKO_DATA objects (docs/FORMAT.md "External anchor") -- */
+
+#define P11_ANCHOR_APP "sqlite-tde"
+
+/* The handle of the private token data object labelled zName: *pbFound 0
+** if there is none.  Two are an error (sqlite-tde never makes a second).
+** Caller holds the mutex and a live session. */
+static int p11AnchorFind(Pkcs11 *k, const char *zName, P11_OBJECT_HANDLE *ph, int *pbFound, P11_RV *pRv){
+  P11_FUNCTION_LIST *pF = k->pMod->pF;
+  P11_ULONG cls = CKO_DATA;
+  P11_BBOOL bTrue = P11_TRUE;
+  P11_ATTRIBUTE aFind[3] = {
+    { CKA_CLASS, &cls, sizeof(cls) },
+    { CKA_TOKEN, &bTrue, sizeof(bTrue) },
+    { CKA_LABEL, (void *)zName, strlen(zName) },
+  };
+  P11_OBJECT_HANDLE aH[2];
+  P11_ULONG nGot = 0;
+  P11_RV rv;
+  *pbFound = 0;
+  rv = P11(pF, C_FindObjectsInit)(k->hSession, aFind, 3);
+  if( rv==CKR_OK ){
+    rv = P11(pF, C_FindObjects)(k->hSession, aH, 2, &nGot);
+    P11(pF, C_FindObjectsFinal)(k->hSession);
+  }
+  *pRv = rv;
+  if( rv!=CKR_OK ){
+    return tdeErr(TDE_NOKEYSTORE, "pkcs11 token '%s': finding the anchor object failed: %s",
+                  k->zToken, p11RvName(rv));
+  }
+  if( nGot>1 ){
+    return tdeErr(TDE_AUTH, "pkcs11 token '%s': two data objects labelled %s: remove the one "
+                  "sqlite-tde did not make", k->zToken, zName);
+  }
+  if( nGot==1 ){ *ph = aH[0]; *pbFound = 1; }
+  return TDE_OK;
+}
+
+/* Run xOp with the mutex held and a live session, reconnecting once if the
+** session was lost (as p11Refresh does for key lookups). */
+typedef int (*P11AnchorOp)(Pkcs11 *k, void *pArg, P11_RV *pRv);
+static int p11AnchorRun(Pkcs11 *k, P11AnchorOp xOp, void *pArg){
+  int rc = TDE_OK, nTry;
+  pthread_mutex_lock(&k->mutex);
+  for(nTry=0; nTry<2; nTry++){
+    P11_RV rv = CKR_OK;
+    rc = p11Connect(k);
+    if( rc ) break;
+    rc = xOp(k, pArg, &rv);
+    if( rc==TDE_OK || !p11RvLostSession(rv) ) break;
+    p11Drop(k);
+  }
+  pthread_mutex_unlock(&k->mutex);
+  return rc;
+}
+
+typedef struct P11AnchorArg {
+  const char *zName;
+  uint8_t *aOut; size_t nOut; size_t *pnOut;      /* get */
+  const uint8_t *aIn; size_t nIn;                 /* set */
+} P11AnchorArg;
+
+static int p11AnchorGetOp(Pkcs11 *k, void *pArg, P11_RV *pRv){
+  P11AnchorArg *a = pArg;
+  P11_OBJECT_HANDLE h = 0;
+  int bFound = 0;
+  int rc = p11AnchorFind(k, a->zName, &h, &bFound, pRv);
+  if( rc ) return rc;
+  if( !bFound ) return TDE_NOTFOUND;
+  {
+    P11_ATTRIBUTE v = { CKA_VALUE, a->aOut, a->nOut };
+    P11_RV rv = P11(k->pMod->pF, C_GetAttributeValue)(k->hSession, h, &v, 1);
+    *pRv = rv;
+    if( rv==CKR_BUFFER_TOO_SMALL ){
+      return tdeErr(TDE_AUTH, "pkcs11 token '%s': anchor object %s is too large to be an "
+                    "anchor record", k->zToken, a->zName);
+    }
+    if( rv!=CKR_OK ){
+      return tdeErr(TDE_NOKEYSTORE, "pkcs11 token '%s': reading anchor object %s failed: %s",
+                    k->zToken, a->zName, p11RvName(rv));
+    }
+    *a->pnOut = (size_t)v.ulValueLen;
+  }
+  return TDE_OK;
+}
+
+static int p11AnchorSetOp(Pkcs11 *k, void *pArg, P11_RV *pRv){
+  P11AnchorArg *a = pArg;
+  P11_FUNCTION_LIST *pF = k->pMod->pF;
+  P11_OBJECT_HANDLE h = 0;
+  int bFound = 0;
+  int rc = p11AnchorFind(k, a->zName, &h, &bFound, pRv);
+  P11_RV rv;
+  if( rc ) return rc;
+  if( bFound ){
+    P11_ATTRIBUTE v = { CKA_VALUE, (void *)a->aIn, a->nIn };
+    rv = P11(pF, C_SetAttributeValue)(k->hSession, h, &v, 1);
+  }else{
+    P11_ULONG cls = CKO_DATA;
+    P11_BBOOL bTrue = P11_TRUE;
+    P11_ATTRIBUTE aT[6] = {
+      { CKA_CLASS, &cls, sizeof(cls) },
+      { CKA_TOKEN, &bTrue, sizeof(bTrue) },
+      { CKA_PRIVATE, &bTrue, sizeof(bTrue) },
+      { CKA_MODIFIABLE, &bTrue, sizeof(bTrue) },
+      { CKA_LABEL, (void *)a->zName, strlen(a->zName) },
+      { CKA_APPLICATION, (void *)P11_ANCHOR_APP, sizeof(P11_ANCHOR_APP)-1 },
+    };
+    P11_ATTRIBUTE aAll[7];
+    memcpy(aAll, aT, sizeof(aT));
+    aAll[6].type = CKA_VALUE;
+    aAll[6].pValue = (void *)a->aIn;
+    aAll[6].ulValueLen = a->nIn;
+    rv = P11(pF, C_CreateObject)(k->hSession, aAll, 7, &h);
+  }
+  *pRv = rv;
+  if( rv!=CKR_OK ){
+    return tdeErr(TDE_NOKEYSTORE, "pkcs11 token '%s': %s anchor object %s failed: %s",
+                  k->zToken, bFound ? "updating" : "creating", a->zName, p11RvName(rv));
+  }
+  return TDE_OK;
+}
+
+static int p11AnchorGet(TdeKeystore *p, const char *zName, uint8_t *aOut, size_t nOut, size_t *pnOut){
+  P11AnchorArg a;
+  memset(&a, 0, sizeof(a));
+  a.zName = zName; a.aOut = aOut; a.nOut = nOut; a.pnOut = pnOut;
+  *pnOut = 0;
+  if( p==0 ) return tdeErr(TDE_MISUSE, "pkcs11: no handle");
+  return p11AnchorRun((Pkcs11 *)p, p11AnchorGetOp, &a);
+}
+
+static int p11AnchorSet(TdeKeystore *p, const char *zName, const uint8_t *aIn, size_t nIn){
+  P11AnchorArg a;
+  memset(&a, 0, sizeof(a));
+  a.zName = zName; a.aIn = aIn; a.nIn = nIn;
+  if( p==0 ) return tdeErr(TDE_MISUSE, "pkcs11: no handle");
+  return p11AnchorRun((Pkcs11 *)p, p11AnchorSetOp, &a);
 }

@@ -70,6 +70,14 @@ typedef struct TdeDbKeys {
                               ** the next write transaction */
   uint64_t nSessions;         /* sealing sessions this connection's handles started */
   uint32_t nSessionsVersion;  /* ... under this data-key version (tde_status) */
+  /* External freshness anchor (vfs/anchor.c, docs/FORMAT.md "External
+  ** anchor"): eAnchor TDE_ANCHOR_* when one is configured and the database
+  ** is version 2 (else 0: no cost per transaction but one test). */
+  int eAnchor;
+  long long nAnchorInterval;  /* seconds between updates */
+  int64_t tAnchorLast;        /* this connection's last update (0: none yet) */
+  uint32_t anchorVersion;     /* data-key version that MACed it */
+  int bAnchorWrite;           /* rollback mode: the main file holds RESERVED or more */
 } TdeDbKeys;
 
 typedef struct TdeWal {
@@ -271,6 +279,21 @@ void tdeKeysCheckStale(TdeDbKeys *k);
 void tdeKeysNoteMasterKey(TdeDbKeys *k);
 /* vfs.c */
 void tdeAuditKeys(TdeDbKeys *k, const char *zDbPath, const char *zOp, int trc);
+
+/* keyops.c: a version-2 freshness-area update (sequence unchanged, one
+** sector per slot, as an epoch update) with the caller's edit. */
+int tdeMainFreshnessUpdate(TdeFile *pMain, TdeHeaderEdit xEdit, void *pArg);
+
+/* anchor.c: the external freshness anchor.  Check at load (after the
+** header is authenticated and the keys adopted): SQLITE_OK, or
+** SQLITE_IOERR_AUTH (older than the anchor, forged record) / SQLITE_AUTH
+** (store unreachable) with the message logged.  Tick at the end of a
+** write transaction, under the write lock: updates the anchor when due. */
+int tdeMainAnchorCheck(TdeFile *pMain);
+void tdeMainAnchorTick(TdeFile *pMain);
+/* For tde_status: anchor kind ("off", "file", "pkcs11", "off (format
+** version 1)"), the header's anchor counter, this connection's last update. */
+int tdeMainAnchorInfo(TdeFile *pMain, const char **pzKind, uint64_t *pA, int64_t *pt);
 
 /* upgrade.c: format version 1 -> 2 (caller holds the write lock, the WAL
 ** emptied); *pbDone 1 if this call upgraded it. */

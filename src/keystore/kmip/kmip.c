@@ -1119,4 +1119,6 @@ const tde_keystore_methods tdeKmipMethods = {
   kmipUnwrap,                     /* xUnwrap */
   kmipRetire,                     /* xRetire */
   kmipCheckConfig,                /* xCheckConfig */
+  0,                              /* xAnchorGet: none (docs/FORMAT.md "External anchor") */
+  0,                              /* xAnchorSet */
 };
