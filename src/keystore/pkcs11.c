@@ -122,7 +122,9 @@ typedef struct P11_FUNCTION_LIST {
   P11_UNUSED C_Logout;
   P11_RV (*C_CreateObject)(P11_SESSION_HANDLE hSession, P11_ATTRIBUTE *pTemplate,
                            P11_ULONG ulCount, P11_OBJECT_HANDLE *phObject);
-  P11_UNUSED C_CopyObject, C_DestroyObject, C_GetObjectSize;
+  P11_UNUSED C_CopyObject;
+  P11_RV (*C_DestroyObject)(P11_SESSION_HANDLE hSession, P11_OBJECT_HANDLE hObject);
+  P11_UNUSED C_GetObjectSize;
   P11_RV (*C_GetAttributeValue)(P11_SESSION_HANDLE hSession, P11_OBJECT_HANDLE hObject,
                                 P11_ATTRIBUTE *pTemplate, P11_ULONG ulCount);
   P11_RV (*C_SetAttributeValue)(P11_SESSION_HANDLE hSession, P11_OBJECT_HANDLE hObject,
@@ -1388,12 +1390,19 @@ retire_out:
 
 /* ---- freshness anchors: CKO_DATA objects (docs/FORMAT.md "External anchor") -- */
 
-#define P11_ANCHOR_APP "sqlite-tde"
+/* Each update creates a new object and then destroys the older ones
+** (SoftHSM2 refuses C_SetAttributeValue on a data object's CKA_VALUE), so
+** a crash between the two leaves two objects: CKA_APPLICATION carries a
+** generation ("sqlite-tde anchor " and 16 hex digits), and the newest wins. */
+#define P11_ANCHOR_APP    "sqlite-tde anchor "
+#define P11_ANCHOR_MAXOBJ 16
 
-/* The handle of the private token data object labelled zName: *pbFound 0
-** if there is none.  Two are an error (sqlite-tde never makes a second).
-** Caller holds the mutex and a live session. */
-static int p11AnchorFind(Pkcs11 *k, const char *zName, P11_OBJECT_HANDLE *ph, int *pbFound, P11_RV *pRv){
+typedef struct P11AnchorObj { P11_OBJECT_HANDLE h; uint64_t gen; } P11AnchorObj;
+
+/* The token data objects labelled zName, with their generations (objects
+** whose CKA_APPLICATION is not ours get generation 0).  Caller holds the
+** mutex and a live session. */
+static int p11AnchorFind(Pkcs11 *k, const char *zName, P11AnchorObj *aObj, int *pnObj, P11_RV *pRv){
   P11_FUNCTION_LIST *pF = k->pMod->pF;
   P11_ULONG cls = CKO_DATA;
   P11_BBOOL bTrue = P11_TRUE;
@@ -1402,13 +1411,13 @@ static int p11AnchorFind(Pkcs11 *k, const char *zName, P11_OBJECT_HANDLE *ph, in
     { CKA_TOKEN, &bTrue, sizeof(bTrue) },
     { CKA_LABEL, (void *)zName, strlen(zName) },
   };
-  P11_OBJECT_HANDLE aH[2];
-  P11_ULONG nGot = 0;
+  P11_OBJECT_HANDLE aH[P11_ANCHOR_MAXOBJ];
+  P11_ULONG nGot = 0, i;
   P11_RV rv;
-  *pbFound = 0;
+  *pnObj = 0;
   rv = P11(pF, C_FindObjectsInit)(k->hSession, aFind, 3);
   if( rv==CKR_OK ){
-    rv = P11(pF, C_FindObjects)(k->hSession, aH, 2, &nGot);
+    rv = P11(pF, C_FindObjects)(k->hSession, aH, P11_ANCHOR_MAXOBJ, &nGot);
     P11(pF, C_FindObjectsFinal)(k->hSession);
   }
   *pRv = rv;
@@ -1416,11 +1425,24 @@ static int p11AnchorFind(Pkcs11 *k, const char *zName, P11_OBJECT_HANDLE *ph, in
     return tdeErr(TDE_NOKEYSTORE, "pkcs11 token '%s': finding the anchor object failed: %s",
                   k->zToken, p11RvName(rv));
   }
-  if( nGot>1 ){
-    return tdeErr(TDE_AUTH, "pkcs11 token '%s': two data objects labelled %s: remove the one "
-                  "sqlite-tde did not make", k->zToken, zName);
+  for(i=0; i<nGot; i++){
+    char zApp[64];
+    P11_ATTRIBUTE a = { CKA_APPLICATION, zApp, sizeof(zApp)-1 };
+    uint64_t gen = 0;
+    size_t nPre = sizeof(P11_ANCHOR_APP)-1;
+    rv = P11(pF, C_GetAttributeValue)(k->hSession, aH[i], &a, 1);
+    if( rv==CKR_OK && a.ulValueLen==nPre+16 && memcmp(zApp, P11_ANCHOR_APP, nPre)==0 ){
+      for(size_t j=nPre; j<nPre+16; j++){
+        char c = zApp[j];
+        int d = c>='0' && c<='9' ? c-'0' : c>='a' && c<='f' ? c-'a'+10 : -1;
+        if( d<0 ){ gen = 0; break; }
+        gen = (gen<<4) | (uint64_t)d;
+      }
+    }
+    aObj[i].h = aH[i];
+    aObj[i].gen = gen;
   }
-  if( nGot==1 ){ *ph = aH[0]; *pbFound = 1; }
+  *pnObj = (int)nGot;
   return TDE_OK;
 }
 
@@ -1450,14 +1472,21 @@ typedef struct P11AnchorArg {
 
 static int p11AnchorGetOp(Pkcs11 *k, void *pArg, P11_RV *pRv){
   P11AnchorArg *a = pArg;
-  P11_OBJECT_HANDLE h = 0;
-  int bFound = 0;
-  int rc = p11AnchorFind(k, a->zName, &h, &bFound, pRv);
+  P11AnchorObj aObj[P11_ANCHOR_MAXOBJ];
+  int nObj = 0, iBest = -1, i;
+  int rc = p11AnchorFind(k, a->zName, aObj, &nObj, pRv);
   if( rc ) return rc;
-  if( !bFound ) return TDE_NOTFOUND;
+  for(i=0; i<nObj; i++){
+    if( aObj[i].gen && (iBest<0 || aObj[i].gen>aObj[iBest].gen) ) iBest = i;
+  }
+  if( iBest<0 && nObj ){
+    return tdeErr(TDE_AUTH, "pkcs11 token '%s': data object %s was not made by sqlite-tde",
+                  k->zToken, a->zName);
+  }
+  if( iBest<0 ) return TDE_NOTFOUND;
   {
     P11_ATTRIBUTE v = { CKA_VALUE, a->aOut, a->nOut };
-    P11_RV rv = P11(k->pMod->pF, C_GetAttributeValue)(k->hSession, h, &v, 1);
+    P11_RV rv = P11(k->pMod->pF, C_GetAttributeValue)(k->hSession, aObj[iBest].h, &v, 1);
     *pRv = rv;
     if( rv==CKR_BUFFER_TOO_SMALL ){
       return tdeErr(TDE_AUTH, "pkcs11 token '%s': anchor object %s is too large to be an "
@@ -1475,36 +1504,49 @@ static int p11AnchorGetOp(Pkcs11 *k, void *pArg, P11_RV *pRv){
 static int p11AnchorSetOp(Pkcs11 *k, void *pArg, P11_RV *pRv){
   P11AnchorArg *a = pArg;
   P11_FUNCTION_LIST *pF = k->pMod->pF;
+  P11AnchorObj aObj[P11_ANCHOR_MAXOBJ];
   P11_OBJECT_HANDLE h = 0;
-  int bFound = 0;
-  int rc = p11AnchorFind(k, a->zName, &h, &bFound, pRv);
+  uint64_t gen = 0;
+  char zApp[64];
+  int nObj = 0, i;
+  int rc = p11AnchorFind(k, a->zName, aObj, &nObj, pRv);
   P11_RV rv;
   if( rc ) return rc;
-  if( bFound ){
-    P11_ATTRIBUTE v = { CKA_VALUE, (void *)a->aIn, a->nIn };
-    rv = P11(pF, C_SetAttributeValue)(k->hSession, h, &v, 1);
-  }else{
+  if( nObj==P11_ANCHOR_MAXOBJ ){
+    return tdeErr(TDE_RANGE, "pkcs11 token '%s': too many data objects labelled %s",
+                  k->zToken, a->zName);
+  }
+  for(i=0; i<nObj; i++) if( aObj[i].gen>gen ) gen = aObj[i].gen;
+  snprintf(zApp, sizeof(zApp), "%s%016llx", P11_ANCHOR_APP, (unsigned long long)(gen+1));
+  {
     P11_ULONG cls = CKO_DATA;
     P11_BBOOL bTrue = P11_TRUE;
-    P11_ATTRIBUTE aT[6] = {
+    P11_ATTRIBUTE aT[7] = {
       { CKA_CLASS, &cls, sizeof(cls) },
       { CKA_TOKEN, &bTrue, sizeof(bTrue) },
       { CKA_PRIVATE, &bTrue, sizeof(bTrue) },
       { CKA_MODIFIABLE, &bTrue, sizeof(bTrue) },
       { CKA_LABEL, (void *)a->zName, strlen(a->zName) },
-      { CKA_APPLICATION, (void *)P11_ANCHOR_APP, sizeof(P11_ANCHOR_APP)-1 },
+      { CKA_APPLICATION, zApp, strlen(zApp) },
+      { CKA_VALUE, (void *)a->aIn, a->nIn },
     };
-    P11_ATTRIBUTE aAll[7];
-    memcpy(aAll, aT, sizeof(aT));
-    aAll[6].type = CKA_VALUE;
-    aAll[6].pValue = (void *)a->aIn;
-    aAll[6].ulValueLen = a->nIn;
-    rv = P11(pF, C_CreateObject)(k->hSession, aAll, 7, &h);
+    rv = P11(pF, C_CreateObject)(k->hSession, aT, 7, &h);
   }
   *pRv = rv;
   if( rv!=CKR_OK ){
-    return tdeErr(TDE_NOKEYSTORE, "pkcs11 token '%s': %s anchor object %s failed: %s",
-                  k->zToken, bFound ? "updating" : "creating", a->zName, p11RvName(rv));
+    return tdeErr(TDE_NOKEYSTORE, "pkcs11 token '%s': writing anchor object %s failed: %s",
+                  k->zToken, a->zName, p11RvName(rv));
+  }
+  /* The new object is on the token: the older ones can go.  One that
+  ** cannot be destroyed is harmless (the newest generation is read) but
+  ** is logged; objects that are not ours are left alone. */
+  for(i=0; i<nObj; i++){
+    if( aObj[i].gen==0 ) continue;
+    rv = P11(pF, C_DestroyObject)(k->hSession, aObj[i].h);
+    if( rv!=CKR_OK ){
+      tdeLog(TDE_LOG_WARNING, "pkcs11 token '%s': an older anchor object %s could not be "
+             "destroyed: %s", k->zToken, a->zName, p11RvName(rv));
+    }
   }
   return TDE_OK;
 }

@@ -102,15 +102,21 @@ int tdeMainAnchorCheck(TdeFile *p){
                    (unsigned long long)k->hdr.seq, anchorDbName(p));
     }
   }
-  if( trc==TDE_AUTH ){
-    if( strncmp(tde_last_error(), anchorDbName(p), strlen(anchorDbName(p)))!=0 ){
-      tdeErr(TDE_AUTH, "%s: freshness anchor refused: %s", anchorDbName(p), tde_last_error());
+  if( trc ){
+    /* Name the database in front of the store's detail (copied first:
+    ** tdeErr formats into the buffer tde_last_error() points to). */
+    char zDetail[768];
+    snprintf(zDetail, sizeof(zDetail), "%s", tde_last_error());
+    if( trc==TDE_AUTH ){
+      if( strncmp(zDetail, anchorDbName(p), strlen(anchorDbName(p)))!=0 ){
+        tdeErr(TDE_AUTH, "%s: freshness anchor refused: %s", anchorDbName(p), zDetail);
+      }
+      rc = SQLITE_IOERR_AUTH;
+    }else{
+      tdeErr(trc, "%s: the freshness anchor cannot be checked (the open is refused until it "
+             "can): %s", anchorDbName(p), zDetail);
+      rc = trc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_AUTH;
     }
-    rc = SQLITE_IOERR_AUTH;
-  }else if( trc ){
-    tdeErr(trc, "%s: the freshness anchor cannot be checked (the open is refused until it "
-           "can): %s", anchorDbName(p), tde_last_error());
-    rc = trc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_AUTH;
   }
 done:
   /* The caller (tdeMainLoad) logs the refusal; the audit trail records it. */
