@@ -45,7 +45,8 @@ static void printStatusRow(sqlite3_stmt *pStmt, int bAll){
     for(i=0; i<n && strcmp(sqlite3_column_name(pStmt, i), azStatusCompact[k])!=0; i++){}
     if( i<n ){
       const char *zVal = (const char*)sqlite3_column_text(pStmt, i);
-      if( zVal && !(strcmp(azStatusCompact[k], "role")==0 && strcmp(zVal, "none")==0) ){
+      if( zVal && !(strcmp(azStatusCompact[k], "role")==0 && strcmp(zVal, "none")==0)
+       && !(strcmp(azStatusCompact[k], "anchor")==0 && strcmp(zVal, "off")==0) ){
         printf("%s: %s\n", azStatusCompact[k], zVal);
       }
     }

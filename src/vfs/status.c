@@ -258,7 +258,7 @@ static int statusColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i){
     case COL_FORMAT_VERSION: if( r->formatVersion ) sqlite3_result_int(ctx, r->formatVersion); else sqlite3_result_null(ctx); break;
     case COL_FRESHNESS: resultText(ctx, !r->formatVersion ? 0 : r->formatVersion>=TDE_FORMAT_V2 ? "on" : "off"); break;
     case COL_ANCHOR:   resultText(ctx, r->bEncrypted ? (r->zAnchor ? r->zAnchor : "off") : 0); break;
-    case COL_ANCHOR_COUNTER: if( r->formatVersion>=TDE_FORMAT_V2 ) sqlite3_result_int64(ctx, (sqlite3_int64)r->anchorCounter); else sqlite3_result_null(ctx); break;
+    case COL_ANCHOR_COUNTER: if( r->formatVersion>=TDE_FORMAT_V2 && ((r->zAnchor && strcmp(r->zAnchor, "off")!=0) || r->anchorCounter) ) sqlite3_result_int64(ctx, (sqlite3_int64)r->anchorCounter); else sqlite3_result_null(ctx); break;
     default:
       if( i>=COL_ROLE && r->bEncrypted ){
         /* Replication (repl/state.c): NULL where the role has no such figure. */
