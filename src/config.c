@@ -170,9 +170,11 @@ int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName){
                       "with this keystore", zName, pE->iLine);
         }
       }else if( strcmp(pE->zValue, "kmip")==0 ){
-        rc = tdeErr(TDE_CONFIG, "%s:%d: freshness_anchor = kmip is designed but not "
-                    "implemented in this build (docs/FORMAT.md \"External anchor\"); "
-                    "use file:DIR", zName, pE->iLine);
+        if( !zKs || strcmp(zKs, "kmip")!=0 ){
+          rc = tdeErr(TDE_CONFIG, "%s:%d: freshness_anchor = kmip needs keystore = kmip "
+                      "(the anchor is an object on the key manager); use file:DIR with "
+                      "this keystore", zName, pE->iLine);
+        }
       }else{
         rc = tdeErr(TDE_CONFIG, "%s:%d: freshness_anchor must be 'file:DIR', 'pkcs11' or 'kmip'",
                     zName, pE->iLine);

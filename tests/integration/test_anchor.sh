@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # External freshness anchors (issue 14 item 4, docs/FORMAT.md "External
-# anchor"): whole-file rollback.  For each anchor store -- file:DIR and
-# PKCS#11 (a data object on a throwaway SoftHSM2 token) -- and, for the
+# anchor"): whole-file rollback.  For each anchor store -- file:DIR,
+# PKCS#11 (a data object on a throwaway SoftHSM2 token) and KMIP (a Secret
+# Data object on a PyKMIP server on 127.0.0.1) -- and, for the
 # file store, both journal modes: a backup of the whole database (the files
 # after a clean close) is taken, later commits are made (interval 0), the
 # backup is put back:
@@ -26,7 +27,14 @@ EXT="$TDE_BUILD/tde"
 MODULE=/usr/lib/softhsm/libsofthsm2.so
 mkdir -p "$TDE_TEST_TMP"
 W=$(mktemp -d "$TDE_TEST_TMP/test_anchor.XXXXXX")
-trap '[ -n "${KEEP:-}${TDE_KEEP_SCRATCH:-}" ] || rm -rf "$W"' EXIT
+# shellcheck source=kmip_server.sh
+. "$TDE_SRC/tests/integration/kmip_server.sh"
+cleanup(){
+  set +e
+  kmip_server_stop
+  [ -n "${KEEP:-}${TDE_KEEP_SCRATCH:-}" ] || rm -rf "$W"   # kept: make test scans it for secrets
+}
+trap cleanup EXIT
 cd "$W"
 echo "test_anchor: working in $W"
 umask 077
@@ -167,7 +175,7 @@ badconf(){  # $1 label, $2 expected message, then lines
 badconf "an unknown kind" "freshness_anchor must be" 'freshness_anchor = tpm'
 badconf "file: without a directory" "needs a directory" 'freshness_anchor = file:'
 badconf "pkcs11 with a wallet keystore" "needs keystore = pkcs11" 'freshness_anchor = pkcs11'
-badconf "kmip (not implemented)" "not implemented" 'freshness_anchor = kmip'
+badconf "kmip with a wallet keystore" "needs keystore = kmip" 'freshness_anchor = kmip'
 badconf "a non-numeric interval" "whole number of seconds" 'freshness_anchor = file:anchors' 'freshness_anchor_interval = 1m'
 badconf "an interval without an anchor" "without freshness_anchor" 'freshness_anchor_interval = 5'
 
@@ -216,6 +224,34 @@ else
   rollback_case p11 p11.conf p11plain.conf DELETE pkcs11
   check '[ "$(ls anchors | wc -l)" = "$nfiles" ]' "pkcs11: no anchor file was written (the record is on the token)"
   check '! grep -aq "tde-test-pin-user-anc-7Kw2" audit.log' "pkcs11: the PIN is not in the audit log"
+fi
+
+# --- KMIP: a Secret Data object on a PyKMIP server ------------------------------
+echo "== kmip"
+if ! kmip_certs "$W/pki" || ! kmip_server_start "$W/pki"; then
+  bad "PyKMIP server did not start (scripts/deps.sh installs python3-pykmip)"
+else
+  KPORT=$KMIP_PORT
+  kconf(){
+    local f=$1; shift
+    { printf 'keystore = kmip\nkmip_servers = 127.0.0.1:%s\nkmip_ca = pki/ca.pem\n' "$KPORT"
+      printf 'kmip_client_cert = pki/client.pem\nkmip_client_key = pki/client.key\n'
+      printf 'kmip_connect_timeout = 2\nkmip_request_timeout = 5\naudit_log = audit.log\n'
+      printf '%s\n' "$@"; } > "$f"
+  }
+  kconf kplain.conf
+  kconf kmip.conf 'freshness_anchor = kmip' 'freshness_anchor_interval = 0'
+  "$CLI" --config kplain.conf keystore create --auto-login >/dev/null 2>&1 || bad "kmip keystore create"
+  nfiles=$(ls anchors | wc -l)
+  rollback_case kmip kmip.conf kplain.conf WAL kmip
+  check '[ "$(ls anchors | wc -l)" = "$nfiles" ]' "kmip: no anchor file was written (the record is on the key manager)"
+  nsec=$(env -u LD_PRELOAD /usr/bin/python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM secret_data_objects").fetchone()[0])' "$W/pki/pykmip.db" 2>&1)
+  check '[ "$nsec" = 1 ]' "kmip: each update destroyed the older anchor object: one Secret Data object is left ($nsec)"
+  # The key manager down at open: the open is refused, not let through.
+  kmip_server_stop
+  out=$(sq kmip.db kmip.conf "SELECT count(*) FROM acct;")
+  check '! grep -q "^[0-9]" <<<"$out" && grep -qi "kmip\|key manager\|connect" <<<"$out"' \
+    "kmip: with the key manager down the open is refused ($(tail -1 <<<"$out" | cut -c1-90))"
 fi
 
 echo
