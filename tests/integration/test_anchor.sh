@@ -125,6 +125,16 @@ check '[ "$c1" -ge 1 ] && [ "$c2" = "$((c1+1))" ]' \
   "with interval 3600 three commits on one connection advance the anchor once ($c1 -> $c2)"
 check '[ "$a1" != "$(sums anchors/*)" ]' "... and the anchor record follows the header"
 
+# --- a rekey moves the record to the new data key --------------------------------
+echo "== rekey"
+v0=$("$CLI" --config file.conf status delete.db | awk '/^data_key_version:/{print $2}')
+"$CLI" --config file.conf rekey --step 8 delete.db > rk.txt 2>&1
+v1=$("$CLI" --config file.conf status delete.db | awk '/^data_key_version:/{print $2}')
+check '[ "$v1" = "$((v0+1))" ] && "$CLI" --config file.conf status delete.db | grep -q "^rekey_in_progress: 0$"' \
+  "rekey with an anchor configured makes a new data key and finishes ($v0 -> $v1)"
+check '[ "$(sq delete.db file.conf "SELECT count(*) FROM acct;")" = 200 ]' \
+  "after the rekey (the old data key removed) the anchor record still authenticates: it opens"
+
 # --- forged, edited, truncated anchor file --------------------------------------
 echo "== forged anchor"
 sq forge.db file.conf "CREATE TABLE t(v); INSERT INTO t VALUES('x');" >/dev/null
