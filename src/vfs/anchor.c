@@ -61,6 +61,14 @@ int tdeMainAnchorCheck(TdeFile *p){
   trc = tdeConfigAnchor(k->pCfg, &eKind, zDir, sizeof(zDir), &nIv);
   if( trc ){ rc = tdeSqliteRc(trc); goto done; }
   if( eKind==TDE_ANCHOR_NONE ) return SQLITE_OK;
+  if( p->bStandby ){
+    /* A standby copy's header follows its primary's only through what
+    ** the standby applies; its freshness is the replication's (sequence
+    ** and signature checks, no silent rewind), not the anchor's. */
+    tdeLog(TDE_LOG_INFO, "%s: a standby copy: the freshness anchor is not checked here",
+           anchorDbName(p));
+    return SQLITE_OK;
+  }
   if( k->hdr.version<TDE_FORMAT_V2 ){
     tdeLog(TDE_LOG_WARNING, "%s: freshness_anchor is configured but the database is format "
            "version 1, which has no anchor counter: not anchored (run `sqlite-tde upgrade`)",
@@ -276,7 +284,7 @@ done:
                (unsigned long long)oldA, (unsigned long long)p->pKeys->hdr.anchorCounter);
       tdeAuditInit(&r, "reanchor");
       r.bFailure = trc!=TDE_OK;
-      r.zDbPath = zDbPath;
+      r.zDbPath = sqlite3_db_filename(db, "main");
       r.aDbid = p->pKeys->hdr.dbid;
       r.zKeystore = p->pKeys->pKs ? p->pKeys->pKs->pMethods->zName : 0;
       r.keyVersion = p->pKeys->hdr.curVersion;
