@@ -90,6 +90,7 @@ int tdeMainAnchorCheck(TdeFile *p){
                    (unsigned long long)k->hdr.anchorCounter, anchorKindName(eKind), anchorDbName(p));
       break;
     }
+    k->tAnchorRecord = rec.t;
     if( !tdeAnchorIsStale(&rec, k->hdr.anchorCounter, k->hdr.logEpoch, k->hdr.seq) ) break;
     if( nTry==0 ){
       /* Another connection may be between its header update and its store
@@ -169,6 +170,7 @@ static int anchorUpdate(TdeFile *p, uint64_t floor){
   k->tAnchorLast = rec.t;
   if( trc ) return tdeSqliteRc(trc);
   k->anchorVersion = rec.version;
+  k->tAnchorRecord = rec.t;
   return SQLITE_OK;
 }
 
@@ -308,7 +310,7 @@ int tdeMainAnchorInfo(TdeFile *p, const char **pzKind, uint64_t *pA, int64_t *pt
   *pt = 0;
   if( !k ) return SQLITE_OK;
   *pA = k->hdr.anchorCounter;
-  *pt = k->tAnchorLast;
+  *pt = k->tAnchorRecord;
   if( k->eAnchor ) *pzKind = anchorKindName(k->eAnchor);
   else if( k->hdr.version<TDE_FORMAT_V2 && k->pCfg && tdeConfigGet(k->pCfg, "freshness_anchor") ){
     *pzKind = "off (format version 1)";

@@ -10,6 +10,7 @@
 #include "keystore/keystore.h"
 
 #include <stdio.h>
+#include <time.h>
 
 /* Everything status reports about one schema's main file. */
 typedef struct TdeStatusRow {
@@ -33,6 +34,7 @@ typedef struct TdeStatusRow {
   int formatVersion;          /* 0 until the header is written */
   const char *zAnchor;        /* freshness anchor kind, or "off" (vfs/anchor.c) */
   uint64_t anchorCounter;     /* the header's anchor counter A */
+  char zAnchorTime[32];       /* the newest anchor record's time, UTC, or "" */
 } TdeStatusRow;
 
 /* Sessions one data key may start (docs/FORMAT.md "Nonce uniqueness"). */
@@ -71,8 +73,12 @@ static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
     r->nSessions = k->nSessionsVersion==k->hdr.curVersion ? (sqlite3_int64)k->nSessions : 0;
     r->formatVersion = k->hdr.version ? k->hdr.version : TDE_FORMAT_V1;
     {
-      int64_t t;
+      int64_t t = 0;
+      struct tm tm;
+      time_t tt;
       tdeMainAnchorInfo(p, &r->zAnchor, &r->anchorCounter, &t);
+      tt = (time_t)t;
+      if( t>0 && gmtime_r(&tt, &tm) ) strftime(r->zAnchorTime, sizeof(r->zAnchorTime), "%Y-%m-%dT%H:%M:%SZ", &tm);
     }
     for(int i=0, n=0; i<k->hdr.nEntry; i++){
       const TdeWrapEntry *e = &k->hdr.aEntry[i];
@@ -144,7 +150,7 @@ enum { COL_SCHEMA, COL_FILE, COL_ENCRYPTED, COL_CIPHER, COL_KEYSTORE, COL_KEYSTO
        COL_ROLE, COL_REPL_STATE, COL_PEER, COL_SHIPPED, COL_ACKED, COL_RECEIVED, COL_APPLIED,
        COL_TLAG_TXN, COL_TLAG_BYTES, COL_TLAG_SEC, COL_ALAG_TXN, COL_ALAG_BYTES, COL_ALAG_SEC,
        COL_NONCE_SESSIONS, COL_NONCE_LIMIT, COL_FORMAT_VERSION, COL_FRESHNESS,
-       COL_ANCHOR, COL_ANCHOR_COUNTER };
+       COL_ANCHOR, COL_ANCHOR_COUNTER, COL_ANCHOR_UPDATED };
 
 static int statusConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                          sqlite3_vtab **ppVtab, char **pzErr){
@@ -160,7 +166,7 @@ static int statusConnect(sqlite3 *db, void *pAux, int argc, const char *const *a
     "applied_seq INT, transport_lag_txn INT, transport_lag_bytes INT, transport_lag_seconds REAL, "
     "apply_lag_txn INT, apply_lag_bytes INT, apply_lag_seconds REAL, "
     "nonce_sessions INT, nonce_session_limit INT, format_version INT, freshness TEXT, "
-    "anchor TEXT, anchor_counter INT)");
+    "anchor TEXT, anchor_counter INT, anchor_updated TEXT)");
   if( rc ) return rc;
   v = sqlite3_malloc(sizeof(*v));
   if( !v ) return SQLITE_NOMEM;
@@ -257,6 +263,7 @@ static int statusColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i){
     case COL_NONCE_LIMIT: if( r->bEncrypted ) sqlite3_result_int64(ctx, TDE_SESSION_LIMIT); else sqlite3_result_null(ctx); break;
     case COL_FORMAT_VERSION: if( r->formatVersion ) sqlite3_result_int(ctx, r->formatVersion); else sqlite3_result_null(ctx); break;
     case COL_FRESHNESS: resultText(ctx, !r->formatVersion ? 0 : r->formatVersion>=TDE_FORMAT_V2 ? "on" : "off"); break;
+    case COL_ANCHOR_UPDATED: resultText(ctx, r->zAnchorTime[0] ? r->zAnchorTime : 0); break;
     case COL_ANCHOR:   resultText(ctx, r->bEncrypted ? (r->zAnchor ? r->zAnchor : "off") : 0); break;
     case COL_ANCHOR_COUNTER: if( r->formatVersion>=TDE_FORMAT_V2 && ((r->zAnchor && strcmp(r->zAnchor, "off")!=0) || r->anchorCounter) ) sqlite3_result_int64(ctx, (sqlite3_int64)r->anchorCounter); else sqlite3_result_null(ctx); break;
     default:

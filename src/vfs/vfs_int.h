@@ -75,7 +75,8 @@ typedef struct TdeDbKeys {
   ** is version 2 (else 0: no cost per transaction but one test). */
   int eAnchor;
   long long nAnchorInterval;  /* seconds between updates */
-  int64_t tAnchorLast;        /* this connection's last update (0: none yet) */
+  int64_t tAnchorLast;        /* this connection's last update try (0: none yet) */
+  int64_t tAnchorRecord;      /* time in the newest record read or written (status) */
   uint32_t anchorVersion;     /* data-key version that MACed it */
   int bAnchorWrite;           /* rollback mode: the main file holds RESERVED or more */
 } TdeDbKeys;
@@ -292,7 +293,8 @@ int tdeMainFreshnessUpdate(TdeFile *pMain, TdeHeaderEdit xEdit, void *pArg);
 int tdeMainAnchorCheck(TdeFile *pMain);
 void tdeMainAnchorTick(TdeFile *pMain);
 /* For tde_status: anchor kind ("off", "file", "pkcs11", "off (format
-** version 1)"), the header's anchor counter, this connection's last update. */
+** version 1)"), the header's anchor counter, the time of the newest anchor
+** record this connection read or wrote (0: none). */
 int tdeMainAnchorInfo(TdeFile *pMain, const char **pzKind, uint64_t *pA, int64_t *pt);
 
 /* upgrade.c: format version 1 -> 2 (caller holds the write lock, the WAL

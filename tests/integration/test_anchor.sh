@@ -104,7 +104,7 @@ rollback_case(){
   check '[ "$(sq "$db" "$conf" "SELECT sum(balance), count(*) FROM acct;")" = "$((999*199+998))|200" ]' \
     "$name: after reanchor the restored state opens"
   "$CLI" --config "$conf" status "$db" > st.txt 2>&1
-  check 'grep -q "^anchor: $kind$" st.txt && grep -q "^anchor_counter: [1-9]" st.txt' \
+  check 'grep -q "^anchor: $kind$" st.txt && grep -q "^anchor_counter: [1-9]" st.txt && grep -q "^anchor_updated: 20[0-9-]*T[0-9:]*Z$" st.txt' \
     "$name: status shows the anchor kind and counter ($(grep '^anchor' st.txt | tr '\n' ' '))"
   check '"$CLI" --config "$conf" verify "$db" >/dev/null 2>&1' "$name: verify passes"
 }
