@@ -129,7 +129,17 @@ int tdeMainAnchorCheck(TdeFile *p){
   }
 done:
   /* The caller (tdeMainLoad) logs the refusal; the audit trail records it. */
-  if( rc && rc!=SQLITE_NOMEM ) tdeAuditKeys(k, p->zName, "anchor_check", TDE_AUTH);
+  if( rc && rc!=SQLITE_NOMEM ){
+    TdeAuditRec r;
+    tdeAuditInit(&r, "anchor_check");
+    r.bFailure = 1;
+    r.zDbPath = p->zName;
+    r.aDbid = k->hdr.dbid;
+    r.zKeystore = k->pKs ? k->pKs->pMethods->zName : 0;
+    r.keyVersion = k->hdr.curVersion;
+    r.zDetail = tde_last_error();
+    tdeAudit(k->pCfg, &r);
+  }
   return rc;
 }
 

@@ -11,10 +11,11 @@
 **   dek.c        data keys by version, ciphers, header refresh, page
 **                seal/open (tdeSealPage, tdeOpenPage*);
 **   keyops.c     header updates; rekey.c rekey and page-size discovery;
+**   anchor.c     the external freshness anchor (check at load, updates);
 **   fileio.c     the lowest layer: raw reads, scratch, result codes, the
 **                registry of main files -- calls nothing else here.
-** Calls go down this list's layers (api/status -> vfs -> wal, journal,
-** blockfile, rekey, keyops -> dek -> fileio), never back up into vfs.c.
+** Calls go down this list's layers (api/status -> vfs -> anchor -> wal,
+** journal, blockfile, rekey, keyops -> dek -> fileio), never back up into vfs.c.
 ** File layouts are specified in docs/FORMAT.md.
 */
 #ifndef TDE_VFS_INT_H
