@@ -237,6 +237,19 @@ TDE_API int tde_db_rekey(struct sqlite3 *db, const char *zSchema, int nPagesPerS
 TDE_API int tde_db_upgrade(struct sqlite3 *db, const char *zSchema);
 
 /*
+** tde_db_reanchor: accept the current state of the database at zDbPath as
+** fresh: record it in the freshness anchor the configuration zConfig
+** (NULL: $SQLITE_TDE_CONFIG or the default) names, although the database
+** may be older than the anchor (a backup restored on purpose).  Opens the
+** database itself without the anchor comparison, under SQLite's write
+** lock, and writes the audit line `reanchor`.  *pnOld / *pnNew (may be
+** NULL) receive the anchor counter before and after.  docs/FORMAT.md
+** "External anchor".
+*/
+TDE_API int tde_db_reanchor(const char *zDbPath, const char *zConfig,
+                            unsigned long long *pnOld, unsigned long long *pnNew);
+
+/*
 ** Encrypted standby (README "Standby", docs/FORMAT.md "Standby").  The
 ** primary's committed WAL transactions are shipped as the ciphertext they
 ** are; the standby applies them to its copy without any key.

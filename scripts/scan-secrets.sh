@@ -55,6 +55,8 @@ secret 'tde-test-pw-passwd-one-2Qm7'   'test_passwd.py, first password'
 secret 'tde-test-pw-passwd-two-8Lc4'   'test_passwd.py, second password'
 secret 'tde-test-pw-passwd-three-5Vx1' 'test_passwd.py, third password (C API)'
 secret 'tde-test-pw-passwd-bad-9Hd6'   'test_passwd.py, wrong password'
+secret 'tde-test-pin-user-anc-7Kw2'     'test_anchor.sh, SoftHSM user PIN'
+secret 'tde-test-pin-so-anc-3Jq8'       'test_anchor.sh, SoftHSM SO PIN'
 secret 'tde-hyg-pw-'                   'test_hygiene.c, prefix of its random password'
 secret 'tde-hyg-it-'                   'test_hygiene.sh, prefix of its random password'
 

@@ -34,7 +34,7 @@
 /* Keys every configuration may use, whatever the provider. */
 static const char *const azGenericKeys[] = {
   "keystore", "password_file", "password_env", "password_fd", "audit_log", "audit_syslog",
-  "format_version", 0
+  "format_version", "freshness_anchor", "freshness_anchor_interval", 0
 };
 
 /* Copy zSrc into zOut[nOut]; TDE_RANGE if it does not fit. */
@@ -155,6 +155,49 @@ int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName){
       return tdeErr(TDE_CONFIG, "%s:%d: format_version must be 1 or 2 (the format of new "
                     "databases)", zName, pE->iLine);
     }
+  }
+  /* The freshness anchor: a known kind, a store the keystore can hold, a
+  ** whole number of seconds (docs/FORMAT.md "External anchor"). */
+  for(i=0; i<p->nEntry; i++){
+    const TdeConfigEntry *pE = &p->aEntry[i];
+    int rc = TDE_OK;
+    if( strcmp(pE->zKey, "freshness_anchor")==0 ){
+      const char *zKs = tdeConfigGet(p, "keystore");
+      if( strncmp(pE->zValue, "file:", 5)==0 ){
+        if( pE->zValue[5]==0 ){
+          rc = tdeErr(TDE_CONFIG, "%s:%d: freshness_anchor = file: needs a directory "
+                      "(file:/path/to/anchor-dir)", zName, pE->iLine);
+        }
+      }else if( strcmp(pE->zValue, "pkcs11")==0 ){
+        if( !zKs || strcmp(zKs, "pkcs11")!=0 ){
+          rc = tdeErr(TDE_CONFIG, "%s:%d: freshness_anchor = pkcs11 needs keystore = pkcs11 "
+                      "(the anchor is a data object on the keystore's token); use file:DIR "
+                      "with this keystore", zName, pE->iLine);
+        }
+      }else if( strcmp(pE->zValue, "kmip")==0 ){
+        if( !zKs || strcmp(zKs, "kmip")!=0 ){
+          rc = tdeErr(TDE_CONFIG, "%s:%d: freshness_anchor = kmip needs keystore = kmip "
+                      "(the anchor is an object on the key manager); use file:DIR with "
+                      "this keystore", zName, pE->iLine);
+        }
+      }else{
+        rc = tdeErr(TDE_CONFIG, "%s:%d: freshness_anchor must be 'file:DIR', 'pkcs11' or 'kmip'",
+                    zName, pE->iLine);
+      }
+    }else if( strcmp(pE->zKey, "freshness_anchor_interval")==0 ){
+      const char *z = pE->zValue;
+      long long n = 0;
+      int j;
+      for(j=0; z[j]>='0' && z[j]<='9' && j<9; j++) n = n*10 + (z[j]-'0');
+      if( j==0 || z[j]!=0 || n>31536000 ){
+        rc = tdeErr(TDE_CONFIG, "%s:%d: freshness_anchor_interval must be a whole number of "
+                    "seconds from 0 to 31536000", zName, pE->iLine);
+      }else if( !configFind(p, "freshness_anchor") ){
+        rc = tdeErr(TDE_CONFIG, "%s:%d: freshness_anchor_interval without freshness_anchor",
+                    zName, pE->iLine);
+      }
+    }
+    if( rc ) return rc;
   }
   /* Two password sources would make it unclear which one is used. */
   if( configFind(p, "password_fd") && (pFile || pEnv) ){
@@ -386,6 +429,22 @@ int tdeConfigPath(const TdeConfig *p, const char *zKey, char *zOut, size_t nOut)
   }
   if( zVal[0]=='/' ) return configCopy(zOut, nOut, zVal);
   return configJoin(zOut, nOut, p->zDir, zVal);
+}
+
+int tdeConfigAnchor(const TdeConfig *p, int *peKind, char *zDir, size_t nDir, long long *pnInterval){
+  const char *zVal = tdeConfigGet(p, "freshness_anchor");
+  const char *zIv = tdeConfigGet(p, "freshness_anchor_interval");
+  *peKind = TDE_ANCHOR_NONE;
+  *pnInterval = zIv ? atoll(zIv) : TDE_ANCHOR_INTERVAL_DEFAULT;
+  if( nDir ) zDir[0] = 0;
+  if( zVal==0 ) return TDE_OK;
+  if( strncmp(zVal, "file:", 5)==0 && zVal[5] ){
+    *peKind = TDE_ANCHOR_FILE;
+    return zVal[5]=='/' ? configCopy(zDir, nDir, zVal+5) : configJoin(zDir, nDir, p->zDir, zVal+5);
+  }
+  if( strcmp(zVal, "pkcs11")==0 ){ *peKind = TDE_ANCHOR_PKCS11; return TDE_OK; }
+  if( strcmp(zVal, "kmip")==0 ){ *peKind = TDE_ANCHOR_KMIP; return TDE_OK; }
+  return tdeErr(TDE_CONFIG, "%s: freshness_anchor: unknown kind", p->zPath);
 }
 
 /*

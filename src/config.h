@@ -66,6 +66,17 @@ int tdeConfigIsGenericKey(const char *zKey);
 ** password source); zName (NULL: p->zPath) names the file in messages. */
 int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName);
 
+/* freshness_anchor (docs/FORMAT.md "External anchor"): *peKind one of
+** TDE_ANCHOR_*, the directory of file:DIR into zDir (resolved against the
+** configuration's directory), the interval in seconds (default 60).
+** TDE_OK with TDE_ANCHOR_NONE when the key is absent. */
+#define TDE_ANCHOR_NONE   0
+#define TDE_ANCHOR_FILE   1
+#define TDE_ANCHOR_PKCS11 2
+#define TDE_ANCHOR_KMIP   3
+#define TDE_ANCHOR_INTERVAL_DEFAULT 60
+int tdeConfigAnchor(const TdeConfig *p, int *peKind, char *zDir, size_t nDir, long long *pnInterval);
+
 /* Value of key or NULL. */
 const char *tdeConfigGet(const TdeConfig *p, const char *zKey);
 /* Value of key as a path, relative ones resolved against the config's

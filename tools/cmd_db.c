@@ -22,7 +22,7 @@
 /* The columns the compact view shows (NULL ones are left out), in this
 ** order: what a DBA looks at.  Everything else needs --all. */
 static const char *const azStatusCompact[] = {
-  "schema", "encrypted", "format_version", "freshness", "cipher", "keystore",
+  "schema", "encrypted", "format_version", "freshness", "anchor", "anchor_counter", "anchor_updated", "cipher", "keystore",
   "keystore_status", "master_key", "data_key_version", "page_size", "pages",
   "auth_failures", "rekey_in_progress",
   "pages_by_version", "role", "repl_state", "peer", "transport_lag_txn",
@@ -45,7 +45,8 @@ static void printStatusRow(sqlite3_stmt *pStmt, int bAll){
     for(i=0; i<n && strcmp(sqlite3_column_name(pStmt, i), azStatusCompact[k])!=0; i++){}
     if( i<n ){
       const char *zVal = (const char*)sqlite3_column_text(pStmt, i);
-      if( zVal && !(strcmp(azStatusCompact[k], "role")==0 && strcmp(zVal, "none")==0) ){
+      if( zVal && !(strcmp(azStatusCompact[k], "role")==0 && strcmp(zVal, "none")==0)
+       && !(strcmp(azStatusCompact[k], "anchor")==0 && strcmp(zVal, "off")==0) ){
         printf("%s: %s\n", azStatusCompact[k], zVal);
       }
     }

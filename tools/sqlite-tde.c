@@ -159,6 +159,12 @@ static const CliCommand aCommand[] = {
     "\nOptions:\n  --step N   pages per step (default 1024)\n",
     1, CLI_OPT_STEP, cliCmdRekey },
   { "upgrade", "DB", "move a format-version-1 database to version 2 (freshness checks)", "Move DB from format version 1 to 2 in place (docs/FORMAT.md \"Upgrade from version 1\"): in WAL mode\na TRUNCATE checkpoint first, then one header update under the write lock, audited.  Pages\nare not rewritten.  Crash-safe and resumable; a version-2 database is left as it is.\n", 1, 0, cliCmdUpgrade },
+  { "reanchor", "DB", "accept DB's current state in its freshness anchor (a backup restored on purpose)",
+    "Record DB's current state as its freshness anchor (freshness_anchor in the\n"
+    "configuration; docs/FORMAT.md \"External anchor\"), although DB may be older\n"
+    "than the anchor: the one way to open a backup restored on purpose.  Takes the\n"
+    "write lock, writes the header's anchor counter and the anchor record, and\n"
+    "the audit line `reanchor`.\n", 1, 0, cliCmdReanchor },
   { "migrate-keystore", "--to CFG [--drop-old] DB...",
     "move databases to the keystore another configuration names",
     "Add a wrapping of each DB's data key under the current master key of the\n"

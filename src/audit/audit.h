@@ -18,7 +18,9 @@
 ** Operations (zOp): keystore_open, keystore_close, keystore_create,
 ** master_key_create, master_key_rotate, master_key_retire, dek_create,
 ** dek_unwrap, header_rewrap, header_repair, rekey_start, rekey_progress, rekey_end,
-** keystore_migrate, keystore_drop, keystore_seal, keystore_unseal, and any
+** keystore_migrate, keystore_drop, keystore_seal, keystore_unseal,
+** reanchor (sqlite-tde reanchor), anchor_check (an open refused by the
+** freshness anchor, always "failure"), and any
 ** of them with outcome "failure".
 */
 #ifndef TDE_AUDIT_H

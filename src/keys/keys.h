@@ -55,6 +55,7 @@ typedef struct TdeHeader {
   uint8_t aWalSalt[8];              /* salts of the WAL generation bound to L (zero: a journal) */
   uint8_t aMapRoot[16];             /* page-map root (zero: none) */
   uint64_t upgradeCursor;           /* zero: no upgrade in progress */
+  uint64_t anchorCounter;           /* A: external anchor updates (zero: never anchored) */
   int nEntry;
   TdeWrapEntry aEntry[TDE_MAX_ENTRIES];
 } TdeHeader;

@@ -841,6 +841,8 @@ const tde_keystore_methods tdeCommandMethods = {
   cmdUnwrap,                      /* xUnwrap */
   cmdRetire,                      /* xRetire */
   cmdCheckConfig,                 /* xCheckConfig */
+  0,                              /* xAnchorGet: none (docs/FORMAT.md "External anchor") */
+  0,                              /* xAnchorSet */
 };
 
 static void cmdFree(Command *c){

@@ -106,7 +106,30 @@ struct tde_keystore_methods {
   ** the first problem in line order.  Providers without it (iVersion 1 or
   ** NULL) get tdeKeystoreCheckKeys against azKeys. */
   int (*xCheckConfig)(const TdeConfig *cfg, const char *zName);
+  /* Added in iVersion 3.  Freshness anchor records (docs/FORMAT.md
+  ** "External anchor"): an opaque value of at most TDE_ANCHOR_VALUE_MAX
+  ** bytes kept under zName where the holder of the database files cannot
+  ** write.  The provider never interprets it (the keys layer builds and
+  ** checks it).  xAnchorGet: TDE_NOTFOUND if there is none, TDE_RANGE if
+  ** it is larger than nOut.  xAnchorSet replaces it atomically (or creates
+  ** it).  NULL where the provider keeps no anchors. */
+  int (*xAnchorGet)(TdeKeystore *p, const char *zName, uint8_t *aOut, size_t nOut, size_t *pnOut);
+  int (*xAnchorSet)(TdeKeystore *p, const char *zName, const uint8_t *aIn, size_t nIn);
 };
+
+#define TDE_ANCHOR_VALUE_MAX 256
+
+/*
+** Anchor stores (keystore/anchor.c): where `freshness_anchor` in cfg says
+** -- a record file in a directory (file:DIR) or the keystore's own store
+** (pkcs11: xAnchorGet/xAnchorSet of ks).  Same contract as the methods
+** above; a store that cannot be reached is TDE_NOKEYSTORE with a message
+** naming it.  Without freshness_anchor: TDE_MISUSE.
+*/
+int tdeAnchorStoreGet(const TdeConfig *cfg, TdeKeystore *ks, const char *zName,
+                      uint8_t *aOut, size_t nOut, size_t *pnOut);
+int tdeAnchorStoreSet(const TdeConfig *cfg, TdeKeystore *ks, const char *zName,
+                      const uint8_t *aIn, size_t nIn);
 
 /* The built-in providers. */
 extern const tde_keystore_methods tdeWalletMethods;

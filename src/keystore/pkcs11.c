@@ -119,7 +119,12 @@ typedef struct P11_FUNCTION_LIST {
   P11_UNUSED C_CloseAllSessions, C_GetSessionInfo, C_GetOperationState, C_SetOperationState;
   P11_RV (*C_Login)(P11_SESSION_HANDLE hSession, P11_ULONG userType,
                     unsigned char *pPin, P11_ULONG ulPinLen);
-  P11_UNUSED C_Logout, C_CreateObject, C_CopyObject, C_DestroyObject, C_GetObjectSize;
+  P11_UNUSED C_Logout;
+  P11_RV (*C_CreateObject)(P11_SESSION_HANDLE hSession, P11_ATTRIBUTE *pTemplate,
+                           P11_ULONG ulCount, P11_OBJECT_HANDLE *phObject);
+  P11_UNUSED C_CopyObject;
+  P11_RV (*C_DestroyObject)(P11_SESSION_HANDLE hSession, P11_OBJECT_HANDLE hObject);
+  P11_UNUSED C_GetObjectSize;
   P11_RV (*C_GetAttributeValue)(P11_SESSION_HANDLE hSession, P11_OBJECT_HANDLE hObject,
                                 P11_ATTRIBUTE *pTemplate, P11_ULONG ulCount);
   P11_RV (*C_SetAttributeValue)(P11_SESSION_HANDLE hSession, P11_OBJECT_HANDLE hObject,
@@ -165,12 +170,15 @@ typedef P11_RV (*P11_GetFunctionList)(P11_FUNCTION_LIST **ppFunctionList);
 #define CKF_USER_PIN_FINAL_TRY            0x20000UL
 #define CKF_USER_PIN_LOCKED               0x40000UL
 #define CKU_USER                          1UL
+#define CKO_DATA                          0UL
 #define CKO_SECRET_KEY                    4UL
 #define CKK_AES                           0x1FUL
 #define CKA_CLASS                         0x000UL
 #define CKA_TOKEN                         0x001UL
 #define CKA_PRIVATE                       0x002UL
 #define CKA_LABEL                         0x003UL
+#define CKA_APPLICATION                   0x010UL
+#define CKA_VALUE                         0x011UL
 #define CKA_KEY_TYPE                      0x100UL
 #define CKA_SENSITIVE                     0x103UL
 #define CKA_ENCRYPT                       0x104UL
@@ -914,6 +922,8 @@ static int p11Unwrap(TdeKeystore *p, const char *zKeyId, uint8_t mech,
                      const uint8_t *aAad, size_t nAad,
                      uint8_t *aDek, size_t nDek);
 static int p11Retire(TdeKeystore *p, const char *zKeyId);
+static int p11AnchorGet(TdeKeystore *p, const char *zName, uint8_t *aOut, size_t nOut, size_t *pnOut);
+static int p11AnchorSet(TdeKeystore *p, const char *zName, const uint8_t *aIn, size_t nIn);
 
 static const char *const azPkcs11Keys[] = {
   "pkcs11_module", "pkcs11_token_label", "pkcs11_key_label", 0
@@ -925,7 +935,7 @@ static int p11CheckConfig(const TdeConfig *cfg, const char *zName){
 }
 
 const tde_keystore_methods tdePkcs11Methods = {
-  2,                              /* iVersion */
+  3,                              /* iVersion */
   (int)sizeof(tde_keystore_methods), /* szStruct */
   "pkcs11",                       /* zName */
   TDE_KS_PKCS11,                  /* typeId */
@@ -942,6 +952,8 @@ const tde_keystore_methods tdePkcs11Methods = {
   p11Unwrap,                      /* xUnwrap */
   p11Retire,                      /* xRetire */
   p11CheckConfig,                 /* xCheckConfig */
+  p11AnchorGet,                   /* xAnchorGet */
+  p11AnchorSet,                   /* xAnchorSet */
 };
 
 /*
@@ -1374,4 +1386,184 @@ retire_out:
   pthread_mutex_unlock(&k->mutex);
   p11Audit(k->pAudit, "master_key_retire", zKeyId, rc, zDetail);
   return rc;
+}
+
+/* ---- freshness anchors: CKO_DATA objects (docs/FORMAT.md "External anchor") -- */
+
+/* Each update creates a new object and then destroys the older ones
+** (SoftHSM2 refuses C_SetAttributeValue on a data object's CKA_VALUE), so
+** a crash between the two leaves two objects: CKA_APPLICATION carries a
+** generation ("sqlite-tde anchor " and 16 hex digits), and the newest wins. */
+#define P11_ANCHOR_APP    "sqlite-tde anchor "
+#define P11_ANCHOR_MAXOBJ 16
+
+typedef struct P11AnchorObj { P11_OBJECT_HANDLE h; uint64_t gen; } P11AnchorObj;
+
+/* The token data objects labelled zName, with their generations (objects
+** whose CKA_APPLICATION is not ours get generation 0).  Caller holds the
+** mutex and a live session. */
+static int p11AnchorFind(Pkcs11 *k, const char *zName, P11AnchorObj *aObj, int *pnObj, P11_RV *pRv){
+  P11_FUNCTION_LIST *pF = k->pMod->pF;
+  P11_ULONG cls = CKO_DATA;
+  P11_BBOOL bTrue = P11_TRUE;
+  P11_ATTRIBUTE aFind[3] = {
+    { CKA_CLASS, &cls, sizeof(cls) },
+    { CKA_TOKEN, &bTrue, sizeof(bTrue) },
+    { CKA_LABEL, (void *)zName, strlen(zName) },
+  };
+  P11_OBJECT_HANDLE aH[P11_ANCHOR_MAXOBJ];
+  P11_ULONG nGot = 0, i;
+  P11_RV rv;
+  *pnObj = 0;
+  rv = P11(pF, C_FindObjectsInit)(k->hSession, aFind, 3);
+  if( rv==CKR_OK ){
+    rv = P11(pF, C_FindObjects)(k->hSession, aH, P11_ANCHOR_MAXOBJ, &nGot);
+    P11(pF, C_FindObjectsFinal)(k->hSession);
+  }
+  *pRv = rv;
+  if( rv!=CKR_OK ){
+    return tdeErr(TDE_NOKEYSTORE, "pkcs11 token '%s': finding the anchor object failed: %s",
+                  k->zToken, p11RvName(rv));
+  }
+  for(i=0; i<nGot; i++){
+    char zApp[64];
+    P11_ATTRIBUTE a = { CKA_APPLICATION, zApp, sizeof(zApp)-1 };
+    uint64_t gen = 0;
+    size_t nPre = sizeof(P11_ANCHOR_APP)-1;
+    rv = P11(pF, C_GetAttributeValue)(k->hSession, aH[i], &a, 1);
+    if( rv==CKR_OK && a.ulValueLen==nPre+16 && memcmp(zApp, P11_ANCHOR_APP, nPre)==0 ){
+      for(size_t j=nPre; j<nPre+16; j++){
+        char c = zApp[j];
+        int d = c>='0' && c<='9' ? c-'0' : c>='a' && c<='f' ? c-'a'+10 : -1;
+        if( d<0 ){ gen = 0; break; }
+        gen = (gen<<4) | (uint64_t)d;
+      }
+    }
+    aObj[i].h = aH[i];
+    aObj[i].gen = gen;
+  }
+  *pnObj = (int)nGot;
+  return TDE_OK;
+}
+
+/* Run xOp with the mutex held and a live session, reconnecting once if the
+** session was lost (as p11Refresh does for key lookups). */
+typedef int (*P11AnchorOp)(Pkcs11 *k, void *pArg, P11_RV *pRv);
+static int p11AnchorRun(Pkcs11 *k, P11AnchorOp xOp, void *pArg){
+  int rc = TDE_OK, nTry;
+  pthread_mutex_lock(&k->mutex);
+  for(nTry=0; nTry<2; nTry++){
+    P11_RV rv = CKR_OK;
+    rc = p11Connect(k);
+    if( rc ) break;
+    rc = xOp(k, pArg, &rv);
+    if( rc==TDE_OK || !p11RvLostSession(rv) ) break;
+    p11Drop(k);
+  }
+  pthread_mutex_unlock(&k->mutex);
+  return rc;
+}
+
+typedef struct P11AnchorArg {
+  const char *zName;
+  uint8_t *aOut; size_t nOut; size_t *pnOut;      /* get */
+  const uint8_t *aIn; size_t nIn;                 /* set */
+} P11AnchorArg;
+
+static int p11AnchorGetOp(Pkcs11 *k, void *pArg, P11_RV *pRv){
+  P11AnchorArg *a = pArg;
+  P11AnchorObj aObj[P11_ANCHOR_MAXOBJ];
+  int nObj = 0, iBest = -1, i;
+  int rc = p11AnchorFind(k, a->zName, aObj, &nObj, pRv);
+  if( rc ) return rc;
+  for(i=0; i<nObj; i++){
+    if( aObj[i].gen && (iBest<0 || aObj[i].gen>aObj[iBest].gen) ) iBest = i;
+  }
+  if( iBest<0 && nObj ){
+    return tdeErr(TDE_AUTH, "pkcs11 token '%s': data object %s was not made by sqlite-tde",
+                  k->zToken, a->zName);
+  }
+  if( iBest<0 ) return TDE_NOTFOUND;
+  {
+    P11_ATTRIBUTE v = { CKA_VALUE, a->aOut, a->nOut };
+    P11_RV rv = P11(k->pMod->pF, C_GetAttributeValue)(k->hSession, aObj[iBest].h, &v, 1);
+    *pRv = rv;
+    if( rv==CKR_BUFFER_TOO_SMALL ){
+      return tdeErr(TDE_AUTH, "pkcs11 token '%s': anchor object %s is too large to be an "
+                    "anchor record", k->zToken, a->zName);
+    }
+    if( rv!=CKR_OK ){
+      return tdeErr(TDE_NOKEYSTORE, "pkcs11 token '%s': reading anchor object %s failed: %s",
+                    k->zToken, a->zName, p11RvName(rv));
+    }
+    *a->pnOut = (size_t)v.ulValueLen;
+  }
+  return TDE_OK;
+}
+
+static int p11AnchorSetOp(Pkcs11 *k, void *pArg, P11_RV *pRv){
+  P11AnchorArg *a = pArg;
+  P11_FUNCTION_LIST *pF = k->pMod->pF;
+  P11AnchorObj aObj[P11_ANCHOR_MAXOBJ];
+  P11_OBJECT_HANDLE h = 0;
+  uint64_t gen = 0;
+  char zApp[64];
+  int nObj = 0, i;
+  int rc = p11AnchorFind(k, a->zName, aObj, &nObj, pRv);
+  P11_RV rv;
+  if( rc ) return rc;
+  if( nObj==P11_ANCHOR_MAXOBJ ){
+    return tdeErr(TDE_RANGE, "pkcs11 token '%s': too many data objects labelled %s",
+                  k->zToken, a->zName);
+  }
+  for(i=0; i<nObj; i++) if( aObj[i].gen>gen ) gen = aObj[i].gen;
+  snprintf(zApp, sizeof(zApp), "%s%016llx", P11_ANCHOR_APP, (unsigned long long)(gen+1));
+  {
+    P11_ULONG cls = CKO_DATA;
+    P11_BBOOL bTrue = P11_TRUE;
+    P11_ATTRIBUTE aT[7] = {
+      { CKA_CLASS, &cls, sizeof(cls) },
+      { CKA_TOKEN, &bTrue, sizeof(bTrue) },
+      { CKA_PRIVATE, &bTrue, sizeof(bTrue) },
+      { CKA_MODIFIABLE, &bTrue, sizeof(bTrue) },
+      { CKA_LABEL, (void *)a->zName, strlen(a->zName) },
+      { CKA_APPLICATION, zApp, strlen(zApp) },
+      { CKA_VALUE, (void *)a->aIn, a->nIn },
+    };
+    rv = P11(pF, C_CreateObject)(k->hSession, aT, 7, &h);
+  }
+  *pRv = rv;
+  if( rv!=CKR_OK ){
+    return tdeErr(TDE_NOKEYSTORE, "pkcs11 token '%s': writing anchor object %s failed: %s",
+                  k->zToken, a->zName, p11RvName(rv));
+  }
+  /* The new object is on the token: the older ones can go.  One that
+  ** cannot be destroyed is harmless (the newest generation is read) but
+  ** is logged; objects that are not ours are left alone. */
+  for(i=0; i<nObj; i++){
+    if( aObj[i].gen==0 ) continue;
+    rv = P11(pF, C_DestroyObject)(k->hSession, aObj[i].h);
+    if( rv!=CKR_OK ){
+      tdeLog(TDE_LOG_WARNING, "pkcs11 token '%s': an older anchor object %s could not be "
+             "destroyed: %s", k->zToken, a->zName, p11RvName(rv));
+    }
+  }
+  return TDE_OK;
+}
+
+static int p11AnchorGet(TdeKeystore *p, const char *zName, uint8_t *aOut, size_t nOut, size_t *pnOut){
+  P11AnchorArg a;
+  memset(&a, 0, sizeof(a));
+  a.zName = zName; a.aOut = aOut; a.nOut = nOut; a.pnOut = pnOut;
+  *pnOut = 0;
+  if( p==0 ) return tdeErr(TDE_MISUSE, "pkcs11: no handle");
+  return p11AnchorRun((Pkcs11 *)p, p11AnchorGetOp, &a);
+}
+
+static int p11AnchorSet(TdeKeystore *p, const char *zName, const uint8_t *aIn, size_t nIn){
+  P11AnchorArg a;
+  memset(&a, 0, sizeof(a));
+  a.zName = zName; a.aIn = aIn; a.nIn = nIn;
+  if( p==0 ) return tdeErr(TDE_MISUSE, "pkcs11: no handle");
+  return p11AnchorRun((Pkcs11 *)p, p11AnchorSetOp, &a);
 }

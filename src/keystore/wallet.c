@@ -760,6 +760,8 @@ const tde_keystore_methods tdeWalletMethods = {
   walletUnwrap,                   /* xUnwrap */
   walletRetire,                   /* xRetire */
   walletCheckConfig,              /* xCheckConfig */
+  0,                              /* xAnchorGet: none (docs/FORMAT.md "External anchor") */
+  0,                              /* xAnchorSet */
 };
 
 /*

@@ -172,6 +172,10 @@ int tdeMainEpochUpdate(TdeFile *p, uint64_t logEpoch, const uint8_t *aSalt){
   return headerUpdate(p, editEpoch, &c, 1);   /* sequence unchanged, epoch + 1 */
 }
 
+int tdeMainFreshnessUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg){
+  return headerUpdate(p, xEdit, pArg, 1);    /* sequence unchanged */
+}
+
 /* ---- rotation ----------------------------------------------------------- */
 
 typedef struct RewrapCtx {

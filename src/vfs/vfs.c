@@ -238,6 +238,8 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
     tdeErrClear();
   }
   rc = tdeAdoptKeys(p, &k);
+  /* The external freshness anchor, if configured (vfs/anchor.c). */
+  if( rc==SQLITE_OK && (rc = tdeMainAnchorCheck(p))!=SQLITE_OK ){ k = p->pKeys; p->pKeys = 0; }
 
 done:
   if( rc && rc!=SQLITE_NOMEM ){
@@ -301,6 +303,7 @@ static int tdeMainCreate(TdeFile *p){
   if( rc ) goto done;
   tdeKeysNoteMasterKey(k);
   rc = tdeAdoptKeys(p, &k);
+  if( rc==SQLITE_OK && (rc = tdeMainAnchorCheck(p))!=SQLITE_OK ){ k = p->pKeys; p->pKeys = 0; }
 
 done:
   if( rc && rc!=SQLITE_NOMEM ){
@@ -953,6 +956,7 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
   ** process may have begun a rekey). */
   if( rc==SQLITE_OK && eLock>=SQLITE_LOCK_RESERVED && p->eKind==TDE_KIND_MAIN ){
     int rc2 = tdeMainRefreshIfChanged(p);
+    if( rc2==SQLITE_OK && p->pKeys ) p->pKeys->bAnchorWrite = p->pKeys->eAnchor!=0;
     if( rc2 ){
       /* Could not learn the current data key: do not write with an old one.
       ** RESERVED was taken from SHARED, so drop back to it; a failed
@@ -966,6 +970,8 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
 }
 static int tdeUnlock(sqlite3_file *pFile, int eLock){
   ((TdeFile*)pFile)->bTxnBase = 0;
+  /* End of a rollback-mode write transaction: the freshness anchor, when due. */
+  if( eLock<=SQLITE_LOCK_SHARED && ((TdeFile*)pFile)->pKeys && ((TdeFile*)pFile)->pKeys->bAnchorWrite ) tdeMainAnchorTick((TdeFile*)pFile);
   return REALFILE(pFile)->pMethods->xUnlock(REALFILE(pFile), eLock);
 }
 static int tdeCheckReservedLock(sqlite3_file *pFile, int *pResOut){
@@ -1057,6 +1063,8 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
     tdeShmHeaderEnd(p->pShm0, &syncEnd);
     bSyncWait = syncEnd.bKnown && (syncEnd.mxFrame!=p->shipEnd.mxFrame || memcmp(syncEnd.aSalt, p->shipEnd.aSalt, 8));
   }
+  /* End of a WAL write transaction: the freshness anchor, when due. */
+  if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->pKeys && p->pKeys->eAnchor ) tdeMainAnchorTick(p);
   rc = p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
   /* A commit: in the standby's sync mode, return once it is acknowledged
   ** (src/repl/sync.c; no shipper in sync mode: one failed open). */

@@ -11,10 +11,11 @@
 **   dek.c        data keys by version, ciphers, header refresh, page
 **                seal/open (tdeSealPage, tdeOpenPage*);
 **   keyops.c     header updates; rekey.c rekey and page-size discovery;
+**   anchor.c     the external freshness anchor (check at load, updates);
 **   fileio.c     the lowest layer: raw reads, scratch, result codes, the
 **                registry of main files -- calls nothing else here.
-** Calls go down this list's layers (api/status -> vfs -> wal, journal,
-** blockfile, rekey, keyops -> dek -> fileio), never back up into vfs.c.
+** Calls go down this list's layers (api/status -> vfs -> anchor -> wal,
+** journal, blockfile, rekey, keyops -> dek -> fileio), never back up into vfs.c.
 ** File layouts are specified in docs/FORMAT.md.
 */
 #ifndef TDE_VFS_INT_H
@@ -70,6 +71,15 @@ typedef struct TdeDbKeys {
                               ** the next write transaction */
   uint64_t nSessions;         /* sealing sessions this connection's handles started */
   uint32_t nSessionsVersion;  /* ... under this data-key version (tde_status) */
+  /* External freshness anchor (vfs/anchor.c, docs/FORMAT.md "External
+  ** anchor"): eAnchor TDE_ANCHOR_* when one is configured and the database
+  ** is version 2 (else 0: no cost per transaction but one test). */
+  int eAnchor;
+  long long nAnchorInterval;  /* seconds between updates */
+  int64_t tAnchorLast;        /* this connection's last update try (0: none yet) */
+  int64_t tAnchorRecord;      /* time in the newest record read or written (status) */
+  uint32_t anchorVersion;     /* data-key version that MACed it */
+  int bAnchorWrite;           /* rollback mode: the main file holds RESERVED or more */
 } TdeDbKeys;
 
 typedef struct TdeWal {
@@ -279,6 +289,22 @@ void tdeKeysCheckStale(TdeDbKeys *k);
 void tdeKeysNoteMasterKey(TdeDbKeys *k);
 /* vfs.c */
 void tdeAuditKeys(TdeDbKeys *k, const char *zDbPath, const char *zOp, int trc);
+
+/* keyops.c: a version-2 freshness-area update (sequence unchanged, one
+** sector per slot, as an epoch update) with the caller's edit. */
+int tdeMainFreshnessUpdate(TdeFile *pMain, TdeHeaderEdit xEdit, void *pArg);
+
+/* anchor.c: the external freshness anchor.  Check at load (after the
+** header is authenticated and the keys adopted): SQLITE_OK, or
+** SQLITE_IOERR_AUTH (older than the anchor, forged record) / SQLITE_AUTH
+** (store unreachable) with the message logged.  Tick at the end of a
+** write transaction, under the write lock: updates the anchor when due. */
+int tdeMainAnchorCheck(TdeFile *pMain);
+void tdeMainAnchorTick(TdeFile *pMain);
+/* For tde_status: anchor kind ("off", "file", "pkcs11", "off (format
+** version 1)"), the header's anchor counter, the time of the newest anchor
+** record this connection read or wrote (0: none). */
+int tdeMainAnchorInfo(TdeFile *pMain, const char **pzKind, uint64_t *pA, int64_t *pt);
 
 /* upgrade.c: format version 1 -> 2 (caller holds the write lock, the WAL
 ** emptied); *pbDone 1 if this call upgraded it. */

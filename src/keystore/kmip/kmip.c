@@ -78,8 +78,12 @@
 #define TAG_TAG_LENGTH         0x4200CEu
 #define TAG_AEAD_DATA          0x4200FEu
 #define TAG_AEAD_TAG           0x4200FFu
+#define TAG_KEY_FORMAT_TYPE    0x420042u
+#define TAG_SECRET_DATA        0x420085u
+#define TAG_SECRET_DATA_TYPE   0x420086u
 
 #define OP_CREATE              1
+#define OP_REGISTER            3
 #define OP_LOCATE              8
 #define OP_GET                 10
 #define OP_GET_ATTRIBUTES      11
@@ -91,6 +95,9 @@
 #define OP_DECRYPT             32
 
 #define OBJ_SYMMETRIC_KEY      2
+#define OBJ_SECRET_DATA        7
+#define SECRET_DATA_SEED       2
+#define KEY_FORMAT_OPAQUE      2
 #define ALG_AES                3
 #define MODE_GCM               9
 #define NAME_TYPE_TEXT         1
@@ -1096,13 +1103,186 @@ static int kmipRetire(TdeKeystore *p, const char *zKeyId){
   return rc;
 }
 
+/* ---- freshness anchors (docs/FORMAT.md "External anchor") ----------------
+**
+** A Secret Data object named like the record (Register), whose value is a
+** generation (8 bytes, big-endian) followed by the record.  An update
+** registers the next generation, then destroys the older objects; a
+** Locate that finds several (a crash in between) reads the newest.  PyKMIP
+** 0.10 stores no custom attributes, so the record is not an attribute of
+** the master-key object. */
+#define KMIP_ANCHOR_MAXOBJ 16
+
+typedef struct KmipAnchorObj {
+  char zUid[KMIP_UID_MAX + 1];
+  uint64_t gen;
+  uint8_t aVal[TDE_ANCHOR_VALUE_MAX];
+  size_t nVal;
+} KmipAnchorObj;
+
+/* Every Secret Data object named zName, with its value.  Caller holds the
+** mutex.  Objects whose value has no generation get gen 0. */
+static int kmipAnchorList(Kmip *k, const char *zName, KmipAnchorObj *aObj, int *pnObj){
+  TtlvEnc e;
+  KmipResp r;
+  int rc, i, n = 0;
+  *pnObj = 0;
+  kmipBegin(&e, k->major, k->minor, OP_LOCATE);
+  kmipAttrEnum(&e, "Object Type", OBJ_SECRET_DATA);
+  kmipAttrName(&e, zName);
+  rc = kmipSend(k, &e, OP_LOCATE, "Locate (anchor)", &r, 0);
+  if( rc==TDE_OK ){
+    for(i=ttlvChild(&r.doc, r.iPayload, TAG_UNIQUE_ID); i>=0 && n<KMIP_ANCHOR_MAXOBJ;
+        i=ttlvNextSibling(&r.doc, i, TAG_UNIQUE_ID)){
+      kmipRespText(&r, i, aObj[n].zUid, sizeof(aObj[n].zUid));
+      if( aObj[n].zUid[0] ) n++;
+    }
+  }
+  kmipRespFree(&r);
+  if( rc ) return rc;
+  for(i=0; i<n; i++){
+    const uint8_t *a;
+    size_t nA;
+    int j;
+    kmipBegin(&e, k->major, k->minor, OP_GET);
+    kmipEncText(&e, TAG_UNIQUE_ID, aObj[i].zUid);
+    rc = kmipSend(k, &e, OP_GET, "Get (anchor)", &r, 0);
+    if( rc==TDE_NOKEY ){                       /* destroyed meanwhile */
+      tdeErrClear();
+      rc = TDE_OK;
+      aObj[i].gen = 0;
+      aObj[i].nVal = 0;
+      kmipRespFree(&r);
+      continue;
+    }
+    if( rc==TDE_OK ){
+      j = ttlvChild(&r.doc, r.iPayload, TAG_SECRET_DATA);
+      j = ttlvChild(&r.doc, j, TAG_KEY_BLOCK);
+      j = ttlvChild(&r.doc, j, TAG_KEY_VALUE);
+      j = ttlvChild(&r.doc, j, TAG_KEY_MATERIAL);
+      if( ttlvGetBytes(&r.doc, j, &a, &nA)!=TDE_OK || nA<8 || nA-8>TDE_ANCHOR_VALUE_MAX ){
+        aObj[i].gen = 0;                       /* not ours */
+        aObj[i].nVal = 0;
+      }else{
+        aObj[i].gen = 0;
+        for(int b=0; b<8; b++) aObj[i].gen = (aObj[i].gen<<8) | a[b];
+        memcpy(aObj[i].aVal, a+8, nA-8);
+        aObj[i].nVal = nA-8;
+      }
+    }
+    kmipRespFree(&r);
+    if( rc ) return rc;
+  }
+  *pnObj = n;
+  return TDE_OK;
+}
+
+static int kmipAnchorGet(TdeKeystore *p, const char *zName, uint8_t *aOut, size_t nOut, size_t *pnOut){
+  Kmip *k = (Kmip *)p;
+  KmipAnchorObj *aObj;
+  int nObj = 0, iBest = -1, i, rc;
+  *pnOut = 0;
+  if( k==0 ) return tdeErr(TDE_MISUSE, "kmip: no handle");
+  aObj = calloc(KMIP_ANCHOR_MAXOBJ, sizeof(*aObj));
+  if( !aObj ) return tdeErr(TDE_NOMEM, "kmip: out of memory");
+  pthread_mutex_lock(&k->mutex);
+  rc = kmipAnchorList(k, zName, aObj, &nObj);
+  pthread_mutex_unlock(&k->mutex);
+  if( rc==TDE_OK ){
+    for(i=0; i<nObj; i++){
+      if( aObj[i].gen && (iBest<0 || aObj[i].gen>aObj[iBest].gen) ) iBest = i;
+    }
+    if( iBest<0 && nObj ){
+      rc = tdeErr(TDE_AUTH, "kmip: Secret Data object %s was not made by sqlite-tde", zName);
+    }else if( iBest<0 ){
+      rc = TDE_NOTFOUND;
+    }else if( aObj[iBest].nVal>nOut ){
+      rc = tdeErr(TDE_AUTH, "kmip: anchor object %s is too large to be an anchor record", zName);
+    }else{
+      memcpy(aOut, aObj[iBest].aVal, aObj[iBest].nVal);
+      *pnOut = aObj[iBest].nVal;
+    }
+  }else if( rc!=TDE_NOMEM ){
+    char zDetail[512];
+    snprintf(zDetail, sizeof(zDetail), "%s", tde_last_error());
+    rc = tdeErr(TDE_NOKEYSTORE, "kmip: reading the anchor %s failed: %s", zName, zDetail);
+  }
+  free(aObj);
+  return rc;
+}
+
+static int kmipAnchorSet(TdeKeystore *p, const char *zName, const uint8_t *aIn, size_t nIn){
+  Kmip *k = (Kmip *)p;
+  KmipAnchorObj *aObj;
+  uint8_t aVal[8 + TDE_ANCHOR_VALUE_MAX];
+  uint64_t gen = 0;
+  TtlvEnc e;
+  KmipResp r;
+  int nObj = 0, i, rc;
+  if( k==0 ) return tdeErr(TDE_MISUSE, "kmip: no handle");
+  if( nIn>TDE_ANCHOR_VALUE_MAX ) return tdeErr(TDE_RANGE, "kmip: anchor record too large");
+  aObj = calloc(KMIP_ANCHOR_MAXOBJ, sizeof(*aObj));
+  if( !aObj ) return tdeErr(TDE_NOMEM, "kmip: out of memory");
+  pthread_mutex_lock(&k->mutex);
+  rc = kmipAnchorList(k, zName, aObj, &nObj);
+  if( rc==TDE_OK && nObj==KMIP_ANCHOR_MAXOBJ ){
+    rc = tdeErr(TDE_RANGE, "kmip: too many Secret Data objects named %s", zName);
+  }
+  if( rc==TDE_OK ){
+    for(i=0; i<nObj; i++) if( aObj[i].gen>gen ) gen = aObj[i].gen;
+    gen++;
+    for(i=0; i<8; i++) aVal[i] = (uint8_t)(gen >> (8*(7-i)));
+    memcpy(aVal+8, aIn, nIn);
+    kmipBegin(&e, k->major, k->minor, OP_REGISTER);
+    ttlvEncEnum(&e, TAG_OBJECT_TYPE, OBJ_SECRET_DATA);
+    ttlvEncOpen(&e, TAG_TEMPLATE_ATTRIBUTE);
+    kmipAttrName(&e, zName);
+    ttlvEncClose(&e);
+    ttlvEncOpen(&e, TAG_SECRET_DATA);
+    ttlvEncEnum(&e, TAG_SECRET_DATA_TYPE, SECRET_DATA_SEED);
+    ttlvEncOpen(&e, TAG_KEY_BLOCK);
+    ttlvEncEnum(&e, TAG_KEY_FORMAT_TYPE, KEY_FORMAT_OPAQUE);
+    ttlvEncOpen(&e, TAG_KEY_VALUE);
+    ttlvEncBytes(&e, TAG_KEY_MATERIAL, aVal, 8+nIn);
+    ttlvEncClose(&e);
+    ttlvEncClose(&e);
+    ttlvEncClose(&e);
+    rc = kmipSend(k, &e, OP_REGISTER, "Register (anchor)", &r, 0);
+    kmipRespFree(&r);
+  }
+  /* The new generation is stored: the older objects can go.  One that
+  ** cannot be destroyed is harmless (the newest is read) but logged. */
+  for(i=0; rc==TDE_OK && i<nObj; i++){
+    int rc2;
+    if( aObj[i].gen==0 ) continue;            /* not ours: left alone */
+    kmipBegin(&e, k->major, k->minor, OP_DESTROY);
+    kmipEncText(&e, TAG_UNIQUE_ID, aObj[i].zUid);
+    rc2 = kmipSend(k, &e, OP_DESTROY, "Destroy (old anchor)", &r, 0);
+    kmipRespFree(&r);
+    if( rc2 ){
+      tdeLog(TDE_LOG_WARNING, "kmip: an older anchor object %s could not be destroyed: %s",
+             zName, tde_last_error());
+      tdeErrClear();
+    }
+  }
+  pthread_mutex_unlock(&k->mutex);
+  if( rc && rc!=TDE_NOMEM && rc!=TDE_RANGE ){
+    char zDetail[512];
+    snprintf(zDetail, sizeof(zDetail), "%s", tde_last_error());
+    rc = tdeErr(TDE_NOKEYSTORE, "kmip: writing the anchor %s failed: %s", zName, zDetail);
+  }
+  tdeWipe(aVal, sizeof(aVal));
+  free(aObj);
+  return rc;
+}
+
 /* The provider's own keys (keystore.h: xCheckConfig). */
 static int kmipCheckConfig(const TdeConfig *cfg, const char *zName){
   return tdeKeystoreCheckKeys(cfg, zName, azKmipKeys);
 }
 
 const tde_keystore_methods tdeKmipMethods = {
-  2,                              /* iVersion */
+  3,                              /* iVersion */
   sizeof(tde_keystore_methods),   /* szStruct */
   "kmip",                         /* zName */
   TDE_KS_KMIP,                    /* typeId */
@@ -1119,4 +1299,6 @@ const tde_keystore_methods tdeKmipMethods = {
   kmipUnwrap,                     /* xUnwrap */
   kmipRetire,                     /* xRetire */
   kmipCheckConfig,                /* xCheckConfig */
+  kmipAnchorGet,                  /* xAnchorGet */
+  kmipAnchorSet,                  /* xAnchorSet */
 };

@@ -1,0 +1,329 @@
+/*
+** The external freshness anchor, VFS side (docs/FORMAT.md "External
+** anchor"): the check at load, the update at the end of a write
+** transaction, and tde_db_reanchor().
+**
+** Data flows as everywhere in src/vfs: this file reads and writes the
+** header through keyops.c, and calls the keys layer (keys/anchor.c) for
+** the record, which reaches the store through keystore/anchor.c.  It never
+** speaks a keystore protocol itself.  Without `freshness_anchor` in the
+** configuration (or on a version-1 database) k->eAnchor is 0 and the
+** hooks in vfs.c cost one test per lock change.
+*/
+#include "vfs/vfs_int.h"
+#include "keys/anchor.h"
+#include "audit/audit.h"
+#include "config.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <time.h>
+
+/* Set by tde_db_reanchor on its own thread while it opens the database:
+** the load skips the comparison (the one way to accept an older copy). */
+static _Thread_local int bAnchorBypass;
+
+static const char *anchorDbName(TdeFile *p){
+  return p->zName ? p->zName : "(database)";
+}
+
+static const char *anchorKindName(int eKind){
+  switch( eKind ){
+    case TDE_ANCHOR_FILE:   return "file";
+    case TDE_ANCHOR_PKCS11: return "pkcs11";
+    case TDE_ANCHOR_KMIP:   return "kmip";
+    default:                return "off";
+  }
+}
+
+/* xKey for tdeAnchorFetch: the data key of a version this handle holds. */
+static const uint8_t *anchorKey(void *pArg, uint32_t version){
+  const TdeDekVer *d = tdeKeysFind((const TdeDbKeys *)pArg, version);
+  return d ? d->aDek : 0;
+}
+
+static void anchorTime(int64_t t, char *z, size_t n){
+  struct tm tm;
+  time_t tt = (time_t)t;
+  if( t<=0 || !gmtime_r(&tt, &tm) || strftime(z, n, "%Y-%m-%dT%H:%M:%SZ", &tm)==0 ){
+    snprintf(z, n, "unknown time");
+  }
+}
+
+int tdeMainAnchorCheck(TdeFile *p){
+  TdeDbKeys *k = p->pKeys;
+  TdeAnchorRec rec;
+  long long nIv = 0;
+  char zDir[PATH_MAX];
+  int eKind = 0, bFound = 0, trc, rc = SQLITE_OK;
+
+  if( !k || !k->pCfg ) return SQLITE_OK;
+  trc = tdeConfigAnchor(k->pCfg, &eKind, zDir, sizeof(zDir), &nIv);
+  if( trc ){ rc = tdeSqliteRc(trc); goto done; }
+  if( eKind==TDE_ANCHOR_NONE ) return SQLITE_OK;
+  if( p->bStandby ){
+    /* A standby copy's header follows its primary's only through what
+    ** the standby applies; its freshness is the replication's (sequence
+    ** and signature checks, no silent rewind), not the anchor's. */
+    tdeLog(TDE_LOG_INFO, "%s: a standby copy: the freshness anchor is not checked here",
+           anchorDbName(p));
+    return SQLITE_OK;
+  }
+  if( k->hdr.version<TDE_FORMAT_V2 ){
+    tdeLog(TDE_LOG_WARNING, "%s: freshness_anchor is configured but the database is format "
+           "version 1, which has no anchor counter: not anchored (run `sqlite-tde upgrade`)",
+           anchorDbName(p));
+    return SQLITE_OK;
+  }
+  k->eAnchor = eKind;
+  k->nAnchorInterval = nIv;
+  if( bAnchorBypass ) return SQLITE_OK;
+
+  for(int nTry=0; nTry<2; nTry++){
+    trc = tdeAnchorFetch(k->pCfg, k->pKs, k->hdr.dbid, anchorKey, k, &rec, &bFound);
+    if( trc ) break;
+    if( !bFound ){
+      if( k->hdr.anchorCounter==0 ) break;          /* never anchored: the first write does */
+      trc = tdeErr(TDE_AUTH, "%s: the database was anchored (A=%llu) but the %s freshness "
+                   "anchor holds no record for it (lost, or another anchor store). Restored "
+                   "on purpose? run `sqlite-tde reanchor %s`", anchorDbName(p),
+                   (unsigned long long)k->hdr.anchorCounter, anchorKindName(eKind), anchorDbName(p));
+      break;
+    }
+    k->tAnchorRecord = rec.t;
+    if( !tdeAnchorIsStale(&rec, k->hdr.anchorCounter, k->hdr.logEpoch, k->hdr.seq) ) break;
+    if( nTry==0 ){
+      /* Another connection may be between its header update and its store
+      ** write: its header is durable before the record, so read it again. */
+      rc = tdeMainRefresh(p);
+      if( rc ) goto done;
+      continue;
+    }
+    {
+      char zWhen[40];
+      anchorTime(rec.t, zWhen, sizeof(zWhen));
+      trc = tdeErr(TDE_AUTH, "%s: the database is older than its freshness anchor (anchor "
+                   "A=%llu L=%llu seq=%llu of %s; file A=%llu L=%llu seq=%llu): an older copy "
+                   "was restored. Restored on purpose? run `sqlite-tde reanchor %s`",
+                   anchorDbName(p), (unsigned long long)rec.A, (unsigned long long)rec.L,
+                   (unsigned long long)rec.seq, zWhen,
+                   (unsigned long long)k->hdr.anchorCounter, (unsigned long long)k->hdr.logEpoch,
+                   (unsigned long long)k->hdr.seq, anchorDbName(p));
+    }
+  }
+  if( trc ){
+    /* Name the database in front of the store's detail (copied first:
+    ** tdeErr formats into the buffer tde_last_error() points to). */
+    char zDetail[768];
+    snprintf(zDetail, sizeof(zDetail), "%s", tde_last_error());
+    if( trc==TDE_AUTH ){
+      if( strncmp(zDetail, anchorDbName(p), strlen(anchorDbName(p)))!=0 ){
+        tdeErr(TDE_AUTH, "%s: freshness anchor refused: %s", anchorDbName(p), zDetail);
+      }
+      rc = SQLITE_IOERR_AUTH;
+    }else{
+      tdeErr(trc, "%s: the freshness anchor cannot be checked (the open is refused until it "
+             "can): %s", anchorDbName(p), zDetail);
+      rc = trc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_AUTH;
+    }
+  }
+done:
+  /* The caller (tdeMainLoad) logs the refusal; the audit trail records it. */
+  if( rc && rc!=SQLITE_NOMEM ){
+    TdeAuditRec r;
+    tdeAuditInit(&r, "anchor_check");
+    r.bFailure = 1;
+    r.zDbPath = p->zName;
+    r.aDbid = k->hdr.dbid;
+    r.zKeystore = k->pKs ? k->pKs->pMethods->zName : 0;
+    r.keyVersion = k->hdr.curVersion;
+    r.zDetail = tde_last_error();
+    tdeAudit(k->pCfg, &r);
+  }
+  return rc;
+}
+
+/* Header edit: A = max(A on disk, floor) + 1. */
+static int editAnchor(TdeFile *p, TdeHeader *h, void *pArg){
+  uint64_t floor = *(uint64_t *)pArg;
+  TDE_UNUSED(p);
+  if( h->version<TDE_FORMAT_V2 ) return SQLITE_MISUSE;
+  h->anchorCounter = (h->anchorCounter>floor ? h->anchorCounter : floor) + 1;
+  return SQLITE_OK;
+}
+
+/*
+** One anchor update (caller holds the write lock): the header's A
+** advanced (durable first), then the record.  floor: the counter A must
+** pass (reanchor: the store's A), else 0.  SQLite rc, detail in tdeErr.
+*/
+static int anchorUpdate(TdeFile *p, uint64_t floor){
+  TdeDbKeys *k = p->pKeys;
+  TdeAnchorRec rec;
+  const TdeDekVer *d;
+  int rc, trc;
+  rc = tdeMainFreshnessUpdate(p, editAnchor, &floor);
+  if( rc ){
+    if( !tde_last_error()[0] ) tdeErr(TDE_IO, "header update failed (SQLite error %d)", rc);
+    return rc;
+  }
+  memset(&rec, 0, sizeof(rec));
+  memcpy(rec.dbid, k->hdr.dbid, TDE_DBID_BYTES);
+  rec.A = k->hdr.anchorCounter;
+  rec.L = k->hdr.logEpoch;
+  rec.seq = k->hdr.seq;
+  rec.version = k->hdr.curVersion;
+  rec.t = (int64_t)time(0);
+  d = tdeKeysFind(k, rec.version);
+  if( !d ) return SQLITE_ERROR;
+  trc = tdeAnchorPut(k->pCfg, k->pKs, &rec, d->aDek);
+  k->tAnchorLast = rec.t;
+  if( trc ) return tdeSqliteRc(trc);
+  k->anchorVersion = rec.version;
+  k->tAnchorRecord = rec.t;
+  return SQLITE_OK;
+}
+
+void tdeMainAnchorTick(TdeFile *p){
+  TdeDbKeys *k = p->pKeys;
+  int64_t now;
+  int rc;
+  if( !k || !k->eAnchor ) return;
+  k->bAnchorWrite = 0;
+  if( p->bReadOnly ) return;
+  now = (int64_t)time(0);
+  if( k->tAnchorLast && now - k->tAnchorLast < k->nAnchorInterval
+   && k->anchorVersion==k->hdr.curVersion ) return;
+  tdeErrClear();
+  rc = anchorUpdate(p, 0);
+  if( rc ){
+    /* The transaction is committed; the anchor lags until the next try,
+    ** which waits for the interval (a store that is down costs one round
+    ** trip per interval, not one per transaction). */
+    k->tAnchorLast = now;
+    tdeLog(TDE_LOG_WARNING, "%s: freshness anchor update failed (retried after %lld s): %s",
+           anchorDbName(p), k->nAnchorInterval, tde_last_error());
+    tdeErrClear();
+  }
+}
+
+/* ---- tde_db_reanchor ------------------------------------------------------ */
+
+/* zIn percent-encoded for a URI path or query value. */
+static char *anchorUriEscape(const char *zIn){
+  static const char hex[] = "0123456789ABCDEF";
+  size_t n = strlen(zIn), j = 0;
+  char *z = sqlite3_malloc64(3*n + 1);
+  if( !z ) return 0;
+  for(size_t i=0; i<n; i++){
+    unsigned char c = (unsigned char)zIn[i];
+    if( (c>='a' && c<='z') || (c>='A' && c<='Z') || (c>='0' && c<='9')
+     || c=='/' || c=='.' || c=='_' || c=='-' || c=='~' ){
+      z[j++] = (char)c;
+    }else{
+      z[j++] = '%'; z[j++] = hex[c>>4]; z[j++] = hex[c&15];
+    }
+  }
+  z[j] = 0;
+  return z;
+}
+
+int tde_db_reanchor(const char *zDbPath, const char *zConfig, unsigned long long *pnOld,
+                    unsigned long long *pnNew){
+  char zCfg[PATH_MAX];
+  char *zPath = 0, *zCfgEsc = 0, *zUri = 0;
+  sqlite3 *db = 0;
+  TdeFile *p;
+  TdeDbKeys *k;
+  TdeAnchorRec rec;
+  uint64_t oldA = 0;
+  int bFound = 0, bTxn = 0, rc, trc = TDE_OK;
+  char zDetail[160];
+
+  if( pnOld ) *pnOld = 0;
+  if( pnNew ) *pnNew = 0;
+  if( !zDbPath || !zDbPath[0] ) return tdeErr(TDE_MISUSE, "reanchor: no database");
+  trc = tdeConfigLocate(zConfig, zCfg, sizeof(zCfg));
+  if( trc ) return trc;
+  zPath = anchorUriEscape(zDbPath);
+  zCfgEsc = anchorUriEscape(zCfg);
+  if( zPath && zCfgEsc ) zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfgEsc);
+  if( !zUri ){ trc = tdeErr(TDE_NOMEM, "reanchor: out of memory"); goto done; }
+  bAnchorBypass = 1;
+  rc = sqlite3_open_v2(zUri, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_URI, 0);
+  if( rc==SQLITE_OK ) sqlite3_busy_timeout(db, 5000);
+  if( rc==SQLITE_OK ) rc = sqlite3_exec(db, "BEGIN IMMEDIATE; SELECT count(*) FROM sqlite_schema", 0, 0, 0);
+  if( rc ){
+    trc = tdeErr(rc==SQLITE_BUSY ? TDE_LOCKED : TDE_ERROR, "reanchor: cannot open %s for writing: %s",
+                 zDbPath, db ? sqlite3_errmsg(db) : "out of memory");
+    goto done;
+  }
+  bTxn = 1;
+  p = tdeMainOfDb(db, "main");
+  k = p ? p->pKeys : 0;
+  if( !k ){ trc = tdeErr(TDE_PLAINTEXT, "reanchor: %s is not an encrypted database", zDbPath); goto done; }
+  if( k->hdr.version<TDE_FORMAT_V2 ){
+    trc = tdeErr(TDE_UNSUPPORTED, "reanchor: %s is format version 1, which cannot be anchored; "
+                 "run `sqlite-tde upgrade` first", zDbPath);
+    goto done;
+  }
+  if( !k->eAnchor ){
+    trc = tdeErr(TDE_CONFIG, "reanchor: %s configures no freshness_anchor", zCfg);
+    goto done;
+  }
+  oldA = k->hdr.anchorCounter;
+  /* Any record, even one that does not authenticate, is replaced: its A
+  ** is passed when it can be read, else the header's own A suffices. */
+  trc = tdeAnchorFetch(k->pCfg, k->pKs, k->hdr.dbid, anchorKey, k, &rec, &bFound);
+  if( trc==TDE_AUTH ){ bFound = 0; tdeErrClear(); trc = TDE_OK; }
+  if( trc ) goto done;
+  tdeErrClear();
+  rc = anchorUpdate(p, bFound ? rec.A : 0);
+  if( rc ){
+    trc = tde_last_error()[0] ? TDE_ERROR : tdeErr(TDE_ERROR, "reanchor: header update failed (SQLite error %d)", rc);
+    goto done;
+  }
+  if( pnOld ) *pnOld = bFound ? rec.A : oldA;
+  if( pnNew ) *pnNew = k->hdr.anchorCounter;
+
+done:
+  if( db && bTxn ){
+    p = tdeMainOfDb(db, "main");
+    if( p && p->pKeys ){
+      TdeAuditRec r;
+      snprintf(zDetail, sizeof(zDetail), "%s anchor: A %llu (file %llu) -> %llu",
+               anchorKindName(p->pKeys->eAnchor), (unsigned long long)(bFound ? rec.A : 0),
+               (unsigned long long)oldA, (unsigned long long)p->pKeys->hdr.anchorCounter);
+      tdeAuditInit(&r, "reanchor");
+      r.bFailure = trc!=TDE_OK;
+      r.zDbPath = sqlite3_db_filename(db, "main");
+      r.aDbid = p->pKeys->hdr.dbid;
+      r.zKeystore = p->pKeys->pKs ? p->pKeys->pKs->pMethods->zName : 0;
+      r.keyVersion = p->pKeys->hdr.curVersion;
+      r.zDetail = trc ? tde_last_error() : zDetail;
+      tdeAudit(p->pKeys->pCfg, &r);
+    }
+    sqlite3_exec(db, trc ? "ROLLBACK" : "COMMIT", 0, 0, 0);
+  }
+  sqlite3_close(db);
+  bAnchorBypass = 0;
+  sqlite3_free(zUri);
+  sqlite3_free(zPath);
+  sqlite3_free(zCfgEsc);
+  return trc;
+}
+
+int tdeMainAnchorInfo(TdeFile *p, const char **pzKind, uint64_t *pA, int64_t *pt){
+  TdeDbKeys *k = p->pKeys;
+  *pzKind = "off";
+  *pA = 0;
+  *pt = 0;
+  if( !k ) return SQLITE_OK;
+  *pA = k->hdr.anchorCounter;
+  *pt = k->tAnchorRecord;
+  if( k->eAnchor ) *pzKind = anchorKindName(k->eAnchor);
+  else if( k->hdr.version<TDE_FORMAT_V2 && k->pCfg && tdeConfigGet(k->pCfg, "freshness_anchor") ){
+    *pzKind = "off (format version 1)";
+  }
+  return SQLITE_OK;
+}
