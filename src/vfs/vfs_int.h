@@ -150,6 +150,13 @@ struct TdeFile {
   uint8_t *aPage1;
   uint32_t nPage1, nPage1Alloc;
   uint8_t aPage1Trailer[TDE_TRAILER_SIZE];
+  /* main: both header slots' SHA-256 fields as the last lock-time header
+  ** check saw them (vfs.c tdeMainLockCheck); bHdrSums 0 if none.  Every
+  ** header update changes them.  bLockChecked: done at RESERVED in this
+  ** lock session (EXCLUSIVE then needs no second check). */
+  int bHdrSums;
+  uint8_t aHdrSums[64];
+  int bLockChecked;
 };
 
 /* fileio.c: the registry of open main files (added at open, removed at
