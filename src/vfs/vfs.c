@@ -1084,8 +1084,9 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   }
   rc = p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
   /* A commit: in the standby's sync mode, return once it is acknowledged
-  ** (src/repl/sync.c; no shipper in sync mode: one failed open). */
-  if( rc==SQLITE_OK && bSyncWait ) tdeReplSyncWait(p->zName, &syncEnd);
+  ** (src/repl/sync.c; no shipper in sync mode: at most one failed open per
+  ** TDE_SYNC_RECHECK_US). */
+  if( rc==SQLITE_OK && bSyncWait ) tdeReplSyncWait(p->zName, &syncEnd, &p->syncNoFileUntil);
   if( rc==SQLITE_OK && offset<=1 && offset+n>1 && (flags & SQLITE_SHM_EXCLUSIVE) ){
     p->bCkpt = (flags & SQLITE_SHM_LOCK)!=0;   /* WAL_CKPT_LOCK is slot 1 */
     p->bCkptValid = 0;

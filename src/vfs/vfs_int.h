@@ -157,6 +157,8 @@ struct TdeFile {
   int bHdrSums;
   uint8_t aHdrSums[64];
   int bLockChecked;
+  /* main: no DB-tdeship-sync before this monotonic time (repl/sync.c). */
+  uint64_t syncNoFileUntil;
 };
 
 /* fileio.c: the registry of open main files (added at open, removed at
