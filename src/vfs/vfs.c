@@ -1097,6 +1097,7 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   if( rc==SQLITE_OK && offset==0 && (flags & SQLITE_SHM_EXCLUSIVE) && p->eKind==TDE_KIND_MAIN ){
     if( flags & SQLITE_SHM_LOCK ) tdeShmHeaderEnd(p->pShm0, &p->shipEnd);
     else p->shipEnd.bKnown = 0;
+    tdeWalLockChanged(p->pWalFile);
   }
   /* WAL writer (slot 0) or checkpointer (slot 1) lock taken: as above. */
   if( rc==SQLITE_OK && offset<=1 && (flags & SQLITE_SHM_LOCK) && (flags & SQLITE_SHM_EXCLUSIVE)

@@ -97,6 +97,10 @@ typedef struct TdeWal {
   uint32_t iChainCommit;      /* last commit frame of this generation in 1..iChain */
   uint64_t w;                 /* log epoch the current WAL header is bound to */
   uint8_t aHdrMac[8];         /* the current WAL header's stored MAC */
+  /* Frames iSessLo..iSessHi were written by this handle since its
+  ** connection took the WAL write lock (0: none): no other connection can
+  ** have rewritten them, so their aMac values need no re-read. */
+  uint32_t iSessLo, iSessHi;
 } TdeWal;
 
 typedef struct TdeFile TdeFile;
@@ -235,6 +239,7 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeWalFlush(TdeFile *p);
 int tdeWalTruncate(TdeFile *p, sqlite3_int64 size);
 void tdeWalFree(TdeFile *p);
+void tdeWalLockChanged(TdeFile *p);   /* the WAL write lock taken or released */
 /* Verify the frames of the WAL that belong to the database (1..mxFrame
 ** from SQLite's WAL index, or 0 if unknown); *pnFrames counted, *piBad
 ** first bad frame (0 none, -1 the WAL header). */

@@ -167,6 +167,7 @@ static void walChainReset(TdeFile *p, int bHdr){
 
 static void walCkForget(TdeFile *p){
   p->wal.iRunFrame = 0;
+  p->wal.iSessLo = p->wal.iSessHi = 0;
   if( p->wal.aCk ) memset(p->wal.aCk, 0, sizeof(p->wal.aCk[0]) * p->wal.nCk);
   walChainReset(p, p->wal.bHdr);
 }
@@ -229,6 +230,17 @@ static void walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const
   memcpy(p->wal.aMac[idx].mac, mac, MAC_BYTES);
   memcpy(p->wal.aMac[idx].prev, aPrev, MAC_BYTES);
   p->wal.aMac[idx].bOwn = 1;
+  /* SQLite appends frames in order and rewrites in place only frames of
+  ** its open transaction, so the frames written under one write lock are
+  ** one range. */
+  if( !p->wal.iSessLo || idx<p->wal.iSessLo ) p->wal.iSessLo = idx;
+  if( idx>p->wal.iSessHi ) p->wal.iSessHi = idx;
+}
+
+/* The WAL write lock was taken or released by this handle's connection
+** (vfs.c tdeShmLock): frames written before may be rewritten by others. */
+void tdeWalLockChanged(TdeFile *p){
+  if( p && p->eKind==TDE_KIND_WAL ) p->wal.iSessLo = p->wal.iSessHi = 0;
 }
 
 /* The stored MAC of frame j (j==0: the WAL header's). */
@@ -253,6 +265,14 @@ static int walPrevMac(TdeFile *p, uint32_t idx, uint8_t *aOut, int *pbChain){
    && (idx==1 || idx-1<=p->wal.iChainCommit) ){
     memcpy(aOut, p->wal.aMac[idx-1].mac, MAC_BYTES);
     *pbChain = 1;
+    return SQLITE_OK;
+  }
+  if( idx>=2 && p->wal.iSessLo && idx-1>=p->wal.iSessLo && idx-1<=p->wal.iSessHi
+   && idx-1<p->wal.nMac && p->wal.aMac[idx-1].bOwn ){
+    /* Frame idx-1 as this handle wrote it under the write lock it still
+    ** holds: what is on disk (a write that failed fails the transaction). */
+    memcpy(aOut, p->wal.aMac[idx-1].mac, MAC_BYTES);
+    *pbChain = p->wal.bChain && idx-1<=p->wal.iChain;
     return SQLITE_OK;
   }
   rc = walStoredMac(p, idx-1, aOut);
