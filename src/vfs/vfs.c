@@ -847,10 +847,7 @@ static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
 static int tdeSync(sqlite3_file *pFile, int flags){
   TdeFile *p = (TdeFile*)pFile;
   if( p->eKind==TDE_KIND_JOURNAL ) return tdeJournalSync(p, flags);
-  if( p->eKind==TDE_KIND_WAL ){
-    int rc = tdeWalFlush(p);
-    if( rc ) return rc;
-  }
+  if( p->eKind==TDE_KIND_WAL ) return tdeWalSync(p, flags);
   return p->pReal->pMethods->xSync(p->pReal, flags);
 }
 

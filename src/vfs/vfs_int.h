@@ -101,6 +101,12 @@ typedef struct TdeWal {
   ** connection took the WAL write lock (0: none): no other connection can
   ** have rewritten them, so their aMac values need no re-read. */
   uint32_t iSessLo, iSessHi;
+  /* Version 2: a restart's epoch update {L = wDue, salts} waits for the
+  ** sync of the WAL header SQLite makes next (tdeWalSync), or for the
+  ** shim's own sync before anything else touches the WAL (tdeWalFlush). */
+  int bEpochDue;
+  uint64_t wDue;
+  uint8_t aDueSalt[8];
 } TdeWal;
 
 typedef struct TdeFile TdeFile;
@@ -237,6 +243,7 @@ int tdeMainRefreshIfChanged(TdeFile *pMain);
 int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeWalFlush(TdeFile *p);
+int tdeWalSync(TdeFile *p, int flags);
 int tdeWalTruncate(TdeFile *p, sqlite3_int64 size);
 void tdeWalFree(TdeFile *p);
 void tdeWalLockChanged(TdeFile *p);   /* the WAL write lock taken or released */

@@ -1037,8 +1037,48 @@ int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   }
 }
 
-/* Write the held-back frame header whose page is already on disk. */
+/*
+** Version 2: the epoch update of a restart whose WAL header was written
+** (tdeWalWrite).  bSynced: the WAL was synced after that write; if not, it
+** is synced here first.  The WAL header is durable before the database
+** header is bound to it (docs/FORMAT.md "Restart").
+*/
+static int walEpochDue(TdeFile *p, int bSynced){
+  int rc = SQLITE_OK;
+  if( p->eKind!=TDE_KIND_WAL || !p->wal.bEpochDue ) return SQLITE_OK;
+  p->wal.bEpochDue = 0;
+  if( !bSynced ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+  if( rc==SQLITE_OK ) rc = tdeMainEpochUpdate(p->pMain, p->wal.wDue, p->wal.aDueSalt);
+  if( rc ){
+    tdeLog(TDE_LOG_ERROR, "%s: WAL restart: the log epoch update failed (SQLite error %d)",
+           walName(p), rc);
+    p->wal.bHdr = 0;
+  }
+  return rc;
+}
+
+static int walFlushFrame(TdeFile *p);
+
+/* Before any other use of the WAL: a pending epoch update (with its own
+** sync), then the held-back frame header. */
 int tdeWalFlush(TdeFile *p){
+  int rc = walEpochDue(p, 0);
+  if( rc ) return rc;
+  return walFlushFrame(p);
+}
+
+/* xSync of the WAL: SQLite syncs a new WAL header right after writing it
+** (unless synchronous=OFF), and that sync is the one the epoch update
+** waits for. */
+int tdeWalSync(TdeFile *p, int flags){
+  int rc = walFlushFrame(p);
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, flags);
+  if( rc==SQLITE_OK ) rc = walEpochDue(p, 1);
+  return rc;
+}
+
+/* Write the held-back frame header whose page is already on disk. */
+static int walFlushFrame(TdeFile *p){
   uint8_t aTrailer[TDE_TRAILER_SIZE];
   uint8_t aHdr[FRAME_HDR];
   uint32_t idx;
@@ -1111,20 +1151,6 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     memset(aHdr+24+MAC_BYTES, 0, WAL_HDR-24-MAC_BYTES);
     rc = p->pReal->pMethods->xWrite(p->pReal, aHdr, WAL_HDR, 0);
     if( rc ) return rc;
-    if( bV2 ){
-      /* The WAL header durable first, then the epoch update: a crash in
-      ** between leaves a header bound to L + 1, which readers accept (the
-      ** generation has no frame yet); never a database header bound to a
-      ** WAL header that is not on disk.  (docs/FORMAT.md "Restart") */
-      rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
-      if( rc==SQLITE_OK ) rc = tdeMainEpochUpdate(p->pMain, w, z+16);
-      if( rc ){
-        tdeLog(TDE_LOG_ERROR, "%s: WAL restart: the log epoch update failed (SQLite error %d)",
-               walName(p), rc);
-        p->wal.bHdr = 0;
-        return rc;
-      }
-    }
     memcpy(p->wal.aHdr, z, WAL_HDR);
     memcpy(p->wal.aHdrMac, aHdr+24, MAC_BYTES);
     p->wal.w = w;
@@ -1132,6 +1158,17 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     p->wal.pgsz = tdeValidPgsz(tdeGet32(z+8)) ? tdeGet32(z+8) : 0;
     p->wal.iMaxWritten = 0;     /* a new generation */
     walCkForget(p);
+    if( bV2 ){
+      /* The WAL header durable first, then the epoch update, both before
+      ** the first frame: a crash in between leaves a header bound to L + 1,
+      ** which readers accept (the generation has no frame yet); never a
+      ** database header bound to a WAL header that is not on disk.  The
+      ** sync is SQLite's own of this header when it makes one (tdeWalSync),
+      ** else the shim's (tdeWalFlush).  (docs/FORMAT.md "Restart") */
+      p->wal.bEpochDue = 1;
+      p->wal.wDue = w;
+      memcpy(p->wal.aDueSalt, z+16, 8);
+    }
     return SQLITE_OK;
   }
   if( iOfst<WAL_HDR ){
