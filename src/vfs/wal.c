@@ -132,16 +132,25 @@ static int walHdrMac(TdeHmac *aKey, const uint8_t *aHdr, int bV2, uint64_t w, ui
 ** NULL: version 1. */
 static int walFrameMac(TdeFile *p, uint32_t idx, const uint8_t *aHdr16,
                        const uint8_t *aTrailer, const uint8_t *aPrev, uint8_t mac[MAC_BYTES]){
-  uint8_t pre[8] = { 'W', '1', 'F', 0, 0, 0, 0, 0 };
+  /* The message in one buffer, one HMAC update (the MAC is over the
+  ** concatenation either way): 8 + 16 + 48 + 8 bytes. */
+  uint8_t aMsg[8 + 16 + TDE_TRAILER_SIZE + MAC_BYTES];
   uint8_t full[32];
-  const uint8_t *ap[4] = { pre, aHdr16, aTrailer, aPrev };
-  const size_t an[4] = { sizeof(pre), 16, TDE_TRAILER_SIZE, MAC_BYTES };
+  const uint8_t *ap[1] = { aMsg };
+  size_t an[1];
   TdeHmac *aKey = walKey(p, tdeTrailerVersion(aTrailer));   /* the page's version */
   int rc;
   if( !aKey ) return SQLITE_NOTFOUND;   /* unknown data-key version: cannot authenticate */
-  if( aPrev ) pre[1] = '2';
-  tdePut32(pre+4, idx);
-  rc = tdeHmacCompute(aKey, ap, an, aPrev ? 4 : 3, full);
+  aMsg[0] = 'W'; aMsg[1] = aPrev ? '2' : '1'; aMsg[2] = 'F'; aMsg[3] = 0;
+  tdePut32(aMsg+4, idx);
+  memcpy(aMsg+8, aHdr16, 16);
+  memcpy(aMsg+24, aTrailer, TDE_TRAILER_SIZE);
+  an[0] = 24 + TDE_TRAILER_SIZE;
+  if( aPrev ){
+    memcpy(aMsg+an[0], aPrev, MAC_BYTES);
+    an[0] += MAC_BYTES;
+  }
+  rc = tdeHmacCompute(aKey, ap, an, 1, full);
   memcpy(mac, full, MAC_BYTES);
   tdeWipe(full, sizeof(full));
   return rc ? SQLITE_IOERR : SQLITE_OK;
