@@ -634,10 +634,24 @@ def standby_stop(procs):
                 p.wait()
 
 
+def copy_synced(src, dst):
+    """Copy the data set and fsync the copy before the run: otherwise the
+    first fsync of the database inside the timed part writes the whole
+    copy out, and which condition pays for it depends on when each one
+    first syncs the database (WAL mode: plain SQLite at its first
+    checkpoint, sqlite-tde at the first WAL restart's header update)."""
+    shutil.copyfile(src, dst)
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def run_one(c, workload, mode, opt, work):
     run_db = os.path.join(work, c.name, "run.db")
     remove_db(run_db)
-    shutil.copyfile(c.datasets[mode["journal"]], run_db)
+    copy_synced(c.datasets[mode["journal"]], run_db)
     if c.standby:
         return run_one_standby(c, workload, mode, opt, work, run_db)
     return run_one_driver(c, workload, mode, opt, work, run_db)

@@ -321,8 +321,13 @@ int tdeTlsServer(const TdeReplCfg *p, TdeConn *c, char *zWhy, size_t nWhy);
 #define TDE_SYNC_MODE_SYNC  1
 /* Shim: after a commit (the WAL write lock released with the WAL index at
 ** pMine), wait until a standby acknowledged it, when a shipper runs in sync
-** mode; else return at once.  Never fails the commit. */
-void tdeReplSyncWait(const char *zDb, const TdeWalEnd *pMine);
+** mode; else return at once.  Never fails the commit.  *pNoFileUntil (per
+** connection, 0 at first): a monotonic time before which the connection
+** knows there is no DB-tdeship-sync (set when the open finds none; a
+** shipper waits TDE_SYNC_RECHECK_US after creating the file, so every
+** commit after its start sees the file). */
+#define TDE_SYNC_RECHECK_US 20000
+void tdeReplSyncWait(const char *zDb, const TdeWalEnd *pMine, uint64_t *pNoFileUntil);
 int tdeSyncCovers(const uint8_t *aAckSalt, uint32_t ackLast, const uint8_t *aSalt, uint32_t mxFrame);
 /* Shipper: create DB-tdeship-sync; publish the acknowledged position; remove. */
 int tdeSyncCreate(const char *zDb, uint32_t timeoutMs, int *pFd);

@@ -9,7 +9,13 @@
 ** newest transaction a standby acknowledged.  The shim, when a connection
 ** releases SQLite's WAL write lock after a commit, calls tdeReplSyncWait,
 ** which waits for that position to reach its own commit.  No file: no
-** wait (one failed open(2)); the writer never talks to the network.
+** wait; the writer never talks to the network.  The absence is cached per
+** connection for TDE_SYNC_RECHECK_US (one failed open(2) per that time
+** instead of per commit), and a shipper that creates the file waits that
+** long before it counts as started in sync mode: a writer that found no
+** file at monotonic time t skips the check only until t + the interval,
+** which is before the shipper's start returns, so every commit that
+** begins after the start opens the file.
 */
 #include "repl/repl.h"
 #include "cipher/cipher.h"
@@ -58,15 +64,31 @@ int tdeSyncCovers(const uint8_t *aAckSalt, uint32_t ackLast, const uint8_t *aSal
   return d==0 && memcmp(aAckSalt, aSalt, 8)==0 && ackLast>=mxFrame;
 }
 
-void tdeReplSyncWait(const char *zDb, const TdeWalEnd *pMine){
+/* Monotonic microseconds (the same clock in every process). */
+static uint64_t syncMonoUs(void){
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec*1000000u + (uint64_t)ts.tv_nsec/1000u;
+}
+
+void tdeReplSyncWait(const char *zDb, const TdeWalEnd *pMine, uint64_t *pNoFileUntil){
   char zPath[4200];
   SyncView v;
-  uint64_t deadline;
+  uint64_t deadline, tBefore;
   int fd;
   if( !zDb || !pMine->bKnown ) return;
+  /* The clock is read before the open: the absence it records is at
+  ** least as old as the open that saw it. */
+  tBefore = syncMonoUs();
+  if( pNoFileUntil && tBefore<*pNoFileUntil ) return;   /* no file, seen less than the interval ago */
   if( snprintf(zPath, sizeof(zPath), "%s-tdeship-sync", zDb)>=(int)sizeof(zPath) ) return;
   fd = open(zPath, O_RDONLY | O_CLOEXEC);
-  if( fd<0 ) return;                      /* async: no shipper in sync mode */
+  if( fd<0 ){
+    /* async: no shipper in sync mode */
+    if( pNoFileUntil ) *pNoFileUntil = tBefore + TDE_SYNC_RECHECK_US;
+    return;
+  }
+  if( pNoFileUntil ) *pNoFileUntil = 0;
   if( syncRead(fd, &v)!=TDE_OK || v.mode!=TDE_SYNC_MODE_SYNC || v.degraded ) goto done;
   if( kill((pid_t)v.pid, 0)!=0 && errno==ESRCH ) goto done;   /* a shipper that died: nobody to wait for */
   deadline = tdeNowMs() + v.timeoutMs;
@@ -103,6 +125,16 @@ int tdeSyncCreate(const char *zDb, uint32_t timeoutMs, int *pFd){
     close(fd);
     unlink(zPath);
     return rc;
+  }
+  {
+    /* Writers that found no file may skip the check for
+    ** TDE_SYNC_RECHECK_US from before that open: sync mode starts once
+    ** every such interval begun before the file existed has ended. */
+    uint64_t tEnd = syncMonoUs() + TDE_SYNC_RECHECK_US + 1;
+    for(uint64_t t=syncMonoUs(); t<tEnd; t=syncMonoUs()){
+      struct timespec ts = { 0, (long)((tEnd - t)*1000u) };
+      nanosleep(&ts, 0);
+    }
   }
   *pFd = fd;
   return TDE_OK;

@@ -863,10 +863,7 @@ static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
 static int tdeSync(sqlite3_file *pFile, int flags){
   TdeFile *p = (TdeFile*)pFile;
   if( p->eKind==TDE_KIND_JOURNAL ) return tdeJournalSync(p, flags);
-  if( p->eKind==TDE_KIND_WAL ){
-    int rc = tdeWalFlush(p);
-    if( rc ) return rc;
-  }
+  if( p->eKind==TDE_KIND_WAL ) return tdeWalSync(p, flags);
   return p->pReal->pMethods->xSync(p->pReal, flags);
 }
 
@@ -944,6 +941,38 @@ static int tdeRefreshLockRc(int rc){
   return (rc&0xff)==SQLITE_IOERR || rc==SQLITE_NOMEM ? rc : SQLITE_AUTH;
 }
 
+/*
+** The header check when a connection takes a write lock (RESERVED, or the
+** WAL write or checkpoint lock): learn of a header update another process
+** made (rotation, migration, rekey, epoch update) before writing.  Every
+** header update rewrites the SHA-256 field of both slots (offset 4064 of
+** each, docs/FORMAT.md; the field changes with any byte of the slot), so
+** when both are as this handle's last check saw them, nothing changed and
+** one read of [4064, 8192) answers it.  Otherwise tdeMainRefreshIfChanged
+** decides (and re-reads the header if it is newer), and the fields read
+** before it are kept: a change after that read shows at the next check.
+** Uses p->aBuf.
+*/
+static int tdeMainLockCheck(TdeFile *p){
+  uint8_t aSums[64];
+  int rc, bShort = 1;
+  if( !p->pKeys ) return SQLITE_OK;
+  rc = tdeScratch(p);
+  if( rc ) return rc;
+  rc = tdeRealRead(p, p->aBuf, TDE_SLOT_SIZE + 32, TDE_SLOT_SIZE - 32, &bShort);
+  if( rc ) return rc;
+  memcpy(aSums, p->aBuf, 32);
+  memcpy(aSums + 32, p->aBuf + TDE_SLOT_SIZE, 32);
+  if( !bShort && p->bHdrSums && memcmp(aSums, p->aHdrSums, sizeof(aSums))==0 ) return SQLITE_OK;
+  p->bHdrSums = 0;
+  rc = tdeMainRefreshIfChanged(p);
+  if( rc==SQLITE_OK && !bShort ){
+    memcpy(p->aHdrSums, aSums, sizeof(aSums));
+    p->bHdrSums = 1;
+  }
+  return rc;
+}
+
 static int tdeLock(sqlite3_file *pFile, int eLock){
   TdeFile *p = (TdeFile*)pFile;
   int rc;
@@ -953,9 +982,14 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
   }
   rc = p->pReal->pMethods->xLock(p->pReal, eLock);
   /* A write transaction starts: seal with the newest data key (another
-  ** process may have begun a rekey). */
-  if( rc==SQLITE_OK && eLock>=SQLITE_LOCK_RESERVED && p->eKind==TDE_KIND_MAIN ){
-    int rc2 = tdeMainRefreshIfChanged(p);
+  ** process may have begun a rekey).  Once per lock session: from RESERVED
+  ** to EXCLUSIVE no other connection can update the header (header
+  ** updates run under the write lock), so EXCLUSIVE checks only when it
+  ** was taken without RESERVED's check (a hot-journal rollback). */
+  if( rc==SQLITE_OK && eLock>=SQLITE_LOCK_RESERVED && p->eKind==TDE_KIND_MAIN
+   && !(eLock==SQLITE_LOCK_EXCLUSIVE && p->bLockChecked) ){
+    int rc2 = tdeMainLockCheck(p);
+    if( rc2==SQLITE_OK && eLock==SQLITE_LOCK_RESERVED ) p->bLockChecked = 1;
     if( rc2==SQLITE_OK && p->pKeys ) p->pKeys->bAnchorWrite = p->pKeys->eAnchor!=0;
     if( rc2 ){
       /* Could not learn the current data key: do not write with an old one.
@@ -972,6 +1006,7 @@ static int tdeUnlock(sqlite3_file *pFile, int eLock){
   ((TdeFile*)pFile)->bTxnBase = 0;
   /* End of a rollback-mode write transaction: the freshness anchor, when due. */
   if( eLock<=SQLITE_LOCK_SHARED && ((TdeFile*)pFile)->pKeys && ((TdeFile*)pFile)->pKeys->bAnchorWrite ) tdeMainAnchorTick((TdeFile*)pFile);
+  if( eLock<SQLITE_LOCK_RESERVED ) ((TdeFile*)pFile)->bLockChecked = 0;
   return REALFILE(pFile)->pMethods->xUnlock(REALFILE(pFile), eLock);
 }
 static int tdeCheckReservedLock(sqlite3_file *pFile, int *pResOut){
@@ -1067,8 +1102,9 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->pKeys && p->pKeys->eAnchor ) tdeMainAnchorTick(p);
   rc = p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
   /* A commit: in the standby's sync mode, return once it is acknowledged
-  ** (src/repl/sync.c; no shipper in sync mode: one failed open). */
-  if( rc==SQLITE_OK && bSyncWait ) tdeReplSyncWait(p->zName, &syncEnd);
+  ** (src/repl/sync.c; no shipper in sync mode: at most one failed open per
+  ** TDE_SYNC_RECHECK_US). */
+  if( rc==SQLITE_OK && bSyncWait ) tdeReplSyncWait(p->zName, &syncEnd, &p->syncNoFileUntil);
   if( rc==SQLITE_OK && offset<=1 && offset+n>1 && (flags & SQLITE_SHM_EXCLUSIVE) ){
     p->bCkpt = (flags & SQLITE_SHM_LOCK)!=0;   /* WAL_CKPT_LOCK is slot 1 */
     p->bCkptValid = 0;
@@ -1079,11 +1115,12 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   if( rc==SQLITE_OK && offset==0 && (flags & SQLITE_SHM_EXCLUSIVE) && p->eKind==TDE_KIND_MAIN ){
     if( flags & SQLITE_SHM_LOCK ) tdeShmHeaderEnd(p->pShm0, &p->shipEnd);
     else p->shipEnd.bKnown = 0;
+    tdeWalLockChanged(p->pWalFile);
   }
   /* WAL writer (slot 0) or checkpointer (slot 1) lock taken: as above. */
   if( rc==SQLITE_OK && offset<=1 && (flags & SQLITE_SHM_LOCK) && (flags & SQLITE_SHM_EXCLUSIVE)
    && p->eKind==TDE_KIND_MAIN ){
-    int rc2 = tdeMainRefreshIfChanged(p);
+    int rc2 = tdeMainLockCheck(p);
     if( rc2 ){
       /* Could not learn the current data key: do not write with an old one. */
       p->pReal->pMethods->xShmLock(p->pReal, offset, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);

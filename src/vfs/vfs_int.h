@@ -107,6 +107,16 @@ typedef struct TdeWal {
   uint32_t iChainCommit;      /* last commit frame of this generation in 1..iChain */
   uint64_t w;                 /* log epoch the current WAL header is bound to */
   uint8_t aHdrMac[8];         /* the current WAL header's stored MAC */
+  /* Frames iSessLo..iSessHi were written by this handle since its
+  ** connection took the WAL write lock (0: none): no other connection can
+  ** have rewritten them, so their aMac values need no re-read. */
+  uint32_t iSessLo, iSessHi;
+  /* Version 2: a restart's epoch update {L = wDue, salts} waits for the
+  ** sync of the WAL header SQLite makes next (tdeWalSync), or for the
+  ** shim's own sync before anything else touches the WAL (tdeWalFlush). */
+  int bEpochDue;
+  uint64_t wDue;
+  uint8_t aDueSalt[8];
 } TdeWal;
 
 typedef struct TdeFile TdeFile;
@@ -164,6 +174,15 @@ struct TdeFile {
   ** (journal.c), put into IV bits 95..64 of every page this handle seals
   ** (tdeSeal); 0 when there is none. */
   uint32_t jrnlBind;
+  /* main: both header slots' SHA-256 fields as the last lock-time header
+  ** check saw them (vfs.c tdeMainLockCheck); bHdrSums 0 if none.  Every
+  ** header update changes them.  bLockChecked: done at RESERVED in this
+  ** lock session (EXCLUSIVE then needs no second check). */
+  int bHdrSums;
+  uint8_t aHdrSums[64];
+  int bLockChecked;
+  /* main: no DB-tdeship-sync before this monotonic time (repl/sync.c). */
+  uint64_t syncNoFileUntil;
 };
 
 /* fileio.c: the registry of open main files (added at open, removed at
@@ -238,8 +257,10 @@ int tdeMainRefreshIfChanged(TdeFile *pMain);
 int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeWalFlush(TdeFile *p);
+int tdeWalSync(TdeFile *p, int flags);
 int tdeWalTruncate(TdeFile *p, sqlite3_int64 size);
 void tdeWalFree(TdeFile *p);
+void tdeWalLockChanged(TdeFile *p);   /* the WAL write lock taken or released */
 /* Verify the frames of the WAL that belong to the database (1..mxFrame
 ** from SQLite's WAL index, or 0 if unknown); *pnFrames counted, *piBad
 ** first bad frame (0 none, -1 the WAL header). */

@@ -132,16 +132,25 @@ static int walHdrMac(TdeHmac *aKey, const uint8_t *aHdr, int bV2, uint64_t w, ui
 ** NULL: version 1. */
 static int walFrameMac(TdeFile *p, uint32_t idx, const uint8_t *aHdr16,
                        const uint8_t *aTrailer, const uint8_t *aPrev, uint8_t mac[MAC_BYTES]){
-  uint8_t pre[8] = { 'W', '1', 'F', 0, 0, 0, 0, 0 };
+  /* The message in one buffer, one HMAC update (the MAC is over the
+  ** concatenation either way): 8 + 16 + 48 + 8 bytes. */
+  uint8_t aMsg[8 + 16 + TDE_TRAILER_SIZE + MAC_BYTES];
   uint8_t full[32];
-  const uint8_t *ap[4] = { pre, aHdr16, aTrailer, aPrev };
-  const size_t an[4] = { sizeof(pre), 16, TDE_TRAILER_SIZE, MAC_BYTES };
+  const uint8_t *ap[1] = { aMsg };
+  size_t an[1];
   TdeHmac *aKey = walKey(p, tdeTrailerVersion(aTrailer));   /* the page's version */
   int rc;
   if( !aKey ) return SQLITE_NOTFOUND;   /* unknown data-key version: cannot authenticate */
-  if( aPrev ) pre[1] = '2';
-  tdePut32(pre+4, idx);
-  rc = tdeHmacCompute(aKey, ap, an, aPrev ? 4 : 3, full);
+  aMsg[0] = 'W'; aMsg[1] = aPrev ? '2' : '1'; aMsg[2] = 'F'; aMsg[3] = 0;
+  tdePut32(aMsg+4, idx);
+  memcpy(aMsg+8, aHdr16, 16);
+  memcpy(aMsg+24, aTrailer, TDE_TRAILER_SIZE);
+  an[0] = 24 + TDE_TRAILER_SIZE;
+  if( aPrev ){
+    memcpy(aMsg+an[0], aPrev, MAC_BYTES);
+    an[0] += MAC_BYTES;
+  }
+  rc = tdeHmacCompute(aKey, ap, an, 1, full);
   memcpy(mac, full, MAC_BYTES);
   tdeWipe(full, sizeof(full));
   return rc ? SQLITE_IOERR : SQLITE_OK;
@@ -167,6 +176,7 @@ static void walChainReset(TdeFile *p, int bHdr){
 
 static void walCkForget(TdeFile *p){
   p->wal.iRunFrame = 0;
+  p->wal.iSessLo = p->wal.iSessHi = 0;
   if( p->wal.aCk ) memset(p->wal.aCk, 0, sizeof(p->wal.aCk[0]) * p->wal.nCk);
   walChainReset(p, p->wal.bHdr);
 }
@@ -229,6 +239,17 @@ static void walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const
   memcpy(p->wal.aMac[idx].mac, mac, MAC_BYTES);
   memcpy(p->wal.aMac[idx].prev, aPrev, MAC_BYTES);
   p->wal.aMac[idx].bOwn = 1;
+  /* SQLite appends frames in order and rewrites in place only frames of
+  ** its open transaction, so the frames written under one write lock are
+  ** one range. */
+  if( !p->wal.iSessLo || idx<p->wal.iSessLo ) p->wal.iSessLo = idx;
+  if( idx>p->wal.iSessHi ) p->wal.iSessHi = idx;
+}
+
+/* The WAL write lock was taken or released by this handle's connection
+** (vfs.c tdeShmLock): frames written before may be rewritten by others. */
+void tdeWalLockChanged(TdeFile *p){
+  if( p && p->eKind==TDE_KIND_WAL ) p->wal.iSessLo = p->wal.iSessHi = 0;
 }
 
 /* The stored MAC of frame j (j==0: the WAL header's). */
@@ -253,6 +274,14 @@ static int walPrevMac(TdeFile *p, uint32_t idx, uint8_t *aOut, int *pbChain){
    && (idx==1 || idx-1<=p->wal.iChainCommit) ){
     memcpy(aOut, p->wal.aMac[idx-1].mac, MAC_BYTES);
     *pbChain = 1;
+    return SQLITE_OK;
+  }
+  if( idx>=2 && p->wal.iSessLo && idx-1>=p->wal.iSessLo && idx-1<=p->wal.iSessHi
+   && idx-1<p->wal.nMac && p->wal.aMac[idx-1].bOwn ){
+    /* Frame idx-1 as this handle wrote it under the write lock it still
+    ** holds: what is on disk (a write that failed fails the transaction). */
+    memcpy(aOut, p->wal.aMac[idx-1].mac, MAC_BYTES);
+    *pbChain = p->wal.bChain && idx-1<=p->wal.iChain;
     return SQLITE_OK;
   }
   rc = walStoredMac(p, idx-1, aOut);
@@ -1017,8 +1046,48 @@ int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   }
 }
 
-/* Write the held-back frame header whose page is already on disk. */
+/*
+** Version 2: the epoch update of a restart whose WAL header was written
+** (tdeWalWrite).  bSynced: the WAL was synced after that write; if not, it
+** is synced here first.  The WAL header is durable before the database
+** header is bound to it (docs/FORMAT.md "Restart").
+*/
+static int walEpochDue(TdeFile *p, int bSynced){
+  int rc = SQLITE_OK;
+  if( p->eKind!=TDE_KIND_WAL || !p->wal.bEpochDue ) return SQLITE_OK;
+  p->wal.bEpochDue = 0;
+  if( !bSynced ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+  if( rc==SQLITE_OK ) rc = tdeMainEpochUpdate(p->pMain, p->wal.wDue, p->wal.aDueSalt);
+  if( rc ){
+    tdeLog(TDE_LOG_ERROR, "%s: WAL restart: the log epoch update failed (SQLite error %d)",
+           walName(p), rc);
+    p->wal.bHdr = 0;
+  }
+  return rc;
+}
+
+static int walFlushFrame(TdeFile *p);
+
+/* Before any other use of the WAL: a pending epoch update (with its own
+** sync), then the held-back frame header. */
 int tdeWalFlush(TdeFile *p){
+  int rc = walEpochDue(p, 0);
+  if( rc ) return rc;
+  return walFlushFrame(p);
+}
+
+/* xSync of the WAL: SQLite syncs a new WAL header right after writing it
+** (unless synchronous=OFF), and that sync is the one the epoch update
+** waits for. */
+int tdeWalSync(TdeFile *p, int flags){
+  int rc = walFlushFrame(p);
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, flags);
+  if( rc==SQLITE_OK ) rc = walEpochDue(p, 1);
+  return rc;
+}
+
+/* Write the held-back frame header whose page is already on disk. */
+static int walFlushFrame(TdeFile *p){
   uint8_t aTrailer[TDE_TRAILER_SIZE];
   uint8_t aHdr[FRAME_HDR];
   uint32_t idx;
@@ -1091,20 +1160,6 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     memset(aHdr+24+MAC_BYTES, 0, WAL_HDR-24-MAC_BYTES);
     rc = p->pReal->pMethods->xWrite(p->pReal, aHdr, WAL_HDR, 0);
     if( rc ) return rc;
-    if( bV2 ){
-      /* The WAL header durable first, then the epoch update: a crash in
-      ** between leaves a header bound to L + 1, which readers accept (the
-      ** generation has no frame yet); never a database header bound to a
-      ** WAL header that is not on disk.  (docs/FORMAT.md "Restart") */
-      rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
-      if( rc==SQLITE_OK ) rc = tdeMainEpochUpdate(p->pMain, w, z+16);
-      if( rc ){
-        tdeLog(TDE_LOG_ERROR, "%s: WAL restart: the log epoch update failed (SQLite error %d)",
-               walName(p), rc);
-        p->wal.bHdr = 0;
-        return rc;
-      }
-    }
     memcpy(p->wal.aHdr, z, WAL_HDR);
     memcpy(p->wal.aHdrMac, aHdr+24, MAC_BYTES);
     p->wal.w = w;
@@ -1112,6 +1167,17 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     p->wal.pgsz = tdeValidPgsz(tdeGet32(z+8)) ? tdeGet32(z+8) : 0;
     p->wal.iMaxWritten = 0;     /* a new generation */
     walCkForget(p);
+    if( bV2 ){
+      /* The WAL header durable first, then the epoch update, both before
+      ** the first frame: a crash in between leaves a header bound to L + 1,
+      ** which readers accept (the generation has no frame yet); never a
+      ** database header bound to a WAL header that is not on disk.  The
+      ** sync is SQLite's own of this header when it makes one (tdeWalSync),
+      ** else the shim's (tdeWalFlush).  (docs/FORMAT.md "Restart") */
+      p->wal.bEpochDue = 1;
+      p->wal.wDue = w;
+      memcpy(p->wal.aDueSalt, z+16, 8);
+    }
     return SQLITE_OK;
   }
   if( iOfst<WAL_HDR ){
