@@ -126,6 +126,8 @@ CONDITION_HELP = {
     "command": "sqlite-tde, keystore = command with the openssl example helper",
     "wallet-v1": "sqlite-tde, auto-login wallet, databases in format version 1 (format_version = 1): "
                  "beside wallet, the cost of version 2's freshness checks",
+    "wallet-anchor": "sqlite-tde, auto-login wallet with freshness_anchor = file:DIR (default interval "
+                     "60 s): beside wallet, the cost of the external anchor",
 }
 # Journal modes: JOURNAL or JOURNAL+cached (cache_size large enough for the
 # whole data set); DELETE, SQLite's default, first.
@@ -133,9 +135,10 @@ DEFAULT_MODES = "DELETE,WAL"
 # Run only when named in --conditions: the auto-login wallet with a standby
 # attached on 127.0.0.1 (sqlite-tde ship + standby over mutual TLS with
 # signed records; standby-sync in protection mode sync), its lag sampled.
-EXTRA_CONDITIONS = ["standby", "standby-sync", "tpm2", "command", "wallet-v1"]
+EXTRA_CONDITIONS = ["standby", "standby-sync", "tpm2", "command", "wallet-v1", "wallet-anchor"]
 STANDBY_CONDITIONS = ["standby", "standby-sync"]
-TDE_CONDITIONS = ["wallet", "wallet-password", "pkcs11", "kmip", "tpm2", "command", "wallet-v1"]
+TDE_CONDITIONS = ["wallet", "wallet-password", "pkcs11", "kmip", "tpm2", "command", "wallet-v1",
+                  "wallet-anchor"]
 # Throughput workloads of the ">= 0.97" target (encryption overhead, WAL).
 THROUGHPUT_TARGET = ["insert", "delete-replenish", "row-at-a-time", "tpcb-select", "tpcb-rw"]
 BOUNCE_TARGET_MS = {"wallet": 2.0, "pkcs11": 10.0, "kmip": 50.0}
@@ -385,6 +388,13 @@ def setup_condition(name, work, opt):
         write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\nformat_version = 1\n")
         rc, out = run_cli(cli, c.config, ["keystore", "create", "--auto-login"])
         c.label = "wallet-v1 (auto-login; format version 1: no freshness checks)"
+    elif name == "wallet-anchor":
+        adir = os.path.join(d, "anchors")
+        os.makedirs(adir, mode=0o700, exist_ok=True)
+        os.chmod(adir, 0o700)
+        write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\nfreshness_anchor = file:%s\n" % adir)
+        rc, out = run_cli(cli, c.config, ["keystore", "create", "--auto-login"])
+        c.label = "wallet-anchor (auto-login; freshness_anchor = file:DIR, interval 60 s)"
     elif name == "wallet-password":
         write_private(os.path.join(d, "wallet.pw"), secrets.token_urlsafe(24) + "\n")
         write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\npassword_file = wallet.pw\n")
