@@ -241,7 +241,10 @@ int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size
     return trc;
   }
   rc = tdePageOpen(c, aad, nAad, ct, n, trailer, pt);
-  if( rc==TDE_OK && k && k->hdr.version>=TDE_FORMAT_V2 && q>(uint32_t)k->hdr.seq ){
+  /* Under any header version: version-1 code writes q = 0, so a page with
+  ** q > 0 under a version-1 header means a version-1 header was put back
+  ** after an upgrade (which would otherwise turn every check off). */
+  if( rc==TDE_OK && k && q>(uint32_t)k->hdr.seq ){
     /* Sealed under a newer header than ours: another connection may have
     ** advanced it; if the header on disk is older still, it was put back. */
     TdeFile *m = p->eKind==TDE_KIND_MAIN ? p : p->pMain;

@@ -74,6 +74,21 @@ for db in rk.db rkwal.db; do
   check '[ "$(grep "\"op\":\"rekey_end\",\"outcome\":\"success\"" audit.log | grep -c "'"$db"'")" = 1 ]' "$db: the rekey finished (audit rekey_end)"
 done
 
+# Downgrade: the version-1 header region saved before an upgrade, put back
+# after a commit under version 2, must not turn the checks off (pages
+# sealed since carry the newer header's sequence number).
+echo "== downgrade"
+cp "$TDE_SRC/tests/fixtures/v1-0ad65da/fix.db" dg.db
+chmod 600 dg.db
+cp dg.db dg-v1.db
+"$CLI" --config "$CFG" upgrade dg.db > /dev/null 2>&1
+"$CLI" --config "$CFG" shell dg.db "UPDATE t SET v = v || ' after the upgrade' WHERE id = 1;" > /dev/null 2>&1
+dd if=dg-v1.db of=dg.db bs=8192 count=1 conv=notrunc status=none
+"$CLI" --config "$CFG" shell dg.db "SELECT count(*) FROM t;" > dg.txt 2>&1
+RC=$?
+check '[ $RC -ne 0 ] && grep -q "header region was rolled back" dg.txt' \
+  "a version-1 header put back after the upgrade is refused ($(grep -o "sealed under header sequence [0-9]* but the header is at [0-9]*" dg.txt | head -1))"
+
 echo
 echo "test_upgrade: $NPASS passed, $NFAIL failed"
 [ "$NFAIL" -eq 0 ]
