@@ -296,7 +296,8 @@ int tdeBlockFileSize(TdeFile *p, sqlite3_int64 *pSize);
 typedef int (*TdeHeaderEdit)(TdeFile *pMain, TdeHeader *pNew, void *pArg);
 int tdeMainHeaderUpdate(TdeFile *pMain, TdeHeaderEdit xEdit, void *pArg);
 /* Version 2: advance the log epoch to logEpoch (= L + 1) bound to WAL salts
-** aSalt (NULL: a rollback journal); one slot written and synced. */
+** aSalt (NULL: a rollback journal); the last sector of each slot written and
+** synced, one after the other (docs/FORMAT.md "Epoch updates"). */
 int tdeMainEpochUpdate(TdeFile *pMain, uint64_t logEpoch, const uint8_t *aSalt);
 int tdeEditRewrap(TdeFile *pMain, TdeHeader *pNew, void *pArg);
 int tdeMainMigrate(TdeFile *pMain, TdeKeystore *pNew, const TdeConfig *pNewCfg, int bDropOthers);
