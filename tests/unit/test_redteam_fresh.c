@@ -22,6 +22,8 @@
 */
 #include "tdetest.h"
 
+#include <dirent.h>
+
 #include "tde_int.h"
 #include "keys/keys.h"
 
@@ -84,6 +86,18 @@ static int openAndCount(const char *zDb, const char *zPrefix, sqlite3_int64 *pn)
     sqlite3_extended_result_codes(db, 1);
     snprintf(zSql, sizeof(zSql), "SELECT count(*) FROM t WHERE v LIKE '%s %%'", zPrefix);
     rc = stepInt(db, zSql, pn);
+  }
+  sqlite3_close(db);
+  return rc;
+}
+
+/* Open zDb under zConfig and count the rows of t. */
+static int openAndCountCfg(const char *zDb, const char *zConfig, sqlite3_int64 *pn){
+  sqlite3 *db = 0;
+  int rc = openTdeCfg(zDb, zConfig, &db);
+  if( rc==SQLITE_OK ){
+    sqlite3_extended_result_codes(db, 1);
+    rc = stepInt(db, "SELECT count(*) FROM t", pn);
   }
   sqlite3_close(db);
   return rc;
@@ -282,6 +296,76 @@ static void test_prev_format_journal_after_upgrade(void **s){
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
 }
 
+/* ---- finding 2: a rekey while the anchor store refuses writes ---------------- */
+
+/*
+** An anchored database (file store, interval 0) is rekeyed while the store
+** cannot be written (its temporary file name is taken by a directory):
+** each anchor update fails with a warning.  The rekey's finish used to drop
+** the old data key anyway, leaving the store's record MACed by a key no
+** longer held, and every later open was refused as a forged record -- a
+** lockout after the store came back.  Now the finish waits for the anchor:
+** the rekey fails, the database keeps both keys and opens, and the rekey
+** run again once the store is writable finishes; the database then opens
+** under the new key with the record updated.
+*/
+static void test_rekey_anchor_store_down(void **s){
+  char zAncCfg[PATH_MAX], zAnc[PATH_MAX], zDb[PATH_MAX], zBlock[PATH_MAX+64];
+  char zName[PATH_MAX];
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  struct dirent *e;
+  DIR *d;
+  FILE *f;
+  int rc;
+  (void)s;
+  snprintf(zAnc, sizeof(zAnc), "%s/anchors", zScratch);
+  mkdir(zAnc, 0700);
+  snprintf(zAncCfg, sizeof(zAncCfg), "%s/tde-anchor.conf", zScratch);
+  f = fopen(zAncCfg, "w");
+  assert_non_null(f);
+  fprintf(f, TDETEST_WALLET_CONF "freshness_anchor = file:%s\nfreshness_anchor_interval = 0\n", zAnc);
+  fclose(f);
+  pathOf(zDb, "rt-anchor-rekey.db");
+  removeDb(zDb);
+  assert_int_equal(openTdeCfg(zDb, zAncCfg, &db), SQLITE_OK);
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
+           "INSERT INTO t VALUES(1, 'one'), (2, 'two');");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+  /* The record's name; block its temporary file. */
+  zName[0] = 0;
+  d = opendir(zAnc);
+  assert_non_null(d);
+  while( (e = readdir(d))!=0 ){
+    if( strncmp(e->d_name, "sqlite-tde-anchor-", 18)==0 ) snprintf(zName, sizeof(zName), "%s", e->d_name);
+  }
+  closedir(d);
+  assert_true(zName[0]!=0);
+  snprintf(zBlock, sizeof(zBlock), "%s/.%s.%d", zAnc, zName, (int)getpid());
+  assert_int_equal(mkdir(zBlock, 0700), 0);
+
+  assert_int_equal(openTdeCfg(zDb, zAncCfg, &db), SQLITE_OK);
+  exec(db, "INSERT INTO t VALUES(3, 'three')");   /* commits; the anchor update fails */
+  tdeErrClear();
+  rc = tde_db_rekey(db, "main", 1000, 0, 0);
+  assert_int_not_equal(rc, TDE_OK);                /* the finish waits for the anchor */
+  assert_non_null(strstr(tde_last_error(), "anchor"));
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_int_equal(openAndCountCfg(zDb, zAncCfg, &v), SQLITE_OK);  /* no lockout */
+  assert_int_equal(v, 3);
+
+  assert_int_equal(rmdir(zBlock), 0);              /* the store is back */
+  assert_int_equal(openTdeCfg(zDb, zAncCfg, &db), SQLITE_OK);
+  assert_int_equal(tde_db_rekey(db, "main", 1000, 0, 0), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_int_equal(openAndCountCfg(zDb, zAncCfg, &v), SQLITE_OK);
+  assert_int_equal(v, 3);
+  assert_int_equal(openTdeCfg(zDb, zAncCfg, &db), SQLITE_OK);
+  assert_int_equal(tde_verify(db, "main", 0, 0, 0, 0), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
 static int groupSetup(void **state){
   (void)state;
   return tdetestGroupSetup("tderedteam", 0);
@@ -298,6 +382,7 @@ int main(void){
     cmocka_unit_test(test_v1_journal_after_upgrade),
     cmocka_unit_test(test_unbound_crash_v2_header),
     cmocka_unit_test(test_prev_format_journal_after_upgrade),
+    cmocka_unit_test(test_rekey_anchor_store_down),
   };
   return cmocka_run_group_tests_name("redteam_fresh", tests, groupSetup, groupTeardown);
 }
