@@ -310,8 +310,8 @@ static void test_prev_format_journal_after_upgrade(void **s){
 ** under the new key with the record updated.
 */
 static void test_rekey_anchor_store_down(void **s){
-  char zAncCfg[PATH_MAX], zAnc[PATH_MAX], zDb[PATH_MAX], zBlock[PATH_MAX+64];
-  char zName[PATH_MAX];
+  char zAncCfg[PATH_MAX], zAnc[PATH_MAX], zDb[PATH_MAX], zBlock[PATH_MAX+320];
+  char zName[256];
   sqlite3 *db = 0;
   sqlite3_int64 v = 0;
   struct dirent *e;
