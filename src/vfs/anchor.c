@@ -207,6 +207,32 @@ void tdeMainAnchorTick(TdeFile *p){
   }
 }
 
+/*
+** Before a rekey's finish removes the older data-key versions (caller
+** holds the write lock): the record must be MACed by the current version,
+** or no open could read it again (refused as forged: a lockout once the
+** store is back).  If the last record this connection wrote is not, one
+** update now; if that fails, so does the finish (the rekey is resumable:
+** run it again once the store can be written).
+*/
+int tdeMainAnchorBeforeDrop(TdeFile *p){
+  TdeDbKeys *k = p->pKeys;
+  char zDetail[512];
+  int rc;
+  if( !k || !k->eAnchor || bAnchorBypass ) return SQLITE_OK;
+  if( k->anchorVersion==k->hdr.curVersion ) return SQLITE_OK;
+  tdeErrClear();
+  rc = anchorUpdate(p, 0);
+  if( rc==SQLITE_OK ) return SQLITE_OK;
+  snprintf(zDetail, sizeof(zDetail), "%s", tde_last_error());
+  tdeErr(TDE_AUTH, "%s: the rekey cannot finish yet: the freshness anchor record is MACed by an "
+         "older data key, which the finish removes, and updating it failed (%s); the database "
+         "keeps both keys -- run the rekey again once the anchor store can be written",
+         anchorDbName(p), zDetail);
+  tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+  return rc;
+}
+
 /* ---- tde_db_reanchor ------------------------------------------------------ */
 
 /* zIn percent-encoded for a URI path or query value. */

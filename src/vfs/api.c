@@ -464,10 +464,11 @@ int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
     }else if( rc==SQLITE_OK ){
       rc = tdeMainRekeyStep(p, nPagesPerStep, &n, &nPages, &bClean);
     }
+    /* The detail before the unlock, whose anchor tick may clear it. */
+    char zDetail[512];
+    snprintf(zDetail, sizeof(zDetail), "%s", rc ? tde_last_error() : "");
     rekeyUnlock(db, p, bWal);
     if( rc ){
-      char zDetail[256];
-      snprintf(zDetail, sizeof(zDetail), "%s", tde_last_error());
       return tdeErr(rc==SQLITE_IOERR_AUTH ? TDE_AUTH : TDE_IO,
                     "rekey step failed (SQLite error %d)%s%s", rc, zDetail[0] ? ": " : "", zDetail);
     }

@@ -934,6 +934,54 @@ static int jRecCheck(TdeFile *p, struct TdeJrnl *j){
 }
 
 /*
+** A hot journal without a binding (written by version-1 code, or by
+** sqlite-tde before the binding) next to a version-2 database: page 1 must
+** carry no binding id (IV bits 95..64 zero).  Every commit in rollback
+** mode since the binding rewrites page 1 with its journal's J, and WAL
+** frames put their index there, so a non-zero value means page 1 was
+** written after any such journal was current: a version-1 journal saved
+** before `upgrade` and put back after a later commit.  (Code before the
+** binding wrote 0 there outside the WAL.)  Nothing is written.
+*/
+static int jUnboundCheck(TdeFile *p, uint32_t pgsz){
+  TdeFile *m = p->pMain;
+  uint8_t aTr[TDE_TRAILER_SIZE];
+  int bShort = 0, rc;
+  if( !m || !m->pKeys || m->pKeys->hdr.version<TDE_FORMAT_V2 ) return SQLITE_OK;
+  rc = tdeRealRead(m, aTr, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + pgsz - TDE_TRAILER_SIZE, &bShort);
+  if( rc ) return rc;
+  if( bShort || tdeGet32(aTr+12)==0 ){
+    tdeLog(TDE_LOG_WARNING, "%s: hot journal without a freshness binding (written by format "
+           "version 1 or an earlier sqlite-tde): played back unchecked", jName(p));
+    return SQLITE_OK;
+  }
+  p->nAuthFail++;
+  tdeErr(TDE_AUTH, "%s: this hot journal has no freshness binding (format version 1 or an "
+         "earlier sqlite-tde wrote it) but page 1 of the database was written by a later, "
+         "bound commit: it was put back from a copy; move it aside -- the database is "
+         "consistent without it", jName(p));
+  tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+  return SQLITE_IOERR_AUTH;
+}
+
+/* The same for a hot journal of the previous journal format (read once,
+** by jOldRead): its page size from SQLite's header in its first block. */
+static int jOldHotCheck(TdeFile *p, struct TdeJrnl *j){
+  uint8_t a[JHDR];
+  int rc;
+  if( j->eHot==JHOT_ALLOWED ) return SQLITE_OK;
+  if( j->eHot==JHOT_REFUSED ) return SQLITE_IOERR_AUTH;
+  rc = jOldRead(p, a, JHDR, 0);
+  if( rc==SQLITE_IOERR_SHORT_READ ) return SQLITE_OK;   /* no header: nothing to play back */
+  if( rc ) return rc;
+  if( !jIsHot(a) || !jValidGeometry(tdeGet32(a+20), tdeGet32(a+24)) ) return SQLITE_OK;
+  rc = jUnboundCheck(p, tdeGet32(a+24));
+  if( rc==SQLITE_IOERR_AUTH ) j->eHot = JHOT_REFUSED;
+  else if( rc==SQLITE_OK ) j->eHot = JHOT_ALLOWED;
+  return rc;
+}
+
+/*
 ** A hot journal read through a handle that did not write it: the binding
 ** (any handle; SQLite's read-only hot-journal probe too) and the counted
 ** records (handles that can play it back), once per handle.  On success
@@ -946,9 +994,10 @@ static int jHotCheck(TdeFile *p, struct TdeJrnl *j){
   if( j->eHot==JHOT_REFUSED ) return SQLITE_IOERR_AUTH;
   if( h0->eState!=JH_OK || !jIsHot(h0->a) ) return SQLITE_OK;   /* nothing to play back */
   if( !j->bBound ){
-    if( p->pMain && p->pMain->pKeys && p->pMain->pKeys->hdr.version>=TDE_FORMAT_V2 ){
-      tdeLog(TDE_LOG_WARNING, "%s: hot journal without a freshness binding (written by an "
-             "earlier sqlite-tde): played back unchecked", jName(p));
+    rc = jUnboundCheck(p, j->pgsz);
+    if( rc ){
+      if( rc==SQLITE_IOERR_AUTH ) j->eHot = JHOT_REFUSED;
+      return rc;
     }
     j->eHot = JHOT_ALLOWED;
     return SQLITE_OK;
@@ -975,7 +1024,11 @@ int tdeJournalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   if( rc ) return rc;
   rc = jDetect(p, j);
   if( rc ) return rc;
-  if( j->eFmt==JF_OLD ) return jOldRead(p, zBuf, iAmt, iOfst);
+  if( j->eFmt==JF_OLD ){
+    rc = j->bOwn ? SQLITE_OK : jOldHotCheck(p, j);
+    if( rc ) return rc;
+    return jOldRead(p, zBuf, iAmt, iOfst);
+  }
   rc = jHdr0(p, j);
   if( rc ) return rc;
   if( j->aSeg[0].eState==JH_DAMAGED ){ rc = SQLITE_IOERR_AUTH; goto done; }

@@ -486,7 +486,8 @@ int tdeMainRekeyFinish(TdeFile *p){
   int rc;
   c.bUpgrade = p->pKeys->hdr.version<TDE_FORMAT_V2 && tdeUpgradeWalEmpty(p);
   c.bUpgraded = 0;
-  rc = tdeMainHeaderUpdate(p, editFinish, &c);
+  rc = tdeMainAnchorBeforeDrop(p);
+  if( rc==SQLITE_OK ) rc = tdeMainHeaderUpdate(p, editFinish, &c);
   if( c.bUpgraded ){
     tdeUpgradeAudit(p, rc, "format version 1 -> 2 (freshness checks on) at the finish of a rekey");
   }else if( rc==SQLITE_OK && p->pKeys->hdr.version<TDE_FORMAT_V2 ){

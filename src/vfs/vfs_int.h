@@ -323,6 +323,9 @@ int tdeMainFreshnessUpdate(TdeFile *pMain, TdeHeaderEdit xEdit, void *pArg);
 ** write transaction, under the write lock: updates the anchor when due. */
 int tdeMainAnchorCheck(TdeFile *pMain);
 void tdeMainAnchorTick(TdeFile *pMain);
+/* Before a rekey's finish drops older data keys: the record MACed by the
+** current one (an update if needed); else the finish must not run. */
+int tdeMainAnchorBeforeDrop(TdeFile *pMain);
 /* For tde_status: anchor kind ("off", "file", "pkcs11", "off (format
 ** version 1)"), the header's anchor counter, the time of the newest anchor
 ** record this connection read or wrote (0: none). */

@@ -1,0 +1,388 @@
+/*
+** Red team of the format-version-2 freshness code (issue 14): attacks by
+** someone who holds the files, and copies of them from any earlier time,
+** but not the key, the keystore or the anchor store.  Each case is one
+** finding (the attack worked before its fix) or the genuine-crash
+** counterpart that the fix must keep working.
+**
+**  - A hot journal written while the database was still format version 1
+**    (unbound: no T, no J), saved and put back after `upgrade` and later
+**    commits, was played back unchecked ("written by an earlier
+**    sqlite-tde", a warning): the later commits were undone.  Now refused
+**    once page 1 carries a binding id (the first commit after the upgrade
+**    writes one).  The same for a hot journal of the journal format
+**    before issue 13 (tests/fixtures/journal-prev), which was read with no
+**    check at all.
+**  - The counterpart: an unbound hot journal of a genuine crash next to a
+**    version-2 header whose page 1 carries no binding id (a database
+**    crashed by code before the binding, then opened by this one) is still
+**    played back.
+**
+** Run against SQLite 3.40 (system) and 3.53 (test_redteam_fresh_353).
+*/
+#include "tdetest.h"
+
+#include <dirent.h>
+
+#include "tde_int.h"
+#include "keys/keys.h"
+
+#define NROW 600
+#define PGSZ 4096
+#define HDRSZ 8192
+
+static void sidePath(char *zOut, const char *zDb, const char *zSuffix){
+  if( snprintf(zOut, PATH_MAX, "%s%s", zDb, zSuffix)>=PATH_MAX ) fail_msg("path too long");
+}
+
+static void fileCopy(const char *zFrom, const char *zTo){
+  size_t n = 0;
+  unsigned char *a = readAll(zFrom, &n);
+  assert_non_null(a);
+  writeAll(zTo, a, n);
+  free(a);
+}
+
+static int sameFile(const char *zA, const char *zB){
+  size_t nA = 0, nB = 0;
+  unsigned char *a = readAll(zA, &nA), *b = readAll(zB, &nB);
+  int bSame = a && b && nA==nB && memcmp(a, b, nA)==0;
+  free(a);
+  free(b);
+  return bSame;
+}
+
+static int fileExists(const char *z){
+  return access(z, F_OK)==0;
+}
+
+static int stepInt(sqlite3 *db, const char *zSql, sqlite3_int64 *pv){
+  sqlite3_stmt *p = 0;
+  int rc = sqlite3_prepare_v2(db, zSql, -1, &p, 0);
+  *pv = -1;
+  if( rc==SQLITE_OK ){
+    rc = sqlite3_step(p);
+    if( rc==SQLITE_ROW ){ *pv = sqlite3_column_int64(p, 0); rc = SQLITE_OK; }
+    else if( rc==SQLITE_DONE ) rc = SQLITE_OK;
+  }
+  sqlite3_finalize(p);
+  return rc;
+}
+
+static sqlite3_int64 countLike(sqlite3 *db, const char *zPrefix){
+  char zSql[128];
+  sqlite3_int64 v = -1;
+  snprintf(zSql, sizeof(zSql), "SELECT count(*) FROM t WHERE v LIKE '%s %%'", zPrefix);
+  assert_int_equal(stepInt(db, zSql, &v), SQLITE_OK);
+  return v;
+}
+
+/* Open zDb and count rows with zPrefix: a hot journal is played back or refused. */
+static int openAndCount(const char *zDb, const char *zPrefix, sqlite3_int64 *pn){
+  sqlite3 *db = 0;
+  char zSql[128];
+  int rc = openTdeCfg(zDb, zCfg, &db);
+  if( rc==SQLITE_OK ){
+    sqlite3_extended_result_codes(db, 1);
+    snprintf(zSql, sizeof(zSql), "SELECT count(*) FROM t WHERE v LIKE '%s %%'", zPrefix);
+    rc = stepInt(db, zSql, pn);
+  }
+  sqlite3_close(db);
+  return rc;
+}
+
+/* Open zDb under zConfig and count the rows of t. */
+static int openAndCountCfg(const char *zDb, const char *zConfig, sqlite3_int64 *pn){
+  sqlite3 *db = 0;
+  int rc = openTdeCfg(zDb, zConfig, &db);
+  if( rc==SQLITE_OK ){
+    sqlite3_extended_result_codes(db, 1);
+    rc = stepInt(db, "SELECT count(*) FROM t", pn);
+  }
+  sqlite3_close(db);
+  return rc;
+}
+
+/* NROW rows "T0 <id> ..." (about 150 pages), rollback mode, format version bV2 ? 2 : 1. */
+static void makeDb(const char *zDb, int bV2){
+  sqlite3 *db = 0;
+  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
+  removeDb(zDb);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "PRAGMA page_size=4096; PRAGMA journal_mode=DELETE;"
+           "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
+           "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<600)"
+           " INSERT INTO t SELECT i, printf('T0 %04d %.900c', i, 'a') FROM c;");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  tdeSetCreateVersion(TDE_FORMAT_V2);
+}
+
+/* Transaction T1 (every row to "T1 ..."), spilled (cache of 40 pages):
+** the journal is hot and pages are in the database, page 1 not yet
+** written.  The journal is copied to zSavedJ, and if zImage, the
+** database and journal to zImage (a crash image).  Returns the
+** connection with T1 open. */
+static sqlite3 *beginSpill(const char *zDb, const char *zSavedJ, const char *zImage){
+  char zJ[PATH_MAX];
+  sqlite3 *db = 0;
+  sidePath(zJ, zDb, "-journal");
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "PRAGMA journal_mode=DELETE; PRAGMA cache_size=40; PRAGMA synchronous=FULL; BEGIN;"
+           "UPDATE t SET v=printf('T1 %04d %.900c', id, 'b');");
+  assert_true(fileExists(zJ));
+  if( zSavedJ ) fileCopy(zJ, zSavedJ);
+  if( zImage ){
+    char zTo[PATH_MAX];
+    fileCopy(zDb, zImage);
+    sidePath(zTo, zImage, "-journal");
+    fileCopy(zJ, zTo);
+  }
+  return db;
+}
+
+/* ---- finding 1: a version-1 journal put back after the upgrade ---------------- */
+
+static void test_v1_journal_after_upgrade(void **s){
+  char zDb[PATH_MAX], zJ[PATH_MAX], zSaved[PATH_MAX], zBefore[PATH_MAX];
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  (void)s;
+  pathOf(zDb, "rt-v1jrnl.db");
+  sidePath(zJ, zDb, "-journal");
+  sidePath(zSaved, zDb, "-journal.saved");
+  sidePath(zBefore, zDb, ".before");
+  makeDb(zDb, 0);
+  db = beginSpill(zDb, zSaved, 0);              /* the attacker's copy: version 1, unbound */
+  exec(db, "COMMIT");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  exec(db, "UPDATE t SET v=printf('T2 %04d %.900c', id, 'c') WHERE id%2=0");
+  exec(db, "UPDATE t SET v=printf('T3 %04d %.900c', id, 'd') WHERE id%3=0");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_false(fileExists(zJ));
+  fileCopy(zDb, zBefore);
+
+  fileCopy(zSaved, zJ);                         /* put back */
+  tdeErrClear();
+  assert_int_equal(openAndCount(zDb, "T0", &v), SQLITE_IOERR_AUTH);
+  assert_non_null(strstr(tde_last_error(), zJ));
+  assert_non_null(strstr(tde_last_error(), "move it aside"));
+  assert_true(sameFile(zDb, zBefore));          /* nothing applied */
+  assert_true(sameFile(zJ, zSaved));
+
+  assert_int_equal(rename(zJ, zSaved), 0);      /* moved aside: the last commit */
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  assert_int_equal(countLike(db, "T0"), 0);
+  assert_int_equal(countLike(db, "T3"), NROW/3);
+  assert_true(integrityOk(db));
+  assert_int_equal(tde_verify(db, "main", 0, 0, 0, 0), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/* ---- its counterpart: a genuine unbound hot journal on a version-2 header ---- */
+
+/* A crash image of a version-1 database (hot unbound journal, page 1 not
+** yet written) given the header region of the same database upgraded to
+** version 2 -- what a crash under sqlite-tde before the journal binding
+** (which wrote no T or J into the journals of version-2 databases) leaves.
+** Played back: the rows return to T0. */
+static void test_unbound_crash_v2_header(void **s){
+  char zDb[PATH_MAX], zUp[PATH_MAX], zImg[PATH_MAX], zImgJ[PATH_MAX];
+  unsigned char *aImg, *aUp;
+  size_t nImg = 0, nUp = 0;
+  sqlite3 *db = 0;
+  (void)s;
+  pathOf(zDb, "rt-unbound.db");
+  pathOf(zUp, "rt-unbound-up.db");
+  pathOf(zImg, "rt-unbound-img.db");
+  sidePath(zImgJ, zImg, "-journal");
+  removeDb(zUp);
+  removeDb(zImg);
+  makeDb(zDb, 0);
+  fileCopy(zDb, zUp);
+  assert_int_equal(openTdeCfg(zUp, zCfg, &db), SQLITE_OK);
+  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+  db = beginSpill(zDb, 0, zImg);
+  exec(db, "ROLLBACK");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  aImg = readAll(zImg, &nImg);
+  aUp = readAll(zUp, &nUp);
+  assert_true(aImg && aUp && nImg>HDRSZ && nUp>HDRSZ);
+  assert_memory_not_equal(aImg, aUp, HDRSZ);    /* the upgrade changed the header */
+  memcpy(aImg, aUp, HDRSZ);
+  writeAll(zImg, aImg, nImg);
+  free(aImg);
+  free(aUp);
+
+  assert_int_equal(openTdeCfg(zImg, zCfg, &db), SQLITE_OK);
+  sqlite3_extended_result_codes(db, 1);
+  assert_int_equal(countLike(db, "T0"), NROW);
+  assert_false(fileExists(zImgJ));
+  assert_true(integrityOk(db));
+  assert_int_equal(tde_verify(db, "main", 0, 0, 0, 0), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/* ---- finding 1, previous journal format: the same after `upgrade` ----------- */
+
+/* The fixture tests/fixtures/journal-prev (a hot journal in the journal
+** format before issue 13, of a version-1 database) is played back, the
+** database upgraded and written; the journal put back is refused. */
+static void copyFixture(const char *zDir, const char *zName, const char *zTo){
+  char zFrom[PATH_MAX+64];
+  snprintf(zFrom, sizeof(zFrom), "%s/%s", zDir, zName);
+  fileCopy(zFrom, zTo);
+  chmod(zTo, 0600);
+}
+
+static int openPrev(const char *zDb, const char *zCfgPrev, sqlite3 **pDb){
+  char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zDb, zCfgPrev);
+  int rc;
+  assert_non_null(zUri);
+  rc = sqlite3_open_v2(zUri, pDb, SQLITE_OPEN_READWRITE|SQLITE_OPEN_URI, 0);
+  sqlite3_free(zUri);
+  if( rc==SQLITE_OK ) sqlite3_extended_result_codes(*pDb, 1);
+  return rc;
+}
+
+static void test_prev_format_journal_after_upgrade(void **s){
+  char zDir[PATH_MAX], zD[PATH_MAX], zCfgPrev[PATH_MAX+64], zDb[PATH_MAX+64], zJ[PATH_MAX+96];
+  char zW[PATH_MAX+64], zBefore[PATH_MAX+96];
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  char *z;
+  (void)s;
+  snprintf(zDir, sizeof(zDir), "%s", __FILE__);
+  z = strrchr(zDir, '/');
+  assert_non_null(z);
+  snprintf(z, sizeof(zDir) - (size_t)(z - zDir), "/../fixtures/journal-prev");
+  snprintf(zD, sizeof(zD), "%s/prev", zScratch);
+  mkdir(zD, 0700);
+  snprintf(zW, sizeof(zW), "%s/w.tdew", zD);
+  snprintf(zCfgPrev, sizeof(zCfgPrev), "%s/tde.conf", zD);
+  snprintf(zDb, sizeof(zDb), "%s/old.db", zD);
+  snprintf(zJ, sizeof(zJ), "%s-journal", zDb);
+  snprintf(zBefore, sizeof(zBefore), "%s.before", zDb);
+  copyFixture(zDir, "w.tdew", zW);
+  copyFixture(zDir, "tde.conf", zCfgPrev);
+  copyFixture(zDir, "old.db", zDb);
+  copyFixture(zDir, "old.db-journal", zJ);
+
+  assert_int_equal(openPrev(zDb, zCfgPrev, &db), SQLITE_OK);     /* played back */
+  assert_int_equal(stepInt(db, "SELECT count(*) FROM t WHERE v LIKE 'committed %'", &v), SQLITE_OK);
+  assert_int_equal(v, 30);
+  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  exec(db, "PRAGMA journal_mode=DELETE; UPDATE t SET v='later' WHERE rowid%2=0");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  fileCopy(zDb, zBefore);
+
+  copyFixture(zDir, "old.db-journal", zJ);                        /* put back */
+  tdeErrClear();
+  assert_int_equal(openPrev(zDb, zCfgPrev, &db), SQLITE_OK);
+  assert_int_equal(stepInt(db, "SELECT count(*) FROM t", &v), SQLITE_IOERR_AUTH);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_non_null(strstr(tde_last_error(), zJ));
+  assert_non_null(strstr(tde_last_error(), "no freshness binding"));
+  assert_true(sameFile(zDb, zBefore));
+  assert_int_equal(unlink(zJ), 0);
+  assert_int_equal(openPrev(zDb, zCfgPrev, &db), SQLITE_OK);
+  assert_int_equal(stepInt(db, "SELECT count(*) FROM t WHERE v='later'", &v), SQLITE_OK);
+  assert_int_equal(v, 15);
+  assert_true(integrityOk(db));
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/* ---- finding 2: a rekey while the anchor store refuses writes ---------------- */
+
+/*
+** An anchored database (file store, interval 0) is rekeyed while the store
+** cannot be written (its temporary file name is taken by a directory):
+** each anchor update fails with a warning.  The rekey's finish used to drop
+** the old data key anyway, leaving the store's record MACed by a key no
+** longer held, and every later open was refused as a forged record -- a
+** lockout after the store came back.  Now the finish waits for the anchor:
+** the rekey fails, the database keeps both keys and opens, and the rekey
+** run again once the store is writable finishes; the database then opens
+** under the new key with the record updated.
+*/
+static void test_rekey_anchor_store_down(void **s){
+  char zAncCfg[PATH_MAX], zAnc[PATH_MAX], zDb[PATH_MAX], zBlock[PATH_MAX+320];
+  char zName[256];
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  struct dirent *e;
+  DIR *d;
+  FILE *f;
+  int rc;
+  (void)s;
+  snprintf(zAnc, sizeof(zAnc), "%s/anchors", zScratch);
+  mkdir(zAnc, 0700);
+  snprintf(zAncCfg, sizeof(zAncCfg), "%s/tde-anchor.conf", zScratch);
+  f = fopen(zAncCfg, "w");
+  assert_non_null(f);
+  fprintf(f, TDETEST_WALLET_CONF "freshness_anchor = file:%s\nfreshness_anchor_interval = 0\n", zAnc);
+  fclose(f);
+  pathOf(zDb, "rt-anchor-rekey.db");
+  removeDb(zDb);
+  assert_int_equal(openTdeCfg(zDb, zAncCfg, &db), SQLITE_OK);
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
+           "INSERT INTO t VALUES(1, 'one'), (2, 'two');");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+  /* The record's name; block its temporary file. */
+  zName[0] = 0;
+  d = opendir(zAnc);
+  assert_non_null(d);
+  while( (e = readdir(d))!=0 ){
+    if( strncmp(e->d_name, "sqlite-tde-anchor-", 18)==0 ) snprintf(zName, sizeof(zName), "%s", e->d_name);
+  }
+  closedir(d);
+  assert_true(zName[0]!=0);
+  snprintf(zBlock, sizeof(zBlock), "%s/.%s.%d", zAnc, zName, (int)getpid());
+  assert_int_equal(mkdir(zBlock, 0700), 0);
+
+  assert_int_equal(openTdeCfg(zDb, zAncCfg, &db), SQLITE_OK);
+  exec(db, "INSERT INTO t VALUES(3, 'three')");   /* commits; the anchor update fails */
+  tdeErrClear();
+  rc = tde_db_rekey(db, "main", 1000, 0, 0);
+  assert_int_not_equal(rc, TDE_OK);                /* the finish waits for the anchor */
+  assert_non_null(strstr(tde_last_error(), "anchor"));
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_int_equal(openAndCountCfg(zDb, zAncCfg, &v), SQLITE_OK);  /* no lockout */
+  assert_int_equal(v, 3);
+
+  assert_int_equal(rmdir(zBlock), 0);              /* the store is back */
+  assert_int_equal(openTdeCfg(zDb, zAncCfg, &db), SQLITE_OK);
+  assert_int_equal(tde_db_rekey(db, "main", 1000, 0, 0), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_int_equal(openAndCountCfg(zDb, zAncCfg, &v), SQLITE_OK);
+  assert_int_equal(v, 3);
+  assert_int_equal(openTdeCfg(zDb, zAncCfg, &db), SQLITE_OK);
+  assert_int_equal(tde_verify(db, "main", 0, 0, 0, 0), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+static int groupSetup(void **state){
+  (void)state;
+  return tdetestGroupSetup("tderedteam", 0);
+}
+
+static int groupTeardown(void **state){
+  (void)state;
+  tdetestScratchRemove();
+  return 0;
+}
+
+int main(void){
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_v1_journal_after_upgrade),
+    cmocka_unit_test(test_unbound_crash_v2_header),
+    cmocka_unit_test(test_prev_format_journal_after_upgrade),
+    cmocka_unit_test(test_rekey_anchor_store_down),
+  };
+  return cmocka_run_group_tests_name("redteam_fresh", tests, groupSetup, groupTeardown);
+}
