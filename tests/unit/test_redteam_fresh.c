@@ -317,7 +317,7 @@ static void test_prev_format_journal_after_upgrade(void **s){
 ** run again once the store is writable finishes; the database then opens
 ** under the new key with the record updated.
 */
-static void test_rekey_anchor_store_down(void **s){
+static void rekeyAnchorStoreDown(int bWal){
   char zAncCfg[PATH_MAX], zAnc[PATH_MAX], zDb[PATH_MAX], zBlock[PATH_MAX+320];
   char zName[256];
   sqlite3 *db = 0;
@@ -326,17 +326,17 @@ static void test_rekey_anchor_store_down(void **s){
   DIR *d;
   FILE *f;
   int rc;
-  (void)s;
-  snprintf(zAnc, sizeof(zAnc), "%s/anchors", zScratch);
+  snprintf(zAnc, sizeof(zAnc), "%s/anchors-%s", zScratch, bWal ? "wal" : "delete");
   mkdir(zAnc, 0700);
-  snprintf(zAncCfg, sizeof(zAncCfg), "%s/tde-anchor.conf", zScratch);
+  snprintf(zAncCfg, sizeof(zAncCfg), "%s/tde-anchor-%s.conf", zScratch, bWal ? "wal" : "delete");
   f = fopen(zAncCfg, "w");
   assert_non_null(f);
   fprintf(f, TDETEST_WALLET_CONF "freshness_anchor = file:%s\nfreshness_anchor_interval = 0\n", zAnc);
   fclose(f);
-  pathOf(zDb, "rt-anchor-rekey.db");
+  pathOf(zDb, bWal ? "rt-anchor-rekey-wal.db" : "rt-anchor-rekey.db");
   removeDb(zDb);
   assert_int_equal(openTdeCfg(zDb, zAncCfg, &db), SQLITE_OK);
+  exec(db, bWal ? "PRAGMA journal_mode=WAL" : "PRAGMA journal_mode=DELETE");
   exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
            "INSERT INTO t VALUES(1, 'one'), (2, 'two');");
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
@@ -456,6 +456,9 @@ static void test_torn_playback_page1(void **s){
   free(aRec);
 }
 
+static void test_rekey_anchor_store_down(void **s){ (void)s; rekeyAnchorStoreDown(0); }
+static void test_rekey_anchor_store_down_wal(void **s){ (void)s; rekeyAnchorStoreDown(1); }
+
 static int groupSetup(void **state){
   (void)state;
   return tdetestGroupSetup("tderedteam", 0);
@@ -473,6 +476,7 @@ int main(void){
     cmocka_unit_test(test_unbound_crash_v2_header),
     cmocka_unit_test(test_prev_format_journal_after_upgrade),
     cmocka_unit_test(test_rekey_anchor_store_down),
+    cmocka_unit_test(test_rekey_anchor_store_down_wal),
     cmocka_unit_test(test_torn_playback_page1),
   };
   /* The snapshot VFS goes below tde: the default before tde_register. */
