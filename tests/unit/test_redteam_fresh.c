@@ -374,6 +374,74 @@ static void rekeyAnchorStoreDown(int bWal){
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
 }
 
+/* ---- finding 3: the version-1 header put back after `upgrade` --------------- */
+
+/*
+** A version-1 database's header region, saved before `upgrade` and put
+** back after a commit: the database opened as version 1 with every
+** freshness check off (and so stayed open to every replay version 2
+** refuses), although page 1 was sealed under the version-2 header.  Now
+** refused as any header older than a page is; with the current header
+** back it opens.
+*/
+static char zLogSeen[8192];
+static void logKeep(void *pArg, int level, const char *zMsg){
+  size_t n = strlen(zLogSeen), m = strlen(zMsg);
+  (void)pArg;
+  if( level==TDE_LOG_ERROR && n + m + 2 < sizeof(zLogSeen) ){
+    memcpy(zLogSeen + n, zMsg, m);
+    zLogSeen[n + m] = '\n';
+    zLogSeen[n + m + 1] = 0;
+  }
+}
+
+static void test_v1_header_after_upgrade(void **s){
+  char zDb[PATH_MAX], zBefore[PATH_MAX];
+  unsigned char *aOld, *aCur, *a;
+  size_t nOld = 0, nCur = 0, n = 0;
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  int rc;
+  (void)s;
+  pathOf(zDb, "rt-v1hdr.db");
+  sidePath(zBefore, zDb, ".before");
+  makeDb(zDb, 0);
+  aOld = readAll(zDb, &nOld);
+  assert_true(aOld && nOld>HDRSZ);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  exec(db, "UPDATE t SET v=printf('T2 %04d %.900c', id, 'c') WHERE id%2=0");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  aCur = readAll(zDb, &nCur);
+  assert_true(aCur && nCur>HDRSZ);
+
+  a = readAll(zDb, &n);
+  memcpy(a, aOld, HDRSZ);                        /* the version-1 header put back */
+  writeAll(zDb, a, n);
+  free(a);
+  fileCopy(zDb, zBefore);
+  tdeErrClear();
+  zLogSeen[0] = 0;
+  tde_set_log(logKeep, 0);
+  rc = openAndCount(zDb, "T2", &v);
+  tde_set_log(quietLog, 0);
+  /* Page 1 is read at open, while the page size is still being found:
+  ** SQLite reports SQLITE_IOERR, the log names the cause (as test_fresh
+  ** case 4). */
+  assert_int_equal(rc & 0xff, SQLITE_IOERR);
+  assert_non_null(strstr(zLogSeen, "header region was rolled back"));
+  assert_true(sameFile(zDb, zBefore));
+
+  a = readAll(zDb, &n);
+  memcpy(a, aCur, HDRSZ);                        /* the current header back */
+  writeAll(zDb, a, n);
+  free(a);
+  assert_int_equal(openAndCount(zDb, "T2", &v), SQLITE_OK);
+  assert_int_equal(v, NROW/2);
+  free(aOld);
+  free(aCur);
+}
+
 /* ---- genuine crash during a playback, page 1 torn ------------------------- */
 
 /* Below tde (the default VFS when tde registers): unix, except that when
@@ -478,6 +546,7 @@ int main(void){
     cmocka_unit_test(test_rekey_anchor_store_down),
     cmocka_unit_test(test_rekey_anchor_store_down_wal),
     cmocka_unit_test(test_torn_playback_page1),
+    cmocka_unit_test(test_v1_header_after_upgrade),
   };
   /* The snapshot VFS goes below tde: the default before tde_register. */
   if( sqlite3_initialize() ) return 1;
