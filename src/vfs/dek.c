@@ -241,12 +241,12 @@ int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size
     return trc;
   }
   rc = tdePageOpen(c, aad, nAad, ct, n, trailer, pt);
-  /* Under any header version: version-1 code writes q = 0, so a page with
-  ** q > 0 under a version-1 header means a version-1 header was put back
-  ** after an upgrade (which would otherwise turn every check off). */
   if( rc==TDE_OK && k && q>(uint32_t)k->hdr.seq ){
     /* Sealed under a newer header than ours: another connection may have
-    ** advanced it; if the header on disk is older still, it was put back. */
+    ** advanced it; if the header on disk is older still, it was put back.
+    ** Under a version-1 header too: version-1 code seals q = 0, so q > 0
+    ** there means a version-2 header sealed it -- the version-1 header was
+    ** put back after an upgrade (which would switch every check off). */
     TdeFile *m = p->eKind==TDE_KIND_MAIN ? p : p->pMain;
     if( m && tdeMainRefresh(m)!=SQLITE_OK ) tdeErrClear();
     if( q>(uint32_t)k->hdr.seq ){

@@ -17,6 +17,14 @@
 **    version-2 header whose page 1 carries no binding id (a database
 **    crashed by code before the binding, then opened by this one) is still
 **    played back.
+**  - A rekey whose anchor updates fail (store down) must not finish: it
+**    would leave the record MACed by a removed data key, and every later
+**    open refused as forged (a lockout).  Also shows that a commit whose
+**    anchor update failed after the header's (the state a crash between
+**    the two leaves) still opens.
+**  - A genuine crash the binding must keep accepting: a playback torn
+**    while it rewrites page 1 (page 1 fails authentication; its trailer
+**    carries the journal's J).
 **
 ** Run against SQLite 3.40 (system) and 3.53 (test_redteam_fresh_353).
 */
@@ -309,7 +317,7 @@ static void test_prev_format_journal_after_upgrade(void **s){
 ** run again once the store is writable finishes; the database then opens
 ** under the new key with the record updated.
 */
-static void test_rekey_anchor_store_down(void **s){
+static void rekeyAnchorStoreDown(int bWal){
   char zAncCfg[PATH_MAX], zAnc[PATH_MAX], zDb[PATH_MAX], zBlock[PATH_MAX+320];
   char zName[256];
   sqlite3 *db = 0;
@@ -318,17 +326,17 @@ static void test_rekey_anchor_store_down(void **s){
   DIR *d;
   FILE *f;
   int rc;
-  (void)s;
-  snprintf(zAnc, sizeof(zAnc), "%s/anchors", zScratch);
+  snprintf(zAnc, sizeof(zAnc), "%s/anchors-%s", zScratch, bWal ? "wal" : "delete");
   mkdir(zAnc, 0700);
-  snprintf(zAncCfg, sizeof(zAncCfg), "%s/tde-anchor.conf", zScratch);
+  snprintf(zAncCfg, sizeof(zAncCfg), "%s/tde-anchor-%s.conf", zScratch, bWal ? "wal" : "delete");
   f = fopen(zAncCfg, "w");
   assert_non_null(f);
   fprintf(f, TDETEST_WALLET_CONF "freshness_anchor = file:%s\nfreshness_anchor_interval = 0\n", zAnc);
   fclose(f);
-  pathOf(zDb, "rt-anchor-rekey.db");
+  pathOf(zDb, bWal ? "rt-anchor-rekey-wal.db" : "rt-anchor-rekey.db");
   removeDb(zDb);
   assert_int_equal(openTdeCfg(zDb, zAncCfg, &db), SQLITE_OK);
+  exec(db, bWal ? "PRAGMA journal_mode=WAL" : "PRAGMA journal_mode=DELETE");
   exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
            "INSERT INTO t VALUES(1, 'one'), (2, 'two');");
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
@@ -366,6 +374,159 @@ static void test_rekey_anchor_store_down(void **s){
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
 }
 
+/* ---- finding 3: the version-1 header put back after `upgrade` --------------- */
+
+/*
+** A version-1 database's header region, saved before `upgrade` and put
+** back after a commit: the database opened as version 1 with every
+** freshness check off (and so stayed open to every replay version 2
+** refuses), although page 1 was sealed under the version-2 header.  Now
+** refused as any header older than a page is; with the current header
+** back it opens.
+*/
+static char zLogSeen[8192];
+static void logKeep(void *pArg, int level, const char *zMsg){
+  size_t n = strlen(zLogSeen), m = strlen(zMsg);
+  (void)pArg;
+  if( level==TDE_LOG_ERROR && n + m + 2 < sizeof(zLogSeen) ){
+    memcpy(zLogSeen + n, zMsg, m);
+    zLogSeen[n + m] = '\n';
+    zLogSeen[n + m + 1] = 0;
+  }
+}
+
+static void test_v1_header_after_upgrade(void **s){
+  char zDb[PATH_MAX], zBefore[PATH_MAX];
+  unsigned char *aOld, *aCur, *a;
+  size_t nOld = 0, nCur = 0, n = 0;
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  int rc;
+  (void)s;
+  pathOf(zDb, "rt-v1hdr.db");
+  sidePath(zBefore, zDb, ".before");
+  makeDb(zDb, 0);
+  aOld = readAll(zDb, &nOld);
+  assert_true(aOld && nOld>HDRSZ);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  exec(db, "UPDATE t SET v=printf('T2 %04d %.900c', id, 'c') WHERE id%2=0");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  aCur = readAll(zDb, &nCur);
+  assert_true(aCur && nCur>HDRSZ);
+
+  a = readAll(zDb, &n);
+  memcpy(a, aOld, HDRSZ);                        /* the version-1 header put back */
+  writeAll(zDb, a, n);
+  free(a);
+  fileCopy(zDb, zBefore);
+  tdeErrClear();
+  zLogSeen[0] = 0;
+  tde_set_log(logKeep, 0);
+  rc = openAndCount(zDb, "T2", &v);
+  tde_set_log(quietLog, 0);
+  /* Page 1 is read at open, while the page size is still being found:
+  ** SQLite reports SQLITE_IOERR, the log names the cause (as test_fresh
+  ** case 4). */
+  assert_int_equal(rc & 0xff, SQLITE_IOERR);
+  assert_non_null(strstr(zLogSeen, "header region was rolled back"));
+  assert_true(sameFile(zDb, zBefore));
+
+  a = readAll(zDb, &n);
+  memcpy(a, aCur, HDRSZ);                        /* the current header back */
+  writeAll(zDb, a, n);
+  free(a);
+  assert_int_equal(openAndCount(zDb, "T2", &v), SQLITE_OK);
+  assert_int_equal(v, NROW/2);
+  free(aOld);
+  free(aCur);
+}
+
+/* ---- genuine crash during a playback, page 1 torn ------------------------- */
+
+/* Below tde (the default VFS when tde registers): unix, except that when
+** armed the deletion of zSnapDb's journal first copies the database and
+** the journal to zSnapTo (the commit point: the database written and
+** synced, the journal still hot). */
+static sqlite3_vfs *pUnix;
+static sqlite3_vfs snapVfs;
+static char zSnapDb[PATH_MAX], zSnapTo[PATH_MAX];
+
+static int snapDelete(sqlite3_vfs *v, const char *z, int bSync){
+  char zJ[PATH_MAX], zTo[PATH_MAX];
+  (void)v;
+  if( zSnapDb[0] ){
+    sidePath(zJ, zSnapDb, "-journal");
+    if( strcmp(z, zJ)==0 ){
+      fileCopy(zSnapDb, zSnapTo);
+      sidePath(zTo, zSnapTo, "-journal");
+      fileCopy(zJ, zTo);
+      zSnapDb[0] = 0;
+    }
+  }
+  return pUnix->xDelete(pUnix, z, bSync);
+}
+
+/*
+** A transaction's commit point (page 1 written with the journal's J, the
+** journal hot) is recovered; the playback rewrites page 1 and a power
+** loss tears that write after its first sector: page 1 is the playback's
+** first sector ahead of the rest of the transaction's page 1 (its trailer
+** with J) and fails authentication.  The journal is still allowed (J
+** matches) and the next open plays it back to T0.  Kept because the
+** obvious fix for the forged-J attack (docs/FORMAT.md "What remains":
+** require page 1 to authenticate when only J matches) would refuse this
+** genuine crash.
+*/
+static void test_torn_playback_page1(void **s){
+  char zDb[PATH_MAX], zImg[PATH_MAX], zImgJ[PATH_MAX], zRec[PATH_MAX], zRecJ[PATH_MAX];
+  unsigned char *aImg, *aRec;
+  size_t nImg = 0, nRec = 0;
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  (void)s;
+  pathOf(zDb, "rt-tornplay.db");
+  pathOf(zImg, "rt-tornplay-img.db");
+  pathOf(zRec, "rt-tornplay-rec.db");
+  sidePath(zImgJ, zImg, "-journal");
+  sidePath(zRecJ, zRec, "-journal");
+  removeDb(zImg);
+  removeDb(zRec);
+  makeDb(zDb, 1);
+  db = beginSpill(zDb, 0, 0);
+  snprintf(zSnapDb, sizeof(zSnapDb), "%s", zDb);
+  snprintf(zSnapTo, sizeof(zSnapTo), "%s", zImg);
+  exec(db, "COMMIT");
+  assert_int_equal(zSnapDb[0], 0);               /* the image was taken */
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_true(fileExists(zImgJ));
+
+  fileCopy(zImg, zRec);                          /* the playback's page 1 */
+  fileCopy(zImgJ, zRecJ);
+  assert_int_equal(openAndCount(zRec, "T0", &v), SQLITE_OK);
+  assert_int_equal(v, NROW);
+  aImg = readAll(zImg, &nImg);
+  aRec = readAll(zRec, &nRec);
+  assert_true(aImg && aRec && nImg>HDRSZ + PGSZ && nRec>HDRSZ + PGSZ);
+  assert_memory_not_equal(aRec + HDRSZ + PGSZ - 48, aImg + HDRSZ + PGSZ - 48, 48);
+
+  memcpy(aImg + HDRSZ, aRec + HDRSZ, 512);       /* torn after its first sector */
+  writeAll(zImg, aImg, nImg);
+  v = 0;
+  assert_int_equal(openAndCount(zImg, "T0", &v), SQLITE_OK);
+  assert_int_equal(v, NROW);
+  assert_false(fileExists(zImgJ));
+  assert_int_equal(openTdeCfg(zImg, zCfg, &db), SQLITE_OK);
+  assert_true(integrityOk(db));
+  assert_int_equal(tde_verify(db, "main", 0, 0, 0, 0), TDE_OK);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  free(aImg);
+  free(aRec);
+}
+
+static void test_rekey_anchor_store_down(void **s){ (void)s; rekeyAnchorStoreDown(0); }
+static void test_rekey_anchor_store_down_wal(void **s){ (void)s; rekeyAnchorStoreDown(1); }
+
 static int groupSetup(void **state){
   (void)state;
   return tdetestGroupSetup("tderedteam", 0);
@@ -383,6 +544,18 @@ int main(void){
     cmocka_unit_test(test_unbound_crash_v2_header),
     cmocka_unit_test(test_prev_format_journal_after_upgrade),
     cmocka_unit_test(test_rekey_anchor_store_down),
+    cmocka_unit_test(test_rekey_anchor_store_down_wal),
+    cmocka_unit_test(test_torn_playback_page1),
+    cmocka_unit_test(test_v1_header_after_upgrade),
   };
+  /* The snapshot VFS goes below tde: the default before tde_register. */
+  if( sqlite3_initialize() ) return 1;
+  pUnix = sqlite3_vfs_find("unix");
+  if( !pUnix ) return 1;
+  snapVfs = *pUnix;
+  snapVfs.zName = "tdetest-rt-snap";
+  snapVfs.pNext = 0;
+  snapVfs.xDelete = snapDelete;
+  if( sqlite3_vfs_register(&snapVfs, 1) ) return 1;
   return cmocka_run_group_tests_name("redteam_fresh", tests, groupSetup, groupTeardown);
 }
