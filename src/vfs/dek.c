@@ -250,6 +250,7 @@ int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size
     TdeFile *m = p->eKind==TDE_KIND_MAIN ? p : p->pMain;
     if( m && tdeMainRefresh(m)!=SQLITE_OK ) tdeErrClear();
     if( q>(uint32_t)k->hdr.seq ){
+      if( m ) m->bHdrRolledBack = 1;
       tdeWipe(pt, n);
       rc = tdeErr(TDE_AUTH, "%s: a page was sealed under header sequence %u but the header is at %llu: "
                   "the header region was rolled back (put the current header back, or restore the "

@@ -833,6 +833,13 @@ static int tdeRead(sqlite3_file *pFile, void *zBuf, int iAmt, sqlite3_int64 iOfs
 
 static int tdeWrite(sqlite3_file *pFile, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   TdeFile *p = (TdeFile*)pFile;
+  TdeFile *m = p->eKind==TDE_KIND_MAIN ? p : p->pMain;
+  if( m && m->bHdrRolledBack && (p->eKind==TDE_KIND_MAIN || p->eKind==TDE_KIND_WAL) ){
+    /* The header region was found rolled back: write nothing (dek.c). */
+    tdeLog(TDE_LOG_ERROR, "%s: not written: the header region of this database was rolled "
+           "back (see the earlier error); close the connection", m->zName ? m->zName : "database");
+    return SQLITE_IOERR_AUTH;
+  }
   switch( p->eKind ){
     case TDE_KIND_MAIN:    return p->bStandby ? tdeStandbyRefuse(p) : tdeMainWrite(p, zBuf, iAmt, iOfst);
     case TDE_KIND_WAL:     return tdeWalWrite(p, zBuf, iAmt, iOfst);

@@ -183,6 +183,10 @@ struct TdeFile {
   int bLockChecked;
   /* main: no DB-tdeship-sync before this monotonic time (repl/sync.c). */
   uint64_t syncNoFileUntil;
+  /* main: a page showed the header region rolled back (dek.c tdeOpen):
+  ** this handle writes nothing more -- in particular no checkpoint of a
+  ** stale WAL at close -- so the refusal modifies nothing. */
+  int bHdrRolledBack;
 };
 
 /* fileio.c: the registry of open main files (added at open, removed at

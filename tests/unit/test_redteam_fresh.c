@@ -442,6 +442,67 @@ static void test_v1_header_after_upgrade(void **s){
   free(aCur);
 }
 
+/* The same in WAL mode, with the WAL of the version-1 time put back
+** beside the version-1 header: a read of a page the old WAL does not
+** hold is refused, and the refusal modifies nothing -- the close no
+** longer checkpoints the stale WAL into the database (which then served
+** the old rows under the old header).  (A query that reads only pages the
+** old WAL holds is served: the header and WAL put back together are a
+** whole-file rollback, for the anchor.) */
+static void test_v1_header_wal_after_upgrade(void **s){
+  char zDb[PATH_MAX], zWal[PATH_MAX], zShm[PATH_MAX], zSavedWal[PATH_MAX], zBefore[PATH_MAX];
+  unsigned char *aOld, *aCur, *a;
+  size_t nOld = 0, nCur = 0, n = 0;
+  sqlite3 *db = 0;
+  sqlite3_int64 v = 0;
+  int rc;
+  (void)s;
+  pathOf(zDb, "rt-v1hdrwal.db");
+  sidePath(zWal, zDb, "-wal");
+  sidePath(zShm, zDb, "-shm");
+  sidePath(zSavedWal, zDb, "-wal.saved");
+  sidePath(zBefore, zDb, ".before");
+  makeDb(zDb, 0);
+  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
+  exec(db, "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;"
+           "UPDATE t SET v=printf('T1 %04d %.900c', id, 'b') WHERE id<=40");
+  aOld = readAll(zDb, &nOld);                    /* the version-1 header */
+  fileCopy(zWal, zSavedWal);                     /* ... and its WAL, T1 in it */
+  exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  exec(db, "UPDATE t SET v=printf('T2 %04d %.900c', id, 'c'); PRAGMA wal_checkpoint(TRUNCATE)");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  aCur = readAll(zDb, &nCur);
+  assert_true(aOld && aCur && nOld>HDRSZ && nCur>HDRSZ);
+
+  a = readAll(zDb, &n);
+  memcpy(a, aOld, HDRSZ);
+  writeAll(zDb, a, n);
+  free(a);
+  fileCopy(zSavedWal, zWal);
+  unlink(zShm);
+  fileCopy(zDb, zBefore);
+  zLogSeen[0] = 0;
+  tde_set_log(logKeep, 0);
+  rc = openAndCount(zDb, "T1", &v);
+  tde_set_log(quietLog, 0);
+  assert_int_equal(rc & 0xff, SQLITE_IOERR);
+  assert_non_null(strstr(zLogSeen, "header region was rolled back"));
+  assert_true(sameFile(zDb, zBefore));           /* nothing checkpointed */
+  assert_true(sameFile(zWal, zSavedWal));
+
+  a = readAll(zDb, &n);                          /* repaired: the current header, */
+  memcpy(a, aCur, HDRSZ);
+  writeAll(zDb, a, n);
+  free(a);
+  assert_int_equal(unlink(zWal), 0);             /* the old WAL moved aside */
+  unlink(zShm);
+  assert_int_equal(openAndCount(zDb, "T2", &v), SQLITE_OK);
+  assert_int_equal(v, NROW);
+  free(aOld);
+  free(aCur);
+}
+
 /* ---- genuine crash during a playback, page 1 torn ------------------------- */
 
 /* Below tde (the default VFS when tde registers): unix, except that when
@@ -547,6 +608,7 @@ int main(void){
     cmocka_unit_test(test_rekey_anchor_store_down_wal),
     cmocka_unit_test(test_torn_playback_page1),
     cmocka_unit_test(test_v1_header_after_upgrade),
+    cmocka_unit_test(test_v1_header_wal_after_upgrade),
   };
   /* The snapshot VFS goes below tde: the default before tde_register. */
   if( sqlite3_initialize() ) return 1;
