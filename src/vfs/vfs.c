@@ -762,16 +762,35 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
 ** bytes at every read transaction, drops its cache after each applied
 ** transaction; offset 92 differs from it, so SQLite takes the size from the
 ** file.  Only what SQLite is handed changes, never the file.
+**
+** The database is read only through the handle's own descriptor: opening
+** and closing another one would drop the POSIX locks of every connection
+** of this process on the file, and the applier would write under a reader
+** that believes it holds SHARED.  When the state cannot be read (or no
+** longer names this database) the counter handed is one never handed
+** before, so SQLite drops its cache rather than keep pages of an unknown
+** version.
 */
+static int tdeStandbyDbid(TdeFile *p, uint8_t aDbid[16]){
+  int rc = p->pReal->pMethods->xRead(p->pReal, aDbid, 16, 20);
+  return rc==SQLITE_OK;
+}
+
 static void tdeStandbyPatch(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   static const int aOff[] = { 18, 19, 24, 25, 26, 27, 92, 93, 94, 95 };
-  uint8_t aVal[96];
+  static uint32_t nMiss = 0;
+  uint8_t aVal[96], aDbid[16];
   uint64_t seq = 0;
+  uint32_t v;
   if( iOfst>=96 ) return;
-  tdeStandbyIsCopy(p->zName, &seq);
+  if( tdeStandbyIsCopy(p->zName, tdeStandbyDbid(p, aDbid) ? aDbid : 0, &seq) ){
+    v = (uint32_t)seq;
+  }else{
+    v = __atomic_sub_fetch(&nMiss, 1, __ATOMIC_RELAXED);
+  }
   aVal[18] = aVal[19] = 1;
-  tdePut32(aVal+24, (uint32_t)seq);
-  tdePut32(aVal+92, ~(uint32_t)seq);
+  tdePut32(aVal+24, v);
+  tdePut32(aVal+92, ~v);
   for(size_t i=0; i<TDE_ARRAY_SIZE(aOff); i++){
     int o = aOff[i];
     if( o>=iOfst && o<iOfst+iAmt ) zBuf[o-iOfst] = aVal[o];
@@ -1235,7 +1254,8 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   if( rc ) goto fail;
   if( p->eKind==TDE_KIND_MAIN && zName ){
     uint64_t seq;
-    if( tdeStandbyIsCopy(zName, &seq) ){
+    uint8_t aDbid[16];
+    if( tdeStandbyIsCopy(zName, tdeStandbyDbid(p, aDbid) ? aDbid : 0, &seq) ){
       /* Served read-only while the standby applies it (see above). */
       p->bStandby = 1;
       outFlags = (outFlags & ~SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
