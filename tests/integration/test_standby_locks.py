@@ -15,12 +15,16 @@ process with fcntl:
   it from another process is refused), also after a second connection of
   the same process opened the copy and ran its own transaction;
 - PRAGMA data_version: unchanged while applied_seq is, changed when it
-  changes, changed at every transaction while the state file is damaged.
+  changes, changed at every transaction while the state file is damaged;
+- a base copy renamed over the copy: an open handle fails its next read
+  (it would read the old file for ever), a new connection reads the new.
 
 Environment: TDE_BUILD, TDE_TEST_TMP (set by ctest)."""
 
 import hashlib
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 
@@ -119,7 +123,28 @@ def main():
     C.check(v4 != v3 and v5 != v4, "damaged state file: data_version changes at every transaction "
             "(%d, %d, %d)" % (v3, v4, v5))
     C.check(r1.execute("SELECT count(*) FROM t").fetchone()[0] == 200, "still reads, 200 rows")
+
+    C.step("a base copy replaces the file: an open handle fails, it never reads the old file")
+    write_state(path, dbid, 9)
+    base = os.path.join(d, "base.db")
+    shutil.copyfile(path, base)
+    b = C.connect(base, cfg)
+    b.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i<50) "
+              "INSERT INTO t SELECT randomblob(300) FROM n")
+    b.close()
+    os.rename(base, path)
+    write_state(path, dbid, 10)
+    try:
+        n = r1.execute("SELECT count(*) FROM t").fetchone()[0]
+        C.bad("the handle of the replaced file still reads (%d rows, the new file has 250)" % n)
+    except sqlite3.Error as e:
+        why = C.load_ext().execute("SELECT tde_last_error()").fetchone()[0] or ""
+        C.check("disk I/O error" in str(e) and "was replaced" in why,
+                "the handle of the replaced file fails: %s (%s)" % (e, why))
     r1.close()
+    r3 = C.connect(path, cfg)
+    C.check(r3.execute("SELECT count(*) FROM t").fetchone()[0] == 250, "reopened, it reads the new file (250 rows)")
+    r3.close()
     C.finish("test_standby_locks")
 
 
