@@ -214,9 +214,11 @@ int tdeKvRead(const char *zPath, const char *zMagic, TdeKv **pp);
 typedef tde_repl_info TdeReplStatus;
 int tdeReplStatusRead(const char *zDb, TdeReplStatus *p);
 
-/* Does a standby state file exist next to zDb (the shim then serves it
-** read-only)?  *pSeq gets its applied sequence. */
-int tdeStandbyIsCopy(const char *zDb, uint64_t *pSeq);
+/* Does a standby state file exist next to zDb, naming database id aDbid
+** (the 16 bytes at offset 20 of zDb, read by the caller through the handle
+** it holds; 0: the file has none yet)?  The shim then serves it read-only.
+** *pSeq gets its applied sequence.  Never opens zDb itself (POSIX locks). */
+int tdeStandbyIsCopy(const char *zDb, const uint8_t *aDbid, uint64_t *pSeq);
 
 /* ---- wire (net.c) ------------------------------------------------------ */
 

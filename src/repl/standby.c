@@ -618,7 +618,8 @@ static int sbReceiveBase(Standby *p, TdeConn *pConn, const uint8_t *aBegin, size
     }
   }
   if( fsync(fdOut)!=0 ){ rc = tdeErr(TDE_IO, "%s: fsync: %s", p->zBase, strerror(errno)); goto done; }
-  /* Replace the copy: readers holding the old file keep their snapshot;
+  /* Replace the copy: readers holding the old file fail their next read
+  ** transaction (the shim sees the path name another file) and reopen;
   ** a crash before the state records the new sequence replays records the
   ** primary sends again, which converge on the same pages. */
   if( p->fdDb>=0 ){

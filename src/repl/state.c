@@ -250,12 +250,11 @@ static void noteAdd(TdeReplStatus *p, const char *zFmt, ...){
 ** make a primary read-only.  The state file is replaced atomically by the
 ** standby (temp file, fsync, rename): a valid one is never half-written.
 */
-int tdeStandbyIsCopy(const char *zDb, uint64_t *pSeq){
+int tdeStandbyIsCopy(const char *zDb, const uint8_t *aDbid, uint64_t *pSeq){
   char zPath[4200];
   TdeKv *kv = 0;
-  uint8_t aWant[16], aHave[16];
-  int bCopy = 0, fd;
-  ssize_t n = 0;
+  uint8_t aWant[16];
+  int bCopy = 0;
   *pSeq = 0;
   if( !zDb ) return 0;
   snprintf(zPath, sizeof(zPath), "%s-tdestandby", zDb);
@@ -270,12 +269,10 @@ int tdeStandbyIsCopy(const char *zDb, uint64_t *pSeq){
            "as a primary", zDb, zPath);
     goto done;
   }
-  fd = open(zDb, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if( fd>=0 ){
-    do{ n = pread(fd, aHave, sizeof(aHave), 20); }while( n<0 && errno==EINTR );
-    close(fd);
-  }
-  if( fd>=0 && n==(ssize_t)sizeof(aHave) && memcmp(aHave, aWant, sizeof(aWant))!=0 ){
+  /* The database is never opened here: closing any descriptor of a file
+  ** drops every POSIX lock this process holds on it (SQLite's readers
+  ** included), and the applier would then write under a reader. */
+  if( aDbid && memcmp(aDbid, aWant, sizeof(aWant))!=0 ){
     tdeLog(TDE_LOG_WARNING, "%s: ignoring %s: it names another database; the database "
            "opens as a primary", zDb, zPath);
     goto done;

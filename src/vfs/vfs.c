@@ -18,6 +18,7 @@
 #include "config.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -762,20 +763,56 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
 ** bytes at every read transaction, drops its cache after each applied
 ** transaction; offset 92 differs from it, so SQLite takes the size from the
 ** file.  Only what SQLite is handed changes, never the file.
+**
+** The database is read only through the handle's own descriptor: opening
+** and closing another one would drop the POSIX locks of every connection
+** of this process on the file, and the applier would write under a reader
+** that believes it holds SHARED.  When the state cannot be read (or no
+** longer names this database) the counter handed is one never handed
+** before, so SQLite drops its cache rather than keep pages of an unknown
+** version.  A base copy replaces the file (rename): a handle of the old
+** file would read it for ever, so reads fail once the path names another
+** file, and the application reopens.
 */
-static void tdeStandbyPatch(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
+static int tdeStandbyStat(const char *zName, uint64_t *pDev, uint64_t *pIno){
+  struct stat st;
+  if( stat(zName, &st)!=0 ) return 0;
+  *pDev = (uint64_t)st.st_dev;
+  *pIno = (uint64_t)st.st_ino;
+  return 1;
+}
+
+static int tdeStandbyDbid(TdeFile *p, uint8_t aDbid[16]){
+  int rc = p->pReal->pMethods->xRead(p->pReal, aDbid, 16, 20);
+  return rc==SQLITE_OK;
+}
+
+static int tdeStandbyPatch(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   static const int aOff[] = { 18, 19, 24, 25, 26, 27, 92, 93, 94, 95 };
-  uint8_t aVal[96];
-  uint64_t seq = 0;
-  if( iOfst>=96 ) return;
-  tdeStandbyIsCopy(p->zName, &seq);
+  static uint32_t nMiss = 0;
+  uint8_t aVal[96], aDbid[16];
+  uint64_t seq = 0, dev, ino;
+  uint32_t v;
+  if( iOfst>=96 ) return SQLITE_OK;
+  if( !tdeStandbyStat(p->zName, &dev, &ino) || dev!=p->standbyDev || ino!=p->standbyIno ){
+    memset(zBuf, 0, (size_t)iAmt);
+    tdeLog(TDE_LOG_ERROR, "%s: the standby copy was replaced (a base copy) or removed since it was "
+           "opened: close and reopen it", tdeFileName(p));
+    return SQLITE_IOERR_READ;
+  }
+  if( tdeStandbyIsCopy(p->zName, tdeStandbyDbid(p, aDbid) ? aDbid : 0, &seq) ){
+    v = (uint32_t)seq;
+  }else{
+    v = __atomic_sub_fetch(&nMiss, 1, __ATOMIC_RELAXED);
+  }
   aVal[18] = aVal[19] = 1;
-  tdePut32(aVal+24, (uint32_t)seq);
-  tdePut32(aVal+92, ~(uint32_t)seq);
+  tdePut32(aVal+24, v);
+  tdePut32(aVal+92, ~v);
   for(size_t i=0; i<TDE_ARRAY_SIZE(aOff); i++){
     int o = aOff[i];
     if( o>=iOfst && o<iOfst+iAmt ) zBuf[o-iOfst] = aVal[o];
   }
+  return SQLITE_OK;
 }
 
 static int tdeStandbyRefuse(TdeFile *p){
@@ -821,7 +858,7 @@ static int tdeRead(sqlite3_file *pFile, void *zBuf, int iAmt, sqlite3_int64 iOfs
   switch( p->eKind ){
     case TDE_KIND_MAIN: {
       int rc = tdeMainRead(p, zBuf, iAmt, iOfst);
-      if( rc==SQLITE_OK && p->bStandby ) tdeStandbyPatch(p, zBuf, iAmt, iOfst);
+      if( rc==SQLITE_OK && p->bStandby ) rc = tdeStandbyPatch(p, zBuf, iAmt, iOfst);
       return rc;
     }
     case TDE_KIND_WAL:     return tdeWalRead(p, zBuf, iAmt, iOfst);
@@ -1228,6 +1265,8 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   int rc;
   int bExisted = 1;
   int outFlags = 0;
+  int bStat0 = 0, bReplaced = 0;
+  uint64_t dev0 = 0, ino0 = 0;
 
   memset(p, 0, sizeof(*p));
   p->pReal = (sqlite3_file*)&p[1];
@@ -1237,13 +1276,21 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   if( p->eKind==TDE_KIND_MAIN && zName ){
     rc = pOrig->xAccess(pOrig, zName, SQLITE_ACCESS_EXISTS, &bExisted);
     if( rc ) bExisted = 1;
+    bStat0 = tdeStandbyStat(zName, &dev0, &ino0);
   }
   rc = pOrig->xOpen(pOrig, zName, p->pReal, flags, &outFlags);
   if( rc ) goto fail;
   if( p->eKind==TDE_KIND_MAIN && zName ){
     uint64_t seq;
-    if( tdeStandbyIsCopy(zName, &seq) ){
-      /* Served read-only while the standby applies it (see above). */
+    uint8_t aDbid[16];
+    if( tdeStandbyIsCopy(zName, tdeStandbyDbid(p, aDbid) ? aDbid : 0, &seq) ){
+      /* Served read-only while the standby applies it (see above).  The
+      ** file is named before and after the open: a base copy renamed in
+      ** between would leave the handle on the old file. */
+      if( !bStat0 || !tdeStandbyStat(zName, &p->standbyDev, &p->standbyIno)
+       || dev0!=p->standbyDev || ino0!=p->standbyIno ){
+        bReplaced = 1;
+      }
       p->bStandby = 1;
       outFlags = (outFlags & ~SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
     }
@@ -1287,6 +1334,10 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
       break;
     default:
       break;
+  }
+  if( rc==SQLITE_OK && bReplaced ){
+    tdeLog(TDE_LOG_ERROR, "%s: the standby copy was replaced (a base copy) while it was opened: retry", zName);
+    rc = SQLITE_BUSY;
   }
   if( rc ){
     int bRemove = 0;

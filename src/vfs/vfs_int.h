@@ -142,6 +142,7 @@ struct TdeFile {
   void volatile *pShm0;       /* main: SQLite's WAL index region 0, if mapped */
   int bStandby;               /* main: a standby copy (DB-tdestandby exists): read-only,
                               ** page 1 shown in rollback mode (repl/standby.c) */
+  uint64_t standbyDev, standbyIno; /* main, standby copy: the file opened (a base copy replaces it) */
   TdeWalEnd shipEnd;          /* main: WAL index end when this connection last took
                               ** the WAL write lock (standby hook, repl/spool.c) */
   /* main, WAL mode: while this connection checkpoints, the last frame page
