@@ -36,8 +36,13 @@
 */
 #include "tdetest.h"
 
+
 #include "tde_int.h"
 #include "keys/keys.h"
+
+#define NROW 600
+#define PGSZ 4096
+#include "freshtest.h"
 
 /* ---- snapshot VFS: copy DB and DB-journal before the journal's deletion ---- */
 
@@ -47,17 +52,7 @@ static char zSnapDb[PATH_MAX];      /* armed for this database ("" = off) */
 static char zSnapTo[PATH_MAX];      /* image: zSnapTo and zSnapTo-journal */
 static int nSnaps;
 
-static void fileCopy(const char *zFrom, const char *zTo){
-  size_t n = 0;
-  unsigned char *a = readAll(zFrom, &n);
-  assert_non_null(a);
-  writeAll(zTo, a, n);
-  free(a);
-}
 
-static void sidePath(char *zOut, const char *zDb, const char *zSuffix){
-  if( snprintf(zOut, PATH_MAX, "%s%s", zDb, zSuffix)>=PATH_MAX ) fail_msg("path too long");
-}
 
 /* DB-tderekey files: forwarded to unix; at each sync, a non-empty file's
 ** content is kept in aRk (the last one: the journal a re-seal of page 1
@@ -141,58 +136,11 @@ static void snapArm(const char *zDb, const char *zTo){
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-/* First column of the first row of zSql; SQLite's result code of the whole
-** statement (SQLITE_DONE becomes SQLITE_OK). */
-static int stepInt(sqlite3 *db, const char *zSql, sqlite3_int64 *pv){
-  sqlite3_stmt *p = 0;
-  int rc = sqlite3_prepare_v2(db, zSql, -1, &p, 0);
-  *pv = -1;
-  if( rc==SQLITE_OK ){
-    rc = sqlite3_step(p);
-    if( rc==SQLITE_ROW ){ *pv = sqlite3_column_int64(p, 0); rc = SQLITE_OK; }
-    else if( rc==SQLITE_DONE ) rc = SQLITE_OK;
-  }
-  sqlite3_finalize(p);
-  return rc;
-}
 
-static sqlite3_int64 countLike(sqlite3 *db, const char *zPrefix){
-  char zSql[128];
-  sqlite3_int64 v = -1;
-  snprintf(zSql, sizeof(zSql), "SELECT count(*) FROM t WHERE v LIKE '%s %%'", zPrefix);
-  assert_int_equal(stepInt(db, zSql, &v), SQLITE_OK);
-  return v;
-}
 
-static int sameFile(const char *zA, const char *zB){
-  size_t nA = 0, nB = 0;
-  unsigned char *a = readAll(zA, &nA), *b = readAll(zB, &nB);
-  int bSame = a && b && nA==nB && memcmp(a, b, nA)==0;
-  free(a);
-  free(b);
-  return bSame;
-}
 
-static int fileExists(const char *z){
-  return access(z, F_OK)==0;
-}
 
-#define NROW 600
-#define PGSZ 4096
 
-/* A database of NROW rows "T0 <id> ..." (about 150 pages), rollback mode. */
-static void makeDb(const char *zDb, int bV2){
-  sqlite3 *db = 0;
-  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
-  removeDb(zDb);
-  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
-  exec(db, "PRAGMA page_size=4096; PRAGMA journal_mode=DELETE;"
-           "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
-           "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<600)"
-           " INSERT INTO t SELECT i, printf('T0 %04d %.900c', i, 'a') FROM c;");
-  assert_int_equal(sqlite3_close(db), SQLITE_OK);
-  tdeSetCreateVersion(TDE_FORMAT_V2);
-}
 
 /*
 ** Start transaction T1 (every row to "T1 ..."), spilling (the cache holds
@@ -226,19 +174,6 @@ static sqlite3 *beginSpill(const char *zDb, const char *zSavedJ, const char *zIm
   return beginSpillMode(zDb, "DELETE", zSavedJ, zImage);
 }
 
-/* Open zDb and read it: the hot journal is played back or refused. */
-static int openAndCount(const char *zDb, const char *zPrefix, sqlite3_int64 *pn){
-  sqlite3 *db = 0;
-  char zSql[128];
-  int rc = openTdeCfg(zDb, zCfg, &db);
-  if( rc==SQLITE_OK ){
-    sqlite3_extended_result_codes(db, 1);
-    snprintf(zSql, sizeof(zSql), "SELECT count(*) FROM t WHERE v LIKE '%s %%'", zPrefix);
-    rc = stepInt(db, zSql, pn);
-  }
-  sqlite3_close(db);
-  return rc;
-}
 
 /* ---- old journal put back (case 3, first half) ------------------------------- */
 

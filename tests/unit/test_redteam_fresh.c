@@ -30,6 +30,7 @@
 */
 #include "tdetest.h"
 
+
 #include <dirent.h>
 
 #include "tde_int.h"
@@ -37,67 +38,16 @@
 
 #define NROW 600
 #define PGSZ 4096
+#include "freshtest.h"
+
 #define HDRSZ 8192
 
-static void sidePath(char *zOut, const char *zDb, const char *zSuffix){
-  if( snprintf(zOut, PATH_MAX, "%s%s", zDb, zSuffix)>=PATH_MAX ) fail_msg("path too long");
-}
 
-static void fileCopy(const char *zFrom, const char *zTo){
-  size_t n = 0;
-  unsigned char *a = readAll(zFrom, &n);
-  assert_non_null(a);
-  writeAll(zTo, a, n);
-  free(a);
-}
 
-static int sameFile(const char *zA, const char *zB){
-  size_t nA = 0, nB = 0;
-  unsigned char *a = readAll(zA, &nA), *b = readAll(zB, &nB);
-  int bSame = a && b && nA==nB && memcmp(a, b, nA)==0;
-  free(a);
-  free(b);
-  return bSame;
-}
 
-static int fileExists(const char *z){
-  return access(z, F_OK)==0;
-}
 
-static int stepInt(sqlite3 *db, const char *zSql, sqlite3_int64 *pv){
-  sqlite3_stmt *p = 0;
-  int rc = sqlite3_prepare_v2(db, zSql, -1, &p, 0);
-  *pv = -1;
-  if( rc==SQLITE_OK ){
-    rc = sqlite3_step(p);
-    if( rc==SQLITE_ROW ){ *pv = sqlite3_column_int64(p, 0); rc = SQLITE_OK; }
-    else if( rc==SQLITE_DONE ) rc = SQLITE_OK;
-  }
-  sqlite3_finalize(p);
-  return rc;
-}
 
-static sqlite3_int64 countLike(sqlite3 *db, const char *zPrefix){
-  char zSql[128];
-  sqlite3_int64 v = -1;
-  snprintf(zSql, sizeof(zSql), "SELECT count(*) FROM t WHERE v LIKE '%s %%'", zPrefix);
-  assert_int_equal(stepInt(db, zSql, &v), SQLITE_OK);
-  return v;
-}
 
-/* Open zDb and count rows with zPrefix: a hot journal is played back or refused. */
-static int openAndCount(const char *zDb, const char *zPrefix, sqlite3_int64 *pn){
-  sqlite3 *db = 0;
-  char zSql[128];
-  int rc = openTdeCfg(zDb, zCfg, &db);
-  if( rc==SQLITE_OK ){
-    sqlite3_extended_result_codes(db, 1);
-    snprintf(zSql, sizeof(zSql), "SELECT count(*) FROM t WHERE v LIKE '%s %%'", zPrefix);
-    rc = stepInt(db, zSql, pn);
-  }
-  sqlite3_close(db);
-  return rc;
-}
 
 /* Open zDb under zConfig and count the rows of t. */
 static int openAndCountCfg(const char *zDb, const char *zConfig, sqlite3_int64 *pn){
@@ -111,19 +61,6 @@ static int openAndCountCfg(const char *zDb, const char *zConfig, sqlite3_int64 *
   return rc;
 }
 
-/* NROW rows "T0 <id> ..." (about 150 pages), rollback mode, format version bV2 ? 2 : 1. */
-static void makeDb(const char *zDb, int bV2){
-  sqlite3 *db = 0;
-  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
-  removeDb(zDb);
-  assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
-  exec(db, "PRAGMA page_size=4096; PRAGMA journal_mode=DELETE;"
-           "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
-           "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<600)"
-           " INSERT INTO t SELECT i, printf('T0 %04d %.900c', i, 'a') FROM c;");
-  assert_int_equal(sqlite3_close(db), SQLITE_OK);
-  tdeSetCreateVersion(TDE_FORMAT_V2);
-}
 
 /* Transaction T1 (every row to "T1 ..."), spilled (cache of 40 pages):
 ** the journal is hot and pages are in the database, page 1 not yet
