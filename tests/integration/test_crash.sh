@@ -19,10 +19,12 @@
 #                ASan build, whose processes start ten times slower)
 #   make stress: TDE_STRESS=1, 5000 cycles per mode
 #   TDE_CRASH_SEED=N replays a kill schedule (the seed is printed).
+#   TDE_CRASH_WRITER=PATH: another writer build (ctest runs
+#   crash_writer_353, linked to SQLite 3.53.2, as it.test_crash.sh.sqlite-3.53).
 set -euo pipefail
 : "${TDE_BUILD:?}" "${TDE_TEST_TMP:?}"
 CLI="$TDE_BUILD/sqlite-tde"
-WRITER="$TDE_BUILD/crash_writer"
+WRITER="${TDE_CRASH_WRITER:-$TDE_BUILD/crash_writer}"   # crash_writer_353: against SQLite 3.53.2
 mkdir -p "$TDE_TEST_TMP"
 W=$(mktemp -d "$TDE_TEST_TMP/crash.XXXXXX")
 trap 'rm -rf "$W"' EXIT
