@@ -30,7 +30,9 @@
 #define H_MAPROOT   3984  /* 16 bytes: page-map root */
 #define H_UPCURSOR  4000  /* u64 upgrade cursor */
 #define H_ANCHOR    4008  /* u64 anchor counter A (docs/FORMAT.md "External anchor") */
-#define H_FRESH_END 4016  /* zero from here to H_MAC */
+#define H_MAPGEN    4016  /* u64 G: fold generation of the page map in force */
+#define H_MAPPAGES  4024  /* u32 n: map pages in force */
+#define H_FRESH_END 4028  /* zero from here to H_MAC */
 #define H_MAC       (TDE_SLOT_SIZE - 64)   /* HMAC-SHA256 over [0, H_MAC) */
 #define H_SUM       (TDE_SLOT_SIZE - 32)   /* SHA-256 over [0, H_SUM) */
 
@@ -103,6 +105,8 @@ int tdeHeaderEncode(const TdeHeader *p, const uint8_t macKey[32], uint8_t *a){
     memcpy(a+H_MAPROOT, p->aMapRoot, 16);
     tdePut64(a+H_UPCURSOR, p->upgradeCursor);
     tdePut64(a+H_ANCHOR, p->anchorCounter);
+    tdePut64(a+H_MAPGEN, p->mapGen);
+    tdePut32(a+H_MAPPAGES, p->mapPages);
   }
   {
     const uint8_t *apPart[1] = { a };
@@ -144,6 +148,8 @@ int tdeHeaderDecode(const uint8_t *a, TdeHeader *p){
     memcpy(p->aMapRoot, a+H_MAPROOT, 16);
     p->upgradeCursor = tdeGet64(a+H_UPCURSOR);
     p->anchorCounter = tdeGet64(a+H_ANCHOR);
+    p->mapGen = tdeGet64(a+H_MAPGEN);
+    p->mapPages = tdeGet32(a+H_MAPPAGES);
     for(size_t i=H_FRESH_END; i<H_MAC; i++){
       if( a[i] ) return tdeErr(TDE_FORMAT, "header slot: non-zero reserved bytes in the freshness area");
     }

@@ -56,6 +56,8 @@ typedef struct TdeHeader {
   uint8_t aMapRoot[16];             /* page-map root (zero: none) */
   uint64_t upgradeCursor;           /* zero: no upgrade in progress */
   uint64_t anchorCounter;           /* A: external anchor updates (zero: never anchored) */
+  uint64_t mapGen;                  /* G: fold generation of the page map (zero with aMapRoot) */
+  uint32_t mapPages;                /* n: map pages in force (zero with aMapRoot) */
   int nEntry;
   TdeWrapEntry aEntry[TDE_MAX_ENTRIES];
 } TdeHeader;

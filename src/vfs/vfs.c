@@ -529,6 +529,51 @@ static int tdeMainShortPage(TdeFile *p, uint8_t *zBuf, int iAmt, uint32_t pgno, 
   return SQLITE_IOERR_SHORT_READ;
 }
 
+/* The WAL index bound of this connection's read transaction for the page
+** map's rule (docs/FORMAT.md "What a database page must be"): read mark
+** k's value, or the backfill mark for slot 0; UINT32_MAX without a shared
+** index.  aSalt: the index's generation (NULL if unknown). */
+static uint32_t tdeMainReadBound(TdeFile *p, uint8_t aSalt[8], int *pbSalt){
+  const volatile uint8_t *a = (const volatile uint8_t*)p->pShm0;
+  uint32_t v;
+  *pbSalt = 0;
+  if( !a || p->iReadSlot1<=0 ) return UINT32_MAX;
+  memcpy(&v, (const void*)(a + (p->iReadSlot1==1 ? 96 : 100 + 4*(p->iReadSlot1-1))), 4);
+  memcpy(aSalt, (const void*)(a + 32), 8);
+  *pbSalt = 1;
+  return v;
+}
+
+/*
+** Version 2, page map: may database page pgno, whose trailer tag is aTag
+** (16 bytes, as stored), be served?  The map's entry, else the newest
+** frame for it at or below this reader's bound; the header (and map) read
+** again once before a refusal.  aPage (iAmt bytes) is wiped on refusal.
+*/
+static int tdeMainMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag, uint8_t *aPage, int iAmt){
+  int rc = tdeMapCheck(p, pgno, aTag);
+  for(int iTry=0; rc==SQLITE_NOTFOUND && iTry<2; iTry++){
+    if( p->pWalFile ){
+      uint8_t aSalt[8], aFrameTag[8];
+      int bSalt = 0, bFound = 0;
+      uint32_t bound = tdeMainReadBound(p, aSalt, &bSalt);
+      rc = tdeWalNewestTag(p->pWalFile, pgno, bound, bSalt ? aSalt : 0, aFrameTag, &bFound);
+      if( rc ) break;
+      if( bFound && memcmp(aFrameTag, aTag, 8)==0 ) return SQLITE_OK;
+      rc = SQLITE_NOTFOUND;
+    }
+    if( iTry==0 ){
+      /* Another connection may have folded since this one read the header. */
+      rc = tdeMainRefresh(p);
+      if( rc ) break;
+      rc = tdeMapCheck(p, pgno, aTag);
+    }
+  }
+  if( rc==SQLITE_NOTFOUND ) rc = tdeMapRefusePage(p, pgno);
+  if( rc ) memset(aPage, 0, (size_t)iAmt);
+  return rc;
+}
+
 static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   int rc, bShort;
   rc = tdeMainEnsureKeys(p, 0);
@@ -542,6 +587,7 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
   if( tdeValidPgsz(iAmt) && iOfst%iAmt==0 && (p->pgsz==0 || p->pgsz==(uint32_t)iAmt) ){
     uint32_t pgno = (uint32_t)(iOfst/iAmt) + 1;
     uint8_t aTrailer1[TDE_TRAILER_SIZE];
+    uint8_t aTag[16];
     rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);
     if( rc ) return rc;
     if( bShort && pgno==1 && p->pgsz!=(uint32_t)iAmt ){
@@ -565,6 +611,7 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
       return SQLITE_IOERR_AUTH;
     }
     if( pgno==1 ) memcpy(aTrailer1, zBuf + iAmt - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
+    memcpy(aTag, zBuf + iAmt - 24, 16);
     rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, 0);
     if( rc==SQLITE_OK && pgno==1 ) tdePage1Keep(p, zBuf, (uint32_t)iAmt, aTrailer1);
     if( rc==SQLITE_IOERR_AUTH ){
@@ -574,10 +621,12 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
       rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);
       if( rc ) return rc;
       if( bShort ) return tdeMainShortPage(p, zBuf, iAmt, pgno, (uint32_t)iAmt);
+      memcpy(aTag, zBuf + iAmt - 24, 16);
       rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, p->pgsz ? "database" : 0);
       if( rc==SQLITE_IOERR_AUTH && p->pgsz==(uint32_t)iAmt
        && tdeRekeyLookup(p, pgno, (uint32_t)iAmt, zBuf)==SQLITE_OK ){
-        /* Torn by an interrupted rekey: its old copy is in the journal. */
+        /* Torn by an interrupted rekey: its old copy is in the journal
+        ** (no page map during a rekey). */
         p->nAuthFail--;
         return SQLITE_OK;
       }
@@ -596,6 +645,10 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
       }
     }
     if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
+    if( rc==SQLITE_OK && tdeMapActive(p) ){
+      rc = tdeMainMapCheck(p, pgno, aTag, zBuf, iAmt);
+      if( rc && pgno==1 ) tdePage1Forget(p);
+    }
     return rc;
   }
   /* The change counter and header reads of page 1: from the kept copy. */
@@ -652,10 +705,20 @@ by_page:
         p->nAuthFail++;
         return SQLITE_IOERR_AUTH;
       }
-      rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, bRetried || pgno!=1 ? "database" : 0);
-      if( rc==SQLITE_IOERR_AUTH && tdeRekeyLookup(p, pgno, pgsz, p->aBuf)==SQLITE_OK ){
-        p->nAuthFail--;
-        rc = SQLITE_OK;
+      {
+        uint8_t aTag[16];
+        int bRekeyCopy = 0;
+        memcpy(aTag, p->aBuf + pgsz - 24, 16);
+        rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, bRetried || pgno!=1 ? "database" : 0);
+        if( rc==SQLITE_IOERR_AUTH && tdeRekeyLookup(p, pgno, pgsz, p->aBuf)==SQLITE_OK ){
+          p->nAuthFail--;
+          rc = SQLITE_OK;
+          bRekeyCopy = 1;
+        }
+        if( rc==SQLITE_OK && !bRekeyCopy && tdeMapActive(p) ){
+          rc = tdeMainMapCheck(p, pgno, aTag, p->aBuf, (int)pgsz);
+          if( rc ){ memset(zBuf, 0, (size_t)iAmt); return rc; }
+        }
       }
       if( rc && pgno==1 && !bRetried ){
         /* The page size may have changed under us (VACUUM elsewhere). */
@@ -713,6 +776,12 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
   }
   rc = tdeMainEnsureKeys(p, 1);
   if( rc ) return rc;
+  if( !p->bCkpt && !p->bInCkpt && tdeMapActive(p) ){
+    /* Not a checkpoint's copy (rollback-journal mode): no page map from
+    ** now on (docs/FORMAT.md "Writes outside the WAL"). */
+    rc = tdeMapDrop(p);
+    if( rc ) return rc;
+  }
   if( !p->bTxnBase ){
     /* First write since the lock or the last commit: remember what was
     ** committed, before page 1 on disk changes (tdeMainIsHole). */
@@ -720,7 +789,7 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
     if( rc ) return rc;
     p->bTxnBase = 1;
   }
-  if( p->bCkpt && p->bCkptValid && pgno!=p->ckptPgno ){
+  if( (p->bCkpt || p->bInCkpt) && p->bCkptValid && pgno!=p->ckptPgno ){
     /* The checkpoint copies the frame page it just read to the position
     ** SQLite's (unauthenticated) WAL index names; that frame holds another
     ** page: the index was altered.  Never seal one page's content as
@@ -839,6 +908,7 @@ static int tdeClose(sqlite3_file *pFile){
     if( rc==SQLITE_OK ) rc = rc2;
   }
   tdeCiphersFree(p);
+  tdeMapFree(p);
   tdeKeysFree(p->pKeys);
   p->pKeys = 0;
   tdePage1Free(p);
@@ -1091,6 +1161,12 @@ static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
       }
       if( p->eKind==TDE_KIND_JOURNAL || p->eKind==TDE_KIND_TEMP ) return SQLITE_OK;
       break;
+    case SQLITE_FCNTL_CKPT_START:
+      if( p->eKind==TDE_KIND_MAIN ) p->bInCkpt = 1;
+      break;
+    case SQLITE_FCNTL_CKPT_DONE:
+      if( p->eKind==TDE_KIND_MAIN ) p->bInCkpt = 0;
+      break;
     case SQLITE_FCNTL_COMMIT_PHASETWO:
       /* Committed (also with locking_mode=EXCLUSIVE, which keeps the lock):
       ** the next write starts from the new committed size. */
@@ -1145,6 +1221,12 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   /* End of a WAL write transaction: the freshness anchor, when due. */
   if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->pKeys && p->pKeys->eAnchor ) tdeMainAnchorTick(p);
   rc = p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
+  /* The read mark this connection reads under (WAL_READ_LOCK(k) is slot
+  ** 3 + k): the page map's bound (tdeMainReadBound). */
+  if( rc==SQLITE_OK && n==1 && offset>=3 && offset<8 && (flags & SQLITE_SHM_SHARED) ){
+    if( flags & SQLITE_SHM_LOCK ) p->iReadSlot1 = offset - 3 + 1;
+    else if( p->iReadSlot1==offset - 3 + 1 ) p->iReadSlot1 = 0;
+  }
   /* A commit: in the standby's sync mode, return once it is acknowledged
   ** (src/repl/sync.c; no shipper in sync mode: at most one failed open per
   ** TDE_SYNC_RECHECK_US). */
@@ -1376,6 +1458,17 @@ fail:
 /* ---- VFS methods that only forward ------------------------------------- */
 
 static int tdeVfsDelete(sqlite3_vfs *pVfs, const char *zPath, int dirSync){
+  size_t n = zPath ? strlen(zPath) : 0;
+  if( n>4 && memcmp(zPath + n - 4, "-wal", 4)==0 ){
+    /* The log goes (the last connection's close): its pages into the page
+    ** map first; if that fails the log stays, and the next open recovers
+    ** it (SQLite treats this deletion's failure as benign). */
+    TdeFile *pMain = tdeMainFind(zPath);
+    if( pMain ){
+      int rc = tdeWalFoldMapFile(pMain, zPath);
+      if( rc ) return rc;
+    }
+  }
   return ORIGVFS(pVfs)->xDelete(ORIGVFS(pVfs), zPath, dirSync);
 }
 static int tdeVfsAccess(sqlite3_vfs *pVfs, const char *zPath, int flags, int *pResOut){

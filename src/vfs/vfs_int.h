@@ -12,10 +12,12 @@
 **                seal/open (tdeSealPage, tdeOpenPage*);
 **   keyops.c     header updates; rekey.c rekey and page-size discovery;
 **   anchor.c     the external freshness anchor (check at load, updates);
+**   pagemap.c    the page map DB-tdemap (reader check, folds, drops);
 **   fileio.c     the lowest layer: raw reads, scratch, result codes, the
 **                registry of main files -- calls nothing else here.
 ** Calls go down this list's layers (api/status -> vfs -> anchor -> wal,
-** journal, blockfile, rekey, keyops -> dek -> fileio), never back up into vfs.c.
+** journal, blockfile, rekey -> pagemap, keyops -> dek -> fileio), never back
+** up into vfs.c.
 ** File layouts are specified in docs/FORMAT.md.
 */
 #ifndef TDE_VFS_INT_H
@@ -100,7 +102,8 @@ typedef struct TdeWal {
   ** WAL header's stored MAC, aMac[i] frame i's MAC as verified (i <=
   ** iChain: one chain from the header) or as this handle wrote it (bOwn,
   ** with the predecessor it was computed from). */
-  struct TdeWalMac { uint8_t mac[8]; uint8_t prev[8]; uint8_t bOwn, bCommit; } *aMac;
+  struct TdeWalMac { uint8_t mac[8]; uint8_t prev[8]; uint8_t bOwn, bCommit;
+                     uint32_t pgno; uint8_t tag[8]; } *aMac;   /* page and tag (page map) */
   uint32_t nMac;              /* entries allocated in aMac */
   int bChain;                 /* aMac[0] is the current header's MAC */
   uint32_t iChain;            /* frames 1..iChain verified as one chain */
@@ -188,6 +191,14 @@ struct TdeFile {
   ** this handle writes nothing more -- in particular no checkpoint of a
   ** stale WAL at close -- so the refusal modifies nothing. */
   int bHdrRolledBack;
+  /* main, version 2: the page map as last loaded (pagemap.c), and the
+  ** path of DB-tdemap while it is open; the WAL index read-lock slot this
+  ** connection holds, plus one (0: none), and whether SQLite is inside a
+  ** checkpoint (SQLITE_FCNTL_CKPT_START .. CKPT_DONE). */
+  struct TdeMap *pMap;
+  char *zMapPath;
+  int iReadSlot1;
+  int bInCkpt;
 };
 
 /* fileio.c: the registry of open main files (added at open, removed at
@@ -335,6 +346,28 @@ int tdeMainAnchorBeforeDrop(TdeFile *pMain);
 ** version 1)"), the header's anchor counter, the time of the newest anchor
 ** record this connection read or wrote (0: none). */
 int tdeMainAnchorInfo(TdeFile *pMain, const char **pzKind, uint64_t *pA, int64_t *pt);
+
+/* pagemap.c (docs/FORMAT.md "Page rollback: the page map").  Check: OK,
+** SQLITE_NOTFOUND (the tag differs from the map's: try the WAL, then
+** tdeMapRefusePage), or an error (map missing or not the header's: logged).
+** Fold: the committed frames of a generation ending (restart, truncation,
+** deletion), under the write or EXCLUSIVE lock.  Drop: a write outside
+** the WAL follows. */
+int tdeMapActive(TdeFile *p);
+int tdeMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag);
+int tdeMapRefusePage(TdeFile *p, uint32_t pgno);
+int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb);
+int tdeMapDrop(TdeFile *p);
+void tdeMapFree(TdeFile *p);
+extern _Thread_local int tdeMapBypass;
+/* wal.c: the tag of the newest frame for pgno at or below bound (a commit
+** frame index; UINT32_MAX: the verified end) of the generation with salts
+** aSalt (NULL: the WAL's own); *pbFound 0 if none.  Fold the committed
+** frames of the WAL's generation into the page map. */
+int tdeWalNewestTag(TdeFile *p, uint32_t pgno, uint32_t bound, const uint8_t *aSalt,
+                    uint8_t aTag[8], int *pbFound);
+int tdeWalFoldMap(TdeFile *p);
+int tdeWalFoldMapFile(TdeFile *pMain, const char *zWal);
 
 /* upgrade.c: format version 1 -> 2 (caller holds the write lock, the WAL
 ** emptied); *pbDone 1 if this call upgraded it. */

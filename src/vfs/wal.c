@@ -217,13 +217,17 @@ static int walIsCommit(TdeFile *p, const uint8_t *aHdr16){
 /* Frame idx's MAC verified from the chain's aMac[idx-1]: extend the
 ** chain (or, where it already reached idx with another MAC, cut it there:
 ** another connection rewrote a frame of its open transaction). */
-static void walChainNote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *mac){
+static void walChainNote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *aTrl,
+                         const uint8_t *mac){
   if( !p->wal.bChain || idx==0 || idx>p->wal.iChain+1 || !walMacRoom(p, idx) ) return;
   if( idx<=p->wal.iChain ){
     if( memcmp(p->wal.aMac[idx].mac, mac, MAC_BYTES)==0 ) return;
     walChainCut(p, idx-1);
   }
   memcpy(p->wal.aMac[idx].mac, mac, MAC_BYTES);
+  /* The page and its tag (the MAC covers both): the page map's view. */
+  p->wal.aMac[idx].pgno = tdeGet32(aHdr16);
+  memcpy(p->wal.aMac[idx].tag, aTrl + TDE_TRAILER_SIZE - 24, 8);
   p->wal.aMac[idx].bCommit = (uint8_t)walIsCommit(p, aHdr16);
   p->wal.iChain = idx;
   if( p->wal.aMac[idx].bCommit ) p->wal.iChainCommit = idx;
@@ -231,11 +235,11 @@ static void walChainNote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const 
 
 /* This handle wrote frame idx with MAC mac computed from aPrev (bChain:
 ** aPrev was the chain's own aMac[idx-1]). */
-static void walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *mac,
-                          const uint8_t *aPrev, int bChain){
+static void walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *aTrl,
+                          const uint8_t *mac, const uint8_t *aPrev, int bChain){
   if( !walMacRoom(p, idx) ){ walChainCut(p, 0); return; }
   walChainCut(p, idx-1);
-  if( bChain && p->wal.iChain==idx-1 ) walChainNote(p, idx, aHdr16, mac);
+  if( bChain && p->wal.iChain==idx-1 ) walChainNote(p, idx, aHdr16, aTrl, mac);
   memcpy(p->wal.aMac[idx].mac, mac, MAC_BYTES);
   memcpy(p->wal.aMac[idx].prev, aPrev, MAC_BYTES);
   p->wal.aMac[idx].bOwn = 1;
@@ -586,9 +590,13 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
     *pState = FRAME_BAD;
     return SQLITE_OK;
   }
-  rc = tdeOpenPage(p, aFrame+FRAME_HDR, pgsz, tdeGet32(aFrame), zWhat);
-  *pState = rc==SQLITE_OK ? FRAME_OK : FRAME_BAD;
-  if( rc==SQLITE_OK && bChain ) walChainNote(p, idx, aFrame, mac);
+  {
+    uint8_t aTrl[TDE_TRAILER_SIZE];
+    memcpy(aTrl, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
+    rc = tdeOpenPage(p, aFrame+FRAME_HDR, pgsz, tdeGet32(aFrame), zWhat);
+    *pState = rc==SQLITE_OK ? FRAME_OK : FRAME_BAD;
+    if( rc==SQLITE_OK && bChain ) walChainNote(p, idx, aFrame, aTrl, mac);
+  }
   return SQLITE_OK;
 }
 
@@ -614,7 +622,7 @@ static int walChainExtend(TdeFile *p, uint32_t idx){
     if( rc==SQLITE_NOTFOUND ) break;
     if( rc ) return rc;
     if( !tdeCtEqual(mac, aHdr+16, MAC_BYTES) ) break;
-    walChainNote(p, j, aHdr, mac);
+    walChainNote(p, j, aHdr, aTrl, mac);
     if( p->wal.iChain!=j ) break;
   }
   return SQLITE_OK;
@@ -950,7 +958,7 @@ static int walReadPage(TdeFile *p, uint32_t idx, uint8_t *zBuf){
     }
   }
   rc = tdeOpenPageTo(p, aFrame+FRAME_HDR, zBuf, pgsz, tdeGet32(aFrame), "WAL frame");
-  if( rc==SQLITE_OK && p->pMain && p->pMain->bCkpt && p->pMain->pKeys
+  if( rc==SQLITE_OK && p->pMain && (p->pMain->bCkpt || p->pMain->bInCkpt) && p->pMain->pKeys
    && tdeTrailerVersion(aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE)==p->pMain->pKeys->hdr.curVersion ){
     /* Checkpoint in progress: remember the page for its write (vfs.c). */
     TdeFile *m = p->pMain;
@@ -1109,7 +1117,7 @@ static int walFlushFrame(TdeFile *p){
     rc = walPrevMac(p, idx, aPrev, &bChain);
     if( rc==SQLITE_OK ) rc = walFrameMac(p, idx, aHdr, aTrailer, aPrev, aHdr+16);
     if( rc ) return rc;
-    walChainWrote(p, idx, aHdr, aHdr+16, aPrev, bChain);
+    walChainWrote(p, idx, aHdr, aTrailer, aHdr+16, aPrev, bChain);
   }else{
     rc = walFrameMac(p, idx, aHdr, aTrailer, 0, aHdr+16);
     if( rc ) return rc;
@@ -1138,6 +1146,9 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   if( iOfst==0 && iAmt==WAL_HDR ){
     uint8_t aHdr[WAL_HDR];
     rc = tdeWalFlush(p);
+    if( rc ) return rc;
+    /* The generation ends: its pages into the page map first. */
+    rc = tdeWalFoldMap(p);
     if( rc ) return rc;
     uint64_t w = 0;
     int bV2;
@@ -1257,7 +1268,7 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
       rc = walPrevMac(p, idx, aPrev, &bChain);
       if( rc==SQLITE_OK ) rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aPrev, aFrame+16);
       if( rc ) return rc;
-      walChainWrote(p, idx, aFrame, aFrame+16, aPrev, bChain);
+      walChainWrote(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aFrame+16, aPrev, bChain);
     }else{
       rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, 0, aFrame+16);
       if( rc ) return rc;
@@ -1297,6 +1308,8 @@ int tdeWalTruncate(TdeFile *p, sqlite3_int64 size){
   int rc = tdeWalFlush(p);
   if( rc ) return rc;
   if( size<WAL_HDR ){
+    rc = tdeWalFoldMap(p);      /* the generation ends: its pages into the page map */
+    if( rc ) return rc;
     /* Truncated to nothing: every frame goes (a shorter truncation only
     ** drops frames beyond the ones just committed, captured already). */
     walShipHook(p, TDE_CAPTURE_CLOSE, 0);
@@ -1389,5 +1402,112 @@ int tdeWalPageList(TdeFile *p, uint32_t iFirst, uint32_t mxFrame, uint32_t **paP
   }
   *paPgno = a;
   *pn = n;
+  return rc;
+}
+
+/* ---- the page map's view of the log ------------------------------------ */
+
+int tdeWalNewestTag(TdeFile *p, uint32_t pgno, uint32_t bound, const uint8_t *aSalt,
+                    uint8_t aTag[8], int *pbFound){
+  uint32_t e;
+  int rc;
+  *pbFound = 0;
+  if( !p || p->eKind!=TDE_KIND_WAL || !walV2(p) ) return SQLITE_OK;
+  if( !p->wal.bHdr || (aSalt && memcmp(p->wal.aHdr+16, aSalt, 8)!=0) || !p->wal.bChain ){
+    /* Another connection restarted the log: read its header again. */
+    uint8_t aHdr[WAL_HDR];
+    uint64_t w = 0;
+    int state;
+    rc = walLoadHeaderW(p, aHdr, &state, &w);
+    if( rc ) return rc;
+    if( state!=FRAME_OK ) return SQLITE_OK;
+    if( aSalt && memcmp(p->wal.aHdr+16, aSalt, 8)!=0 ) return SQLITE_OK;
+    if( !p->wal.bChain ) walChainReset(p, 1);
+  }
+  rc = walChainExtend(p, bound);
+  if( rc ) return rc;
+  e = p->wal.iChainCommit;
+  if( bound<e ) e = bound;
+  for(uint32_t j=e; j>0; j--){
+    if( p->wal.aMac[j].pgno==pgno ){
+      memcpy(aTag, p->wal.aMac[j].tag, 8);
+      *pbFound = 1;
+      break;
+    }
+  }
+  return SQLITE_OK;
+}
+
+/*
+** The generation on disk ends (a restart writes a new header, the log is
+** truncated or deleted): fold its committed frames -- the verified chain
+** from the header bound to the database's L up to its last commit frame --
+** into the page map.  A header that is not the current generation's (no
+** log yet, an interrupted restart, damage) has no committed frame.
+*/
+int tdeWalFoldMap(TdeFile *p){
+  uint8_t aHdr[WAL_HDR];
+  uint32_t *aPgno = 0, n = 0, nDb = 0;
+  uint8_t *aTag = 0;
+  uint64_t w = 0;
+  int state, rc;
+  if( !walV2(p) || !p->pMain || p->pMain->bStandby ) return SQLITE_OK;
+  rc = tdeMainRefreshIfChanged(p->pMain);
+  if( rc ) return rc;
+  rc = walLoadHeaderW(p, aHdr, &state, &w);
+  if( rc ) return rc;
+  if( state==FRAME_OK && p->wal.w==p->pMain->pKeys->hdr.logEpoch && p->wal.pgsz ){
+    if( !p->wal.bChain ) walChainReset(p, 1);
+    rc = walChainExtend(p, UINT32_MAX);
+    if( rc ) return rc;
+    n = p->wal.iChainCommit;
+  }
+  if( n ){
+    uint8_t aFh[8];
+    int bShort = 0;
+    aPgno = sqlite3_malloc64((sqlite3_uint64)n * sizeof(uint32_t));
+    aTag = sqlite3_malloc64((sqlite3_uint64)n * 8);
+    if( !aPgno || !aTag ){ rc = SQLITE_NOMEM; goto done; }
+    for(uint32_t j=1; j<=n; j++){
+      aPgno[j-1] = p->wal.aMac[j].pgno;
+      memcpy(aTag + (size_t)(j-1)*8, p->wal.aMac[j].tag, 8);
+    }
+    rc = tdeRealRead(p, aFh, 8, walFrameOffset(p, n), &bShort);
+    if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
+    if( rc ) goto done;
+    nDb = tdeGet32(aFh+4);
+  }
+  rc = tdeMapFold(p->pMain, aPgno, aTag, n, nDb);
+done:
+  sqlite3_free(aPgno);
+  sqlite3_free(aTag);
+  return rc;
+}
+
+/* The same for a WAL that no handle has open (SQLite closed it before
+** deleting it): read through the VFS below tde. */
+int tdeWalFoldMapFile(TdeFile *pMain, const char *zWal){
+  sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
+  sqlite3_file *pFd;
+  TdeFile w;
+  int outFlags = 0, bExists = 0, rc;
+  if( !pMain->pKeys || pMain->pKeys->hdr.version<TDE_FORMAT_V2 || pMain->bStandby ) return SQLITE_OK;
+  rc = pOrig->xAccess(pOrig, zWal, SQLITE_ACCESS_EXISTS, &bExists);
+  if( rc || !bExists ) return rc;
+  pFd = sqlite3_malloc(pOrig->szOsFile);
+  if( !pFd ) return SQLITE_NOMEM;
+  memset(pFd, 0, (size_t)pOrig->szOsFile);
+  rc = pOrig->xOpen(pOrig, zWal, pFd, SQLITE_OPEN_READONLY|SQLITE_OPEN_WAL, &outFlags);
+  if( rc==SQLITE_OK ){
+    memset(&w, 0, sizeof(w));
+    w.eKind = TDE_KIND_WAL;
+    w.pReal = pFd;
+    w.pMain = pMain;
+    w.zName = zWal;
+    rc = tdeWalFoldMap(&w);
+    tdeWalFree(&w);
+  }
+  if( pFd->pMethods ) pFd->pMethods->xClose(pFd);
+  sqlite3_free(pFd);
   return rc;
 }

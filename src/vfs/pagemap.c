@@ -1,0 +1,453 @@
+/*
+** The page map (format version 2, WAL mode): DB-tdemap lists the GCM tag
+** (first 8 bytes) of every data page as it is in the database file, so a
+** page rolled back to an older authentic version of itself is refused.
+** The map needs no key: its root, in the authenticated header, covers it.
+** Layout, reader rule, folds and builds: docs/FORMAT.md "Page rollback:
+** the page map".
+**
+** This file sits beside keyops.c: it calls the header update (keyops) and
+** the raw I/O of fileio.c, and is called by vfs.c (the reader check, the
+** drop before a write outside the WAL), wal.c (folds at restart and
+** truncation) and journal.c / rekey.c (drops).
+*/
+#include "vfs/vfs_int.h"
+
+#define MAP_SLOT        4096
+#define MAP_PER_PAGE    508                    /* entries per map page */
+#define MAP_ENTRY       8                      /* bytes of each tag kept */
+#define MAP_HASH_OFF    (MAP_SLOT - 16)
+#define MAP_TAG_OFF     24                     /* the GCM tag within a trailer */
+
+struct TdeMap {
+  uint8_t aRoot[16];          /* the header root this map matched */
+  uint64_t G;                 /* its fold generation */
+  uint32_t n;                 /* map pages */
+  uint8_t *aTag;              /* n * MAP_PER_PAGE entries */
+  uint8_t *aSlot;             /* per map page: slot in force (0/1) */
+  uint64_t *aOther;           /* per map page: g of the other slot if valid, else 0 */
+  uint8_t (*aHash)[16];       /* per map page: hash field of the slot in force */
+};
+
+/* Thread-local: tde_db_remap opens the database with the map check off. */
+_Thread_local int tdeMapBypass;
+
+static const char *mapDbName(TdeFile *p){ return p->zName ? p->zName : "(database)"; }
+
+static int mapZero16(const uint8_t *a){
+  static const uint8_t z[16];
+  return memcmp(a, z, 16)==0;
+}
+
+/* Is the page map in use for this handle's database? */
+int tdeMapActive(TdeFile *p){
+  const TdeDbKeys *k = p->pKeys;
+  return k && k->hdr.version>=TDE_FORMAT_V2 && !mapZero16(k->hdr.aMapRoot) && !p->bStandby;
+}
+
+void tdeMapFree(TdeFile *p){
+  struct TdeMap *m = p->pMap;
+  if( !m ) return;
+  sqlite3_free(m->aTag);
+  sqlite3_free(m->aSlot);
+  sqlite3_free(m->aOther);
+  sqlite3_free(m->aHash);
+  sqlite3_free(m);
+  p->pMap = 0;
+}
+
+static int mapRoom(struct TdeMap *m, uint32_t n){
+  void *a, *b, *c, *d;
+  if( n<=m->n && m->aTag ) return SQLITE_OK;
+  a = sqlite3_realloc64(m->aTag, (sqlite3_uint64)n * MAP_PER_PAGE * MAP_ENTRY + 1);
+  if( a ) m->aTag = a;
+  b = sqlite3_realloc64(m->aSlot, (sqlite3_uint64)n + 1);
+  if( b ) m->aSlot = b;
+  c = sqlite3_realloc64(m->aOther, ((sqlite3_uint64)n + 1) * sizeof(uint64_t));
+  if( c ) m->aOther = c;
+  d = sqlite3_realloc64(m->aHash, ((sqlite3_uint64)n + 1) * 16);
+  if( d ) m->aHash = d;
+  if( !a || !b || !c || !d ) return SQLITE_NOMEM;
+  if( n>m->n ){
+    memset(m->aTag + (size_t)m->n * MAP_PER_PAGE * MAP_ENTRY, 0, (size_t)(n - m->n) * MAP_PER_PAGE * MAP_ENTRY);
+    memset(m->aSlot + m->n, 0, n - m->n);
+    memset(m->aOther + m->n, 0, (n - m->n) * sizeof(uint64_t));
+    memset(m->aHash + m->n, 0, (size_t)(n - m->n) * 16);
+  }
+  return SQLITE_OK;
+}
+
+/* The hash field of a slot: SHA-256("TM1\0" || dbid || bytes [0, 4080)). */
+static int mapSlotHash(const uint8_t *dbid, const uint8_t *aSlot, uint8_t out[16]){
+  uint8_t *a = sqlite3_malloc(4 + TDE_DBID_BYTES + MAP_HASH_OFF);
+  uint8_t full[32];
+  int rc;
+  if( !a ) return SQLITE_NOMEM;
+  memcpy(a, "TM1", 4);
+  memcpy(a+4, dbid, TDE_DBID_BYTES);
+  memcpy(a+4+TDE_DBID_BYTES, aSlot, MAP_HASH_OFF);
+  rc = tdeSha256(a, 4 + TDE_DBID_BYTES + MAP_HASH_OFF, full) ? SQLITE_IOERR : SQLITE_OK;
+  memcpy(out, full, 16);
+  sqlite3_free(a);
+  return rc;
+}
+
+/* R = SHA-256("TR1\0" || dbid || G || n || hash fields of the slots in force). */
+static int mapRoot(const uint8_t *dbid, uint64_t G, uint32_t n, uint8_t (*aHash)[16], uint8_t out[16]){
+  size_t nBuf = 4 + TDE_DBID_BYTES + 8 + 4 + (size_t)n*16;
+  uint8_t *a = sqlite3_malloc64(nBuf);
+  uint8_t full[32];
+  int rc;
+  if( !a ) return SQLITE_NOMEM;
+  memcpy(a, "TR1", 4);
+  memcpy(a+4, dbid, TDE_DBID_BYTES);
+  tdePut64(a+20, G);
+  tdePut32(a+28, n);
+  if( n ) memcpy(a+32, aHash, (size_t)n*16);
+  rc = tdeSha256(a, nBuf, full) ? SQLITE_IOERR : SQLITE_OK;
+  memcpy(out, full, 16);
+  sqlite3_free(a);
+  /* A zero root means "no map": never produce one. */
+  if( rc==SQLITE_OK && mapZero16(out) ) out[15] = 1;
+  return rc;
+}
+
+/* Open DB-tdemap through the VFS below tde.  SQLITE_CANTOPEN if it does
+** not exist and bCreate is 0. */
+static int mapOpen(TdeFile *p, int bCreate, sqlite3_file **ppFd){
+  sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
+  char *zPath;
+  sqlite3_file *pFd;
+  int bExists = 0, outFlags = 0, rc;
+  *ppFd = 0;
+  if( !p->zName ) return SQLITE_CANTOPEN;
+  zPath = sqlite3_mprintf("%s-tdemap", p->zName);
+  if( !zPath ) return SQLITE_NOMEM;
+  if( !bCreate ){
+    rc = pOrig->xAccess(pOrig, zPath, SQLITE_ACCESS_EXISTS, &bExists);
+    if( rc || !bExists ){ sqlite3_free(zPath); return rc ? rc : SQLITE_CANTOPEN; }
+  }
+  pFd = sqlite3_malloc(pOrig->szOsFile);
+  if( !pFd ){ sqlite3_free(zPath); return SQLITE_NOMEM; }
+  memset(pFd, 0, (size_t)pOrig->szOsFile);
+  rc = pOrig->xOpen(pOrig, zPath, pFd,
+                    SQLITE_OPEN_READWRITE|(bCreate ? SQLITE_OPEN_CREATE : 0)|SQLITE_OPEN_MAIN_JOURNAL,
+                    &outFlags);
+  /* The path must outlive the file (the unix VFS keeps the pointer). */
+  if( rc ){
+    if( pFd->pMethods ) pFd->pMethods->xClose(pFd);
+    sqlite3_free(pFd);
+    sqlite3_free(zPath);
+    return rc;
+  }
+  *ppFd = pFd;
+  /* Freed with the file by mapClose: stash it after the VFS's bytes is
+  ** not possible, so keep it in a small registry of one. */
+  sqlite3_free(p->zMapPath);
+  p->zMapPath = zPath;
+  return SQLITE_OK;
+}
+
+static void mapClose(TdeFile *p, sqlite3_file *pFd){
+  if( pFd ){
+    if( pFd->pMethods ) pFd->pMethods->xClose(pFd);
+    sqlite3_free(pFd);
+  }
+  sqlite3_free(p->zMapPath);
+  p->zMapPath = 0;
+}
+
+/* Log and record a map that cannot be used. */
+static int mapRefuse(TdeFile *p, const char *zWhy){
+  tdeErr(TDE_AUTH, "%s-tdemap does not match the database header (%s): the page map was "
+         "deleted, damaged or put back from another time; restore the database, its -wal and "
+         "%s-tdemap from one backup (or accept the pages as they are: sqlite-tde remap)",
+         mapDbName(p), zWhy, mapDbName(p));
+  tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+  p->nAuthFail++;
+  return SQLITE_IOERR_AUTH;
+}
+
+/*
+** Load the map the header in force names into p->pMap.  SQLITE_OK, or
+** SQLITE_IOERR_AUTH (missing, damaged, another time) with the reason
+** logged, or an I/O / memory error.
+*/
+static int mapLoad(TdeFile *p){
+  const TdeHeader *h = &p->pKeys->hdr;
+  struct TdeMap *m;
+  sqlite3_file *pFd = 0;
+  uint8_t *aBuf = 0;
+  uint8_t aRoot[16];
+  int rc;
+  tdeMapFree(p);
+  m = sqlite3_malloc(sizeof(*m));
+  if( !m ) return SQLITE_NOMEM;
+  memset(m, 0, sizeof(*m));
+  p->pMap = m;
+  m->G = h->mapGen;
+  rc = mapRoom(m, h->mapPages);
+  if( rc ) goto fail;
+  m->n = h->mapPages;
+  rc = mapOpen(p, 0, &pFd);
+  if( rc==SQLITE_CANTOPEN ){ rc = mapRefuse(p, "the file is missing"); goto fail; }
+  if( rc ) goto fail;
+  aBuf = sqlite3_malloc(2*MAP_SLOT);
+  if( !aBuf ){ rc = SQLITE_NOMEM; goto fail; }
+  for(uint32_t k=0; k<m->n; k++){
+    int iBest = -1;
+    uint64_t gBest = 0, gOther = 0;
+    uint8_t aHash[2][16];
+    rc = pFd->pMethods->xRead(pFd, aBuf, 2*MAP_SLOT, (sqlite3_int64)k*2*MAP_SLOT);
+    if( rc==SQLITE_IOERR_SHORT_READ ) rc = SQLITE_OK;   /* zero-filled: invalid slots */
+    if( rc ) goto fail;
+    for(int s=0; s<2; s++){
+      const uint8_t *a = aBuf + s*MAP_SLOT;
+      uint64_t g = tdeGet64(a);
+      rc = mapSlotHash(h->dbid, a, aHash[s]);
+      if( rc ) goto fail;
+      if( g==0 || tdeGet32(a+8)!=k || tdeGet32(a+12)!=0 || !tdeCtEqual(aHash[s], a+MAP_HASH_OFF, 16) ) continue;
+      if( g<=m->G && (iBest<0 || g>gBest) ){
+        if( iBest>=0 ) gOther = gBest;
+        iBest = s; gBest = g;
+      }else{
+        if( g>gOther ) gOther = g;
+      }
+    }
+    if( iBest<0 ){ rc = mapRefuse(p, "a map page has no valid slot"); goto fail; }
+    m->aSlot[k] = (uint8_t)iBest;
+    m->aOther[k] = gOther;
+    memcpy(m->aHash[k], aHash[iBest], 16);
+    memcpy(m->aTag + (size_t)k*MAP_PER_PAGE*MAP_ENTRY, aBuf + iBest*MAP_SLOT + 16, MAP_PER_PAGE*MAP_ENTRY);
+  }
+  rc = mapRoot(h->dbid, m->G, m->n, m->aHash, aRoot);
+  if( rc ) goto fail;
+  if( !tdeCtEqual(aRoot, h->aMapRoot, 16) ){ rc = mapRefuse(p, "its root differs"); goto fail; }
+  memcpy(m->aRoot, aRoot, 16);
+  sqlite3_free(aBuf);
+  mapClose(p, pFd);
+  return SQLITE_OK;
+fail:
+  sqlite3_free(aBuf);
+  mapClose(p, pFd);
+  tdeMapFree(p);
+  return rc;
+}
+
+/* Does the loaded map match the header held now? */
+static int mapCurrent(TdeFile *p){
+  return p->pMap && memcmp(p->pMap->aRoot, p->pKeys->hdr.aMapRoot, 16)==0;
+}
+
+/*
+** Check a database page's tag (aTag: its 16 trailer tag bytes) against the
+** map.  SQLITE_OK: it matches; SQLITE_NOTFOUND: it does not (the caller
+** tries the WAL, then refuses); other: the map could not be used.
+*/
+int tdeMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag){
+  struct TdeMap *m;
+  uint64_t i;
+  if( !tdeMapActive(p) || tdeMapBypass ) return SQLITE_OK;
+  if( !mapCurrent(p) ){
+    int rc = mapLoad(p);
+    if( rc ) return rc;
+  }
+  m = p->pMap;
+  i = (uint64_t)pgno - 1;
+  if( pgno==0 || i >= (uint64_t)m->n * MAP_PER_PAGE ) return SQLITE_NOTFOUND;
+  return memcmp(m->aTag + i*MAP_ENTRY, aTag, MAP_ENTRY)==0 ? SQLITE_OK : SQLITE_NOTFOUND;
+}
+
+int tdeMapRefusePage(TdeFile *p, uint32_t pgno){
+  tdeErr(TDE_AUTH, "%s: page %u is an older version than the page map records (the database "
+         "file was rolled back, in part or whole, to an older copy: restore the database, its "
+         "-wal and %s-tdemap from one backup)", mapDbName(p), pgno, mapDbName(p));
+  tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+  p->nAuthFail++;
+  return SQLITE_IOERR_AUTH;
+}
+
+/* ---- changes ------------------------------------------------------------ */
+
+typedef struct MapEdit {
+  const uint8_t *aRoot;
+  uint64_t G;
+  uint32_t n;
+} MapEdit;
+
+static int editMap(TdeFile *p, TdeHeader *h, void *pArg){
+  const MapEdit *e = pArg;
+  (void)p;
+  if( h->version<TDE_FORMAT_V2 ) return SQLITE_MISUSE;
+  if( e->aRoot ) memcpy(h->aMapRoot, e->aRoot, 16);
+  else memset(h->aMapRoot, 0, 16);
+  h->mapGen = e->G;
+  h->mapPages = e->n;
+  return SQLITE_OK;
+}
+
+
+/* A write outside the WAL is about to change pages: no map from now on
+** (docs/FORMAT.md "Writes outside the WAL").  Caller holds the write lock. */
+int tdeMapDrop(TdeFile *p){
+  MapEdit e = { 0, 0, 0 };
+  int rc;
+  if( !p->pKeys || p->pKeys->hdr.version<TDE_FORMAT_V2 || p->bStandby ) return SQLITE_OK;
+  rc = tdeMainRefreshIfChanged(p);
+  if( rc ) return rc;
+  if( mapZero16(p->pKeys->hdr.aMapRoot) ) return SQLITE_OK;
+  rc = tdeMainFreshnessUpdate(p, editMap, &e);
+  if( rc==SQLITE_OK ) tdeMapFree(p);
+  return rc;
+}
+
+/* Tags of pages 1..nPage from the database file (the map's build). */
+static int mapReadFileTags(TdeFile *p, struct TdeMap *m, uint32_t nPage){
+  uint32_t pgsz = p->pgsz;
+  for(uint32_t pg=1; pg<=nPage; pg++){
+    uint8_t aTag[MAP_ENTRY];
+    int bShort = 0;
+    int rc = tdeRealRead(p, aTag, MAP_ENTRY,
+                         TDE_HEADER_BYTES + (sqlite3_int64)pg*pgsz - TDE_TRAILER_SIZE + MAP_TAG_OFF, &bShort);
+    if( rc ) return rc;
+    if( bShort ) memset(aTag, 0, MAP_ENTRY);
+    memcpy(m->aTag + (size_t)(pg-1)*MAP_ENTRY, aTag, MAP_ENTRY);
+  }
+  return SQLITE_OK;
+}
+
+/*
+** Fold a generation's frames into the map (docs/FORMAT.md "Folding"):
+** aPgno[i], aTag[i*8..] for the committed frames in order (the newest of
+** a page last), nDb the database size its last commit frame records (0:
+** no frame).  Under a zero root the map is built from the database file
+** first.  Caller holds the WAL write lock or the EXCLUSIVE lock.
+*/
+int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb){
+  TdeDbKeys *k = p->pKeys;
+  struct TdeMap *m;
+  sqlite3_file *pFd = 0;
+  uint8_t *aDirty = 0, *aBuf = 0;
+  uint8_t aRoot[16];
+  uint32_t nNew, nOld;
+  int bBuild, rc;
+  MapEdit e;
+
+  if( !k || k->hdr.version<TDE_FORMAT_V2 || p->bStandby || p->bReadOnly ) return SQLITE_OK;
+  rc = tdeMainRefreshIfChanged(p);
+  if( rc ) return rc;
+  if( tdeRekeyInProgress(k) ) return SQLITE_OK;   /* the rekey rewrites pages outside the WAL */
+  if( !p->pgsz ){
+    rc = tdeScratch(p);
+    if( rc==SQLITE_OK ) rc = tdeMainDiscoverPgsz(p);
+    if( rc==SQLITE_IOERR_SHORT_READ ) return SQLITE_OK;   /* nothing in the file yet */
+    if( rc ) return rc;
+  }
+  bBuild = mapZero16(k->hdr.aMapRoot);
+  if( !bBuild && nFrame==0 ) return SQLITE_OK;   /* nothing changed */
+  if( !bBuild ){
+    /* From disk, not the copy held: another process's fold that failed
+    ** may have left slots of the next generation (aOther). */
+    rc = mapLoad(p);
+    if( rc ) return rc;
+  }
+  if( bBuild ){
+    sqlite3_int64 sz = 0;
+    uint32_t nFile;
+    tdeMapFree(p);
+    m = sqlite3_malloc(sizeof(*m));
+    if( !m ) return SQLITE_NOMEM;
+    memset(m, 0, sizeof(*m));
+    p->pMap = m;
+    rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+    if( rc ) goto done;
+    nFile = sz>TDE_HEADER_BYTES ? (uint32_t)((sz - TDE_HEADER_BYTES) / p->pgsz) : 0;
+    rc = mapRoom(m, (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE);
+    if( rc ) goto done;
+    m->n = (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE;
+    rc = mapReadFileTags(p, m, nFile);
+    if( rc ) goto done;
+  }
+  m = p->pMap;
+  nOld = bBuild ? 0 : m->n;
+  /* Room for the pages the generation reaches. */
+  nNew = m->n;
+  for(uint32_t i=0; i<nFrame; i++){
+    uint32_t need = (aPgno[i] + MAP_PER_PAGE - 1) / MAP_PER_PAGE;
+    if( need>nNew ) nNew = need;
+  }
+  rc = mapRoom(m, nNew);
+  if( rc ) goto done;
+  aDirty = sqlite3_malloc64((sqlite3_uint64)nNew + 1);
+  if( !aDirty ){ rc = SQLITE_NOMEM; goto done; }
+  memset(aDirty, bBuild ? 1 : 0, (size_t)nNew + 1);
+  for(uint32_t kk=nOld; kk<nNew; kk++){ aDirty[kk] = 1; m->aSlot[kk] = 1; m->aOther[kk] = 0; }
+  m->n = nNew;
+  for(uint32_t i=0; i<nFrame; i++){
+    uint8_t *pE = m->aTag + (size_t)(aPgno[i]-1)*MAP_ENTRY;
+    if( aPgno[i]==0 ) continue;
+    if( memcmp(pE, aTag + (size_t)i*MAP_ENTRY, MAP_ENTRY)!=0 ){
+      memcpy(pE, aTag + (size_t)i*MAP_ENTRY, MAP_ENTRY);
+      aDirty[(aPgno[i]-1)/MAP_PER_PAGE] = 1;
+    }
+  }
+  if( nFrame && nDb ){
+    /* Pages beyond the size the last commit records are gone. */
+    for(uint64_t i=nDb; i<(uint64_t)m->n*MAP_PER_PAGE; i++){
+      uint8_t *pE = m->aTag + i*MAP_ENTRY;
+      static const uint8_t z[MAP_ENTRY];
+      if( memcmp(pE, z, MAP_ENTRY)!=0 ){ memset(pE, 0, MAP_ENTRY); aDirty[i/MAP_PER_PAGE] = 1; }
+    }
+  }
+  /* A slot not in force that a fold which did not finish wrote with the
+  ** generation about to be used would compete with the one in force. */
+  for(uint32_t kk=0; kk<nOld; kk++) if( m->aOther[kk] > m->G ) aDirty[kk] = 1;
+  {
+    int bAny = 0;
+    for(uint32_t kk=0; kk<m->n; kk++) if( aDirty[kk] ){ bAny = 1; break; }
+    if( !bAny && !bBuild ){ rc = SQLITE_OK; goto done; }
+  }
+  e.G = (bBuild ? 0 : m->G) + 1;
+  rc = mapOpen(p, 1, &pFd);
+  if( rc ) goto done;
+  if( bBuild ){
+    rc = pFd->pMethods->xTruncate(pFd, 0);
+    if( rc ) goto done;
+  }
+  aBuf = sqlite3_malloc(MAP_SLOT);
+  if( !aBuf ){ rc = SQLITE_NOMEM; goto done; }
+  for(uint32_t kk=0; kk<m->n; kk++){
+    int s;
+    if( !aDirty[kk] ) continue;
+    s = bBuild ? 0 : 1 - m->aSlot[kk];
+    memset(aBuf, 0, MAP_SLOT);
+    tdePut64(aBuf, e.G);
+    tdePut32(aBuf+8, kk);
+    memcpy(aBuf+16, m->aTag + (size_t)kk*MAP_PER_PAGE*MAP_ENTRY, MAP_PER_PAGE*MAP_ENTRY);
+    rc = mapSlotHash(k->hdr.dbid, aBuf, aBuf+MAP_HASH_OFF);
+    if( rc ) goto done;
+    rc = pFd->pMethods->xWrite(pFd, aBuf, MAP_SLOT, ((sqlite3_int64)kk*2 + s)*MAP_SLOT);
+    if( rc ) goto done;
+    memcpy(m->aHash[kk], aBuf+MAP_HASH_OFF, 16);
+    m->aOther[kk] = 0;          /* the slot it replaces holds a generation <= G */
+    m->aSlot[kk] = (uint8_t)s;
+  }
+  rc = pFd->pMethods->xSync(pFd, SQLITE_SYNC_NORMAL);
+  if( rc ) goto done;
+  rc = mapRoot(k->hdr.dbid, e.G, m->n, m->aHash, aRoot);
+  if( rc ) goto done;
+  e.aRoot = aRoot;
+  e.n = m->n;
+  rc = tdeMainFreshnessUpdate(p, editMap, &e);
+  if( rc ) goto done;
+  m->G = e.G;
+  memcpy(m->aRoot, aRoot, 16);
+
+done:
+  sqlite3_free(aBuf);
+  sqlite3_free(aDirty);
+  mapClose(p, pFd);
+  /* Whatever failed, the map in memory may not be what is on disk. */
+  if( rc ) tdeMapFree(p);
+  return rc;
+}
