@@ -196,6 +196,17 @@ int tdeHeaderCheckMac(const uint8_t *a, const uint8_t macKey[32]){
   return rc;
 }
 
+/* Version 2: epoch, page-map and anchor updates keep the sequence number
+** and each advance one counter of the freshness area (copying the others),
+** so on equal sequence numbers the larger (L, G, A) is the newer. */
+int tdeHeaderNewer(const TdeHeader *a, const TdeHeader *b){
+  if( a->seq!=b->seq ) return a->seq > b->seq;
+  if( a->version<TDE_FORMAT_V2 || b->version<TDE_FORMAT_V2 ) return 0;
+  if( a->logEpoch!=b->logEpoch ) return a->logEpoch > b->logEpoch;
+  if( a->mapGen!=b->mapGen ) return a->mapGen > b->mapGen;
+  return a->anchorCounter > b->anchorCounter;
+}
+
 int tdeHeaderPick(const uint8_t *aRegion, size_t nRegion, TdeHeader *p, int *piSlot){
   TdeHeader *tmp;
   int best = -1;
@@ -208,10 +219,7 @@ int tdeHeaderPick(const uint8_t *aRegion, size_t nRegion, TdeHeader *p, int *piS
   for(int i=0; i<2; i++){
     if( nRegion < (size_t)(i+1)*TDE_SLOT_SIZE ) break;
     if( tdeHeaderDecode(aRegion + i*TDE_SLOT_SIZE, tmp)!=TDE_OK ) continue;
-    /* Version 2: an epoch update keeps the sequence number and advances
-    ** the log epoch, so on equal sequence numbers the larger epoch wins. */
-    if( best<0 || tmp->seq > p->seq
-     || (tmp->seq==p->seq && tmp->version>=TDE_FORMAT_V2 && tmp->logEpoch > p->logEpoch) ){
+    if( best<0 || tdeHeaderNewer(tmp, p) ){
       memcpy(p, tmp, sizeof(*tmp));
       best = i;
     }

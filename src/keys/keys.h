@@ -73,6 +73,9 @@ int tdeHeaderDecode(const uint8_t *aSlot, TdeHeader *p);
 /* Check a slot's MAC: TDE_OK or TDE_AUTH. */
 int tdeHeaderCheckMac(const uint8_t *aSlot, const uint8_t macKey[32]);
 
+/* Is header a newer than b (sequence, then version 2's L, G, A)? */
+int tdeHeaderNewer(const TdeHeader *a, const TdeHeader *b);
+
 /* Pick the newest valid slot of a header region of nRegion bytes (short
 ** regions count missing slots as invalid).  *piSlot gets 0 or 1.
 ** TDE_PLAINTEXT if the region is a plaintext SQLite database,

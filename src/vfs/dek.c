@@ -280,13 +280,22 @@ int tdeMainRefreshIfChanged(TdeFile *p){
     return tdeMainRefresh(p);
   }
   if( p->pKeys->hdr.version>=TDE_FORMAT_V2 ){
-    /* Version 2 epoch updates keep the sequence: compare the log epochs
-    ** (docs/FORMAT.md "Header slot, version 2", offset 3968). */
-    int rc = tdeRealRead(p, a, 8, 3968, &bShortA);
-    if( rc==SQLITE_OK ) rc = tdeRealRead(p, b, 8, TDE_SLOT_SIZE+3968, &bShortB);
+    /* Version 2 freshness updates keep the sequence: compare the log
+    ** epoch, the page-map generation and the anchor counter (docs/FORMAT.md
+    ** "Header slot, version 2", offsets 3968, 4016, 4008). */
+    uint8_t fa[56], fb[56];
+    const TdeHeader *h = &p->pKeys->hdr;
+    int rc = tdeRealRead(p, fa, 56, 3968, &bShortA);
+    if( rc==SQLITE_OK ) rc = tdeRealRead(p, fb, 56, TDE_SLOT_SIZE+3968, &bShortB);
     if( rc ) return rc;
-    if( (!bShortA && tdeGet64(a)>p->pKeys->hdr.logEpoch) || (!bShortB && tdeGet64(b)>p->pKeys->hdr.logEpoch) ){
-      return tdeMainRefresh(p);
+    for(int i=0; i<2; i++){
+      const uint8_t *f = i ? fb : fa;
+      uint64_t L, A, G;
+      if( i ? bShortB : bShortA ) continue;
+      L = tdeGet64(f); A = tdeGet64(f+40); G = tdeGet64(f+48);
+      if( L>h->logEpoch || (L==h->logEpoch && (G>h->mapGen || (G==h->mapGen && A>h->anchorCounter))) ){
+        return tdeMainRefresh(p);
+      }
     }
   }
   return SQLITE_OK;
@@ -308,9 +317,8 @@ int tdeMainRefresh(TdeFile *p){
   if( trc==TDE_OK && memcmp(pHdr->dbid, k->hdr.dbid, TDE_DBID_BYTES)!=0 ){
     trc = tdeErr(TDE_FORMAT, "the header names another database");
   }
-  if( trc==TDE_OK && (pHdr->seq<k->hdr.seq
-                      || (pHdr->seq==k->hdr.seq && pHdr->logEpoch<=k->hdr.logEpoch)) ){
-    goto done;                  /* unchanged (never go back; version 2: nor to an older epoch) */
+  if( trc==TDE_OK && !tdeHeaderNewer(pHdr, &k->hdr) ){
+    goto done;                  /* unchanged (never go back; version 2: nor to an older freshness area) */
   }
   if( trc==TDE_OK ){
     /* Verify first, then swap: the new header's MAC is checked with its

@@ -158,7 +158,9 @@ static void mapClose(TdeFile *p, sqlite3_file *pFd){
 }
 
 /* Log and record a map that cannot be used. */
+static _Thread_local int bMapQuiet;   /* a load that will be retried: no log line */
 static int mapRefuse(TdeFile *p, const char *zWhy){
+  if( bMapQuiet ) return SQLITE_IOERR_AUTH;
   tdeErr(TDE_AUTH, "%s-tdemap does not match the database header (%s): the page map was "
          "deleted, damaged or put back from another time; restore the database, its -wal and "
          "%s-tdemap from one backup (or accept the pages as they are: sqlite-tde remap)",
@@ -249,7 +251,23 @@ int tdeMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag){
   uint64_t i;
   if( !tdeMapActive(p) || tdeMapBypass ) return SQLITE_OK;
   if( !mapCurrent(p) ){
-    int rc = mapLoad(p);
+    int rc = SQLITE_IOERR_AUTH;
+    /* A connection holding an older header may find its slots rewritten by
+    ** a later fold: read the header again and retry while it moves. */
+    for(int iTry=0; iTry<8 && rc==SQLITE_IOERR_AUTH; iTry++){
+      uint64_t G = p->pKeys->hdr.mapGen;
+      bMapQuiet = iTry<7;
+      rc = mapLoad(p);
+      bMapQuiet = 0;
+      if( rc!=SQLITE_IOERR_AUTH ) break;
+      if( tdeMainRefresh(p)!=SQLITE_OK ) break;
+      if( !tdeMapActive(p) ) return SQLITE_OK;
+      if( p->pKeys->hdr.mapGen==G ){
+        bMapQuiet = 0;
+        rc = mapLoad(p);        /* the header did not move: this is the answer (logged) */
+        break;
+      }
+    }
     if( rc ) return rc;
   }
   m = p->pMap;
@@ -292,10 +310,12 @@ static int editMap(TdeFile *p, TdeHeader *h, void *pArg){
 int tdeMapDrop(TdeFile *p){
   MapEdit e = { 0, 0, 0 };
   int rc;
+  e.G = 0;
   if( !p->pKeys || p->pKeys->hdr.version<TDE_FORMAT_V2 || p->bStandby ) return SQLITE_OK;
   rc = tdeMainRefreshIfChanged(p);
   if( rc ) return rc;
   if( mapZero16(p->pKeys->hdr.aMapRoot) ) return SQLITE_OK;
+  e.G = p->pKeys->hdr.mapGen + 1;     /* G never goes back (the slot order) */
   rc = tdeMainFreshnessUpdate(p, editMap, &e);
   if( rc==SQLITE_OK ) tdeMapFree(p);
   return rc;
@@ -407,7 +427,7 @@ int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t 
     for(uint32_t kk=0; kk<m->n; kk++) if( aDirty[kk] ){ bAny = 1; break; }
     if( !bAny && !bBuild ){ rc = SQLITE_OK; goto done; }
   }
-  e.G = (bBuild ? 0 : m->G) + 1;
+  e.G = k->hdr.mapGen + 1;
   rc = mapOpen(p, 1, &pFd);
   if( rc ) goto done;
   if( bBuild ){

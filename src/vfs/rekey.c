@@ -239,7 +239,6 @@ static int editBegin(TdeFile *p, TdeHeader *h, void *pArg){
   /* The rekey rewrites pages outside the WAL: no page map until the first
   ** fold after it (docs/FORMAT.md "Building the map"). */
   memset(h->aMapRoot, 0, sizeof(h->aMapRoot));
-  h->mapGen = 0;
   h->mapPages = 0;
   if( c->bUpgrade && h->version<TDE_FORMAT_V2 ){
     tdeUpgradeEdit(h);

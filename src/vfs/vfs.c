@@ -1239,9 +1239,23 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   /* WAL write lock taken: remember what is committed, for the standby
   ** hook (the WAL index changes before a restart or truncation). */
   if( rc==SQLITE_OK && offset==0 && (flags & SQLITE_SHM_EXCLUSIVE) && p->eKind==TDE_KIND_MAIN ){
+    p->bWalWrite = (flags & SQLITE_SHM_LOCK)!=0;
     if( flags & SQLITE_SHM_LOCK ) tdeShmHeaderEnd(p->pShm0, &p->shipEnd);
     else p->shipEnd.bKnown = 0;
     tdeWalLockChanged(p->pWalFile);
+  }
+  /* The writer takes every read mark but slot 0's only to restart the log
+  ** (walRestartLog; a RESTART or TRUNCATE checkpoint): every frame is in
+  ** the database file, and readers that begin after the restart in SQLite's
+  ** index read the file alone -- the page map must already name what the
+  ** frames put there (docs/FORMAT.md "Folding"). */
+  if( rc==SQLITE_OK && offset==4 && n==4 && flags==(SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE)
+   && p->eKind==TDE_KIND_MAIN && p->bWalWrite && p->pWalFile ){
+    int rc2 = tdeWalFoldMap(p->pWalFile);
+    if( rc2 ){
+      p->pReal->pMethods->xShmLock(p->pReal, offset, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
+      return rc2;
+    }
   }
   /* WAL writer (slot 0) or checkpointer (slot 1) lock taken: as above. */
   if( rc==SQLITE_OK && offset<=1 && (flags & SQLITE_SHM_LOCK) && (flags & SQLITE_SHM_EXCLUSIVE)

@@ -120,6 +120,13 @@ typedef struct TdeWal {
   int bEpochDue;
   uint64_t wDue;
   uint8_t aDueSalt[8];
+  /* The generation this handle last folded into the page map (salts, last
+  ** commit frame) and the map root that fold left: a second fold of the
+  ** same frames (the restart after the lock-time fold) is skipped. */
+  int bFolded;
+  uint8_t aFoldSalt[8];
+  uint32_t iFoldEnd;
+  uint8_t aFoldRoot[16];
 } TdeWal;
 
 typedef struct TdeFile TdeFile;
@@ -199,6 +206,7 @@ struct TdeFile {
   char *zMapPath;
   int iReadSlot1;
   int bInCkpt;
+  int bWalWrite;              /* main: this connection holds the WAL write lock */
 };
 
 /* fileio.c: the registry of open main files (added at open, removed at

@@ -1462,6 +1462,10 @@ int tdeWalFoldMap(TdeFile *p){
     if( rc ) return rc;
     n = p->wal.iChainCommit;
   }
+  if( p->wal.bFolded && p->wal.iFoldEnd==n && memcmp(p->wal.aFoldSalt, p->wal.aHdr+16, 8)==0
+   && memcmp(p->wal.aFoldRoot, p->pMain->pKeys->hdr.aMapRoot, 16)==0 ){
+    return SQLITE_OK;           /* folded already, and the map is still that fold's */
+  }
   if( n ){
     uint8_t aFh[8];
     int bShort = 0;
@@ -1478,6 +1482,12 @@ int tdeWalFoldMap(TdeFile *p){
     nDb = tdeGet32(aFh+4);
   }
   rc = tdeMapFold(p->pMain, aPgno, aTag, n, nDb);
+  if( rc==SQLITE_OK && n ){
+    p->wal.bFolded = 1;
+    p->wal.iFoldEnd = n;
+    memcpy(p->wal.aFoldSalt, p->wal.aHdr+16, 8);
+    memcpy(p->wal.aFoldRoot, p->pMain->pKeys->hdr.aMapRoot, 16);
+  }
 done:
   sqlite3_free(aPgno);
   sqlite3_free(aTag);

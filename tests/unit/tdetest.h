@@ -100,6 +100,7 @@ static inline void removeDbFiles(const char *zPath, int bRekey){
   unlinkSuffixed(zPath, "-journal");
   unlinkSuffixed(zPath, "-wal");
   unlinkSuffixed(zPath, "-shm");
+  unlinkSuffixed(zPath, "-tdemap");
   if( bRekey ) unlinkSuffixed(zPath, "-tderekey");
 }
 

@@ -90,11 +90,14 @@ typedef struct Img {
   size_t nDb;
   unsigned char *aWal;          /* NULL: no WAL file */
   size_t nWal;
+  unsigned char *aMap;          /* DB-tdemap (format version 2, WAL mode); NULL: none */
+  size_t nMap;
 } Img;
 
 static void imgFree(Img *p){
   free(p->aDb);
   free(p->aWal);
+  free(p->aMap);
   memset(p, 0, sizeof(*p));
 }
 
@@ -105,6 +108,9 @@ static void imgRead(Img *p, const char *zPath){
   assert_non_null(p->aDb);
   p->aWal = readAll(z, &p->nWal);
   if( p->aWal && p->nWal==0 ){ free(p->aWal); p->aWal = 0; }
+  snprintf(z, sizeof(z), "%s-tdemap", zPath);
+  p->aMap = readAll(z, &p->nMap);
+  if( p->aMap && p->nMap==0 ){ free(p->aMap); p->aMap = 0; }
 }
 
 static void imgWrite(const Img *p, const char *zPath){
@@ -114,6 +120,10 @@ static void imgWrite(const Img *p, const char *zPath){
   if( p->aWal ){
     snprintf(z, sizeof(z), "%s-wal", zPath);
     writeAll(z, p->aWal, p->nWal);
+  }
+  if( p->aMap ){
+    snprintf(z, sizeof(z), "%s-tdemap", zPath);
+    writeAll(z, p->aMap, p->nMap);
   }
 }
 
@@ -128,6 +138,12 @@ static void imgCopy(Img *pTo, const Img *pFrom){
     assert_non_null(pTo->aWal);
     memcpy(pTo->aWal, pFrom->aWal, pFrom->nWal);
     pTo->nWal = pFrom->nWal;
+  }
+  if( pFrom->aMap ){
+    pTo->aMap = malloc(pFrom->nMap);
+    assert_non_null(pTo->aMap);
+    memcpy(pTo->aMap, pFrom->aMap, pFrom->nMap);
+    pTo->nMap = pFrom->nMap;
   }
 }
 
@@ -573,8 +589,9 @@ static void caseFork(const char *zDir, const char *zDst, const Img *pBase,
   char *aKind;
   Outcome o, oBase, oMut;
   const Outcome *pSrc, *pDst;
-  caseBegin("fork: %s (DOCUMENTED UNDETECTED in format v1: a page rolled back to another "
-            "version of itself)", zWhat);
+  int bMap = pBase->aMap!=0;     /* version 2 in WAL mode: detected by the page map */
+  caseBegin("fork: %s (%s: a page rolled back to another version of itself)", zWhat,
+            bMap ? "detected by the page map" : "DOCUMENTED UNDETECTED in rollback-journal mode");
   joinPath(zMut, zDir, "fork-mutated.db");
   mutate(zMut, pBase, zSql, &m, &hMut);
   probeFresh(zMut, &oMut);
@@ -611,6 +628,17 @@ static void caseFork(const char *zDir, const char *zDst, const Img *pBase,
     probeFresh(zDst, &o);
     aH[0] = oBase.h; aH[1] = oMut.h;
     describe("fresh", &o, aH, 2);
+    if( bMap ){
+      /* Format version 2 in WAL mode: the page map names the version the
+      ** file must hold (docs/FORMAT.md "Page rollback: the page map"). */
+      CHECK(o.rcOpen!=SQLITE_OK || o.rcRead==SQLITE_IOERR_AUTH,
+            "with the page map, reading gave %s, not SQLITE_IOERR_AUTH", codeName(o.rcRead));
+      imgFree(&w);
+      free(aKind);
+      imgFree(&m);
+      caseEnd(KIND_DETECTED);
+      return;
+    }
     if( o.rcRead==SQLITE_OK ){
       printf("#     (state 0: the copy, state 1: after the statement) rows of t read as state %s, "
              "through the index as state %s\n",
