@@ -180,6 +180,21 @@ static char *lastErrorSql(sqlite3 *db){
   return z;
 }
 
+/* Buffers a test holds across calls that may fail: a failure longjmps
+** out of the test, so they are freed by the next heldFree() (each test
+** calls it when done, the group teardown after the last) instead. */
+static void *apHeld[4];
+static void heldFree(void){
+  for(size_t i=0; i<sizeof(apHeld)/sizeof(apHeld[0]); i++){ free(apHeld[i]); apHeld[i] = 0; }
+}
+static unsigned char *hold(unsigned char *a){
+  for(size_t i=0; i<sizeof(apHeld)/sizeof(apHeld[0]); i++){
+    if( apHeld[i]==0 ){ apHeld[i] = a; return a; }
+  }
+  fail_msg("hold: no free slot");
+  return a;
+}
+
 /* z mentions "page <iPg>" as a whole number. */
 static int mentionsPage(const char *z, int iPg){
   char zPg[32];
@@ -256,7 +271,7 @@ static int attackedHistory(const char *zDb, const char *zConfig, int bExcl,
 static void expectRollbackRefused(const char *zDb, int iPg, int bExcl,
                                   const unsigned char *aStale, const unsigned char *aCur){
   char zMap[PATH_MAX];
-  unsigned char *aDb = 0, *aMap = 0;
+  unsigned char *aDb, *aMap;
   size_t nDb = 0, nMap = 0;
   sqlite3 *db = 0;
   sqlite3_int64 v = 0;
@@ -265,8 +280,9 @@ static void expectRollbackRefused(const char *zDb, int iPg, int bExcl,
 
   sidePath(zMap, zDb, "-tdemap");
   pageWrite(zDb, iPg, aStale);
-  aDb = readAll(zDb, &nDb);
-  aMap = readAll(zMap, &nMap);
+  heldFree();
+  aDb = hold(readAll(zDb, &nDb));
+  aMap = hold(readAll(zMap, &nMap));
   assert_non_null(aDb);
 
   zLogSeen[0] = 0;
@@ -295,8 +311,7 @@ static void expectRollbackRefused(const char *zDb, int iPg, int bExcl,
   /* The refusal wrote nothing: no repair, no new map, no header update. */
   assert_true(fileIs(zDb, aDb, nDb));
   assert_true(fileIs(zMap, aMap, nMap));
-  free(aDb);
-  free(aMap);
+  heldFree();
 
   /* The current page back: it reads again. */
   pageWrite(zDb, iPg, aCur);
@@ -377,10 +392,11 @@ static void test_map_missing_v2(void **state){
   size_t nMap = 0;
   sqlite3_int64 v = 0;
   (void)state;
+  heldFree();
   caseDb("map-missing", zDb);
   sidePath(zMap, zDb, "-tdemap");
   attackedHistory(zDb, zCfg, 0, aStale, aCur);
-  aMap = readAll(zMap, &nMap);
+  aMap = hold(readAll(zMap, &nMap));
   if( aMap==0 ) fail_msg("%s was not written", zMap);
   assert_true(nMap>=MAP_PAGE && nMap%MAP_PAGE==0);
   assert_int_equal(unlink(zMap), 0);
@@ -389,7 +405,7 @@ static void test_map_missing_v2(void **state){
   writeAll(zMap, aMap, nMap);
   assert_int_equal(readValue(zDb, zCfg, 0, &v), SQLITE_OK);
   assert_int_equal(v, 0);
-  free(aMap);
+  heldFree();
 }
 
 static void test_map_tampered_v2(void **state){
@@ -399,13 +415,14 @@ static void test_map_tampered_v2(void **state){
   sqlite3_int64 v = 0;
   int iPg;
   (void)state;
+  heldFree();
   caseDb("map-tampered", zDb);
   sidePath(zMap, zDb, "-tdemap");
   iPg = attackedHistory(zDb, zCfg, 0, aStale, aCur);
-  aMap = readAll(zMap, &nMap);
+  aMap = hold(readAll(zMap, &nMap));
   if( aMap==0 ) fail_msg("%s was not written", zMap);
   assert_true(nMap>=2*MAP_PAGE);             /* both slots of map page 0 written */
-  aBad = malloc(nMap);
+  aBad = hold(malloc(nMap));
   assert_non_null(aBad);
   memcpy(aBad, aMap, nMap);
   iEntry = 16 + 8*(size_t)(iPg - 1);
@@ -417,8 +434,7 @@ static void test_map_tampered_v2(void **state){
   writeAll(zMap, aMap, nMap);
   assert_int_equal(readValue(zDb, zCfg, 0, &v), SQLITE_OK);
   assert_int_equal(v, 0);
-  free(aMap);
-  free(aBad);
+  heldFree();
 }
 
 /* ---- no false refusals ------------------------------------------------------ */
@@ -751,6 +767,7 @@ static int groupSetup(void **state){
 
 static int groupTeardown(void **state){
   (void)state;
+  heldFree();
   tdetestScratchRemove();
   return 0;
 }
