@@ -1,8 +1,9 @@
 /*
-** Helpers shared by the freshness tests (test_fresh_journal.c,
-** test_redteam_fresh.c): file copies and comparisons, one-value queries,
-** and the 600-row version-1 or version-2 test database.  Include after
-** tdetest.h, with NROW and PGSZ defined.
+** Helpers shared by the freshness tests (test_fresh.c, test_fresh_journal.c,
+** test_redteam_fresh.c, test_pagemap.c): file copies and comparisons,
+** one-value queries, the capture of tde's error log lines, and the 600-row
+** version-1 or version-2 test database.  Include after tdetest.h, with
+** NROW and PGSZ defined.
 */
 #ifndef TDE_FRESHTEST_H
 #define TDE_FRESHTEST_H
@@ -53,6 +54,20 @@ static inline int sameFile(const char *zA, const char *zB){
 
 static inline int fileExists(const char *z){
   return access(z, F_OK)==0;
+}
+
+/* tde's error log lines while a case runs (a refusal must be logged):
+** clear zLogSeen, tde_set_log(captureLog, 0), and tde_set_log(quietLog, 0)
+** after.  Lines beyond the buffer are dropped. */
+static char zLogSeen[8192];
+static inline void captureLog(void *pArg, int level, const char *zMsg){
+  size_t n = strlen(zLogSeen), m = strlen(zMsg);
+  if( level==TDE_LOG_ERROR && n + m + 2 < sizeof(zLogSeen) ){
+    memcpy(zLogSeen + n, zMsg, m);
+    zLogSeen[n + m] = '\n';
+    zLogSeen[n + m + 1] = 0;
+  }
+  quietLog(pArg, level, zMsg);
 }
 
 /* A database of NROW rows "T0 <id> ..." (about 150 pages), rollback mode. */

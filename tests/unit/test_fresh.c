@@ -47,6 +47,10 @@
 #include "cipher/cipher.h"
 #include "keys/keys.h"
 
+#define NROW 600
+#define PGSZ 4096
+#include "freshtest.h"
+
 static const uint8_t aTestDek[32] = {
   0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00,
   0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10
@@ -197,29 +201,6 @@ static void test_status_sessions(void **state){
 }
 
 /* ---- stale WAL (cases 1 and 2) --------------------------------------------- */
-
-/* First column of the first row of zSql as an integer; SQLite's result
-** code of the whole statement (SQLITE_DONE becomes SQLITE_OK). */
-static int stepInt(sqlite3 *db, const char *zSql, sqlite3_int64 *pv){
-  sqlite3_stmt *p = 0;
-  int rc = sqlite3_prepare_v2(db, zSql, -1, &p, 0);
-  *pv = -1;
-  if( rc==SQLITE_OK ){
-    rc = sqlite3_step(p);
-    if( rc==SQLITE_ROW ){ *pv = sqlite3_column_int64(p, 0); rc = SQLITE_OK; }
-    else if( rc==SQLITE_DONE ) rc = SQLITE_OK;
-  }
-  sqlite3_finalize(p);
-  return rc;
-}
-
-static void fileCopy(const char *zFrom, const char *zTo){
-  size_t n = 0;
-  unsigned char *a = readAll(zFrom, &n);
-  assert_non_null(a);
-  writeAll(zTo, a, n);
-  free(a);
-}
 
 static void dbSide(char *zOut, const char *zDb, const char *zSuffix){
   if( snprintf(zOut, PATH_MAX, "%s%s", zDb, zSuffix)>=PATH_MAX ) fail_msg("path too long");
@@ -519,18 +500,7 @@ static void test_upgrade_fixture(void **state){
 
 /* ---- header rollback after a rekey (case 4) --------------------------------- */
 
-/* Log lines kept while a case runs (the refusal must be logged). */
-static char zLogSeen[8192];
-static void captureLog(void *pArg, int level, const char *zMsg){
-  size_t n = strlen(zLogSeen);
-  (void)pArg;
-  if( level==TDE_LOG_ERROR && n + strlen(zMsg) + 2 < sizeof(zLogSeen) ){
-    memcpy(zLogSeen + n, zMsg, strlen(zMsg));
-    zLogSeen[n + strlen(zMsg)] = '\n';
-    zLogSeen[n + strlen(zMsg) + 1] = 0;
-  }
-  quietLog(pArg, level, zMsg);
-}
+/* The refusals below are logged: captureLog and zLogSeen (freshtest.h). */
 
 static unsigned char aSavedHeader[8192];
 static int bHeaderSaved;

@@ -321,17 +321,6 @@ static void rekeyAnchorStoreDown(int bWal){
 ** refused as any header older than a page is; with the current header
 ** back it opens.
 */
-static char zLogSeen[8192];
-static void logKeep(void *pArg, int level, const char *zMsg){
-  size_t n = strlen(zLogSeen), m = strlen(zMsg);
-  (void)pArg;
-  if( level==TDE_LOG_ERROR && n + m + 2 < sizeof(zLogSeen) ){
-    memcpy(zLogSeen + n, zMsg, m);
-    zLogSeen[n + m] = '\n';
-    zLogSeen[n + m + 1] = 0;
-  }
-}
-
 static void test_v1_header_after_upgrade(void **s){
   char zDb[PATH_MAX], zBefore[PATH_MAX];
   unsigned char *aOld, *aCur, *a;
@@ -359,7 +348,7 @@ static void test_v1_header_after_upgrade(void **s){
   fileCopy(zDb, zBefore);
   tdeErrClear();
   zLogSeen[0] = 0;
-  tde_set_log(logKeep, 0);
+  tde_set_log(captureLog, 0);
   rc = openAndCount(zDb, "T2", &v);
   tde_set_log(quietLog, 0);
   /* Page 1 is read at open, while the page size is still being found:
@@ -420,7 +409,7 @@ static void test_v1_header_wal_after_upgrade(void **s){
   unlink(zShm);
   fileCopy(zDb, zBefore);
   zLogSeen[0] = 0;
-  tde_set_log(logKeep, 0);
+  tde_set_log(captureLog, 0);
   rc = openAndCount(zDb, "T1", &v);
   tde_set_log(quietLog, 0);
   assert_int_equal(rc & 0xff, SQLITE_IOERR);
