@@ -250,6 +250,17 @@ TDE_API int tde_db_reanchor(const char *zDbPath, const char *zConfig,
                             unsigned long long *pnOld, unsigned long long *pnNew);
 
 /*
+** tde_db_remap: accept the pages of the database at zDbPath as they are:
+** drop its page map (format version 2, WAL mode; docs/FORMAT.md "Page
+** rollback: the page map"), which the next WAL restart builds again from
+** the file.  The one way to open a database whose DB-tdemap is missing or
+** from another time (a promoted standby, a file copy made without it).
+** Opens the database itself with the map check off, under SQLite's write
+** lock, and writes the audit line `remap`.
+*/
+TDE_API int tde_db_remap(const char *zDbPath, const char *zConfig);
+
+/*
 ** Encrypted standby (README "Standby", docs/FORMAT.md "Standby").  The
 ** primary's committed WAL transactions are shipped as the ciphertext they
 ** are; the standby applies them to its copy without any key.

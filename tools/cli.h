@@ -104,6 +104,7 @@ int cliCmdKeystoreRetire(Cli*, const CliArgs*);
 int cliCmdRekey(Cli*, const CliArgs*);
 int cliCmdUpgrade(Cli*, const CliArgs*);
 int cliCmdReanchor(Cli*, const CliArgs*);
+int cliCmdRemap(Cli*, const CliArgs*);
 int cliCmdBench(Cli*, const CliArgs*);
 int cliCmdShip(Cli*, const CliArgs*);       /* cmd_standby.c */
 int cliCmdStandby(Cli*, const CliArgs*);

@@ -22,7 +22,7 @@
 /* The columns the compact view shows (NULL ones are left out), in this
 ** order: what a DBA looks at.  Everything else needs --all. */
 static const char *const azStatusCompact[] = {
-  "schema", "encrypted", "format_version", "freshness", "anchor", "anchor_counter", "anchor_updated", "cipher", "keystore",
+  "schema", "encrypted", "format_version", "freshness", "page_map", "anchor", "anchor_counter", "anchor_updated", "cipher", "keystore",
   "keystore_status", "master_key", "data_key_version", "page_size", "pages",
   "auth_failures", "rekey_in_progress",
   "pages_by_version", "role", "repl_state", "peer", "transport_lag_txn",

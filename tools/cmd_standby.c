@@ -277,6 +277,15 @@ int cliCmdStandby(Cli *pCli, const CliArgs *pArgs){
       return CLI_FAIL;
     }
     printf("promoted %s: it is now an ordinary encrypted database\n", zDb);
+    /* The copy's header is the primary's and names the primary's page map,
+    ** which a standby never receives: accept the pages as applied. */
+    if( cliKeystoreEnsure(pCli)==0 && tde_db_remap(zDb, pCli->zConfig)==TDE_OK ){
+      printf("%s: page map reset (built again at its first WAL restart)\n", zDb);
+    }else{
+      fprintf(stderr, "sqlite-tde: warning: %s: could not reset its page map (%s): run "
+              "`sqlite-tde remap %s` once the keystore is reachable, before opening it\n",
+              zDb, tde_last_error(), zDb);
+    }
     return CLI_OK;
   }
   if( (zRepl!=0)==((flags & TDE_REPL_INSECURE_NO_TLS)!=0) ){

@@ -165,6 +165,13 @@ static const CliCommand aCommand[] = {
     "than the anchor: the one way to open a backup restored on purpose.  Takes the\n"
     "write lock, writes the header's anchor counter and the anchor record, and\n"
     "the audit line `reanchor`.\n", 1, 0, cliCmdReanchor },
+  { "remap", "DB", "accept DB's pages as they are: rebuild its page map (DB-tdemap missing or from another time)",
+    "Drop DB's page map (format version 2, WAL mode; docs/FORMAT.md \"Page rollback:\n"
+    "the page map\") so that the next WAL restart builds it again from the pages as\n"
+    "they are.  The one way to open a database whose DB-tdemap is missing or from\n"
+    "another time: a file copy made without it (copy DB, DB-wal and DB-tdemap\n"
+    "together), or a promoted standby (standby --promote runs it).  Takes the\n"
+    "write lock; writes the audit line `remap`.\n", 1, 0, cliCmdRemap },
   { "migrate-keystore", "--to CFG [--drop-old] DB...",
     "move databases to the keystore another configuration names",
     "Add a wrapping of each DB's data key under the current master key of the\n"

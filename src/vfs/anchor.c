@@ -339,6 +339,80 @@ done:
   return trc;
 }
 
+/* ---- tde_db_remap --------------------------------------------------------- */
+
+/*
+** Accept the database's pages as they are: the page map is dropped (a
+** freshness update setting its root to zero, under the write lock) and
+** built again from the file at the next WAL restart (docs/FORMAT.md
+** "Building the map").  The one way to open a database whose DB-tdemap is
+** missing or from another time -- a promoted standby, a file copy made
+** without it.  Opened with the map check off on this thread; audited.
+*/
+int tde_db_remap(const char *zDbPath, const char *zConfig){
+  char zCfg[PATH_MAX];
+  char *zPath = 0, *zCfgEsc = 0, *zUri = 0;
+  sqlite3 *db = 0;
+  TdeFile *p = 0;
+  int bTxn = 0, rc, trc = TDE_OK, bHadMap = 0;
+
+  if( !zDbPath || !zDbPath[0] ) return tdeErr(TDE_MISUSE, "remap: no database");
+  trc = tdeConfigLocate(zConfig, zCfg, sizeof(zCfg));
+  if( trc ) return trc;
+  zPath = anchorUriEscape(zDbPath);
+  zCfgEsc = anchorUriEscape(zCfg);
+  if( zPath && zCfgEsc ) zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfgEsc);
+  if( !zUri ){ trc = tdeErr(TDE_NOMEM, "remap: out of memory"); goto done; }
+  tdeMapBypass = 1;
+  rc = sqlite3_open_v2(zUri, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_URI, 0);
+  if( rc==SQLITE_OK ) sqlite3_busy_timeout(db, 5000);
+  if( rc==SQLITE_OK ) rc = sqlite3_exec(db, "BEGIN IMMEDIATE; SELECT count(*) FROM sqlite_schema", 0, 0, 0);
+  if( rc ){
+    trc = tdeErr(rc==SQLITE_BUSY ? TDE_LOCKED : TDE_ERROR, "remap: cannot open %s for writing: %s",
+                 zDbPath, db ? sqlite3_errmsg(db) : "out of memory");
+    goto done;
+  }
+  bTxn = 1;
+  p = tdeMainOfDb(db, "main");
+  if( !p || !p->pKeys ){ trc = tdeErr(TDE_PLAINTEXT, "remap: %s is not an encrypted database", zDbPath); goto done; }
+  if( p->pKeys->hdr.version<TDE_FORMAT_V2 ){
+    trc = tdeErr(TDE_UNSUPPORTED, "remap: %s is format version 1, which has no page map", zDbPath);
+    goto done;
+  }
+  rc = tdeMainRefresh(p);
+  bHadMap = rc==SQLITE_OK && tdeMapActive(p);
+  if( rc==SQLITE_OK ) rc = tdeMapDrop(p);
+  if( rc ){
+    trc = tde_last_error()[0] ? TDE_ERROR : tdeErr(TDE_ERROR, "remap: header update failed (SQLite error %d)", rc);
+    goto done;
+  }
+
+done:
+  if( db && bTxn ){
+    p = tdeMainOfDb(db, "main");
+    if( p && p->pKeys ){
+      TdeAuditRec r;
+      tdeAuditInit(&r, "remap");
+      r.bFailure = trc!=TDE_OK;
+      r.zDbPath = sqlite3_db_filename(db, "main");
+      r.aDbid = p->pKeys->hdr.dbid;
+      r.zKeystore = p->pKeys->pKs ? p->pKeys->pKs->pMethods->zName : 0;
+      r.keyVersion = p->pKeys->hdr.curVersion;
+      r.zDetail = trc ? tde_last_error()
+                : bHadMap ? "page map dropped: built again from the pages as they are at the next WAL restart"
+                : "no page map was in force";
+      tdeAudit(p->pKeys->pCfg, &r);
+    }
+    sqlite3_exec(db, trc ? "ROLLBACK" : "COMMIT", 0, 0, 0);
+  }
+  sqlite3_close(db);
+  tdeMapBypass = 0;
+  sqlite3_free(zUri);
+  sqlite3_free(zPath);
+  sqlite3_free(zCfgEsc);
+  return trc;
+}
+
 int tdeMainAnchorInfo(TdeFile *p, const char **pzKind, uint64_t *pA, int64_t *pt){
   TdeDbKeys *k = p->pKeys;
   *pzKind = "off";
