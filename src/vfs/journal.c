@@ -1336,6 +1336,10 @@ int tdeJournalResealPage1(TdeFile *pMain){
 
   memset(&jf, 0, sizeof(jf));
   if( !pMain->zName || !tdeValidPgsz(P) ) return SQLITE_OK;
+  /* A write outside the WAL: no page map from now on (a map left from WAL
+  ** mode would name page 1's old tag). */
+  rc = tdeMapDrop(pMain);
+  if( rc ) return rc;
   zJ = sqlite3_mprintf("%s-journal", pMain->zName);
   jf.pReal = sqlite3_malloc(pOrig->szOsFile);
   aPage = sqlite3_malloc((int)P);

@@ -63,9 +63,14 @@
 **    0 and integrity_check ok; the page rollback refused under an
 **    exclusive and under a normal reopen; the current page back reads.
 **
-** The refusal tests fail until the page map is implemented; the version-1
-** test and the no-false-refusal tests pass on code without it.  Not
-** covered: a tde_status column for the map (none is specified yet).
+**  - remap_v2: DB-tdemap deleted is refused until tde_db_remap (sqlite-tde
+**    remap) accepts the pages; page_map reads "on", then "off", then "on"
+**    again once a WAL restart rebuilt the map, which refuses the stale
+**    page again; version 1 shows "off (format version 1)" and has nothing
+**    to remap.
+**
+** The refusal tests fail on code without the page map; the version-1 test
+** and the no-false-refusal tests pass there.
 ** Against SQLite 3.40 (system) and 3.53 (test_pagemap_353).
 */
 #include "tdetest.h"
@@ -754,6 +759,70 @@ static void test_exclusive_mode_v2(void **state){
 
 /* ---- the group --------------------------------------------------------------- */
 
+/* The page_map column of tde_status for zDb under zConfig. */
+static void pageMapStatus(const char *zDb, const char *zConfig, char *zOut, size_t nOut){
+  sqlite3 *db = openDb(zDb, zConfig);
+  sqlite3_stmt *p = 0;
+  zOut[0] = 0;
+  assert_int_equal(sqlite3_prepare_v2(db, "SELECT page_map FROM tde_status WHERE schema='main'", -1, &p, 0), SQLITE_OK);
+  assert_int_equal(sqlite3_step(p), SQLITE_ROW);
+  snprintf(zOut, nOut, "%s", sqlite3_column_text(p, 0) ? (const char*)sqlite3_column_text(p, 0) : "NULL");
+  sqlite3_finalize(p);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/*
+** remap: the map deleted (a file copy made without it, a promoted
+** standby) is refused until tde_db_remap accepts the pages as they are;
+** then the database reads, page_map says "off" until the next WAL restart
+** builds the map again ("on"), and a page rollback after that is refused
+** again.  tde_status.page_map is "off (format version 1)" on version 1.
+*/
+static void test_remap_v2(void **state){
+  char zDb[PATH_MAX], zMap[PATH_MAX], zV1[PATH_MAX], zSt[64];
+  unsigned char aStale[PGSZ], aCur[PGSZ];
+  sqlite3 *db;
+  sqlite3_int64 v = 0;
+  int iPg;
+  (void)state;
+  heldFree();
+  caseDb("remap", zDb);
+  sidePath(zMap, zDb, "-tdemap");
+  iPg = attackedHistory(zDb, zCfg, 0, aStale, aCur);
+  pageMapStatus(zDb, zCfg, zSt, sizeof(zSt));
+  assert_string_equal(zSt, "on");
+  assert_int_equal(unlink(zMap), 0);
+  expectMapRefused(zDb, zMap, 0);
+  assert_int_equal(tde_db_remap(zDb, zCfg), TDE_OK);
+  assert_int_equal(readValue(zDb, zCfg, 0, &v), SQLITE_OK);
+  assert_int_equal(v, 0);
+  pageMapStatus(zDb, zCfg, zSt, sizeof(zSt));
+  assert_string_equal(zSt, "off");
+  /* A write and a TRUNCATE checkpoint: the map is built again. */
+  db = openDb(zDb, zCfg);
+  exec(db, "UPDATE acct SET value=value WHERE id=1");
+  checkpointTruncate(db);
+  exec(db, "INSERT INTO acct(id, value) VALUES(77, 7)");
+  checkpointTruncate(db);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_true(fileExists(zMap));
+  pageMapStatus(zDb, zCfg, zSt, sizeof(zSt));
+  assert_string_equal(zSt, "on");
+  /* ... and protects again: the stale page (older than the rebuilt map);
+  ** the page as it is now is the current one. */
+  pageRead(zDb, iPg, aCur);
+  expectRollbackRefused(zDb, iPg, 0, aStale, aCur);
+  /* Version 1 has no map. */
+  caseDb("remap-v1", zV1);
+  db = openDb(zV1, zCfgV1);
+  exec(db, "PRAGMA journal_mode=WAL; CREATE TABLE t(a); INSERT INTO t VALUES(1)");
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  pageMapStatus(zV1, zCfgV1, zSt, sizeof(zSt));
+  assert_string_equal(zSt, "off (format version 1)");
+  assert_int_not_equal(tde_db_remap(zV1, zCfgV1), TDE_OK);
+  heldFree();
+}
+
 static int groupSetup(void **state){
   FILE *f;
   (void)state;
@@ -781,6 +850,7 @@ int main(void){
     cmocka_unit_test(test_no_false_refusals_v2),
     cmocka_unit_test(test_mode_switch_v2),
     cmocka_unit_test(test_exclusive_mode_v2),
+    cmocka_unit_test(test_remap_v2),
   };
   return cmocka_run_group_tests_name("pagemap", tests, groupSetup, groupTeardown);
 }
