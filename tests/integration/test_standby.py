@@ -22,13 +22,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import standby_common as C  # noqa: E402
 
 
-def standby_snapshot(sdb, d, name):
-    """A private copy of the standby file to open with the key."""
+def standby_snapshot(sdb, d, name, cfg):
+    """A private copy of the standby file to open with the key.  Its header
+    is the primary's and names the primary's page map (DB-tdemap), which a
+    standby never receives: the copy is refused until `sqlite-tde remap`
+    accepts its pages, as the README says for a backup taken on a standby."""
     dst = os.path.join(d, name)
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", "-tdemap"):
         if os.path.exists(dst + suffix):
             os.unlink(dst + suffix)
     shutil.copyfile(sdb, dst)
+    r = subprocess.run([C.CLI, "--config", cfg, "remap", dst], capture_output=True, text=True)
+    C.check(r.returncode == 0, "sqlite-tde remap on a copy of the standby: %s" % (r.stdout + r.stderr).strip())
     return dst
 
 
@@ -190,7 +195,7 @@ def main():
     sh = C.read_state(pdb + "-tdeship-state")
     print("        capture lock held: max %s ms, mean %s ms over %s cycles" % (
         sh.get("capture_lock_ms_max"), sh.get("capture_lock_ms_avg"), sh.get("capture_cycles")))
-    snap = standby_snapshot(sdb, d, "snap1.db")
+    snap = standby_snapshot(sdb, d, "snap1.db", cfg)
     compare(pdb, snap, cfg, d, "after streaming")
     r = subprocess.run([C.CLI, "--config", cfg, "verify", snap], capture_output=True, text=True)
     C.check(r.returncode == 0, "sqlite-tde verify passes on the standby copy: %s" % r.stdout.strip())
@@ -286,7 +291,7 @@ def main():
     C.check(seq is not None, "caught up (sequence %s)" % seq)
     log = open(os.path.join(d, "standby.log")).read()
     C.check(log.count("base copy applied") == 1, "still no second base copy (no frame was lost)")
-    compare(pdb, standby_snapshot(sdb, d, "snap2.db"), cfg, d, "after the WAL deletion")
+    compare(pdb, standby_snapshot(sdb, d, "snap2.db", cfg), cfg, d, "after the WAL deletion")
 
     C.step("a damaged ship spool never fails the primary's writes or checkpoints; the standby takes a base copy")
     C.stop(ship)
@@ -566,7 +571,11 @@ def main():
     C.stop(sb)
     with open(sdb + "-tdestandby-log", "wb") as f:
         f.write(badrec + C.craft_rec(applied + 2, [(1, 5, P)], 4096)[:-1] + b"\0")
-    r = subprocess.run([C.CLI, "standby", "--promote", sdb], capture_output=True, text=True)
+    # With the configuration (the keystore reachable): the promotion also
+    # resets the page map the primary's header names (README "Standby").
+    r = subprocess.run([C.CLI, "--config", cfg, "standby", "--promote", sdb], capture_output=True, text=True)
+    C.check(r.returncode == 0 and "page map reset" in r.stdout,
+            "the promotion resets the page map: %s" % (r.stdout + r.stderr).strip().replace("\n", " | "))
     C.check(r.returncode == 0 and "discarding the redo log" in r.stderr,
             "promoted past a bad redo log record: %s" % (r.stdout + r.stderr).strip().replace("\n", " | "))
     C.check(r.returncode == 0, "promoted: %s" % (r.stdout + r.stderr).strip().replace("\n", " | "))
