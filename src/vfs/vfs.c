@@ -1224,8 +1224,23 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   /* The read mark this connection reads under (WAL_READ_LOCK(k) is slot
   ** 3 + k): the page map's bound (tdeMainReadBound). */
   if( rc==SQLITE_OK && n==1 && offset>=3 && offset<8 && (flags & SQLITE_SHM_SHARED) ){
-    if( flags & SQLITE_SHM_LOCK ) p->iReadSlot1 = offset - 3 + 1;
-    else if( p->iReadSlot1==offset - 3 + 1 ) p->iReadSlot1 = 0;
+    if( flags & SQLITE_SHM_LOCK ){
+      p->iReadSlot1 = offset - 3 + 1;
+      /* A read transaction begins.  Folds happen only when a WAL generation
+      ** ends, which changes the salts in SQLite's index: on new salts the
+      ** header is read again (two small reads), so a reader never checks
+      ** pages against a map older than the generation it reads. */
+      if( p->pShm0 && tdeMapActive(p) ){
+        uint8_t aSalt[8];
+        memcpy(aSalt, (const void*)((const volatile uint8_t*)p->pShm0 + 32), 8);
+        if( memcmp(aSalt, p->aShmSalt, 8)!=0 ){
+          memcpy(p->aShmSalt, aSalt, 8);
+          tdeMainRefreshIfChanged(p);   /* a failure here is met again at the first mismatch */
+        }
+      }
+    }else if( p->iReadSlot1==offset - 3 + 1 ){
+      p->iReadSlot1 = 0;
+    }
   }
   /* A commit: in the standby's sync mode, return once it is acknowledged
   ** (src/repl/sync.c; no shipper in sync mode: at most one failed open per

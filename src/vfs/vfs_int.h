@@ -207,6 +207,7 @@ struct TdeFile {
   int iReadSlot1;
   int bInCkpt;
   int bWalWrite;              /* main: this connection holds the WAL write lock */
+  uint8_t aShmSalt[8];        /* main: WAL index salts at this connection's last read lock */
 };
 
 /* fileio.c: the registry of open main files (added at open, removed at

@@ -63,6 +63,9 @@
 **    0 and integrity_check ok; the page rollback refused under an
 **    exclusive and under a normal reopen; the current page back reads.
 **
+**  - long_reader_v2: a reader open across the writer's fold refuses the
+**    page put back at the version it had read before (it reads the header
+**    again when SQLite's WAL index shows a new generation).
 **  - remap_v2: DB-tdemap deleted is refused until tde_db_remap (sqlite-tde
 **    remap) accepts the pages; page_map reads "on", then "off", then "on"
 **    again once a WAL restart rebuilt the map, which refuses the stale
@@ -759,6 +762,44 @@ static void test_exclusive_mode_v2(void **state){
 
 /* ---- the group --------------------------------------------------------------- */
 
+/*
+** A reader that stays open across the fold: it read page n (and loaded the
+** map) while value was 999; the writer (another connection) sets 0 and
+** folds with a TRUNCATE checkpoint; page n's old bytes are put back; the
+** reader's next read transaction must refuse them (it reads the header
+** again when SQLite's index shows a new WAL generation), not accept them
+** against the map it loaded before.
+*/
+static void test_long_reader_v2(void **state){
+  char zDb[PATH_MAX];
+  unsigned char aOld[PGSZ];
+  sqlite3 *r, *w;
+  sqlite3_int64 v = 0;
+  int iPg, rc;
+  (void)state;
+  caseDb("long-reader", zDb);
+  w = openDb(zDb, zCfg);
+  exec(w, "PRAGMA page_size=4096; PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;");
+  iPg = makeTables(w);
+  exec(w, "UPDATE acct SET value=999 WHERE id=1");
+  checkpointTruncate(w);
+  exec(w, "UPDATE filler SET pad=pad WHERE id=1");
+  checkpointTruncate(w);                    /* the map holds value 999's page */
+  pageRead(zDb, iPg, aOld);
+  r = openDb(zDb, zCfg);
+  assert_int_equal(stepInt(r, "SELECT value FROM acct WHERE id=1", &v), SQLITE_OK);
+  assert_int_equal(v, 999);
+  exec(w, "UPDATE acct SET value=0 WHERE id=1");
+  checkpointTruncate(w);                    /* folded: the map holds value 0's page */
+  exec(w, "UPDATE filler SET pad=pad WHERE id=2");   /* a new generation, not touching page n */
+  pageWrite(zDb, iPg, aOld);
+  rc = stepInt(r, "SELECT value FROM acct WHERE id=1", &v);
+  if( rc==SQLITE_OK ) fail_msg("an open reader accepted page %d rolled back (value %lld)", iPg, (long long)v);
+  assert_int_equal(rc, SQLITE_IOERR_AUTH);
+  assert_int_equal(sqlite3_close(r), SQLITE_OK);
+  assert_int_equal(sqlite3_close(w), SQLITE_OK);
+}
+
 /* The page_map column of tde_status for zDb under zConfig. */
 static void pageMapStatus(const char *zDb, const char *zConfig, char *zOut, size_t nOut){
   sqlite3 *db = openDb(zDb, zConfig);
@@ -851,6 +892,7 @@ int main(void){
     cmocka_unit_test(test_mode_switch_v2),
     cmocka_unit_test(test_exclusive_mode_v2),
     cmocka_unit_test(test_remap_v2),
+    cmocka_unit_test(test_long_reader_v2),
   };
   return cmocka_run_group_tests_name("pagemap", tests, groupSetup, groupTeardown);
 }
