@@ -86,8 +86,7 @@ DESCRIPTIONS = {
     "tpcb-rw": "pgbench TPC-B-like read/write transactions, --threads threads",
     "vacuum": "VACUUM of the whole data set (about 50 MB at the default sizes)",
     "update-all": "one UPDATE of every row of t2 (--txn-rows rows, default 25,000)",
-    "checkpoint": "WAL only: wal_checkpoint(TRUNCATE) after an untimed UPDATE of every row of t2 "
-                  "(automatic checkpoints off): every frame into the database, synced, WAL truncated",
+    "checkpoint": "WAL only: wal_checkpoint(TRUNCATE) after an untimed UPDATE of every row of t2",
     "update-rows": "single-row UPDATEs of t2 by key, each its own transaction, up to --txn-rows or --seconds",
     "delete-rows": "single-row DELETEs from t2 by key, each its own transaction, up to --txn-rows or --seconds",
 }
