@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,7 +67,7 @@ typedef struct Opt {
   const char *zSync;
   int nPageSize;
   int nCacheSize;
-  int nTxnRows;             /* rows of t2: update-all, update-rows, delete-rows */
+  int nTxnRows;             /* rows of t2: update-all, checkpoint, update-rows, delete-rows */
   int nMinObs;              /* least scans / bounces per run (0: 3 scans, 5 bounces) */
 } Opt;
 
@@ -236,7 +237,8 @@ static void outEnd(void){
 **    registers over it, SQLCipher's codec sits in the pager above it, and
 **    SQLite3 Multiple Ciphers' VFS is created over it.  It counts xRead and
 **    xWrite calls and bytes per file kind (database, rollback journal, WAL,
-**    temporary files), which the unix VFS turns into one pread/pwrite each.
+**    sqlite-tde's page map DB-tdemap, temporary files), which the unix VFS
+**    turns into one pread/pwrite each.
 **
 ** Why a counting shim and not `strace -c`: strace stops the process at
 ** every system call, which changes the timing it is supposed to explain, so
@@ -247,8 +249,8 @@ static void outEnd(void){
 ** exactly the run that is timed.  What it cannot see -- fstat, fsync's
 ** cost, shm page mapping -- is what /proc/self/io and the time show.
 */
-enum { IO_DB, IO_JOURNAL, IO_WAL, IO_TEMP, IO_NKIND };
-static const char *const g_azIoKind[IO_NKIND] = { "db", "journal", "wal", "temp" };
+enum { IO_DB, IO_JOURNAL, IO_WAL, IO_TEMP, IO_MAP, IO_NKIND };
+static const char *const g_azIoKind[IO_NKIND] = { "db", "journal", "wal", "temp", "map" };
 typedef struct IoCounts {
   uint64_t nWrite[IO_NKIND], nWriteByte[IO_NKIND];
   uint64_t nRead[IO_NKIND], nReadByte[IO_NKIND];
@@ -390,12 +392,20 @@ static int cntUnfetch(sqlite3_file *pFile, sqlite3_int64 iOfst, void *p){
   return r->pMethods->xUnfetch(r, iOfst, p);
 }
 
+/* DB-tdemap, sqlite-tde's page map (docs/FORMAT.md): the shim opens it
+** with SQLITE_OPEN_MAIN_JOURNAL, so only its name tells it from a rollback
+** journal, whose bytes it must not inflate (in WAL mode there is none). */
+static int isMapFile(const char *zName){
+  size_t n = zName ? strlen(zName) : 0;
+  return n>=7 && strcmp(zName + n - 7, "-tdemap")==0;
+}
 static int cntOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile, int flags, int *pOutFlags){
   CntFile *p = (CntFile*)pFile;
   sqlite3_file *r = CNT_REAL(pFile);
   int rc;
   (void)pVfs;
-  if( flags & SQLITE_OPEN_MAIN_DB ) p->iKind = IO_DB;
+  if( isMapFile(zName) ) p->iKind = IO_MAP;
+  else if( flags & SQLITE_OPEN_MAIN_DB ) p->iKind = IO_DB;
   /* 0x4000: SQLITE_OPEN_SUPER_JOURNAL (MASTER_JOURNAL in SQLCipher 3's headers) */
   else if( flags & (SQLITE_OPEN_MAIN_JOURNAL|0x00004000) ) p->iKind = IO_JOURNAL;
   else if( flags & SQLITE_OPEN_WAL ) p->iKind = IO_WAL;
@@ -1187,6 +1197,74 @@ static void wUpdateAll(void){
   outEnd();
 }
 
+/* The WAL hook of the checkpoint workload: records how many frames the
+** log holds after each commit and checkpoints nothing (it replaces the
+** automatic checkpoint, which wal_autocheckpoint=0 has already turned off). */
+static int walFrames(void *pArg, sqlite3 *db, const char *zDbName, int nFrame){
+  (void)db; (void)zDbName;
+  *(int*)pArg = nFrame;
+  return SQLITE_OK;
+}
+
+/* checkpoint (WAL mode only): with automatic checkpoints off, one UPDATE
+** of every row of t2 as update-all does (untimed) leaves about all of t2's
+** pages in the WAL; the timed part is PRAGMA wal_checkpoint(TRUNCATE): it
+** copies every frame into the database, syncs it and truncates the WAL --
+** the end of a WAL generation, where sqlite-tde folds its page map into
+** DB-tdemap (docs/FORMAT.md, "Page rollback: the page map").  Afterwards
+** the result row must say not busy with every frame checkpointed, the WAL
+** must be empty, and t2, read back by a new connection (from the database
+** file, not this connection's cache), must hold what update-all leaves. */
+static void wCheckpoint(void){
+  sqlite3 *db;
+  sqlite3_stmt *p;
+  char zWal[PATH_MAX + 8];
+  struct stat st;
+  int64_t nPgsz, nLog, nCkpt, bBusy;
+  int nFrame = 0, nChange, rc;
+  double t0, t1;
+  uint64_t sum;
+  if( sqlite3_stricmp(g.zJournal, "WAL")!=0 ) die("checkpoint: WAL mode only (--journal WAL)");
+  db = openDb(g.zDb, 0);
+  exec(db, "PRAGMA wal_autocheckpoint=0");
+  sqlite3_wal_hook(db, walFrames, &nFrame);
+  nPgsz = one(db, "PRAGMA page_size");
+  exec(db, "UPDATE t2 SET a=a+1, b=substr(b,2)||substr(b,1,1)");
+  nChange = sqlite3_changes(db);
+  if( nChange!=g.nTxnRows ) die("checkpoint: %d rows changed, not %d", nChange, g.nTxnRows);
+  if( nFrame<=0 ) die("checkpoint: the UPDATE left no frame in the WAL");
+  p = prep(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  ioStart();
+  t0 = now();
+  rc = sqlite3_step(p);
+  t1 = now();
+  ioStop(1);
+  if( rc!=SQLITE_ROW ) die("checkpoint: wal_checkpoint(TRUNCATE): %s", sqlite3_errmsg(db));
+  bBusy = sqlite3_column_int64(p, 0);
+  nLog = sqlite3_column_int64(p, 1);
+  nCkpt = sqlite3_column_int64(p, 2);
+  check(db, sqlite3_finalize(p), "wal_checkpoint(TRUNCATE)");
+  if( bBusy!=0 || nLog!=nCkpt ){
+    die("checkpoint: wal_checkpoint(TRUNCATE) returned busy=%lld log=%lld checkpointed=%lld",
+        (long long)bBusy, (long long)nLog, (long long)nCkpt);
+  }
+  snprintf(zWal, sizeof(zWal), "%s-wal", g.zDb);
+  if( stat(zWal, &st)==0 && st.st_size!=0 ){
+    die("checkpoint: %s holds %lld bytes after wal_checkpoint(TRUNCATE)", zWal, (long long)st.st_size);
+  }
+  check(db, sqlite3_close(db), "close");
+  db = openDb(g.zDb, 0);
+  sum = checkT2(db, 1, 1, "checkpoint");
+  check(db, sqlite3_close(db), "close");
+  outBegin();
+  outNum("checkpoint_s", t1 - t0);
+  outNum("frames", nFrame);
+  outNum("wal_mb", (double)nFrame * (double)nPgsz / 1e6);
+  outNum("mb_per_s", (double)nFrame * (double)nPgsz / 1e6 / (t1 - t0));
+  outU64("checksum", sum);
+  outEnd();
+}
+
 /* update-rows / delete-rows: single-row statements on t2 by primary key
 ** in a shuffled order, each in its own (autocommit) transaction, until all
 ** nTxnRows rows are done or --seconds have passed (each transaction syncs:
@@ -1365,6 +1443,7 @@ static int driver(int argc, char **argv){
   else if( strcmp(g.zWorkload, "tpcb-rw")==0 ) wTpcb(1);
   else if( strcmp(g.zWorkload, "vacuum")==0 ) wVacuum();
   else if( strcmp(g.zWorkload, "update-all")==0 ) wUpdateAll();
+  else if( strcmp(g.zWorkload, "checkpoint")==0 ) wCheckpoint();
   else if( strcmp(g.zWorkload, "update-rows")==0 ) wRowTxns(0);
   else if( strcmp(g.zWorkload, "delete-rows")==0 ) wRowTxns(1);
   else die("unknown workload %s", g.zWorkload);

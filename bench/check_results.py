@@ -6,7 +6,9 @@
 A validator for the subset of JSON Schema the schema uses (type, enum,
 required, properties, items), standard library only, plus the checks a
 schema cannot say: every journal mode of options.modes has observations and
-summary rows, and each row's journal and cache flag agree with its mode.
+summary rows (unless no workload of the run applies to it: options.
+not_applicable), no row is of a workload the run lists as not applicable in
+its mode, and each row's journal and cache flag agree with its mode.
 Prints every violation with its JSON path; exits 0 when there is none.
 """
 import json
@@ -47,6 +49,7 @@ def check(v, s, path, errs):
 
 def check_modes(data, errs):
     modes = {m["name"]: m for m in data["options"]["modes"]}
+    na = {(x["workload"], x["mode"]) for x in data["options"].get("not_applicable", [])}
     for what in ("observations", "summary"):
         seen = set()
         for i, r in enumerate(data[what]):
@@ -55,11 +58,15 @@ def check_modes(data, errs):
                 errs.append("$.%s[%d]: mode %r not in options.modes" % (what, i, r["mode"]))
                 continue
             seen.add(r["mode"])
+            if (r["workload"], r["mode"]) in na:
+                errs.append("$.%s[%d]: workload %s is listed as not applicable in mode %s"
+                            % (what, i, r["workload"], r["mode"]))
             if r["journal"] != m["journal"] or r["cached"] != m["cached"]:
                 errs.append("$.%s[%d]: journal %s / cached %s do not match mode %s"
                             % (what, i, r["journal"], r["cached"], r["mode"]))
         for name in modes:
-            if name not in seen:
+            idle = all((w, name) in na for w in data["options"]["workloads"])
+            if name not in seen and not idle:
                 errs.append("$.%s: no row for journal mode %s" % (what, name))
 
 

@@ -135,6 +135,15 @@ def modes(res):
     return [m["name"] for m in res["options"]["modes"]]
 
 
+def not_applicable(res):
+    """{(workload, mode): reason} of the workloads not run in a journal mode
+    (a checkpoint exists in WAL mode only); the tables show "-" there."""
+    return {(x["workload"], x["mode"]): x["reason"] for x in res["options"].get("not_applicable", [])}
+
+
+NA = "-"
+
+
 def target_counts(res):
     return {s: sum(1 for t in res["targets"] if t["status"] == s)
             for s in ("met", "missed", "undecided", "not measured")}
@@ -199,6 +208,7 @@ def verdict_rows(res):
     """The verdict table: per workload, the primary condition against plain
     in each mode: speed, verdict and bytes written."""
     S = index(res)
+    na = not_applicable(res)
     rows = []
     for w in res["options"]["workloads"]:
         m = headline_metric(res, w)
@@ -206,6 +216,9 @@ def verdict_rows(res):
         for mn in modes(res):
             r = S.get((w, mn, m, PRIMARY))
             b = S.get((w, mn, "wchar_per_op", PRIMARY))
+            if (w, mn) in na:
+                cells.append((NA, NA, NA))
+                continue
             if not r:
                 cells.append(("n/a", "", "n/a"))
                 continue
@@ -218,14 +231,31 @@ def verdict_rows(res):
     return rows
 
 
+# The I/O table's metrics and headings (run.py IO_METRICS).
+IO_COLUMNS = ["wchar_per_op", "write_bytes_per_op", "pwrites_per_op", "preads_per_op",
+              "journal_bytes_per_op", "wal_bytes_per_op", "map_bytes_per_op"]
+IO_HEAD = ["workload", "mode", "condition", "bytes written (wchar)", "bytes to storage",
+           "pwrites", "preads", "journal bytes", "WAL bytes", "page map bytes"]
+
+
+def na_text(res):
+    """The note on the "-" cells: which workload was not run where, and why."""
+    by = {}
+    for (w, mn), why in not_applicable(res).items():
+        by.setdefault((w, why), []).append(mn)
+    if not by:
+        return None
+    return "%s: not applicable (%s)." % (NA, "; ".join(
+        "%s is %s, not run %s" % (w, why, and_join([phrase(m) for m in ms]))
+        for (w, why), ms in sorted(by.items())))
+
+
 def per_condition_rows(res, io=False):
     S = index(res)
     rows = []
     for mn in modes(res):
         for w in res["options"]["workloads"]:
-            ms = [headline_metric(res, w)] if not io else ["wchar_per_op", "write_bytes_per_op",
-                                                           "pwrites_per_op", "preads_per_op",
-                                                           "journal_bytes_per_op", "wal_bytes_per_op"]
+            ms = [headline_metric(res, w)] if not io else IO_COLUMNS
             for c in live_conditions(res):
                 rr = [S.get((w, mn, m, c)) for m in ms]
                 if any(rr):
@@ -315,7 +345,7 @@ def method_text(res):
             "terms of speed: a time twice plain's is a 50 %% penalty, like a throughput of "
             "0.50x. A target is met or missed only "
             "when the whole interval is on one side of it. Bytes and I/O calls are per unit of "
-            "work (row, transaction, scan, open) of the timed part, so that time-bounded "
+            "work (row, transaction, scan, open, checkpoint) of the timed part, so that time-bounded "
             "workloads compare fairly."
             % (o["seed"], o["repeats"], ", ".join(modes(res)), o["synchronous"], o["page_size"],
                o["cache_size"], o.get("cache_size_cached", 0), num(o["seconds"]), num(o["rows"]),
@@ -367,6 +397,9 @@ def limitations(res):
                "old and is kept only for comparison with earlier reports. The SQLCipher 4 peer is "
                "built with SQLITE_TEMP_STORE=2 (temporary tables in memory) as its documentation "
                "asks; plain and sqlite-tde keep temporary files on disk.")
+    t = na_text(res)
+    if t:
+        lim.append("Not every workload runs in every journal mode; " + t)
     for c in res["conditions"]:
         if c["skipped"]:
             lim.append("Condition %s not measured: %s" % (c["name"], c["skipped"]))
@@ -418,6 +451,8 @@ def md_report(res):
             row += list(c)
         rows.append(row)
     L += md_table(head, rows) + [""]
+    if na_text(res):
+        L += [na_text(res), ""]
     L += ["## Targets", ""]
     n = target_counts(res)
     L += ["%d met, %d missed, %d undecided, %d not measured." % (
@@ -440,8 +475,7 @@ def md_report(res):
         for r in rr:
             cells.append("n/a" if not r else "%s (%s)" % (num(r["median"]), ratio_text(r.get("ratio"))))
         rows.append([w, mn, c] + cells)
-    L += md_table(["workload", "mode", "condition", "bytes written (wchar)", "bytes to storage",
-                   "pwrites", "preads", "journal bytes", "WAL bytes"], rows) + [""]
+    L += md_table(IO_HEAD, rows) + [""]
     sl = standby_latency_rows(res)
     if sl:
         L += ["## Standby commit latency", "", STANDBY_LAT_TEXT, ""] + md_table(STANDBY_LAT_HEAD, sl) + [""]
@@ -656,6 +690,8 @@ def html_report(res):
             row += [sp, (v, verdict_class(v)), b]
         rows.append(row)
     P.append(h_table(head, rows))
+    if na_text(res):
+        P.append("<p>%s</p>" % e(na_text(res)))
     n = target_counts(res)
     P.append("<h2>Targets</h2><p>%d met, %d missed, %d undecided, %d not measured. A target is met or "
              "missed only when the whole 95%% interval is on one side of it.</p>" % (
@@ -684,8 +720,7 @@ def html_report(res):
     for w, mn, c, rr in per_condition_rows(res, io=True):
         rows.append([w, mn, c] + ["n/a" if not r else "%s (%s)" % (num(r["median"]), ratio_text(r.get("ratio")))
                                   for r in rr])
-    P.append(h_table(["workload", "mode", "condition", "bytes written (wchar)", "bytes to storage",
-                      "pwrites", "preads", "journal bytes", "WAL bytes"], rows, left=3))
+    P.append(h_table(IO_HEAD, rows, left=3))
     sl = standby_latency_rows(res)
     if sl:
         P.append("<h2>Standby commit latency</h2><p>%s</p>" % e(STANDBY_LAT_TEXT))

@@ -66,6 +66,9 @@ METRICS = {
                 ("lat_ms_p99", "tpcb read/write latency p99", "ms", LOWER)],
     "vacuum": [("vacuum_s", "VACUUM of the whole file", "s", LOWER)],
     "update-all": [("update_s", "one UPDATE of every row of t2", "s", LOWER)],
+    "checkpoint": [("checkpoint_s", "wal_checkpoint(TRUNCATE) of an UPDATE of every row of t2", "s", LOWER),
+                   ("mb_per_s", "checkpoint throughput (WAL frames copied)", "MB/s", HIGHER),
+                   ("frames", "WAL frames checkpointed", "frames", LOWER)],
     "update-rows": [("rows_per_s", "single-row UPDATEs, a transaction each", "rows/s", HIGHER),
                     ("txn_ms_p50", "single-row UPDATE transaction p50", "ms", LOWER)],
     "delete-rows": [("rows_per_s", "single-row DELETEs, a transaction each", "rows/s", HIGHER),
@@ -83,6 +86,7 @@ DESCRIPTIONS = {
     "tpcb-rw": "pgbench TPC-B-like read/write transactions, --threads threads",
     "vacuum": "VACUUM of the whole data set (about 50 MB at the default sizes)",
     "update-all": "one UPDATE of every row of t2 (--txn-rows rows, default 25,000)",
+    "checkpoint": "WAL only: wal_checkpoint(TRUNCATE) after an untimed UPDATE of every row of t2",
     "update-rows": "single-row UPDATEs of t2 by key, each its own transaction, up to --txn-rows or --seconds",
     "delete-rows": "single-row DELETEs from t2 by key, each its own transaction, up to --txn-rows or --seconds",
 }
@@ -93,19 +97,25 @@ IO_METRICS = [("wchar_per_op", "bytes written (wchar)", "B/op", LOWER),
               ("pwrites_per_op", "pwrite calls", "1/op", LOWER),
               ("preads_per_op", "pread calls", "1/op", LOWER),
               ("journal_bytes_per_op", "rollback journal bytes written", "B/op", LOWER),
-              ("wal_bytes_per_op", "WAL bytes written", "B/op", LOWER)]
+              ("wal_bytes_per_op", "WAL bytes written", "B/op", LOWER),
+              ("map_bytes_per_op", "page map (DB-tdemap) bytes written", "B/op", LOWER)]
 # The unit of work of each workload's io_ops.
 OP_UNIT = {"insert": "row", "delete-replenish": "row", "cold-scan": "scan", "warm-scan": "scan",
            "bounce": "open", "row-at-a-time": "row", "tpcb-select": "txn", "tpcb-rw": "txn",
-           "vacuum": "VACUUM", "update-all": "row", "update-rows": "row", "delete-rows": "row"}
+           "vacuum": "VACUUM", "update-all": "row", "checkpoint": "checkpoint", "update-rows": "row",
+           "delete-rows": "row"}
 BASE_WORKLOADS = ["insert", "delete-replenish", "cold-scan", "warm-scan", "bounce",
                   "row-at-a-time", "tpcb-select", "tpcb-rw", "vacuum", "update-all",
-                  "update-rows", "delete-rows"]
+                  "checkpoint", "update-rows", "delete-rows"]
 # Workloads whose checksum must be the same in every run of every condition.
 DETERMINISTIC = {"delete-replenish", "cold-scan", "warm-scan", "bounce", "row-at-a-time",
-                 "vacuum", "update-all"}
+                 "vacuum", "update-all", "checkpoint"}
 WRITE_WORKLOADS = {"insert", "delete-replenish", "row-at-a-time", "tpcb-rw", "vacuum",
-                   "update-all", "update-rows", "delete-rows"}
+                   "update-all", "checkpoint", "update-rows", "delete-rows"}
+# Workloads that exist in some journal modes only: not run elsewhere, listed
+# in results.json (options.not_applicable) and shown as "-" in the reports.
+# A checkpoint is a WAL operation (a rollback journal has none).
+JOURNALS_OF = {"checkpoint": ("WAL",)}
 ALL_CONDITIONS = ["plain", "wallet", "wallet-password", "pkcs11", "kmip", "sqlcipher",
                   "sqlcipher4", "sqlite3mc"]
 PEER_CONDITIONS = ["sqlcipher", "sqlcipher4", "sqlite3mc"]
@@ -142,6 +152,18 @@ TDE_CONDITIONS = ["wallet", "wallet-password", "pkcs11", "kmip", "tpm2", "comman
 # Throughput workloads of the ">= 0.97" target (encryption overhead, WAL).
 THROUGHPUT_TARGET = ["insert", "delete-replenish", "row-at-a-time", "tpcb-select", "tpcb-rw"]
 BOUNCE_TARGET_MS = {"wallet": 2.0, "pkcs11": 10.0, "kmip": 50.0}
+
+
+def applicable(workload, mode):
+    """Whether workload runs in journal mode mode (JOURNALS_OF)."""
+    return mode["journal"] in JOURNALS_OF.get(base_of(workload), (mode["journal"],))
+
+
+def not_applicable(workloads, modes):
+    """The (workload, mode) pairs that are not run, for results.json."""
+    return [{"workload": w, "mode": m["name"],
+             "reason": "%s only" % " or ".join(JOURNALS_OF[base_of(w)])}
+            for m in modes for w in workloads if not applicable(w, m)]
 
 
 def base_of(workload):
@@ -538,7 +560,7 @@ def call_driver(c, args, timeout):
 
 
 def remove_db(path):
-    for s in ("", "-wal", "-shm", "-journal"):
+    for s in ("", "-wal", "-shm", "-journal", "-tdemap"):
         try:
             os.unlink(path + s)
         except FileNotFoundError:
@@ -644,18 +666,39 @@ def standby_stop(procs):
                 p.wait()
 
 
+# The files of a closed database (docs/FORMAT.md): the database and, for
+# sqlite-tde in WAL mode, its page map DB-tdemap, which the header names: a
+# copy without it is refused ("DB-tdemap does not match the database header").
+DB_FILE_SET = ("", "-tdemap")
+
+
+def copy_db(src, dst):
+    """Copy a closed database's file set; returns the files written."""
+    out = []
+    for s in DB_FILE_SET:
+        if os.path.exists(src + s):
+            shutil.copyfile(src + s, dst + s)
+            out.append(dst + s)
+        elif s:
+            try:
+                os.unlink(dst + s)
+            except FileNotFoundError:
+                pass
+    return out
+
+
 def copy_synced(src, dst):
     """Copy the data set and fsync the copy before the run: otherwise the
     first fsync of the database inside the timed part writes the whole
     copy out, and which condition pays for it depends on when each one
     first syncs the database (WAL mode: plain SQLite at its first
     checkpoint, sqlite-tde at the first WAL restart's header update)."""
-    shutil.copyfile(src, dst)
-    fd = os.open(dst, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    for f in copy_db(src, dst):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def run_one(c, workload, mode, opt, work):
@@ -829,6 +872,8 @@ def io_per_op(r):
         out["preads_per_op"] = r["vfs_reads"] / ops
         out["journal_bytes_per_op"] = r["vfs_journal_write_bytes"] / ops
         out["wal_bytes_per_op"] = r["vfs_wal_write_bytes"] / ops
+    if "vfs_map_write_bytes" in r:
+        out["map_bytes_per_op"] = r["vfs_map_write_bytes"] / ops
     return out
 
 
@@ -1305,7 +1350,7 @@ def bench_main(argv):
                     c.datasets[j] = base
                     continue
                 c.datasets[j] = os.path.join(d, "data-%s.db" % j)
-                shutil.copyfile(base, c.datasets[j])
+                copy_db(base, c.datasets[j])
                 call_driver(c, ["--op", "convert", "--db", c.datasets[j]] +
                             common_args(opt, {"journal": j, "cached": False}), timeout=600)
         except (RuntimeError, subprocess.SubprocessError, ValueError, OSError) as ex:
@@ -1318,13 +1363,16 @@ def bench_main(argv):
     kib_default = -opt.cache_size if opt.cache_size < 0 else opt.cache_size * opt.page_size // 1024
     opt.cache_all = -max(2 * max(sizes + [0]) // 1024 + 16384, kib_default)
     obs, failures = [], []
-    total = opt.repeats * len(workloads) * sum(
-        1 for c in live for m in opt.modes if not (c.standby and m["journal"] != "WAL"))
+    total = opt.repeats * sum(
+        1 for c in live for m in opt.modes for w in workloads
+        if not (c.standby and m["journal"] != "WAL") and applicable(w, m))
     rng = random.Random(opt.seed)
     k, t_start = 0, time.time()
     for rep in range(opt.repeats):
         for mode in opt.modes:
             for w in workloads:
+                if not applicable(w, mode):
+                    continue
                 order = [c for c in live if not (c.standby and mode["journal"] != "WAL")]
                 rng.shuffle(order)
                 for pos, c in enumerate(order):
@@ -1363,7 +1411,7 @@ def bench_main(argv):
                     "modes": opt.modes, "synchronous": opt.synchronous,
                     "page_size": opt.page_size, "cache_size": opt.cache_size,
                     "cache_size_cached": opt.cache_all, "workloads": workloads, "quick": opt.quick,
-                    "baseline": opt.baseline},
+                    "baseline": opt.baseline, "not_applicable": not_applicable(workloads, opt.modes)},
         "environment": environment(opt, conds),
         "conditions": [{"name": c.name, "label": c.label, "skipped": c.skip} for c in conds],
         "checksums": checks,

@@ -31,7 +31,7 @@ bad() { NFAIL=$((NFAIL+1)); echo "  FAIL  $*"; }
 "$TDE_BUILD/sqlite-tde" bench --help >"$WORK/help.txt" 2>&1
 MISSING=""
 for w in insert delete-replenish cold-scan warm-scan bounce row-at-a-time tpcb-select tpcb-rw \
-         vacuum update-all update-rows delete-rows plain wallet wallet-password pkcs11 kmip \
+         vacuum update-all checkpoint update-rows delete-rows plain wallet wallet-password pkcs11 kmip \
          sqlcipher sqlcipher4 sqlite3mc standby standby-sync; do
   grep -qE "^  $w " "$WORK/help.txt" || MISSING="$MISSING $w"
 done
@@ -90,6 +90,18 @@ for o in r["observations"]:
     # the unix VFS makes one pwrite per xWrite: the syscall bytes cover the VFS bytes
     if q["io_wchar"] >= 0 and q["io_wchar"] < q["vfs_write_bytes"]:
         errs.append("%s: wchar %d < VFS bytes written %d" % (where, q["io_wchar"], q["vfs_write_bytes"]))
+    if o["workload"] == "checkpoint":
+        # WAL only; the timed part copies frames into the database, syncs it
+        # and truncates the WAL; sqlite-tde also folds its page map there
+        if o["journal"] != "WAL":
+            errs.append("%s: checkpoint ran outside WAL mode" % where)
+        if q["vfs_db_write_bytes"] <= 0 or q["vfs_syncs"] < 1 or q["frames"] <= 0 or q["checkpoint_s"] <= 0:
+            errs.append("%s: db bytes %s, syncs %s, frames %s, checkpoint_s %s" % (
+                where, q["vfs_db_write_bytes"], q["vfs_syncs"], q["frames"], q["checkpoint_s"]))
+        if o["condition"] == "wallet" and q.get("vfs_map_write_bytes", 0) <= 0:
+            errs.append("%s: no page map (DB-tdemap) bytes written by the checkpoint" % where)
+        if o["condition"] == "plain" and q.get("vfs_map_write_bytes", 0) != 0:
+            errs.append("%s: page map bytes counted for plain SQLite" % where)
     if o["workload"] in ("insert", "update-all", "update-rows", "delete-rows", "vacuum"):
         kind = "vfs_journal_write_bytes" if o["journal"] == "DELETE" else "vfs_wal_write_bytes"
         if q[kind] <= 0 or q["vfs_writes"] <= 0:
@@ -100,9 +112,16 @@ if r["failures"]:
     errs.append("%d failed runs: %s" % (len(r["failures"]), r["failures"][0]["error"][:200]))
 if "MISMATCH" in r["checksums"]:
     errs.append(r["checksums"])
-want = r["options"]["repeats"] * len(r["options"]["workloads"]) * len(live) * len(modes)
+# every workload in every mode, but those not applicable there (checkpoint: WAL only)
+na = {(x["workload"], x["mode"]) for x in r["options"].get("not_applicable", [])}
+if na != {("checkpoint", "DELETE")}:
+    errs.append("not applicable %s, expected checkpoint in DELETE only" % sorted(na))
+want = r["options"]["repeats"] * len(live) * sum(
+    1 for w in r["options"]["workloads"] for m in modes if (w, m) not in na)
 if len(r["observations"]) != want:
     errs.append("%d observations, expected %d" % (len(r["observations"]), want))
+if not any(o["workload"] == "checkpoint" and "result" in o for o in r["observations"]):
+    errs.append("no checkpoint observation")
 for c in r["conditions"]:
     if c["skipped"] and not c["skipped"].strip():
         errs.append("condition %s skipped without a reason" % c["name"])
@@ -127,6 +146,9 @@ else ok "the bench stopped its PyKMIP server"; fi
 for s in '## Verdicts' '## Targets' '## Headline figures' '## Bytes and I/O' '## Environment' '## Limitations' '## Raw measurements'; do
   grep -q "^$s" "$OUT/report.md" && ok "report.md has $s" || bad "report.md lacks $s"
 done
+grep -qE '^\| checkpoint \| - \| - \| - \| [0-9+]' "$OUT/report.md" \
+  && ok "report.md: checkpoint shown as - with the rollback journal, measured in WAL" \
+  || bad "report.md: no checkpoint verdict row with - for DELETE"
 grep -q '<svg' "$OUT/report.html" && ok "report.html has inline SVG charts" || bad "no SVG in report.html"
 if grep -Eq '(src|href)=["'\'']?(https?:)?//' "$OUT/report.html"; then bad "report.html loads from the network"; else ok "report.html is self-contained"; fi
 [ -d "$OUT/work" ] && bad "scratch folder left behind" || ok "scratch folder removed"
