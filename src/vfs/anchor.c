@@ -254,10 +254,59 @@ static char *anchorUriEscape(const char *zIn){
   return z;
 }
 
+/*
+** The database at zDbPath opened through tde under zConfig (its path into
+** zCfg) and a write transaction begun on it (BEGIN IMMEDIATE and a read
+** of the schema): what tde_db_reanchor and tde_db_remap work under.  The
+** caller sets its bypass flag first.  TDE_OK, or the error (zOp names the
+** operation in its message); *pDb is set either way (close it).
+*/
+static int freshOpenForWrite(const char *zOp, const char *zDbPath, const char *zConfig,
+                             char *zCfg, size_t nCfg, sqlite3 **pDb){
+  char *zPath = 0, *zCfgEsc = 0, *zUri = 0;
+  int rc, trc;
+  *pDb = 0;
+  if( !zDbPath || !zDbPath[0] ) return tdeErr(TDE_MISUSE, "%s: no database", zOp);
+  trc = tdeConfigLocate(zConfig, zCfg, nCfg);
+  if( trc ) return trc;
+  zPath = anchorUriEscape(zDbPath);
+  zCfgEsc = anchorUriEscape(zCfg);
+  if( zPath && zCfgEsc ) zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfgEsc);
+  sqlite3_free(zPath);
+  sqlite3_free(zCfgEsc);
+  if( !zUri ) return tdeErr(TDE_NOMEM, "%s: out of memory", zOp);
+  rc = sqlite3_open_v2(zUri, pDb, SQLITE_OPEN_READWRITE | SQLITE_OPEN_URI, 0);
+  sqlite3_free(zUri);
+  if( rc==SQLITE_OK ) sqlite3_busy_timeout(*pDb, 5000);
+  if( rc==SQLITE_OK ) rc = sqlite3_exec(*pDb, "BEGIN IMMEDIATE; SELECT count(*) FROM sqlite_schema", 0, 0, 0);
+  if( rc ){
+    return tdeErr(rc==SQLITE_BUSY ? TDE_LOCKED : TDE_ERROR, "%s: cannot open %s for writing: %s",
+                  zOp, zDbPath, *pDb ? sqlite3_errmsg(*pDb) : "out of memory");
+  }
+  return TDE_OK;
+}
+
+/* End the write transaction freshOpenForWrite began (commit on success)
+** with the audit line zOp: zDetail, or the error when trc is not TDE_OK. */
+static void freshEndAudited(sqlite3 *db, const char *zOp, int trc, const char *zDetail){
+  TdeFile *p = tdeMainOfDb(db, "main");
+  if( p && p->pKeys ){
+    TdeAuditRec r;
+    tdeAuditInit(&r, zOp);
+    r.bFailure = trc!=TDE_OK;
+    r.zDbPath = sqlite3_db_filename(db, "main");
+    r.aDbid = p->pKeys->hdr.dbid;
+    r.zKeystore = p->pKeys->pKs ? p->pKeys->pKs->pMethods->zName : 0;
+    r.keyVersion = p->pKeys->hdr.curVersion;
+    r.zDetail = trc ? tde_last_error() : zDetail;
+    tdeAudit(p->pKeys->pCfg, &r);
+  }
+  sqlite3_exec(db, trc ? "ROLLBACK" : "COMMIT", 0, 0, 0);
+}
+
 int tde_db_reanchor(const char *zDbPath, const char *zConfig, unsigned long long *pnOld,
                     unsigned long long *pnNew){
   char zCfg[PATH_MAX];
-  char *zPath = 0, *zCfgEsc = 0, *zUri = 0;
   sqlite3 *db = 0;
   TdeFile *p;
   TdeDbKeys *k;
@@ -266,24 +315,12 @@ int tde_db_reanchor(const char *zDbPath, const char *zConfig, unsigned long long
   int bFound = 0, bTxn = 0, rc, trc = TDE_OK;
   char zDetail[160];
 
+  zDetail[0] = 0;
   if( pnOld ) *pnOld = 0;
   if( pnNew ) *pnNew = 0;
-  if( !zDbPath || !zDbPath[0] ) return tdeErr(TDE_MISUSE, "reanchor: no database");
-  trc = tdeConfigLocate(zConfig, zCfg, sizeof(zCfg));
-  if( trc ) return trc;
-  zPath = anchorUriEscape(zDbPath);
-  zCfgEsc = anchorUriEscape(zCfg);
-  if( zPath && zCfgEsc ) zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfgEsc);
-  if( !zUri ){ trc = tdeErr(TDE_NOMEM, "reanchor: out of memory"); goto done; }
   bAnchorBypass = 1;
-  rc = sqlite3_open_v2(zUri, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_URI, 0);
-  if( rc==SQLITE_OK ) sqlite3_busy_timeout(db, 5000);
-  if( rc==SQLITE_OK ) rc = sqlite3_exec(db, "BEGIN IMMEDIATE; SELECT count(*) FROM sqlite_schema", 0, 0, 0);
-  if( rc ){
-    trc = tdeErr(rc==SQLITE_BUSY ? TDE_LOCKED : TDE_ERROR, "reanchor: cannot open %s for writing: %s",
-                 zDbPath, db ? sqlite3_errmsg(db) : "out of memory");
-    goto done;
-  }
+  trc = freshOpenForWrite("reanchor", zDbPath, zConfig, zCfg, sizeof(zCfg), &db);
+  if( trc ) goto done;
   bTxn = 1;
   p = tdeMainOfDb(db, "main");
   k = p ? p->pKeys : 0;
@@ -316,26 +353,14 @@ done:
   if( db && bTxn ){
     p = tdeMainOfDb(db, "main");
     if( p && p->pKeys ){
-      TdeAuditRec r;
       snprintf(zDetail, sizeof(zDetail), "%s anchor: A %llu (file %llu) -> %llu",
                anchorKindName(p->pKeys->eAnchor), (unsigned long long)(bFound ? rec.A : 0),
                (unsigned long long)oldA, (unsigned long long)p->pKeys->hdr.anchorCounter);
-      tdeAuditInit(&r, "reanchor");
-      r.bFailure = trc!=TDE_OK;
-      r.zDbPath = sqlite3_db_filename(db, "main");
-      r.aDbid = p->pKeys->hdr.dbid;
-      r.zKeystore = p->pKeys->pKs ? p->pKeys->pKs->pMethods->zName : 0;
-      r.keyVersion = p->pKeys->hdr.curVersion;
-      r.zDetail = trc ? tde_last_error() : zDetail;
-      tdeAudit(p->pKeys->pCfg, &r);
     }
-    sqlite3_exec(db, trc ? "ROLLBACK" : "COMMIT", 0, 0, 0);
+    freshEndAudited(db, "reanchor", trc, zDetail);
   }
   sqlite3_close(db);
   bAnchorBypass = 0;
-  sqlite3_free(zUri);
-  sqlite3_free(zPath);
-  sqlite3_free(zCfgEsc);
   return trc;
 }
 
@@ -351,65 +376,33 @@ done:
 */
 int tde_db_remap(const char *zDbPath, const char *zConfig){
   char zCfg[PATH_MAX];
-  char *zPath = 0, *zCfgEsc = 0, *zUri = 0;
   sqlite3 *db = 0;
   TdeFile *p = 0;
-  int bTxn = 0, rc, trc = TDE_OK, bHadMap = 0;
+  int rc, trc, bHadMap = 0;
 
-  if( !zDbPath || !zDbPath[0] ) return tdeErr(TDE_MISUSE, "remap: no database");
-  trc = tdeConfigLocate(zConfig, zCfg, sizeof(zCfg));
-  if( trc ) return trc;
-  zPath = anchorUriEscape(zDbPath);
-  zCfgEsc = anchorUriEscape(zCfg);
-  if( zPath && zCfgEsc ) zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfgEsc);
-  if( !zUri ){ trc = tdeErr(TDE_NOMEM, "remap: out of memory"); goto done; }
   tdeMapBypass = 1;
-  rc = sqlite3_open_v2(zUri, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_URI, 0);
-  if( rc==SQLITE_OK ) sqlite3_busy_timeout(db, 5000);
-  if( rc==SQLITE_OK ) rc = sqlite3_exec(db, "BEGIN IMMEDIATE; SELECT count(*) FROM sqlite_schema", 0, 0, 0);
-  if( rc ){
-    trc = tdeErr(rc==SQLITE_BUSY ? TDE_LOCKED : TDE_ERROR, "remap: cannot open %s for writing: %s",
-                 zDbPath, db ? sqlite3_errmsg(db) : "out of memory");
-    goto done;
-  }
-  bTxn = 1;
-  p = tdeMainOfDb(db, "main");
-  if( !p || !p->pKeys ){ trc = tdeErr(TDE_PLAINTEXT, "remap: %s is not an encrypted database", zDbPath); goto done; }
-  if( p->pKeys->hdr.version<TDE_FORMAT_V2 ){
-    trc = tdeErr(TDE_UNSUPPORTED, "remap: %s is format version 1, which has no page map", zDbPath);
-    goto done;
-  }
-  rc = tdeMainRefresh(p);
-  bHadMap = rc==SQLITE_OK && tdeMapActive(p);
-  if( rc==SQLITE_OK ) rc = tdeMapDrop(p);
-  if( rc ){
-    trc = tde_last_error()[0] ? TDE_ERROR : tdeErr(TDE_ERROR, "remap: header update failed (SQLite error %d)", rc);
-    goto done;
-  }
-
-done:
-  if( db && bTxn ){
+  trc = freshOpenForWrite("remap", zDbPath, zConfig, zCfg, sizeof(zCfg), &db);
+  if( trc==TDE_OK ){
     p = tdeMainOfDb(db, "main");
-    if( p && p->pKeys ){
-      TdeAuditRec r;
-      tdeAuditInit(&r, "remap");
-      r.bFailure = trc!=TDE_OK;
-      r.zDbPath = sqlite3_db_filename(db, "main");
-      r.aDbid = p->pKeys->hdr.dbid;
-      r.zKeystore = p->pKeys->pKs ? p->pKeys->pKs->pMethods->zName : 0;
-      r.keyVersion = p->pKeys->hdr.curVersion;
-      r.zDetail = trc ? tde_last_error()
-                : bHadMap ? "page map dropped: built again from the pages as they are at the next WAL restart"
-                : "no page map was in force";
-      tdeAudit(p->pKeys->pCfg, &r);
+    if( !p || !p->pKeys ){
+      trc = tdeErr(TDE_PLAINTEXT, "remap: %s is not an encrypted database", zDbPath);
+    }else if( p->pKeys->hdr.version<TDE_FORMAT_V2 ){
+      trc = tdeErr(TDE_UNSUPPORTED, "remap: %s is format version 1, which has no page map", zDbPath);
+    }else{
+      rc = tdeMainRefresh(p);
+      bHadMap = rc==SQLITE_OK && tdeMapActive(p);
+      if( rc==SQLITE_OK ) rc = tdeMapDrop(p);
+      if( rc ){
+        trc = tde_last_error()[0] ? TDE_ERROR
+            : tdeErr(TDE_ERROR, "remap: header update failed (SQLite error %d)", rc);
+      }
     }
-    sqlite3_exec(db, trc ? "ROLLBACK" : "COMMIT", 0, 0, 0);
+    freshEndAudited(db, "remap", trc, bHadMap
+      ? "page map dropped: built again from the pages as they are at the next WAL restart"
+      : "no page map was in force");
   }
   sqlite3_close(db);
   tdeMapBypass = 0;
-  sqlite3_free(zUri);
-  sqlite3_free(zPath);
-  sqlite3_free(zCfgEsc);
   return trc;
 }
 

@@ -332,6 +332,15 @@ static void expectRollbackRefused(const char *zDb, int iPg, int bExcl,
 
 /* ---- case 5: one page rolled back ------------------------------------------- */
 
+/* zDb, opened under zConfig, is of format version iVersion. */
+static void assertFormat(const char *zDb, const char *zConfig, sqlite3_int64 iVersion){
+  sqlite3 *db = openDb(zDb, zConfig);
+  sqlite3_int64 v = 0;
+  assert_int_equal(stepInt(db, "SELECT format_version FROM tde_status WHERE schema='main'", &v), SQLITE_OK);
+  assert_int_equal(v, iVersion);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
 static void test_case5_page_rollback_v1(void **state){
   char zDb[PATH_MAX];
   unsigned char aStale[PGSZ], aCur[PGSZ];
@@ -341,10 +350,7 @@ static void test_case5_page_rollback_v1(void **state){
   (void)state;
   caseDb("rollback-v1", zDb);
   iPg = attackedHistory(zDb, zCfgV1, 0, aStale, aCur);
-  db = openDb(zDb, zCfgV1);
-  assert_int_equal(stepInt(db, "SELECT format_version FROM tde_status WHERE schema='main'", &v), SQLITE_OK);
-  assert_int_equal(v, 1);
-  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assertFormat(zDb, zCfgV1, 1);
 
   pageWrite(zDb, iPg, aStale);
   db = openDb(zDb, zCfgV1);
@@ -358,16 +364,11 @@ static void test_case5_page_rollback_v1(void **state){
 static void test_case5_page_rollback_v2(void **state){
   char zDb[PATH_MAX];
   unsigned char aStale[PGSZ], aCur[PGSZ];
-  sqlite3 *db = 0;
-  sqlite3_int64 v = 0;
   int iPg;
   (void)state;
   caseDb("rollback-v2", zDb);
   iPg = attackedHistory(zDb, zCfg, 0, aStale, aCur);
-  db = openDb(zDb, zCfg);
-  assert_int_equal(stepInt(db, "SELECT format_version FROM tde_status WHERE schema='main'", &v), SQLITE_OK);
-  assert_int_equal(v, 2);
-  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assertFormat(zDb, zCfg, 2);
   expectRollbackRefused(zDb, iPg, 0, aStale, aCur);
 }
 
