@@ -119,7 +119,7 @@ static int probeDb(const char *zPath, uint64_t *pH, char *zWhy, size_t nWhy){
   }
   rc = contentSum(db, pH);
   if( rc ){
-    snprintf(zWhy, nWhy, "read: %s", sqlite3_errmsg(db));
+    snprintf(zWhy, nWhy, "read: %s (%s)", sqlite3_errmsg(db), tde_last_error());
     sqlite3_close(db);
     return PR_FAIL;
   }
