@@ -551,7 +551,14 @@ static uint32_t tdeMainReadBound(TdeFile *p, uint8_t aSalt[8], int *pbSalt){
 ** again once before a refusal.  aPage (iAmt bytes) is wiped on refusal.
 */
 static int tdeMainMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag, uint8_t *aPage, int iAmt){
-  int rc = tdeMapCheck(p, pgno, aTag);
+  int rc;
+  /* No lock held: SQLite's header peek at open (sqlite3PagerReadFileheader),
+  ** outside any read transaction and before the WAL is open, so the rule
+  ** has no read mark to go by; a checkpoint may have copied page 1 from
+  ** a WAL not yet folded.  SQLite reads page 1 again under SHARED, where
+  ** the check is made. */
+  if( p->eLockHeld==SQLITE_LOCK_NONE ) return SQLITE_OK;
+  rc = tdeMapCheck(p, pgno, aTag);
   for(int iTry=0; rc==SQLITE_NOTFOUND && iTry<2; iTry++){
     if( p->pWalFile ){
       uint8_t aSalt[8], aFrameTag[8];
@@ -1095,6 +1102,7 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
     if( rc ) return rc;
   }
   rc = p->pReal->pMethods->xLock(p->pReal, eLock);
+  if( rc==SQLITE_OK ) p->eLockHeld = eLock;
   /* A write transaction starts: seal with the newest data key (another
   ** process may have begun a rekey).  Once per lock session: from RESERVED
   ** to EXCLUSIVE no other connection can update the header (header
@@ -1121,6 +1129,7 @@ static int tdeUnlock(sqlite3_file *pFile, int eLock){
   /* End of a rollback-mode write transaction: the freshness anchor, when due. */
   if( eLock<=SQLITE_LOCK_SHARED && ((TdeFile*)pFile)->pKeys && ((TdeFile*)pFile)->pKeys->bAnchorWrite ) tdeMainAnchorTick((TdeFile*)pFile);
   if( eLock<SQLITE_LOCK_RESERVED ) ((TdeFile*)pFile)->bLockChecked = 0;
+  ((TdeFile*)pFile)->eLockHeld = eLock;
   return REALFILE(pFile)->pMethods->xUnlock(REALFILE(pFile), eLock);
 }
 static int tdeCheckReservedLock(sqlite3_file *pFile, int *pResOut){

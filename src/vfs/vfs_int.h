@@ -192,6 +192,9 @@ struct TdeFile {
   int bHdrSums;
   uint8_t aHdrSums[64];
   int bLockChecked;
+  /* main: the lock level SQLite holds through this handle (tdeLock /
+  ** tdeUnlock); NONE: a read now is outside any transaction. */
+  int eLockHeld;
   /* main: no DB-tdeship-sync before this monotonic time (repl/sync.c). */
   uint64_t syncNoFileUntil;
   /* main: a page showed the header region rolled back (dek.c tdeOpen):

@@ -19,7 +19,10 @@
 **    the state the application was told about.
 **
 **  - Power loss: while armed it keeps, per file of the database under test
-**    (main file, -journal, -wal), the content at its last xSync.  Before
+**    (main file, -journal, -wal, -tdemap), the content at its last xSync.
+**    The page map (DB-tdemap, format version 2 in WAL mode) is written
+**    through the VFS below tde like the others, so a power loss drops its
+**    unsynced writes the same way; an image without it would be refused.  Before
 **    every write, truncate, sync and delete it can write a crash image:
 **    "drop" (every file as of its last sync: everything written since is
 **    lost) and, for a write crossing a 512-byte boundary, "torn" (all
@@ -116,7 +119,7 @@ static int probeDb(const char *zPath, uint64_t *pH, char *zWhy, size_t nWhy){
   }
   rc = contentSum(db, pH);
   if( rc ){
-    snprintf(zWhy, nWhy, "read: %s", sqlite3_errmsg(db));
+    snprintf(zWhy, nWhy, "read: %s (%s)", sqlite3_errmsg(db), tde_last_error());
     sqlite3_close(db);
     return PR_FAIL;
   }
@@ -206,13 +209,40 @@ static int fltHit(int eType){
 #define T_MAIN 0
 #define T_JOURNAL 1
 #define T_WAL 2
-static const char *azSuffix[3] = { "", "-journal", "-wal" };
+#define T_MAP 3
+#define T_NFILE 4
+/* DB-tdemap is part of a WAL-mode database like DB-wal (docs/FORMAT.md
+** "Page rollback: the page map"): images and restores carry it. */
+static const char *azSuffix[T_NFILE] = { "", "-journal", "-wal", "-tdemap" };
 typedef struct Durable { int bExists; unsigned char *a; size_t n; } Durable;
+
+/* The files of a closed database, to restore before each run: the main
+** file and, in WAL mode, DB-tdemap (a restore without it is refused). */
+typedef struct DbImage { unsigned char *a[T_NFILE]; size_t n[T_NFILE]; } DbImage;
+static void dbImageTake(const char *zPath, DbImage *p){
+  char z[PATH_MAX+16];
+  for(int i=0; i<T_NFILE; i++){
+    snprintf(z, sizeof(z), "%s%s", zPath, azSuffix[i]);
+    p->a[i] = readAll(z, &p->n[i]);
+  }
+  assert_non_null(p->a[T_MAIN]);
+}
+static void dbImageRestore(const char *zPath, const DbImage *p){
+  char z[PATH_MAX+16];
+  removeDb(zPath);
+  for(int i=0; i<T_NFILE; i++){
+    snprintf(z, sizeof(z), "%s%s", zPath, azSuffix[i]);
+    if( p->a[i] ) writeAll(z, p->a[i], p->n[i]);
+  }
+}
+static void dbImageFree(DbImage *p){
+  for(int i=0; i<T_NFILE; i++){ free(p->a[i]); p->a[i] = 0; }
+}
 static struct {
   int bArmed;
   char zDb[PATH_MAX];          /* database under test */
   char zDir[PATH_MAX];         /* where images go */
-  Durable aDur[3];
+  Durable aDur[T_NFILE];
   int bDirty;                  /* durable state changed since the last drop image */
   int iOp;                     /* workload operation running */
   int nImage;
@@ -252,7 +282,7 @@ static void imageDurable(int kind, const char *zWhat){
   if( kind==IMG_DROP && !pl.bDirty ) return;
   iImg = imageBegin(kind, zWhat);
   if( iImg<0 ) return;
-  for(int i=0; i<3; i++){
+  for(int i=0; i<T_NFILE; i++){
     char z[PATH_MAX+64];
     imagePath(z, sizeof(z), iImg, i);
     unlink(z);
@@ -265,7 +295,7 @@ static void imageDurable(int kind, const char *zWhat){
 static void imageNow(int kind, const char *zWhat){
   int iImg = imageBegin(kind, zWhat);
   if( iImg<0 ) return;
-  for(int i=0; i<3; i++){
+  for(int i=0; i<T_NFILE; i++){
     char zFrom[PATH_MAX+16], zTo[PATH_MAX+64];
     unsigned char *a;
     size_t n;
@@ -385,6 +415,8 @@ static int trackOf(const char *zName, int flags){
   if( (flags & SQLITE_OPEN_MAIN_DB) && zName[n]==0 ) return T_MAIN;
   if( (flags & SQLITE_OPEN_MAIN_JOURNAL) && strcmp(zName+n, "-journal")==0 ) return T_JOURNAL;
   if( (flags & SQLITE_OPEN_WAL) && strcmp(zName+n, "-wal")==0 ) return T_WAL;
+  /* tde opens the page map as a main journal (src/vfs/pagemap.c mapOpen). */
+  if( (flags & SQLITE_OPEN_MAIN_JOURNAL) && strcmp(zName+n, "-tdemap")==0 ) return T_MAP;
   return -1;
 }
 
@@ -408,7 +440,7 @@ static int fvDelete(sqlite3_vfs *v, const char *z, int s){
     pl.nMutate++;
     imageDurable(IMG_DROP, "delete");
     rc = pUnixVfs->xDelete(pUnixVfs, z, 0);
-    for(int i=1; i<3; i++){
+    for(int i=1; i<T_NFILE; i++){
       if( strcmp(z+n, azSuffix[i])==0 ){ pl.aDur[i].bExists = 0; pl.bDirty = 1; }
     }
     return rc;
@@ -444,7 +476,7 @@ static int groupSetup(void **state){
 
 static int groupTeardown(void **state){
   (void)state;
-  for(int i=0; i<3; i++){ free(pl.aDur[i].a); pl.aDur[i].a = 0; }
+  for(int i=0; i<T_NFILE; i++){ free(pl.aDur[i].a); pl.aDur[i].a = 0; }
   tdetestScratchRemove();
   return 0;
 }
@@ -452,7 +484,7 @@ static int groupTeardown(void **state){
 /* ---- fault injection -------------------------------------------------------- */
 
 /* Base database for the fault workload; its raw bytes in *pa. */
-static void faultBase(const char *zPath, int bWal, unsigned char **pa, size_t *pn, uint64_t *phPre){
+static void faultBase(const char *zPath, int bWal, DbImage *pBase, uint64_t *phPre){
   sqlite3 *db = 0;
   char zSql[512];
   removeDb(zPath);
@@ -467,8 +499,9 @@ static void faultBase(const char *zPath, int bWal, unsigned char **pa, size_t *p
   if( bWal ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
   assert_int_equal(contentSum(db, phPre), SQLITE_OK);
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
-  *pa = readAll(zPath, pn);
-  assert_non_null(*pa);
+  dbImageTake(zPath, pBase);
+  /* The base is version 2: in WAL mode it has its page map. */
+  if( bWal && !bPlain ) assert_non_null(pBase->a[T_MAP]);
 }
 
 static const char zFaultTx[] =
@@ -564,7 +597,7 @@ static void faultReportBad(FaultTally *t, const char *zKind, int n, const char *
 
 /* Every fault point of one kind: N = 1, 2, ... until the workload runs
 ** without reaching the Nth call. */
-static void faultKind(const char *zPath, int bWal, const unsigned char *aBase, size_t nBase,
+static void faultKind(const char *zPath, int bWal, const DbImage *pBase,
                       uint64_t hPre, uint64_t hPost, int eType, int bPersist, int rcWrite){
   FaultTally t;
   char zKind[64];
@@ -577,8 +610,7 @@ static void faultKind(const char *zPath, int bWal, const unsigned char *aBase, s
     uint64_t h = 0;
     char zWhy[256];
     int bFired, out;
-    removeDb(zPath);
-    writeAll(zPath, aBase, nBase);
+    dbImageRestore(zPath, pBase);
     fltArm(eType, n, bPersist, rcWrite);
     faultWorkload(zPath, bWal, &db, &r);
     bFired = flt.bFired;
@@ -627,15 +659,14 @@ static void faultKind(const char *zPath, int bWal, const unsigned char *aBase, s
 
 static void faultMode(int bWal){
   char zPath[PATH_MAX];
-  unsigned char *aBase;
-  size_t nBase;
+  DbImage base;
   uint64_t hPre = 0, hPost = 0;
   sqlite3 *db = 0;
   FaultRun r;
   long aCalls[FK_N];
   long nBefore = nFaultBadTotal;
   pathOf(zPath, bWal ? "fault-wal.db" : "fault-delete.db");
-  faultBase(zPath, bWal, &aBase, &nBase, &hPre);
+  faultBase(zPath, bWal, &base, &hPre);
 
   /* Dry run: the expected result and the calls of each kind. */
   fltArm(-1, 0, 0, 0);
@@ -651,11 +682,11 @@ static void faultMode(int bWal){
 
   for(int e=0; e<FK_N; e++){
     for(int bPersist=0; bPersist<2; bPersist++){
-      faultKind(zPath, bWal, aBase, nBase, hPre, hPost, e, bPersist, 0);
-      if( e==FK_WRITE ) faultKind(zPath, bWal, aBase, nBase, hPre, hPost, e, bPersist, SQLITE_FULL);
+      faultKind(zPath, bWal, &base, hPre, hPost, e, bPersist, 0);
+      if( e==FK_WRITE ) faultKind(zPath, bWal, &base, hPre, hPost, e, bPersist, SQLITE_FULL);
     }
   }
-  free(aBase);
+  dbImageFree(&base);
   removeDb(zPath);
   if( strictMode() && (nKnownHdrSlot || nKnownWalPage) ){
     fail_msg("TDE_FAULTS_STRICT: %ld known-issue outcomes", nKnownHdrSlot + nKnownWalPage);
@@ -694,14 +725,13 @@ static void shimFaults(int bWal){
     { TDE_FAULT_ALLOC_SECURE, "key memory" },
   };
   char zPath[PATH_MAX];
-  unsigned char *aBase;
-  size_t nBase;
+  DbImage base;
   uint64_t hPre = 0, hPost = 0;
   sqlite3 *db = 0;
   FaultRun r;
   long nBad = 0;
   pathOf(zPath, bWal ? "shimfault-wal.db" : "shimfault-delete.db");
-  faultBase(zPath, bWal, &aBase, &nBase, &hPre);
+  faultBase(zPath, bWal, &base, &hPre);
   faultWorkload(zPath, bWal, &db, &r);
   assert_true(r.bCommitOk && !r.bSawError);
   assert_int_equal(contentSum(db, &hPost), SQLITE_OK);
@@ -712,8 +742,7 @@ static void shimFaults(int bWal){
       uint64_t h = 0;
       char zWhy[256];
       int out, nFiredWork;
-      removeDb(zPath);
-      writeAll(zPath, aBase, nBase);
+      dbImageRestore(zPath, &base);
       sf.eSite = aSite[k].eSite;
       sf.iCountdown = n;
       sf.nFired = 0;
@@ -749,7 +778,7 @@ static void shimFaults(int bWal){
            "absorbed by SQLite %ld; after recovery: before-state %ld, after-state %ld\n",
            bWal ? "WAL" : "DELETE", aSite[k].zName, nPoints, nReported, nAtClose, nAbsorbed, nPre, nPost);
   }
-  free(aBase);
+  dbImageFree(&base);
   removeDb(zPath);
   if( nBad ) fail_msg("%ld shim fault points were absorbed or left a wrong database", nBad);
 }
@@ -806,8 +835,7 @@ static void powerLoss(int bWal){
   int nOp = bWal ? (int)(sizeof(azOpsWal)/sizeof(azOpsWal[0])) : (int)(sizeof(azOpsDelete)/sizeof(azOpsDelete[0]));
   char zPath[PATH_MAX], zSql[512];
   uint64_t aState[16];
-  unsigned char *aBase;
-  size_t nBase;
+  DbImage base;
   sqlite3 *db = 0;
   long aKind[3] = {0, 0, 0}, nPre = 0, nPost = 0, nBad = 0, nHdr = 0, nWalPage = 0;
   pathOf(zPath, bWal ? "pl-wal.db" : "pl-delete.db");
@@ -821,8 +849,8 @@ static void powerLoss(int bWal){
   exec(db, zSql);
   if( bWal ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
-  aBase = readAll(zPath, &nBase);
-  assert_non_null(aBase);
+  dbImageTake(zPath, &base);
+  if( bWal ) assert_non_null(base.a[T_MAP]);
 
   /* Dry run: the state after each operation. */
   assert_int_equal(openDb(zPath, &db), SQLITE_OK);
@@ -834,14 +862,13 @@ static void powerLoss(int bWal){
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
 
   /* The recorded run. */
-  removeDb(zPath);
-  writeAll(zPath, aBase, nBase);
+  dbImageRestore(zPath, &base);
   snprintf(pl.zDb, sizeof(pl.zDb), "%s", zPath);
   pathOf(pl.zDir, bWal ? "pl-wal-img" : "pl-delete-img");
   mkdir(pl.zDir, 0700);
   pl.nImage = 0;
   pl.nMutate = 0;
-  for(int i=0; i<3; i++) durableLoad(i);
+  for(int i=0; i<T_NFILE; i++) durableLoad(i);
   pl.bArmed = 1;
   pl.iOp = 0;
   assert_int_equal(openDb(zPath, &db), SQLITE_OK);
@@ -892,7 +919,7 @@ static void powerLoss(int bWal){
          nPre, nPost, nBad);
   printf("#   of those in the right state, tde_verify reported TDE_AUTH for %ld with a torn header slot "
          "and %ld with a torn page the WAL still covers (each repaired: the next write, a checkpoint)\n", nHdr, nWalPage);
-  free(aBase);
+  dbImageFree(&base);
   removeDb(zPath);
   assert_true(pl.nImage > 50);
   assert_true(pl.nImage < MAX_IMAGES);
