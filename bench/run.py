@@ -538,7 +538,7 @@ def call_driver(c, args, timeout):
 
 
 def remove_db(path):
-    for s in ("", "-wal", "-shm", "-journal"):
+    for s in ("", "-wal", "-shm", "-journal", "-tdemap"):
         try:
             os.unlink(path + s)
         except FileNotFoundError:
@@ -649,13 +649,20 @@ def copy_synced(src, dst):
     first fsync of the database inside the timed part writes the whole
     copy out, and which condition pays for it depends on when each one
     first syncs the database (WAL mode: plain SQLite at its first
-    checkpoint, sqlite-tde at the first WAL restart's header update)."""
-    shutil.copyfile(src, dst)
-    fd = os.open(dst, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    checkpoint, sqlite-tde at the first WAL restart's header update).
+    A WAL-mode sqlite-tde database is DB and DB-tdemap when closed (the
+    page map, docs/FORMAT.md): its header names the map, so the map is
+    copied with it when the data set has one."""
+    pairs = [(src, dst)]
+    if os.path.exists(src + "-tdemap"):
+        pairs.append((src + "-tdemap", dst + "-tdemap"))
+    for a, b in pairs:
+        shutil.copyfile(a, b)
+        fd = os.open(b, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def run_one(c, workload, mode, opt, work):
