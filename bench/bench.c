@@ -620,6 +620,7 @@ static void dropOsCacheDb(const char *zDb){
   dropOsCache(zDb);
   snprintf(z, sizeof(z), "%s-wal", zDb); dropOsCache(z);
   snprintf(z, sizeof(z), "%s-journal", zDb); dropOsCache(z);
+  snprintf(z, sizeof(z), "%s-tdemap", zDb); dropOsCache(z);   /* sqlite-tde's page map */
 }
 
 #define T2_BASE 1000000000000LL   /* t2 row id uses generator id T2_BASE + id */

@@ -261,14 +261,17 @@ expect_in err.txt 'page 1' "and names page 1"
 
 step "verify with a WAL"
 # Snapshot the database and its WAL while a shell still has it open (the
-# WAL is checkpointed away when the last connection closes).
+# WAL is checkpointed away when the last connection closes).  A WAL-mode
+# database is {DB, DB-wal, DB-tdemap} (docs/FORMAT.md, the page map): the
+# header names the map, so the snapshot carries it when there is one.
 printf '%s\n' "PRAGMA journal_mode=WAL;" "CREATE TABLE t(x);" \
   "INSERT INTO t VALUES(1),(2);" "INSERT INTO t VALUES(3);" \
-  ".system cp wal1.db walsnap.db; cp wal1.db-wal walsnap.db-wal" \
+  ".system cp wal1.db walsnap.db; cp wal1.db-wal walsnap.db-wal; if [ -e wal1.db-tdemap ]; then cp wal1.db-tdemap walsnap.db-tdemap; fi" \
   | "${SHELL_ENV[@]}" "$CLI" --config auto.conf shell wal1.db >/dev/null 2>err.txt
 [ -s walsnap.db-wal ] && ok "WAL snapshot taken" || { bad "no WAL snapshot"; cat err.txt; }
 cp walsnap.db waltamper.db
 cp walsnap.db-wal waltamper.db-wal
+[ ! -e walsnap.db-tdemap ] || cp walsnap.db-tdemap waltamper.db-tdemap
 run "$CLI" --config auto.conf verify walsnap.db
 expect_rc 0 "verify a database with a WAL"
 expect_in out.txt 'OK, ([4-9]|[1-9][0-9]+) pages/frames' "pages and WAL frames are counted"
