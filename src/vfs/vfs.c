@@ -1216,7 +1216,7 @@ static int tdeShmMap(sqlite3_file *pFile, int iPg, int pgsz, int bExtend, void v
   TdeFile *p = (TdeFile*)pFile;
   int rc = p->pReal->pMethods->xShmMap(p->pReal, iPg, pgsz, bExtend, pp);
   /* Remember where SQLite's WAL index header is, for tde_verify. */
-  if( rc==SQLITE_OK && iPg==0 ) p->pShm0 = *pp;
+  if( rc==SQLITE_OK && iPg==0 ){ p->pShm0 = *pp; p->bWalIndexEnd = 0; }
   return rc;
 }
 static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
@@ -1243,8 +1243,15 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
         uint8_t aSalt[8];
         memcpy(aSalt, (const void*)((const volatile uint8_t*)p->pShm0 + 32), 8);
         if( memcmp(aSalt, p->aShmSalt, 8)!=0 ){
+          int rc2 = tdeMainRefreshIfChanged(p);
+          if( rc2 ){
+            /* The header could not be read: the read transaction does not
+            ** begin (an error SQLite reports, never a check skipped). */
+            p->pReal->pMethods->xShmLock(p->pReal, offset, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED);
+            p->iReadSlot1 = 0;
+            return tdeRefreshLockRc(rc2);
+          }
           memcpy(p->aShmSalt, aSalt, 8);
-          tdeMainRefreshIfChanged(p);   /* a failure here is met again at the first mismatch */
         }
       }
     }else if( p->iReadSlot1==offset - 3 + 1 ){
@@ -1299,6 +1306,11 @@ static void tdeShmBarrier(sqlite3_file *pFile){
 }
 static int tdeShmUnmap(sqlite3_file *pFile, int deleteFlag){
   TdeFile *p = (TdeFile*)pFile;
+  if( deleteFlag && p->eKind==TDE_KIND_MAIN && p->pShm0 ){
+    /* The log's end for the page map's fold at its deletion, next. */
+    memcpy(&p->walIndexEnd, (const void*)((const volatile uint8_t*)p->pShm0 + 16), 4);
+    p->bWalIndexEnd = 1;
+  }
   if( deleteFlag && p->eKind==TDE_KIND_MAIN && p->pShm0 && p->zName ){
     /* Last connection closing (it holds the exclusive lock): the WAL is
     ** deleted next.  Save frames a shipper has not captured (standby). */

@@ -211,6 +211,14 @@ struct TdeFile {
   int bInCkpt;
   int bWalWrite;              /* main: this connection holds the WAL write lock */
   uint8_t aShmSalt[8];        /* main: WAL index salts at this connection's last read lock */
+  /* main, page map: the WAL index's last frame when SQLite unmapped it to
+  ** delete the log (the fold at deletion goes no further: frames past it,
+  ** of a commit whose sync failed, were never part of the log), and
+  ** whether a WAL sync failed in this generation (without a shared index
+  ** the fold then drops the map rather than trust the chain's end). */
+  int bWalIndexEnd;
+  uint32_t walIndexEnd;
+  int bWalSyncFailed;
 };
 
 /* fileio.c: the registry of open main files (added at open, removed at
@@ -380,6 +388,7 @@ int tdeWalNewestTag(TdeFile *p, uint32_t pgno, uint32_t bound, const uint8_t *aS
                     uint8_t aTag[8], int *pbFound);
 int tdeWalFoldMap(TdeFile *p);
 int tdeWalFoldMapFile(TdeFile *pMain, const char *zWal);
+int tdeWalFoldMapTo(TdeFile *p, uint32_t bound);
 
 /* upgrade.c: format version 1 -> 2 (caller holds the write lock, the WAL
 ** emptied); *pbDone 1 if this call upgraded it. */

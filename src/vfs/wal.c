@@ -1089,7 +1089,10 @@ int tdeWalFlush(TdeFile *p){
 ** waits for. */
 int tdeWalSync(TdeFile *p, int flags){
   int rc = walFlushFrame(p);
-  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, flags);
+  if( rc==SQLITE_OK ){
+    rc = p->pReal->pMethods->xSync(p->pReal, flags);
+    if( rc && p->pMain ) p->pMain->bWalSyncFailed = 1;   /* the page map's fold (tdeWalFoldMap) */
+  }
   if( rc==SQLITE_OK ) rc = walEpochDue(p, 1);
   return rc;
 }
@@ -1150,6 +1153,7 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     /* The generation ends: its pages into the page map first. */
     rc = tdeWalFoldMap(p);
     if( rc ) return rc;
+    if( p->pMain ) p->pMain->bWalSyncFailed = 0;   /* a new generation */
     uint64_t w = 0;
     int bV2;
     walShipHook(p, TDE_CAPTURE_RESTART, z);
@@ -1310,6 +1314,7 @@ int tdeWalTruncate(TdeFile *p, sqlite3_int64 size){
   if( size<WAL_HDR ){
     rc = tdeWalFoldMap(p);      /* the generation ends: its pages into the page map */
     if( rc ) return rc;
+    if( p->pMain ) p->pMain->bWalSyncFailed = 0;
     /* Truncated to nothing: every frame goes (a shorter truncation only
     ** drops frames beyond the ones just committed, captured already). */
     walShipHook(p, TDE_CAPTURE_CLOSE, 0);
@@ -1445,7 +1450,32 @@ int tdeWalNewestTag(TdeFile *p, uint32_t pgno, uint32_t bound, const uint8_t *aS
 ** into the page map.  A header that is not the current generation's (no
 ** log yet, an interrupted restart, damage) has no committed frame.
 */
+/* The frames of the log as SQLite's WAL index has them, for a fold:
+** its last frame when it is mapped; else (no shared index) the chain's
+** end, unless a WAL sync failed in this generation (a commit frame past
+** SQLite's end may then be on disk): 0 = drop the map instead. */
+static uint32_t walFoldBound(TdeFile *p, int *pbDrop){
+  TdeFile *m = p->pMain;
+  *pbDrop = 0;
+  if( m->pShm0 ){
+    uint32_t mx;
+    memcpy(&mx, (const void*)((const volatile uint8_t*)m->pShm0 + 16), 4);
+    return mx;
+  }
+  if( m->bWalSyncFailed ){ *pbDrop = 1; return 0; }
+  return UINT32_MAX;
+}
+
 int tdeWalFoldMap(TdeFile *p){
+  int bDrop = 0;
+  uint32_t bound;
+  if( !walV2(p) || !p->pMain || p->pMain->bStandby ) return SQLITE_OK;
+  bound = walFoldBound(p, &bDrop);
+  if( bDrop ) return tdeMapDrop(p->pMain);
+  return tdeWalFoldMapTo(p, bound);
+}
+
+int tdeWalFoldMapTo(TdeFile *p, uint32_t bound){
   uint8_t aHdr[WAL_HDR];
   uint32_t *aPgno = 0, n = 0, nDb = 0;
   uint8_t *aTag = 0;
@@ -1458,9 +1488,14 @@ int tdeWalFoldMap(TdeFile *p){
   if( rc ) return rc;
   if( state==FRAME_OK && p->wal.w==p->pMain->pKeys->hdr.logEpoch && p->wal.pgsz ){
     if( !p->wal.bChain ) walChainReset(p, 1);
-    rc = walChainExtend(p, UINT32_MAX);
+    rc = walChainExtend(p, bound);
     if( rc ) return rc;
     n = p->wal.iChainCommit;
+    if( n>bound ){
+      /* The last commit frame at or below SQLite's end of the log. */
+      n = bound;
+      while( n>0 && !p->wal.aMac[n].bCommit ) n--;
+    }
   }
   if( p->wal.bFolded && p->wal.iFoldEnd==n && memcmp(p->wal.aFoldSalt, p->wal.aHdr+16, 8)==0
    && memcmp(p->wal.aFoldRoot, p->pMain->pKeys->hdr.aMapRoot, 16)==0 ){
@@ -1514,7 +1549,12 @@ int tdeWalFoldMapFile(TdeFile *pMain, const char *zWal){
     w.pReal = pFd;
     w.pMain = pMain;
     w.zName = zWal;
-    rc = tdeWalFoldMap(&w);
+    /* As far as SQLite's WAL index went when it was unmapped for this
+    ** deletion; without one (locking_mode=EXCLUSIVE), as tdeWalFoldMap. */
+    if( pMain->bWalIndexEnd ) rc = tdeWalFoldMapTo(&w, pMain->walIndexEnd);
+    else if( pMain->bWalSyncFailed ) rc = tdeMapDrop(pMain);
+    else rc = tdeWalFoldMapTo(&w, UINT32_MAX);
+    if( rc==SQLITE_OK ){ pMain->bWalIndexEnd = 0; pMain->bWalSyncFailed = 0; }
     tdeWalFree(&w);
   }
   if( pFd->pMethods ) pFd->pMethods->xClose(pFd);
