@@ -198,9 +198,10 @@ static void copyRaw(const char *zFrom, const char *zTo){
 }
 
 static void crashSnapshot(int bTorn, const char *zWhat){
-  static const char *azSuffix[] = { "", "-journal", "-wal" };
+  /* The database's files: in WAL mode (format 2) its page map too. */
+  static const char *azSuffix[] = { "", "-journal", "-wal", "-tdemap" };
   if( nCrashImage>=MAX_IMAGES ) return;
-  for(int i=0; i<3; i++){
+  for(int i=0; i<4; i++){
     char zFrom[PATH_MAX+16], zTo[PATH_MAX+64];
     snprintf(zFrom, sizeof(zFrom), "%s%s", zCrashDb, azSuffix[i]);
     if( snprintf(zTo, sizeof(zTo), "%s/img%d.db%s", zCrashDir, nCrashImage, azSuffix[i]) >= (int)sizeof(zTo) ) return;
