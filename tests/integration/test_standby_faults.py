@@ -21,12 +21,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import standby_common as C  # noqa: E402
 
 
-def snapshot(sdb, d, name):
+def snapshot(sdb, d, name, cfg):
+    """A copy of the standby file, remapped: its header names the primary's
+    page map, which a standby never receives (README "Standby")."""
     dst = os.path.join(d, name)
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", "-tdemap"):
         if os.path.exists(dst + suffix):
             os.unlink(dst + suffix)
     shutil.copyfile(sdb, dst)
+    r = subprocess.run([C.CLI, "--config", cfg, "remap", dst], capture_output=True, text=True)
+    C.check(r.returncode == 0, "sqlite-tde remap on a copy of the standby: %s" % (r.stdout + r.stderr).strip())
     return dst
 
 
@@ -108,7 +112,7 @@ def main():
             "standby restarts: %d (re-applied logged transactions %d times)" % (
                 counts.get("kill_standby", 0), slog.count("re-applied")))
     pr = C.rows(pdb, cfg)
-    sr = C.rows(snapshot(sdb, d, "snap.db"), cfg)
+    sr = C.rows(snapshot(sdb, d, "snap.db", cfg), cfg)
     C.check(pr[0] == list(range(1, len(pr[0]) + 1)), "the primary holds rows 1..%d" % len(pr[0]))
     C.check(sr[0] == pr[0] and sr[1] == pr[1], "the standby holds exactly the primary's %d rows" % len(pr[0]))
     C.check(sr[2] == 10000 and sr[3] == "ok", "balances %s, integrity_check %s on the standby" % (sr[2], sr[3]))
@@ -126,7 +130,7 @@ def main():
     C.stop(ship)
     proxy.close()
     C.check(applied >= acked, "the standby's recorded sequence %d >= the last acknowledged %d" % (applied, acked))
-    r = subprocess.run([C.CLI, "standby", "--promote", sdb], capture_output=True, text=True)
+    r = subprocess.run([C.CLI, "--config", cfg, "standby", "--promote", sdb], capture_output=True, text=True)
     C.check(r.returncode == 0, "promoted: %s" % (r.stdout + r.stderr).strip().replace("\n", " | "))
     ids, _, bal, integ = C.rows(sdb, cfg)
     pids = C.rows(pdb, cfg)[0]

@@ -112,7 +112,8 @@ def main():
         for suffix in ("", "-tdestandby", "-tdestandby-log"):
             if os.path.exists(sdb + suffix):
                 shutil.copyfile(sdb + suffix, os.path.join(cp, "f.db" + suffix))
-        r = subprocess.run([C.CLI, "standby", "--promote", os.path.join(cp, "f.db")], capture_output=True, text=True)
+        r = subprocess.run([C.CLI, "--config", cfg, "standby", "--promote", os.path.join(cp, "f.db")],
+                           capture_output=True, text=True)
         if r.returncode != 0:
             C.bad("round %d: promotion failed: %s" % (n, r.stderr.strip()))
             break
