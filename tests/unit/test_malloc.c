@@ -216,8 +216,9 @@ static void baseDb(int w, const char *zPath){
 
 static void mallocWorkload(int w){
   char zPath[PATH_MAX];
-  unsigned char *aBase = 0;
-  size_t nBase = 0;
+  unsigned char *aBase = 0, *aMap = 0;    /* the database; in WAL mode its page map */
+  size_t nBase = 0, nMap = 0;
+  char zMap[PATH_MAX+16];
   uint64_t hPre = 0, hPost = 0, h;
   sqlite3_int64 nBaseline;
   long nCalls;
@@ -231,6 +232,8 @@ static void mallocWorkload(int w){
   if( w!=W_CREATE ){
     aBase = readAll(zPath, &nBase);
     assert_non_null(aBase);
+    snprintf(zMap, sizeof(zMap), "%s-tdemap", zPath);
+    aMap = readAll(zMap, &nMap);
     assert_int_equal(check(zPath, &hPre, zWhy, sizeof(zWhy)), 0);
   }else{
     sqlite3 *db = 0;          /* the state of "no database yet": empty */
@@ -262,6 +265,7 @@ static void mallocWorkload(int w){
       if( nOnly && n>nOnly ) break;
       removeDb(zPath);
       if( aBase ) writeAll(zPath, aBase, nBase);
+      if( aMap ) writeAll(zMap, aMap, nMap);
       mfArm(n, bPersist);
       workload(w, zPath, &r);
       bFired = mf.bFired;
@@ -321,6 +325,7 @@ static void mallocWorkload(int w){
     nBad += nLeak + nFail;
   }
   free(aBase);
+  free(aMap);
   if( getenv("TDE_MALLOC_POINT")==0 ) removeDb(zPath);
   if( nBad ) fail_msg("%ld allocation-failure points (%s) leaked or left a wrong database", nBad, azWorkload[w]);
 }
