@@ -329,6 +329,9 @@ int tdeTlsServer(const TdeReplCfg *p, TdeConn *c, char *zWhy, size_t nWhy);
 ** shipper waits TDE_SYNC_RECHECK_US after creating the file, so every
 ** commit after its start sees the file). */
 #define TDE_SYNC_RECHECK_US 20000
+/* The longest a commit waits, whatever DB-tdeship-sync says: the largest
+** repl_sync_timeout_ms the configuration accepts (tls.c). */
+#define TDE_SYNC_MAX_WAIT_MS 600000u
 void tdeReplSyncWait(const char *zDb, const TdeWalEnd *pMine, uint64_t *pNoFileUntil);
 int tdeSyncCovers(const uint8_t *aAckSalt, uint32_t ackLast, const uint8_t *aSalt, uint32_t mxFrame);
 /* Shipper: create DB-tdeship-sync; publish the acknowledged position; remove. */

@@ -16,6 +16,15 @@
 ** file at monotonic time t skips the check only until t + the interval,
 ** which is before the shipper's start returns, so every commit that
 ** begins after the start opens the file.
+**
+** The file's existence proves nothing (anyone who can write the folder can
+** create it).  A commit waits only for a shipper whose presence is proven:
+** the shipper holds an open-file-description write lock on the file for
+** as long as it runs (the kernel drops it when the process dies), and the
+** writer waits only while that lock is held and the path still names the
+** file it opened; the wait never exceeds TDE_SYNC_MAX_WAIT_MS, the largest
+** repl_sync_timeout_ms the configuration accepts, whatever the file says.
+** Must never: block a commit on a file alone, or open a FIFO or a link.
 */
 #include "repl/repl.h"
 #include "cipher/cipher.h"
@@ -24,6 +33,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,10 +81,30 @@ static uint64_t syncMonoUs(void){
   return (uint64_t)ts.tv_sec*1000000u + (uint64_t)ts.tv_nsec/1000u;
 }
 
+/* Is a write lock held on the file fd names, by another open file
+** description (the shipper's)?  An error counts as no. */
+static int syncLockHeld(int fd){
+  struct flock fl;
+  memset(&fl, 0, sizeof(fl));
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  if( fcntl(fd, F_OFD_GETLK, &fl)!=0 ) return 0;
+  return fl.l_type!=F_UNLCK;
+}
+
+/* Does zPath still name the file fd has open (not removed or replaced)? */
+static int syncSameFile(const char *zPath, int fd){
+  struct stat a, b;
+  if( stat(zPath, &a)!=0 || fstat(fd, &b)!=0 ) return 0;
+  return a.st_dev==b.st_dev && a.st_ino==b.st_ino;
+}
+
 void tdeReplSyncWait(const char *zDb, const TdeWalEnd *pMine, uint64_t *pNoFileUntil){
   char zPath[4200];
   SyncView v;
+  struct stat st;
   uint64_t deadline, tBefore;
+  uint32_t waitMs;
   int fd;
   if( !zDb || !pMine->bKnown ) return;
   /* The clock is read before the open: the absence it records is at
@@ -82,25 +112,30 @@ void tdeReplSyncWait(const char *zDb, const TdeWalEnd *pMine, uint64_t *pNoFileU
   tBefore = syncMonoUs();
   if( pNoFileUntil && tBefore<*pNoFileUntil ) return;   /* no file, seen less than the interval ago */
   if( snprintf(zPath, sizeof(zPath), "%s-tdeship-sync", zDb)>=(int)sizeof(zPath) ) return;
-  fd = open(zPath, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO put there must not block the open. */
+  fd = open(zPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if( fd<0 ){
     /* async: no shipper in sync mode */
     if( pNoFileUntil ) *pNoFileUntil = tBefore + TDE_SYNC_RECHECK_US;
     return;
   }
   if( pNoFileUntil ) *pNoFileUntil = 0;
+  if( fstat(fd, &st)!=0 || !S_ISREG(st.st_mode) ) goto done;
   if( syncRead(fd, &v)!=TDE_OK || v.mode!=TDE_SYNC_MODE_SYNC || v.degraded ) goto done;
-  if( kill((pid_t)v.pid, 0)!=0 && errno==ESRCH ) goto done;   /* a shipper that died: nobody to wait for */
-  deadline = tdeNowMs() + v.timeoutMs;
-  for(;;){
+  if( !syncLockHeld(fd) ) goto done;       /* no shipper holds it: nobody to wait for */
+  waitMs = v.timeoutMs<TDE_SYNC_MAX_WAIT_MS ? v.timeoutMs : TDE_SYNC_MAX_WAIT_MS;
+  deadline = tdeNowMs() + waitMs;
+  for(unsigned n=0;; n++){
     struct timespec ts = { 0, 100000 };
     if( v.valid && tdeSyncCovers(v.aSalt, v.iLast, pMine->aSalt, pMine->mxFrame) ) break;
     if( v.degraded ) break;
     if( tdeNowMs()>=deadline ){
       tdeLog(TDE_LOG_WARNING, "%s: sync mode: no standby acknowledged the commit within %u ms; continuing "
-             "(the shipper falls back to async)", zDb, v.timeoutMs);
+             "(the shipper falls back to async)", zDb, waitMs);
       break;
     }
+    /* Every 10 ms: the shipper still there, the file still in place. */
+    if( (n % 100)==99 && (!syncLockHeld(fd) || !syncSameFile(zPath, fd)) ) break;
     nanosleep(&ts, 0);
     if( syncRead(fd, &v)!=TDE_OK ) break;
   }
@@ -111,17 +146,35 @@ done:
 int tdeSyncCreate(const char *zDb, uint32_t timeoutMs, int *pFd){
   char zPath[4200];
   uint8_t a[TDE_SYNC_BYTES];
-  int fd;
+  struct flock fl;
+  struct stat st;
+  int fd, rc;
   snprintf(zPath, sizeof(zPath), "%s-tdeship-sync", zDb);
-  fd = open(zPath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd = open(zPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   if( fd<0 ) return tdeErr(TDE_IO, "%s: %s", zPath, strerror(errno));
+  if( fstat(fd, &st)!=0 || !S_ISREG(st.st_mode) ){
+    close(fd);
+    return tdeErr(TDE_IO, "%s: not a regular file; remove it", zPath);
+  }
+  /* The lock proves this shipper's presence to writers (held until the
+  ** process ends or tdeSyncRemove closes the descriptor). */
+  memset(&fl, 0, sizeof(fl));
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  if( fcntl(fd, F_OFD_SETLK, &fl)!=0 ){
+    rc = errno==EAGAIN || errno==EACCES
+       ? tdeErr(TDE_LOCKED, "%s: another shipper in sync mode holds it", zPath)
+       : tdeErr(TDE_IO, "%s: lock: %s", zPath, strerror(errno));
+    close(fd);
+    return rc;
+  }
   memset(a, 0, sizeof(a));
   memcpy(a, SYNC_MAGIC, 8);
   tdePut32(a+8, TDE_SYNC_MODE_SYNC);
   tdePut32(a+12, timeoutMs);
   tdePut32(a+16, (uint32_t)getpid());
-  if( pwrite(fd, a, sizeof(a), 0)!=(ssize_t)sizeof(a) ){
-    int rc = tdeErr(TDE_IO, "%s: %s", zPath, strerror(errno));
+  if( ftruncate(fd, 0)!=0 || pwrite(fd, a, sizeof(a), 0)!=(ssize_t)sizeof(a) ){
+    rc = tdeErr(TDE_IO, "%s: %s", zPath, strerror(errno));
     close(fd);
     unlink(zPath);
     return rc;

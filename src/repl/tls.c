@@ -91,8 +91,8 @@ static int cfgParse(TdeReplCfg *p, char *zText){
     }else if( strcmp(zKey, "repl_sync_timeout_ms")==0 ){
       char *zE = 0;
       long v = strtol(zVal, &zE, 10);
-      if( !zE || *zE || v<1 || v>600000 ){
-        rc = tdeErr(TDE_CONFIG, "%s:%d: repl_sync_timeout_ms: 1 to 600000", p->zPath, iLine);
+      if( !zE || *zE || v<1 || v>(long)TDE_SYNC_MAX_WAIT_MS ){
+        rc = tdeErr(TDE_CONFIG, "%s:%d: repl_sync_timeout_ms: 1 to %u", p->zPath, iLine, TDE_SYNC_MAX_WAIT_MS);
       }else{
         p->syncTimeoutMs = (int)v;
       }
