@@ -161,9 +161,14 @@ static void mapClose(TdeFile *p, sqlite3_file *pFd){
 static _Thread_local int bMapQuiet;   /* a load that will be retried: no log line */
 static int mapRefuse(TdeFile *p, const char *zWhy){
   if( bMapQuiet ) return SQLITE_IOERR_AUTH;
+  /* Never suggest remap here: a copy made without the map and pages
+  ** rolled back with the map removed look the same, and remap accepts
+  ** both (README "The page map": how to tell them apart first). */
   tdeErr(TDE_AUTH, "%s-tdemap does not match the database header (%s): the page map was "
-         "deleted, damaged or put back from another time; restore the database, its -wal and "
-         "%s-tdemap from one backup (or accept the pages as they are: sqlite-tde remap)",
+         "deleted, damaged or put back from another time, or older pages were put into the "
+         "database with it; nothing was read or changed. Restore the database, its -wal and "
+         "%s-tdemap from one backup. `sqlite-tde remap` would accept whatever pages the file "
+         "holds now, a rollback included: check the file against a backup first",
          mapDbName(p), zWhy, mapDbName(p));
   tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
   p->nAuthFail++;
@@ -278,8 +283,9 @@ int tdeMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag){
 
 int tdeMapRefusePage(TdeFile *p, uint32_t pgno){
   tdeErr(TDE_AUTH, "%s: page %u is an older version than the page map records (the database "
-         "file was rolled back, in part or whole, to an older copy: restore the database, its "
-         "-wal and %s-tdemap from one backup)", mapDbName(p), pgno, mapDbName(p));
+         "file was rolled back, in part or whole, to an older copy; the page was not returned and "
+         "nothing was changed): restore the database, its -wal and %s-tdemap from one backup",
+         mapDbName(p), pgno, mapDbName(p));
   tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
   p->nAuthFail++;
   return SQLITE_IOERR_AUTH;
