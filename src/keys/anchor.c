@@ -113,3 +113,58 @@ int tdeAnchorPut(const TdeConfig *cfg, TdeKeystore *ks, const TdeAnchorRec *r, c
   tdeAnchorName(r->dbid, zName);
   return tdeAnchorStoreSet(cfg, ks, zName, a, sizeof(a));
 }
+
+/* ---- place records -------------------------------------------------------- */
+
+#define P_MAGIC   "TDEPLC01"
+#define P_DBID    8
+#define P_PATH    24        /* SHA-256 of the canonical path */
+#define P_TIME    56
+#define P_ZERO    64
+
+/* "sqlite-tde-place-" and the first 16 bytes of SHA-256(zPlace) in hex. */
+static int placeName(const char *zPlace, uint8_t aHash[32], char zName[TDE_ANCHOR_NAME_MAX]){
+  char zHex[2*TDE_DBID_BYTES + 1];
+  int rc = tdeSha256((const uint8_t *)zPlace, strlen(zPlace), aHash);
+  if( rc ) return rc;
+  tdeDbidHex(aHash, zHex);
+  snprintf(zName, TDE_ANCHOR_NAME_MAX, "sqlite-tde-place-%s", zHex);
+  return TDE_OK;
+}
+
+int tdePlaceFetch(const TdeConfig *cfg, TdeKeystore *ks, const char *zPlace,
+                  uint8_t aDbid[TDE_DBID_BYTES], int *pbFound){
+  char zName[TDE_ANCHOR_NAME_MAX];
+  uint8_t a[TDE_ANCHOR_VALUE_MAX], aHash[32];
+  size_t n = 0;
+  int rc;
+  *pbFound = 0;
+  rc = placeName(zPlace, aHash, zName);
+  if( rc ) return rc;
+  rc = tdeAnchorStoreGet(cfg, ks, zName, a, sizeof(a), &n);
+  if( rc==TDE_NOTFOUND ){ tdeErrClear(); return TDE_OK; }
+  if( rc ) return rc;
+  *pbFound = 1;
+  if( n!=TDE_PLACE_REC_BYTES || memcmp(a, P_MAGIC, 8)!=0 || memcmp(a+P_PATH, aHash, 32)!=0 ){
+    return tdeErr(TDE_AUTH, "anchor store entry %s is not the place record of %s", zName, zPlace);
+  }
+  for(int i=P_ZERO; i<TDE_PLACE_REC_BYTES; i++){
+    if( a[i] ) return tdeErr(TDE_AUTH, "place record %s: non-zero reserved bytes", zName);
+  }
+  memcpy(aDbid, a+P_DBID, TDE_DBID_BYTES);
+  return TDE_OK;
+}
+
+int tdePlacePut(const TdeConfig *cfg, TdeKeystore *ks, const char *zPlace,
+                const uint8_t dbid[TDE_DBID_BYTES], int64_t t){
+  char zName[TDE_ANCHOR_NAME_MAX];
+  uint8_t a[TDE_PLACE_REC_BYTES];
+  int rc;
+  memset(a, 0, sizeof(a));
+  memcpy(a, P_MAGIC, 8);
+  memcpy(a+P_DBID, dbid, TDE_DBID_BYTES);
+  rc = placeName(zPlace, a+P_PATH, zName);
+  if( rc ) return rc;
+  tdePut64(a+P_TIME, (uint64_t)t);
+  return tdeAnchorStoreSet(cfg, ks, zName, a, sizeof(a));
+}

@@ -46,4 +46,23 @@ int tdeAnchorPut(const TdeConfig *cfg, TdeKeystore *ks, const TdeAnchorRec *r, c
 /* 1 if the header state (A, L, seq) is older than the record. */
 int tdeAnchorIsStale(const TdeAnchorRec *r, uint64_t A, uint64_t L, uint64_t seq);
 
+/*
+** Place records (docs/FORMAT.md "External anchor", "The place"): which
+** database id the store last anchored at a path, so that another database
+** put in a database's place (a VACUUM INTO backup, a copy of another
+** database under the same keystore: each has its own id and so its own
+** anchor record) is refused.  zPlace is the database file's canonical
+** path.  Not MACed: the store's protection keeps it, as it keeps the
+** anchor record from being put back.
+**
+** Fetch: TDE_OK with *pbFound 0 (no record) or 1 and aDbid set;
+** TDE_AUTH: a value that is not a place record for zPlace;
+** TDE_NOKEYSTORE: the store cannot be reached.
+*/
+#define TDE_PLACE_REC_BYTES 96
+int tdePlaceFetch(const TdeConfig *cfg, TdeKeystore *ks, const char *zPlace,
+                  uint8_t aDbid[TDE_DBID_BYTES], int *pbFound);
+int tdePlacePut(const TdeConfig *cfg, TdeKeystore *ks, const char *zPlace,
+                const uint8_t dbid[TDE_DBID_BYTES], int64_t t);
+
 #endif /* TDE_KEYS_ANCHOR_H */

@@ -17,6 +17,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 /* Set by tde_db_reanchor on its own thread while it opens the database:
@@ -50,7 +51,46 @@ static void anchorTime(int64_t t, char *z, size_t n){
   }
 }
 
-int tdeMainAnchorCheck(TdeFile *p){
+/* The database file's canonical path (symbolic links resolved), the name
+** its place record is kept under; zName as given if it cannot be resolved. */
+static void anchorPlace(TdeFile *p, char zOut[PATH_MAX]){
+  if( !p->zName || !realpath(p->zName, zOut) ){
+    snprintf(zOut, PATH_MAX, "%s", p->zName ? p->zName : "");
+  }
+}
+
+/*
+** The place check (docs/FORMAT.md "External anchor", "The place"): the
+** store's place record for this path, if any, must name this database.
+** Another database in its place -- a VACUUM INTO backup, a database of
+** the same keystore copied over it -- carries its own id and would open
+** as never anchored: refused until `reanchor` accepts it.  A new database
+** created here is not refused (it holds nothing older); its first anchor
+** update takes the place.  TDE_OK or the refusal (detail in tdeErr).
+*/
+static int anchorPlaceCheck(TdeFile *p, int bNew){
+  TdeDbKeys *k = p->pKeys;
+  char zPlace[PATH_MAX];
+  uint8_t aDbid[TDE_DBID_BYTES];
+  int bFound = 0, trc;
+  if( bNew ) return TDE_OK;
+  anchorPlace(p, zPlace);
+  trc = tdePlaceFetch(k->pCfg, k->pKs, zPlace, aDbid, &bFound);
+  if( trc || !bFound ) return trc;
+  if( memcmp(aDbid, k->hdr.dbid, TDE_DBID_BYTES)!=0 ){
+    char zWas[2*TDE_DBID_BYTES + 1], zIs[2*TDE_DBID_BYTES + 1];
+    tdeDbidHex(aDbid, zWas);
+    tdeDbidHex(k->hdr.dbid, zIs);
+    return tdeErr(TDE_AUTH, "%s: another database is in this database's place (the freshness "
+                  "anchor last saw database id %s here; this file is %s): a backup made with "
+                  "VACUUM INTO or another database was put here. Restored on purpose? run "
+                  "`sqlite-tde reanchor %s`", anchorDbName(p), zWas, zIs, anchorDbName(p));
+  }
+  k->bPlaceOk = 1;
+  return TDE_OK;
+}
+
+int tdeMainAnchorCheck(TdeFile *p, int bNew){
   TdeDbKeys *k = p->pKeys;
   TdeAnchorRec rec;
   long long nIv = 0;
@@ -79,7 +119,8 @@ int tdeMainAnchorCheck(TdeFile *p){
   k->nAnchorInterval = nIv;
   if( bAnchorBypass ) return SQLITE_OK;
 
-  for(int nTry=0; nTry<2; nTry++){
+  trc = anchorPlaceCheck(p, bNew);
+  for(int nTry=0; trc==TDE_OK && nTry<2; nTry++){
     trc = tdeAnchorFetch(k->pCfg, k->pKs, k->hdr.dbid, anchorKey, k, &rec, &bFound);
     if( trc ) break;
     if( !bFound ){
@@ -178,6 +219,15 @@ static int anchorUpdate(TdeFile *p, uint64_t floor){
   if( !d ) return SQLITE_ERROR;
   trc = tdeAnchorPut(k->pCfg, k->pKs, &rec, d->aDek);
   k->tAnchorLast = rec.t;
+  if( trc==TDE_OK && !k->bPlaceOk ){
+    /* After the record: a crash between the two leaves the place
+    ** unrecorded (as before the first update), never naming a database
+    ** whose record is missing. */
+    char zPlace[PATH_MAX];
+    anchorPlace(p, zPlace);
+    trc = tdePlacePut(k->pCfg, k->pKs, zPlace, k->hdr.dbid, rec.t);
+    if( trc==TDE_OK ) k->bPlaceOk = 1;
+  }
   if( trc ) return tdeSqliteRc(trc);
   k->anchorVersion = rec.version;
   k->tAnchorRecord = rec.t;

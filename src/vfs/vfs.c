@@ -240,7 +240,7 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
   }
   rc = tdeAdoptKeys(p, &k);
   /* The external freshness anchor, if configured (vfs/anchor.c). */
-  if( rc==SQLITE_OK && (rc = tdeMainAnchorCheck(p))!=SQLITE_OK ){ k = p->pKeys; p->pKeys = 0; }
+  if( rc==SQLITE_OK && (rc = tdeMainAnchorCheck(p, 0))!=SQLITE_OK ){ k = p->pKeys; p->pKeys = 0; }
 
 done:
   if( rc && rc!=SQLITE_NOMEM ){
@@ -304,7 +304,7 @@ static int tdeMainCreate(TdeFile *p){
   if( rc ) goto done;
   tdeKeysNoteMasterKey(k);
   rc = tdeAdoptKeys(p, &k);
-  if( rc==SQLITE_OK && (rc = tdeMainAnchorCheck(p))!=SQLITE_OK ){ k = p->pKeys; p->pKeys = 0; }
+  if( rc==SQLITE_OK && (rc = tdeMainAnchorCheck(p, 1))!=SQLITE_OK ){ k = p->pKeys; p->pKeys = 0; }
 
 done:
   if( rc && rc!=SQLITE_NOMEM ){

@@ -82,6 +82,8 @@ typedef struct TdeDbKeys {
   int64_t tAnchorRecord;      /* time in the newest record read or written (status) */
   uint32_t anchorVersion;     /* data-key version that MACed it */
   int bAnchorWrite;           /* rollback mode: the main file holds RESERVED or more */
+  int bPlaceOk;               /* the store's place record for this path names this
+                              ** database (checked at load or written by an update) */
 } TdeDbKeys;
 
 typedef struct TdeWal {
@@ -357,7 +359,7 @@ int tdeMainFreshnessUpdate(TdeFile *pMain, TdeHeaderEdit xEdit, void *pArg);
 ** SQLITE_IOERR_AUTH (older than the anchor, forged record) / SQLITE_AUTH
 ** (store unreachable) with the message logged.  Tick at the end of a
 ** write transaction, under the write lock: updates the anchor when due. */
-int tdeMainAnchorCheck(TdeFile *pMain);
+int tdeMainAnchorCheck(TdeFile *pMain, int bNew);   /* bNew: just created */
 void tdeMainAnchorTick(TdeFile *pMain);
 /* Before a rekey's finish drops older data keys: the record MACed by the
 ** current one (an update if needed); else the finish must not run. */
