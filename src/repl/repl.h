@@ -70,6 +70,14 @@ typedef struct TdeSpoolPos {
   int bValid;                 /* a record exists */
   uint8_t aHdrHash[32];
   uint32_t keySig;            /* data-key versions the header lists (see tdeKeySig) */
+  /* The stored frame header of frame iFrame as captured (bLastFh 1), so a
+  ** capture can tell that the WAL still holds that very frame: a primary
+  ** that lost commits and wrote past the old end again in the same
+  ** generation has another frame there (its checksum covers every frame
+  ** before it).  bLastFh 2: at spool offset iLastFhOff, not read yet. */
+  int bLastFh;
+  uint8_t aLastFh[TDE_FRAME_HDR];
+  sqlite3_int64 iLastFhOff;
 } TdeSpoolPos;
 
 typedef struct TdeSpool {

@@ -152,7 +152,28 @@ int tdeRecCheck(const uint8_t *a, size_t n, TdeRec *r){
 
 /* ---- the spool file ----------------------------------------------------- */
 
-static void posApply(TdeSpoolPos *p, const TdeRec *r){
+/* Where the last frame header of a record with frames starts in its
+** payload. */
+static size_t recLastFhOff(const TdeRec *r){
+  return ((r->flags & TDE_RECF_HEADER) ? (size_t)TDE_HEADER_BYTES : 0)
+       + (size_t)(r->nFrame-1)*(TDE_FRAME_HDR + r->pgsz);
+}
+
+/* The position after record r.  aPayload: its payload in memory, or NULL
+** (then iRecOff, the record's offset in the spool, locates its last frame
+** header for tdeSpoolScan to read). */
+static void posApply(TdeSpoolPos *p, const TdeRec *r, const uint8_t *aPayload, sqlite3_int64 iRecOff){
+  if( r->kind==TDE_REC_TXN && r->nFrame>0 ){
+    if( aPayload ){
+      memcpy(p->aLastFh, aPayload + recLastFhOff(r), TDE_FRAME_HDR);
+      p->bLastFh = 1;
+    }else{
+      p->iLastFhOff = iRecOff + TDE_REC_HDR + (sqlite3_int64)recLastFhOff(r);
+      p->bLastFh = 2;
+    }
+  }else if( !p->bValid || memcmp(p->aSalt, r->aSalt, 8)!=0 || p->iFrame!=r->iLast ){
+    p->bLastFh = 0;           /* a position whose frame was not captured */
+  }
   if( r->kind!=TDE_REC_MARK ) p->seq = r->seq;
   memcpy(p->aSalt, r->aSalt, 8);
   p->nCkpt = r->nCkpt;
@@ -332,7 +353,7 @@ int tdeSpoolScan(TdeSpool *s, int bRepair){
       }
       break;
     }
-    posApply(&s->pos, &r);
+    posApply(&s->pos, &r, 0, s->iEnd);
     if( r.kind!=TDE_REC_MARK && s->firstSeq==0 ) s->firstSeq = r.seq;
     if( s->xOnRec ){
       uint8_t aSum[TDE_REC_SUM];
@@ -343,6 +364,16 @@ int tdeSpoolScan(TdeSpool *s, int bRepair){
       s->xOnRec(s->pOnRecArg, &r, s->iEnd, n, (r.kind==TDE_REC_MARK || bS) ? 0 : aSum);
     }
     s->iEnd += (sqlite3_int64)n;
+  }
+  if( s->pos.bLastFh==2 ){
+    TdeRawSrc src = { 0, s->fd };
+    int bShort = 1;
+    if( tdeRawRead(&src, s->pos.aLastFh, TDE_FRAME_HDR, s->pos.iLastFhOff, &bShort)!=TDE_OK || bShort ){
+      tdeErrClear();
+      s->pos.bLastFh = 0;
+    }else{
+      s->pos.bLastFh = 1;
+    }
   }
   return TDE_OK;
 }
@@ -362,8 +393,8 @@ int tdeSpoolAppend(TdeSpool *s, TdeRec *r, const uint8_t *aPayload){
   if( rc==TDE_OK && s->xOnRec ) s->xOnRec(s->pOnRecArg, r, s->iEnd, n, r->kind==TDE_REC_MARK ? 0 : a + n - TDE_REC_SUM);
   sqlite3_free(a);
   if( rc ) return rc;
+  posApply(&s->pos, r, aPayload, s->iEnd);
   s->iEnd += (sqlite3_int64)n;
-  posApply(&s->pos, r);
   if( r->kind!=TDE_REC_MARK && s->firstSeq==0 ) s->firstSeq = r->seq;
   return TDE_OK;
 }
@@ -497,6 +528,30 @@ static int capHeader(TdeSpool *s, const TdeRawSrc *pHdrSrc, CapBuf *b, int *pbHd
   return TDE_OK;
 }
 
+/* The GAP that says the primary lost commits (flag REWIND): nLost frames
+** at most, the capture position then iEnd of generation aSalt. */
+static int capLostCommits(TdeSpool *s, const uint8_t *aSalt, uint32_t nCkpt, uint32_t pgsz,
+                          uint32_t iEnd, uint32_t nLost, uint64_t tNow){
+  TdeRec g;
+  memset(&g, 0, sizeof(g));
+  g.seq = s->pos.seq + 1;
+  g.kind = TDE_REC_GAP;
+  memcpy(g.aSalt, aSalt, 8);
+  g.nCkpt = nCkpt;
+  g.pgsz = pgsz;
+  g.iLast = iEnd;
+  g.flags = TDE_RECF_REWIND;
+  g.iFirst = nLost;
+  g.tCapture = tNow;
+  memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
+  g.keySig = s->pos.keySig;
+  tdeLog(TDE_LOG_WARNING, "%s: the WAL ends at frame %u but frames up to %u were captured%s: "
+         "the primary lost commits; standbys behind sequence %llu need a base copy", s->zPath, iEnd,
+         s->pos.iFrame, iEnd>=s->pos.iFrame ? ", and it holds other frames there" : "",
+         (unsigned long long)g.seq);
+  return tdeSpoolAppend(s, &g, 0);
+}
+
 int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, int nEnd,
                     const TdeRawSrc *pHdrSrc, int eWhy, const uint8_t *aNewHdr, int *pnNew){
   uint8_t aWalHdr[TDE_WAL_HDR];
@@ -505,7 +560,7 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
   uint32_t keySig = 0;
   int bRekey = 0;
   uint32_t pgsz = 0, nCkpt = 0, iStart = 0, iEnd = 0, iFirst = 0;
-  int bWal = 0, bShort = 0, bHdr = 0, bSkip = 0, rc;
+  int bWal = 0, bShort = 0, bHdr = 0, bSkip = 0, bRewound = 0, rc;
   uint32_t nMax = tdeShipMaxRecord();
   CapBuf b = { 0, 0, 0 };
   uint64_t tNow = tdeNowMs();
@@ -548,6 +603,20 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
       (*pnNew)++;
       iStart = 1;
     }
+    if( iStart>1 && iStart==s->pos.iFrame+1 && s->pos.bLastFh==1 ){
+      /* The same generation: the WAL must still hold the very frame the
+      ** capture ended at.  A primary that lost commits (a power loss with
+      ** synchronous=NORMAL) and then wrote past the old end again has
+      ** another frame there, whatever the WAL index says: capturing on
+      ** from the old position would splice the tail of a new history onto
+      ** the old one. */
+      uint8_t aFh[TDE_FRAME_HDR];
+      sqlite3_int64 off = TDE_WAL_HDR + (sqlite3_int64)(iStart-2)*(TDE_FRAME_HDR + pgsz);
+      int bS = 1;
+      rc = tdeRawRead(pWal, aFh, TDE_FRAME_HDR, off, &bS);
+      if( rc ) return rc;
+      if( !bS && memcmp(aFh, s->pos.aLastFh, TDE_FRAME_HDR)!=0 ) bRewound = 1;
+    }
     if( iStart ){
       int iUse = -1;
       for(int k=0; k<nEnd && iUse<0; k++){
@@ -555,32 +624,6 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
       }
       if( iUse>=0 ){
         iEnd = aEnd[iUse].mxFrame;
-        if( iEnd+1<iStart ){
-          /* The WAL index is behind what was captured from this very
-          ** generation: the primary lost commits (a power loss with
-          ** synchronous=NORMAL).  Frames after iEnd will be written again
-          ** with other content: standbys must start over from a base copy. */
-          TdeRec g;
-          memset(&g, 0, sizeof(g));
-          g.seq = s->pos.seq + 1;
-          g.kind = TDE_REC_GAP;
-          memcpy(g.aSalt, aSalt, 8);
-          g.nCkpt = nCkpt;
-          g.pgsz = pgsz;
-          g.iLast = iEnd;
-          g.flags = TDE_RECF_REWIND;
-          g.iFirst = iStart - 1 - iEnd;
-          g.tCapture = tNow;
-          memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
-          g.keySig = s->pos.keySig;
-          tdeLog(TDE_LOG_WARNING, "%s: the WAL ends at frame %u but frames up to %u were captured: "
-                 "the primary lost commits; standbys behind sequence %llu need a base copy",
-                 s->zPath, iEnd, iStart-1, (unsigned long long)g.seq);
-          rc = tdeSpoolAppend(s, &g, 0);
-          if( rc ) return rc;
-          (*pnNew)++;
-          iStart = iEnd + 1;
-        }
       }else{
         /* No WAL index to ask: the last commit frame of this generation. */
         uint8_t aFh[TDE_FRAME_HDR];
@@ -598,6 +641,19 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
           }
           if( tdeGet32(aFh+4)!=0 ) iEnd = i;
         }
+      }
+      if( iEnd+1<iStart || bRewound ){
+        /* The WAL ends before what was captured from this very generation,
+        ** or holds other frames where the capture ended: the primary lost
+        ** commits (a power loss with synchronous=NORMAL), and frames after
+        ** the loss are, or will be, written again with other content.
+        ** Standbys must start over from a base copy, which holds the WAL
+        ** up to iEnd; the capture goes on after it. */
+        rc = capLostCommits(s, aSalt, nCkpt, pgsz, iEnd,
+                            bRewound ? s->pos.iFrame : iStart - 1 - iEnd, tNow);
+        if( rc ) return rc;
+        (*pnNew)++;
+        iStart = iEnd + 1;
       }
     }
   }
