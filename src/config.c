@@ -34,7 +34,7 @@
 /* Keys every configuration may use, whatever the provider. */
 static const char *const azGenericKeys[] = {
   "keystore", "password_file", "password_env", "password_fd", "audit_log", "audit_syslog",
-  "format_version", "freshness_anchor", "freshness_anchor_interval", 0
+  "format_version", "freshness_anchor", "freshness_anchor_interval", "standby_copies", 0
 };
 
 /* Copy zSrc into zOut[nOut]; TDE_RANGE if it does not fit. */
@@ -429,6 +429,42 @@ int tdeConfigPath(const TdeConfig *p, const char *zKey, char *zOut, size_t nOut)
   }
   if( zVal[0]=='/' ) return configCopy(zOut, nOut, zVal);
   return configJoin(zOut, nOut, p->zDir, zVal);
+}
+
+int tdeConfigStandbyPlace(const TdeConfig *p, const char *zDb, int *pbIn){
+  const char *zVal = p ? tdeConfigGet(p, "standby_copies") : 0;
+  char zDbDir[PATH_MAX], zReal[PATH_MAX], zEntry[PATH_MAX], zJoined[PATH_MAX];
+  char *zSlash;
+  *pbIn = 0;
+  if( zVal==0 || zDb==0 ) return TDE_OK;
+  if( configCopy(zDbDir, sizeof(zDbDir), zDb) ) return TDE_RANGE;
+  zSlash = strrchr(zDbDir, '/');
+  if( zSlash==zDbDir ) zDbDir[1] = 0;
+  else if( zSlash ) *zSlash = 0;
+  else snprintf(zDbDir, sizeof(zDbDir), ".");
+  if( !realpath(zDbDir, zReal) ) return TDE_OK;     /* unresolvable: not a standby place */
+  while( *zVal ){
+    size_t n = strcspn(zVal, ":");
+    if( n>0 && n<sizeof(zEntry) ){
+      char zDir[PATH_MAX];
+      memcpy(zEntry, zVal, n);
+      zEntry[n] = 0;
+      if( (zEntry[0]=='/' ? configCopy(zJoined, sizeof(zJoined), zEntry)
+                          : configJoin(zJoined, sizeof(zJoined), p->zDir, zEntry))==TDE_OK
+       && realpath(zJoined, zDir) ){
+        size_t m = strlen(zDir);
+        if( strcmp(zDir, "/")==0
+         || (strncmp(zReal, zDir, m)==0 && (zReal[m]==0 || zReal[m]=='/')) ){
+          *pbIn = 1;
+          break;
+        }
+      }
+    }
+    zVal += n;
+    if( *zVal==':' ) zVal++;
+  }
+  tdeErrClear();
+  return TDE_OK;
 }
 
 int tdeConfigAnchor(const TdeConfig *p, int *peKind, char *zDir, size_t nDir, long long *pnInterval){

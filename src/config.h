@@ -77,6 +77,13 @@ int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName);
 #define TDE_ANCHOR_INTERVAL_DEFAULT 60
 int tdeConfigAnchor(const TdeConfig *p, int *peKind, char *zDir, size_t nDir, long long *pnInterval);
 
+/* standby_copies = DIR[:DIR...] (README "Standby"): the directories, each
+** with everything below it, where this host keeps standby copies.  *pbIn 1
+** if zDb's directory is one of them (paths resolved, links followed).  A
+** DB-tdestandby counts only there: next to any other database it switches
+** nothing (vfs.c refuses the open instead). */
+int tdeConfigStandbyPlace(const TdeConfig *p, const char *zDb, int *pbIn);
+
 /* Value of key or NULL. */
 const char *tdeConfigGet(const TdeConfig *p, const char *zKey);
 /* Value of key as a path, relative ones resolved against the config's

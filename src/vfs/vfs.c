@@ -1390,6 +1390,35 @@ static int tdeOpenTemp(TdeFile *p){
   return trc ? tdeSqliteRc(trc) : SQLITE_OK;
 }
 
+/*
+** A valid DB-tdestandby names this database: it is a standby copy only in
+** a place the configuration declares (standby_copies), which the holder of
+** the database's folder cannot write.  Anywhere else the file is forged or
+** stale, and it must switch no check off (anchor, page map, the -wal):
+** the open is refused, naming the file, and nothing is written.
+*/
+static int tdeStandbyPlaceCheck(const char *zName){
+  char zCfg[PATH_MAX];
+  TdeConfig *pCfg = 0;
+  const char *zUriCfg = sqlite3_uri_parameter(zName, "tde_config");
+  int bIn = 0, trc;
+  trc = tdeConfigLocate(zUriCfg, zCfg, sizeof(zCfg));
+  if( trc==TDE_OK ) trc = tdeConfigLoad(zCfg, &pCfg);
+  if( trc==TDE_OK ) trc = tdeConfigStandbyPlace(pCfg, zName, &bIn);
+  tdeConfigFree(pCfg);
+  if( trc ){
+    tdeLog(TDE_LOG_ERROR, "%s: cannot open encrypted database: %s", zName, tde_last_error());
+    return tdeSqliteRc(trc);
+  }
+  if( bIn ) return SQLITE_OK;
+  tdeErr(TDE_AUTH, "%s-tdestandby says %s is a standby copy, but the configuration %s names no "
+         "standby_copies directory holding it: next to a primary the file is forged or stale "
+         "(remove it); on a standby host, add standby_copies = DIR to the configuration",
+         zName, zName, zCfg);
+  tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+  return SQLITE_AUTH;
+}
+
 static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
                       int flags, int *pOutFlags){
   TdeFile *p = (TdeFile*)pFile;
@@ -1416,11 +1445,12 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
     uint64_t seq;
     uint8_t aDbid[16];
     if( tdeStandbyIsCopy(zName, tdeStandbyDbid(p, aDbid) ? aDbid : 0, &seq) ){
+      rc = tdeStandbyPlaceCheck(zName);
       /* Served read-only while the standby applies it (see above).  The
       ** file is named before and after the open: a base copy renamed in
       ** between would leave the handle on the old file. */
-      if( !bStat0 || !tdeStandbyStat(zName, &p->standbyDev, &p->standbyIno)
-       || dev0!=p->standbyDev || ino0!=p->standbyIno ){
+      if( rc==SQLITE_OK && (!bStat0 || !tdeStandbyStat(zName, &p->standbyDev, &p->standbyIno)
+                            || dev0!=p->standbyDev || ino0!=p->standbyIno) ){
         bReplaced = 1;
       }
       p->bStandby = 1;
@@ -1429,10 +1459,12 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   }
   if( pOutFlags ) *pOutFlags = outFlags;
   p->bReadOnly = (outFlags & SQLITE_OPEN_READONLY)!=0;
-  tdeErrClear();
+  if( rc==SQLITE_OK ) tdeErrClear();
 
   p->nBlock = TDE_BLOCK_TEMP;
-  switch( p->eKind ){
+  if( rc ){
+    /* refused above: nothing more to open */
+  }else switch( p->eKind ){
     case TDE_KIND_MAIN: {
       sqlite3_int64 sz = 0;
       rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);

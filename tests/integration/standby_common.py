@@ -68,7 +68,9 @@ def workdir(name):
 def make_config(d):
     cfg = os.path.join(d, "tde.conf")
     with open(cfg, "w") as f:
-        f.write("keystore = wallet\nwallet = %s/tde.wallet\n" % d)
+        # The folders the tests keep standby copies in (README "Standby"):
+        # a -tdestandby file counts only there.
+        f.write("keystore = wallet\nwallet = %s/tde.wallet\nstandby_copies = sb:sb2:sb3:sb4\n" % d)
     subprocess.run([CLI, "--config", cfg, "keystore", "create", "--auto-login"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return cfg

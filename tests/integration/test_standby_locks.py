@@ -79,7 +79,8 @@ def data_version(db):
 def main():
     d = C.workdir("test_standby_locks")
     cfg = C.make_config(d)
-    path = os.path.join(d, "copy.db")
+    os.makedirs(os.path.join(d, "sb"))
+    path = os.path.join(d, "sb", "copy.db")
     w = C.connect(path, cfg)
     w.execute("CREATE TABLE t(x)")
     w.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i<200) "
