@@ -179,7 +179,7 @@ int tdeRekeyRecover(TdeFile *p){
 
 /* A page that fails authentication may be torn by an interrupted rekey:
 ** if the rekey journal holds its old copy, decrypt that into aOut. */
-int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut){
+int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]){
   RekeyJournal j;
   uint8_t *a = 0;
   uint32_t n = 0, jPgsz = 0;
@@ -195,6 +195,7 @@ int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut){
       const uint8_t *e = a + RJ_HDR + (size_t)i*(4+pgsz);
       if( tdeGet32(e)!=pgno ) continue;
       memcpy(aOut, e+4, pgsz);
+      memcpy(aTag, aOut + pgsz - 24, 16);     /* for the page-map check, as for any page */
       found = tdeOpenPage(p, aOut, pgsz, pgno, 0);
       if( found ) p->nAuthFail--;
       break;
@@ -582,8 +583,9 @@ int tdeMainDiscoverPgsz(TdeFile *p){
   /* Page 1 torn by an interrupted rekey: its old copy is in the rekey
   ** journal, at the database's page size. */
   for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
+    uint8_t aTag[16];           /* size discovery only: the read checks the page */
     if( sz < tdeProbePgsz[i] ) continue;
-    if( tdeRekeyLookup(p, 1, tdeProbePgsz[i], p->aBuf)==SQLITE_OK ){
+    if( tdeRekeyLookup(p, 1, tdeProbePgsz[i], p->aBuf, aTag)==SQLITE_OK ){
       p->pgsz = tdeProbePgsz[i];
       return SQLITE_OK;
     }

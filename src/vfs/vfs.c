@@ -467,8 +467,9 @@ static int tdeMainCommittedPages(TdeFile *p, uint32_t pgsz, uint32_t *pn){
   }else if( tdeOpenPage(p, p->aBuf, pgsz, 1, 0)==SQLITE_OK ){
     n = memcmp(p->aBuf+24, p->aBuf+92, 4)==0 ? tdeGet32(p->aBuf+28) : UINT32_MAX;
   }else{
+    uint8_t aTag[16];
     p->nAuthFail--;   /* reported, if at all, by the read of page 1 itself */
-    n = tdeRekeyLookup(p, 1, pgsz, p->aBuf)==SQLITE_OK && memcmp(p->aBuf+24, p->aBuf+92, 4)==0
+    n = tdeRekeyLookup(p, 1, pgsz, p->aBuf, aTag)==SQLITE_OK && memcmp(p->aBuf+24, p->aBuf+92, 4)==0
         ? tdeGet32(p->aBuf+28) : UINT32_MAX;
   }
   if( n!=UINT32_MAX && p->pShm0 ){
@@ -631,11 +632,12 @@ static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst)
       memcpy(aTag, zBuf + iAmt - 24, 16);
       rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, p->pgsz ? "database" : 0);
       if( rc==SQLITE_IOERR_AUTH && p->pgsz==(uint32_t)iAmt
-       && tdeRekeyLookup(p, pgno, (uint32_t)iAmt, zBuf)==SQLITE_OK ){
-        /* Torn by an interrupted rekey: its old copy is in the journal
-        ** (no page map during a rekey). */
+       && tdeRekeyLookup(p, pgno, (uint32_t)iAmt, zBuf, aTag)==SQLITE_OK ){
+        /* Torn by an interrupted rekey: its old copy is in the journal.
+        ** It goes through the page-map check below like any page (a
+        ** journal put back must not bring an older page in). */
         p->nAuthFail--;
-        return SQLITE_OK;
+        rc = SQLITE_OK;
       }
       if( rc==SQLITE_IOERR_AUTH && p->pgsz==0 ){
         /* We did not know the page size: SQLite may be asking with the
@@ -714,15 +716,13 @@ by_page:
       }
       {
         uint8_t aTag[16];
-        int bRekeyCopy = 0;
         memcpy(aTag, p->aBuf + pgsz - 24, 16);
         rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, bRetried || pgno!=1 ? "database" : 0);
-        if( rc==SQLITE_IOERR_AUTH && tdeRekeyLookup(p, pgno, pgsz, p->aBuf)==SQLITE_OK ){
+        if( rc==SQLITE_IOERR_AUTH && tdeRekeyLookup(p, pgno, pgsz, p->aBuf, aTag)==SQLITE_OK ){
           p->nAuthFail--;
           rc = SQLITE_OK;
-          bRekeyCopy = 1;
         }
-        if( rc==SQLITE_OK && !bRekeyCopy && tdeMapActive(p) ){
+        if( rc==SQLITE_OK && tdeMapActive(p) ){
           rc = tdeMainMapCheck(p, pgno, aTag, p->aBuf, (int)pgsz);
           if( rc ){ memset(zBuf, 0, (size_t)iAmt); return rc; }
         }

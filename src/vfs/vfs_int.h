@@ -408,7 +408,9 @@ int tdeMainRekeyStep(TdeFile *pMain, int nMax, sqlite3_int64 *pnRewritten,
                      sqlite3_int64 *pnPages, int *pbClean);
 int tdeMainRekeyFinish(TdeFile *pMain);
 int tdeRekeyRecover(TdeFile *pMain);
-int tdeRekeyLookup(TdeFile *pMain, uint32_t pgno, uint32_t pgsz, uint8_t *aOut);
+/* The journal's copy of pgno, opened into aOut, its stored tag in aTag
+** (the caller checks it against the page map like any page's). */
+int tdeRekeyLookup(TdeFile *pMain, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]);
 int tdeMainCountVersions(TdeFile *pMain, uint32_t *aVersion, sqlite3_int64 *anPages, int nMax,
                          int *pnFound);
 
