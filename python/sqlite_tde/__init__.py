@@ -48,8 +48,8 @@ def open_keystore(conn, config=None, password=None, prompt="Wallet password: "):
     search, $SQLITE_TDE_CONFIG then /etc/sqlite-tde/tde.conf) for the whole
     process, with password (str, bytes or bytearray; None: asked for
     without echo).  conn is a connection on which load() ran.  Returns
-    'OPEN'; raises sqlite3.OperationalError naming the reason (a wrong
-    password is "authorization denied" with the wallet's message).
+    'OPEN'; raises sqlite3.DatabaseError naming the reason (for a wrong
+    password: "tde_keystore_open_fd: wallet FILE: password incorrect").
 
     The password is written to a pipe that the extension reads straight
     into locked memory; a bytearray password is overwritten afterwards."""
