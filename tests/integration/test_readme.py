@@ -59,7 +59,9 @@ TIMEOUT = 120
 
 GUIDES = ["docs/INSTALL.md", "docs/HOSTS.md", "docs/OPERATIONS.md", "docs/KEYSTORES.md",
           "docs/CONFIGURATION.md", "docs/CLI.md", "docs/STANDBY.md", "docs/THREAT-MODEL.md",
-          "docs/RELIABILITY.md", "docs/TESTING.md"]
+          "docs/RELIABILITY.md", "docs/TESTING.md",
+          # the packages' own READMEs (PyPI's and npm's page)
+          "python/README.md", "npm/README.md"]
 # Fewest blocks each file must have (a file that lost its blocks fails).
 LEAST = {"README.md": 10, "docs/HOSTS.md": 4, "docs/OPERATIONS.md": 4, "docs/KEYSTORES.md": 5,
          "docs/STANDBY.md": 3}
