@@ -21,5 +21,5 @@ cp -r "$HERE/pyproject.toml" "$HERE/setup.py" "$HERE/README.md" "$HERE/sqlite_td
 cp "$HERE/../LICENSE" "$STAGE/LICENSE"
 install -m 755 "$BUILD_DIR/tde.so" "$STAGE/sqlite_tde/tde.so"
 rm -f "$OUT_DIR"/sqlite_tde-*.whl
-(cd "$STAGE" && "$PYTHON" -m pip wheel --no-build-isolation --no-deps --no-index -q -w "$OUT_DIR" . >&2)
+(cd "$STAGE" && "$PYTHON" -m pip wheel --no-build-isolation --no-deps --no-index --no-cache-dir -q -w "$OUT_DIR" . >&2)
 ls "$OUT_DIR"/sqlite_tde-*.whl

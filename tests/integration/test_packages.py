@@ -95,7 +95,7 @@ def main():
         return finish(scratch)
     vpy = os.path.join(venv, "bin", "python")
     rc, out = run([vpy, "-m", "pip", "install", "--no-index", "--no-deps",
-                   "--disable-pip-version-check", "-q", wheel], env=env)
+                   "--disable-pip-version-check", "--no-cache-dir", "-q", wheel], env=env)
     if not check(rc == 0, "pip install of the wheel into the venv" + ("" if rc == 0 else ":\n" + out)):
         return finish(scratch)
     rc, out = run([vpy, "-c", "import sqlite_tde; print(sqlite_tde.loadable_path())"], cwd=scratch, env=env)
@@ -143,7 +143,7 @@ def main():
     with open(cfg, "w") as f:
         f.write("keystore = wallet\nwallet = w.tdew\nwallet_kdf_t = 1\nwallet_kdf_m_kib = 8192\n")
     os.chmod(cfg, 0o600)
-    good, bad = "pkg-right-pw-7Qe2", "pkg-wrong-pw-3Xr9"
+    good, bad = "tde-test-pw-pkg-right-7Qe2", "tde-test-pw-pkg-wrong-3Xr9"
     rc, out = readme.run_pty([os.path.join(BUILD, "sqlite-tde"), "--config", cfg, "keystore", "create"],
                              work, readme.host_env(), password=[good, good])
     if not check(rc == 0, "keystore create of a password wallet" + ("" if rc == 0 else ":\n" + out)):
@@ -153,21 +153,22 @@ def main():
              "sqlite_tde.load(boot)\n"
              "traced = []\n"
              "boot.set_trace_callback(traced.append)   # SQL with bound values expanded\n"
+             "password = sys.stdin.readline().rstrip('\\n')\n"
              "try:\n"
-             "    print('state', sqlite_tde.open_keystore(boot, sys.argv[1], sys.argv[2]))\n"
+             "    print('state', sqlite_tde.open_keystore(boot, sys.argv[1], password))\n"
              "except sqlite3.Error as e:\n"
              "    print('refused', type(e).__name__, e)\n"
-             "print('statements', len(traced), 'with the password', sum(sys.argv[2] in s for s in traced))\n")
+             "print('statements', len(traced), 'with the password', sum(password in s for s in traced))\n")
     penv = readme.host_env()
     penv.pop("PYTHONPATH", None)
-    p = subprocess.run([vpy, "-c", probe, cfg, bad], cwd=work, env=penv, stdout=subprocess.PIPE,
+    p = subprocess.run([vpy, "-c", probe, cfg], cwd=work, env=penv, input=(bad + "\n").encode(), stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=TIMEOUT)
     out = p.stdout.decode(errors="replace")
     check(out.startswith("refused") and "password" in out and bad not in out,
           "open_keystore with a wrong password is refused with the reason: " + out.strip())
     check("statements 1 with the password 0" in out,
           "the password is in no SQL statement, bound values expanded (sqlite3 trace): " + out.strip().split("\n")[-1])
-    p = subprocess.run([vpy, "-c", probe, cfg, good], cwd=work, env=penv, stdout=subprocess.PIPE,
+    p = subprocess.run([vpy, "-c", probe, cfg], cwd=work, env=penv, input=(good + "\n").encode(), stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=TIMEOUT)
     out = p.stdout.decode(errors="replace")
     check(out.startswith("state OPEN\n") and "statements 1 with the password 0" in out,
