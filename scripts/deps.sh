@@ -26,6 +26,7 @@ PKGS=(build-essential cmake pkg-config libsqlite3-dev sqlite3 libssl-dev openssl
       softhsm2 opensc python3-pykmip libsqlcipher-dev
       clang libclang-rt-14-dev
       swtpm swtpm-tools libtss2-dev tpm2-tools
+      python3-setuptools python3-wheel python3-venv python3-pip
       chromium debhelper dpkg-dev fakeroot iproute2)
 # Node.js and npm: any Node 20 (the machine's own, or Debian's packages).
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's Node section, run verbatim (issue 12): the ```js block under
-# "### From Node" in README.md is taken as it stands, with only its
+# The Node section that loads tde.so by path, run verbatim (issue 12): the
+# ```js block under "## From Node" in docs/HOSTS.md (moved there from the
+# README, whose Quick start uses the npm package) is taken as it stands, with only its
 # placeholder paths replaced (/usr/local/lib/sqlite-tde/tde, /etc/sqlite-tde/tde.conf)
 # and require('better-sqlite3') resolved to the pinned package in
 # TDE_NPM_DIR (NODE_PATH).  Lines appended after it use the `db` it opens:
@@ -19,7 +20,7 @@ CLI="$TDE_BUILD/sqlite-tde"
 EXT="$TDE_BUILD/tde"
 NODE=$(command -v node || true)
 
-for f in "$CLI" "$EXT.so" "$NODE" "$TDE_NPM_DIR/node/node_modules/better-sqlite3/package.json" "$TDE_SRC/README.md"; do
+for f in "$CLI" "$EXT.so" "$NODE" "$TDE_NPM_DIR/node/node_modules/better-sqlite3/package.json" "$TDE_SRC/docs/HOSTS.md"; do
   if [ -z "$f" ] || [ ! -e "$f" ]; then echo "FAIL: missing: ${f:-node not on PATH}"; exit 1; fi
 done
 
@@ -42,8 +43,8 @@ chmod 600 tde.conf
   || { echo "FAIL: creating app.db's notes table"; exit 1; }
 
 # The block: from the first ```js line after the Node heading to its ```.
-awk '/^### From Node/{f=1} f&&/^```js$/{b=1; next} b&&/^```$/{exit} b{print}' "$TDE_SRC/README.md" > readme.js
-if [ ! -s readme.js ]; then echo "FAIL: no \`\`\`js block under '### From Node' in README.md"; exit 1; fi
+awk '/^## From Node/{f=1} f&&/^```js$/{b=1; next} b&&/^```$/{exit} b{print}' "$TDE_SRC/docs/HOSTS.md" > readme.js
+if [ ! -s readme.js ]; then echo "FAIL: no \`\`\`js block under '## From Node' in docs/HOSTS.md"; exit 1; fi
 echo "README's Node section:"; sed 's/^/  | /' readme.js
 grep -q "/usr/local/lib/sqlite-tde/tde" readme.js && grep -q "/etc/sqlite-tde/tde.conf" readme.js \
   || { echo "FAIL: the README block no longer has the placeholders this test replaces"; exit 1; }

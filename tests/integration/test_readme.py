@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-"""Run README.md's Quick start verbatim, so the README cannot rot.
+"""Run every code block of README.md and of the guides in docs/ verbatim,
+so the documentation cannot rot.
 
-Every fenced block between "## Quick start" (and "## Backup, recovery and
-disaster") and the next "## " heading must be preceded by a marker line
+Every fenced block of README.md and of each guide in GUIDES must be
+preceded by a marker line
 
     <!-- test: KIND [ARG] [expect="TEXT"]... -->
 
-and is run, in README order, in one scratch folder (the working directory
-of every block):
+and is run, README first, then the guides in GUIDES order, each file top to
+bottom, in one scratch folder (the working directory of every block; a
+guide's blocks find what the README's made):
 
   skip REASON not run (a block that needs hardware, e.g. a PKCS#11 token);
               listed in the output
@@ -19,8 +21,15 @@ of every block):
               its output
   c FILE      written to FILE, compiled against the build folder's library
               (-lsqlite-tde), and run
-  python      /usr/bin/python3 (stdin: the test password)
-  node        node with better-sqlite3 from TDE_NPM_DIR (stdin: the password)
+  python      /usr/bin/python3 (stdin: the test password), with the
+              sqlite_tde package of python/ and the build's tde.so on
+              PYTHONPATH
+  node        node with better-sqlite3 from TDE_NPM_DIR and the sqlite-tde
+              package of npm/ with the build's tde.so on NODE_PATH (stdin:
+              the password)
+
+(test_packages.py runs the README again with the built wheel installed in
+a venv and the packed npm tarball installed: run_docs(python=, node_path=).)
 
 expect="TEXT" must appear in the block's output.  The only change made to a
 block is the README's documented path rule: /etc/sqlite-tde/ and
@@ -48,6 +57,15 @@ TMP = os.environ.get("TDE_TEST_TMP") or tempfile.gettempdir()
 PASSWORD = "tde-test-pw-readme-4Gd8"
 TIMEOUT = 120
 
+GUIDES = ["docs/INSTALL.md", "docs/HOSTS.md", "docs/OPERATIONS.md", "docs/KEYSTORES.md",
+          "docs/CONFIGURATION.md", "docs/CLI.md", "docs/STANDBY.md", "docs/THREAT-MODEL.md",
+          "docs/RELIABILITY.md", "docs/TESTING.md",
+          # the packages' own READMEs (PyPI's and npm's page)
+          "python/README.md", "npm/README.md"]
+# Fewest blocks each file must have (a file that lost its blocks fails).
+LEAST = {"README.md": 10, "docs/HOSTS.md": 4, "docs/OPERATIONS.md": 4, "docs/KEYSTORES.md": 5,
+         "docs/STANDBY.md": 3}
+
 failures = []
 
 
@@ -70,6 +88,11 @@ def sections(text, heading):
         if inside:
             out.append((i, line))
     return out
+
+
+def numbered_lines(text):
+    """Every line of a file with its 1-based number."""
+    return list(enumerate(text.split("\n"), 1))
 
 
 def blocks(numbered):
@@ -191,9 +214,25 @@ def npm_dir():
     return m.group(1) if m else os.path.join(BUILD, "npm")
 
 
-def run_block(n, kind, args, body, scratch, env):
+def stage_packages(scratch):
+    """The Python and npm packages as their sources stand, with the build's
+    tde.so, outside the blocks' view: (PYTHONPATH entry, NODE_PATH entry)."""
+    stage = os.path.join(scratch, ".packages")
+    pkg = os.path.join(stage, "python", "sqlite_tde")
+    os.makedirs(pkg)
+    shutil.copy(os.path.join(SRC, "python", "sqlite_tde", "__init__.py"), pkg)
+    shutil.copy(os.path.join(BUILD, "tde.so"), pkg)
+    npm = os.path.join(stage, "node", "sqlite-tde")
+    os.makedirs(os.path.join(npm, "lib"))
+    for f in ("package.json", "index.js"):
+        shutil.copy(os.path.join(SRC, "npm", f), npm)
+    shutil.copy(os.path.join(BUILD, "tde.so"), os.path.join(npm, "lib"))
+    return os.path.join(stage, "python"), os.path.join(stage, "node")
+
+
+def run_block(n, kind, args, body, scratch, env, where="README.md", python=None, node_path=None):
     """Returns the block's output, or None after reporting a failure."""
-    where = "README.md:%d (%s)" % (n, kind)
+    where = "%s:%d (%s)" % (where, n, kind)
     if kind == "file":
         path = substitute(args[0], scratch)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -235,14 +274,18 @@ def run_block(n, kind, args, body, scratch, env):
             return None
         rc, out = run_plain([exe], scratch, env, "")
     elif kind == "python":
-        rc, out = run_plain(["/usr/bin/python3", "-c", body], scratch, env, PASSWORD + "\n")
+        penv = dict(env)
+        if python is None:
+            python = "/usr/bin/python3"
+        rc, out = run_plain([python, "-c", body], scratch, penv, PASSWORD + "\n")
     elif kind == "node":
         node = shutil.which("node")
         if not node:
             fail(where + ": node not found (scripts/deps.sh installs nodejs)")
             return None
         nenv = dict(env)
-        nenv["NODE_PATH"] = os.path.join(npm_dir(), "node", "node_modules")
+        nenv["NODE_PATH"] = os.pathsep.join([os.path.join(npm_dir(), "node", "node_modules")]
+                                            + ([node_path] if node_path else []))
         rc, out = run_plain([node, "-e", body], scratch, nenv, PASSWORD + "\n")
     else:
         fail(where + ": unknown test kind %r" % kind)
@@ -253,50 +296,74 @@ def run_block(n, kind, args, body, scratch, env):
     return out
 
 
-def main():
-    with open(os.path.join(SRC, "README.md")) as f:
-        text = f.read()
-    found = []
-    for heading, least in (("Quick start", 10), ("Backup, recovery and disaster", 3)):
-        part = blocks(sections(text, heading))
-        if len(part) < least:
-            fail("README.md %s: only %d code blocks found" % (heading, len(part)))
-        found += part
+def run_docs(docs=None, python=None, node_path=None):
+    """Run every block of docs (default README.md and GUIDES) in one
+    scratch folder.  python: the interpreter for python blocks (default
+    /usr/bin/python3 with the staged package); node_path: a NODE_PATH entry
+    holding sqlite-tde (default the staged package).  Returns the number
+    of blocks run; failures are in `failures`."""
+    docs = docs or ["README.md"] + GUIDES
     os.makedirs(TMP, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="readme-", dir=TMP)
     env = host_env()
+    if python is None or node_path is None:
+        pypath, nodepath = stage_packages(scratch)
+        if python is None:
+            env["PYTHONPATH"] = pypath + ((os.pathsep + env["PYTHONPATH"]) if env.get("PYTHONPATH") else "")
+        node_path = node_path or nodepath
     ran = 0
     skipped = []
-    for n, marker, body in found:
-        if marker is None:
-            fail("README.md:%d: code block without a '<!-- test: KIND -->' marker" % n)
+    for doc in docs:
+        try:
+            with open(os.path.join(SRC, doc)) as f:
+                found = blocks(numbered_lines(f.read()))
+        except OSError as e:
+            fail("%s: %s" % (doc, e))
             continue
-        words = shlex.split(marker)
-        kind = words[0]
-        if kind == "skip":
-            skipped.append(n)
-            print("not run: README.md:%d (%s)" % (n, " ".join(words[1:]) or "no reason given"), flush=True)
-            if len(words) < 2:
-                fail("README.md:%d: skip needs a reason" % n)
-            continue
-        args = [w for w in words[1:] if not w.startswith("expect=")]
-        expects = [w[len("expect="):] for w in words[1:] if w.startswith("expect=")]
-        body = substitute(body, scratch)
-        out = run_block(n, kind, args, body, scratch, env)
-        if out is None:
-            continue
-        for e in expects:
-            if e not in out:
-                fail("README.md:%d (%s): expected %r in the output:\n%s" % (n, kind, e, out))
-        if PASSWORD in out:
-            fail("README.md:%d (%s): the test password appeared in the output" % (n, kind))
-        ran += 1
-        print("ok   README.md:%d %s%s" % (n, kind, (" " + args[0]) if args else ""), flush=True)
-    print("%d README blocks run, %d not run (skip), %d failures" % (ran, len(skipped), len(failures)))
+        if len(found) < LEAST.get(doc, 0):
+            fail("%s: only %d code blocks found" % (doc, len(found)))
+        for n, marker, body in found:
+            if marker is None:
+                fail("%s:%d: code block without a '<!-- test: KIND -->' marker" % (doc, n))
+                continue
+            try:
+                words = shlex.split(marker)
+            except ValueError as e:
+                fail("%s:%d: bad marker %r: %s" % (doc, n, marker, e))
+                continue
+            if not words:
+                fail("%s:%d: empty marker" % (doc, n))
+                continue
+            kind = words[0]
+            if kind == "skip":
+                skipped.append((doc, n))
+                print("not run: %s:%d (%s)" % (doc, n, " ".join(words[1:]) or "no reason given"), flush=True)
+                if len(words) < 2:
+                    fail("%s:%d: skip needs a reason" % (doc, n))
+                continue
+            args = [w for w in words[1:] if not w.startswith("expect=")]
+            expects = [w[len("expect="):] for w in words[1:] if w.startswith("expect=")]
+            body = substitute(body, scratch)
+            out = run_block(n, kind, args, body, scratch, env, doc, python, node_path)
+            if out is None:
+                continue
+            for e in expects:
+                if e not in out:
+                    fail("%s:%d (%s): expected %r in the output:\n%s" % (doc, n, kind, e, out))
+            if PASSWORD in out:
+                fail("%s:%d (%s): the test password appeared in the output" % (doc, n, kind))
+            ran += 1
+            print("ok   %s:%d %s%s" % (doc, n, kind, (" " + args[0]) if args else ""), flush=True)
+    print("%d blocks run, %d not run (skip), %d failures" % (ran, len(skipped), len(failures)))
+    if not failures and os.environ.get("TDE_KEEP_SCRATCH") != "1":
+        shutil.rmtree(scratch, ignore_errors=True)
+    return ran
+
+
+def main():
+    run_docs()
     if failures:
         sys.exit(1)
-    if os.environ.get("TDE_KEEP_SCRATCH") != "1":
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":
