@@ -1059,9 +1059,14 @@ int tdeJournalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
     int n = iAmt - nDone, i;
     JHdr *h;
     if( j->bOwn && off>=j->iOwnEnd ){
-      /* Past everything this handle wrote of its journal: nothing of it. */
+      /* Past everything this handle wrote of its journal: nothing of it.
+      ** What lies there in the file is left from an earlier journal
+      ** (PERSIST mode, exclusive locking mode, journal_size_limit): it
+      ** reads as zeros (a torn end, no super-journal record), and as a
+      ** short read only past the end of the file, as without encryption
+      ** (SQLite reads the super-journal record from the file's end). */
       memset(z+nDone, 0, (size_t)n);
-      bShort = 1;
+      if( bShort==0 ) bShort = 2;
       break;
     }
     rc = jSegFind(p, j, off, &i);
