@@ -41,6 +41,11 @@
 #define JSLOT_PLAIN 64                                   /* seq, header, id, binding */
 #define JSLOT       (JSLOT_PLAIN + TDE_TRAILER_SIZE)     /* stored slot: 112 */
 #define JSLOTS      (2 * JSLOT)
+/* The smallest header sector (SQLite's sector size) that holds both slots:
+** SQLite puts its first record right after the header sector, so a smaller
+** one leaves no room for the second slot, and a single slot could not tell
+** a torn record-count rewrite from a destroyed hot header. */
+#define JSECTOR_MIN 256
 #define JID_BYTES   16
 #define JH_AAD      (2 + TDE_DBID_BYTES + 8 + 1)
 #define JR_AAD      (2 + TDE_DBID_BYTES + JID_BYTES + 8 + 4 + 4)
@@ -201,7 +206,7 @@ static int jSegPush(struct TdeJrnl *j, const JHdr *h){
 }
 
 static int jValidGeometry(uint32_t nSector, uint32_t pgsz){
-  return nSector>=512 && nSector<=65536 && (nSector & (nSector-1))==0 && tdeValidPgsz(pgsz);
+  return nSector>=JSECTOR_MIN && nSector<=65536 && (nSector & (nSector-1))==0 && tdeValidPgsz(pgsz);
 }
 
 /*
@@ -546,7 +551,16 @@ static int jWriteNewHeader(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int 
   int rc;
   if( h==0 ){
     uint32_t nSector = tdeGet32(z+20), pgsz = tdeGet32(z+24);
-    if( !jValidGeometry(nSector, pgsz) || (uint32_t)n>nSector ){
+    if( nSector<JSECTOR_MIN && tdeValidPgsz(pgsz) ){
+      /* Refused before anything of the transaction is written (SQLite
+      ** writes the journal header first). */
+      tdeErr(TDE_UNSUPPORTED, "%s: journal sector size %u is not supported (at least %d bytes): "
+             "a VFS above tde reports it without SQLITE_IOCAP_POWERSAFE_OVERWRITE; nothing "
+             "was written", jName(p), nSector, JSECTOR_MIN);
+      tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+      return SQLITE_IOERR_WRITE;
+    }
+    if( !jValidGeometry(nSector, pgsz) || (uint32_t)n>nSector || n<JSLOTS ){
       tdeLog(TDE_LOG_ERROR, "%s: unexpected journal header (sector size %u, page size %u, %d bytes)",
              jName(p), nSector, pgsz, n);
       return SQLITE_IOERR_WRITE;
@@ -565,7 +579,7 @@ static int jWriteNewHeader(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int 
     if( j->bBound ) jBindInstall(p, j, 1);
   }else{
     jSegCut(j, h);
-    if( !j->bId || (uint32_t)n>j->nSector ) return SQLITE_IOERR_WRITE;
+    if( !j->bId || (uint32_t)n>j->nSector || n<JSLOTS ) return SQLITE_IOERR_WRITE;
   }
   memset(&hdr, 0, sizeof(hdr));
   hdr.iOff = h;
@@ -602,6 +616,11 @@ static int jWriteHeaderEdit(TdeFile *p, struct TdeJrnl *j, int i, const uint8_t 
   uint8_t aad[JH_AAD];
   uint8_t newFlags;
   int iSlot, rc;
+  if( iIn<0 || n<0 || n>JHDR-iIn ){
+    tdeLog(TDE_LOG_ERROR, "%s: journal header rewrite of %d bytes at %d does not fit its %d bytes",
+           jName(p), n, iIn, JHDR);
+    return SQLITE_IOERR_WRITE;
+  }
   if( h->eState==JH_DAMAGED ){
     p->nAuthFail++;
     return SQLITE_IOERR_AUTH;
@@ -725,7 +744,8 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
   if( j->eSup==2 && iOfst < j->iSup + j->nSupName + 20 && iOfst + iAmt > j->iSup ) jSupForget(j);
   if( j->eSup==1 ) j->eSup = 0;
 
-  if( iOfst==0 && iAmt>=512 ){
+  if( iOfst==0 && iAmt>JHDR ){
+    /* (Nothing else SQLite writes at 0 is longer than its 28 header bytes.) */
     jSupForget(j);
     j->eFmt = JF_NEW;
     return jWriteNewHeader(p, j, z, iAmt, 0);
@@ -741,7 +761,7 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
   j->eFmt = JF_NEW;
   rc = jHdr0(p, j);
   if( rc ) return rc;
-  if( j->aSeg[0].eState==JH_NONE && iOfst<JHDR ){
+  if( j->aSeg[0].eState==JH_NONE && iOfst+iAmt<=JHDR ){
     /* Zeroing a header that is already absent (PERSIST after a crash). */
     return jWriteHeaderEdit(p, j, 0, z, iAmt, (int)iOfst);
   }
@@ -761,7 +781,7 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
     j->iSupStage = 1;
     return SQLITE_OK;
   }
-  if( iOfst%H==0 && iAmt>=512 && (uint32_t)iAmt<=j->nSector ){
+  if( iOfst%H==0 && iAmt>JHDR && (uint32_t)iAmt<=j->nSector ){
     return jWriteNewHeader(p, j, z, iAmt, iOfst);
   }
   rc = jSegFind(p, j, iOfst, &i);
