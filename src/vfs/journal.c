@@ -483,6 +483,61 @@ static int jSupFind(TdeFile *p, struct TdeJrnl *j){
   return rc;
 }
 
+/*
+** A journal of a database of a multi-database commit, opened by SQLite
+** with SQLITE_OPEN_SUPER_JOURNAL while it decides whether to delete the
+** super-journal (after playing back another database's journal): SQLite
+** reads only the super-journal record at the end, and keeps the
+** super-journal while a journal still names it.  A journal in SQLite's own
+** format (written through another VFS) reads as it is.  A journal of this
+** format shows the record in SQLite's format -- its name and length are
+** stored as SQLite wrote them, at the same offsets; the checksum and magic
+** are recomputed -- and zeros everywhere else.  The name is not
+** authenticated here (the journal's database may not be open in this
+** process, so its keys may not be at hand): a name only makes SQLite keep
+** a super-journal, the safe direction, and the journal's own playback
+** authenticates its record (jSupFind).  Nothing is written.
+*/
+int tdeJournalProbeRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
+  uint8_t *z = zBuf, *aRec = 0;
+  uint8_t aHead[8], aTail[16];
+  sqlite3_int64 sz = 0, s = 0;
+  uint32_t n = 0, ck = 0;
+  int bShort = 0, rc;
+  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  if( rc ) return rc;
+  if( sz>=24 ){
+    rc = tdeRealRead(p, aHead, 8, 0, &bShort);
+    if( rc==SQLITE_OK && !bShort ) rc = tdeRealRead(p, aTail, 16, sz-16, &bShort);
+    if( rc ) return rc;
+  }
+  if( sz<24 || bShort || jIsHot(aHead) || memcmp(aTail+8, aJMagic, 8)==0 ){
+    return p->pReal->pMethods->xRead(p->pReal, zBuf, iAmt, iOfst);
+  }
+  n = tdeGet32(aTail);
+  s = sz - 20 - (sqlite3_int64)n;
+  if( n>65536 || s<JSECTOR_MIN ) n = 0;        /* no record of this format */
+  memset(z, 0, (size_t)iAmt);
+  if( n>0 && iOfst < sz && iOfst + iAmt > s ){
+    aRec = sqlite3_malloc((int)n + 20);
+    if( !aRec ) return SQLITE_NOMEM;
+    memset(aRec, 0, 4);                       /* (the lock-page number: SQLite skips it) */
+    rc = tdeRealRead(p, aRec+4, (int)n + 4, s+4, &bShort);
+    if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
+    if( rc==SQLITE_OK ){
+      sqlite3_int64 iFrom = iOfst > s ? iOfst : s;
+      sqlite3_int64 iTo = iOfst + iAmt < sz ? iOfst + iAmt : sz;
+      for(uint32_t i=0; i<n; i++) ck += aRec[4+i];
+      tdePut32(aRec+8+n, ck);
+      memcpy(aRec+12+n, aJMagic, 8);
+      memcpy(z + (iFrom - iOfst), aRec + (iFrom - s), (size_t)(iTo - iFrom));
+    }
+    sqlite3_free(aRec);
+    if( rc ){ memset(z, 0, (size_t)iAmt); return rc; }
+  }
+  return iOfst + iAmt > sz ? SQLITE_IOERR_SHORT_READ : SQLITE_OK;
+}
+
 static void jSupForget(struct TdeJrnl *j){
   sqlite3_free(j->aSup);
   j->aSup = 0;
