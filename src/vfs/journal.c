@@ -846,8 +846,9 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
     sqlite3_int64 iIn = iOfst - h->iOff;
     if( iIn<H ){
       if( iIn+iAmt<=JHDR ) return jWriteHeaderEdit(p, j, i, z, iAmt, (int)iIn);
-      if( iIn>=JHDR && iIn+iAmt<=H ){
-        /* Later chunks of a header sector: padding SQLite never reads. */
+      if( iIn>=JSLOTS && iIn+iAmt<=H ){
+        /* Later chunks of a header sector (past the slots): padding SQLite
+        ** never reads. */
         memset(p->aBuf, 0, (size_t)iAmt);
         rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, iAmt, iOfst);
         if( rc==SQLITE_OK && j->bOwn && iOfst+iAmt > j->iOwnEnd ) j->iOwnEnd = iOfst+iAmt;
