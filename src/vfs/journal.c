@@ -41,6 +41,11 @@
 #define JSLOT_PLAIN 64                                   /* seq, header, id, binding */
 #define JSLOT       (JSLOT_PLAIN + TDE_TRAILER_SIZE)     /* stored slot: 112 */
 #define JSLOTS      (2 * JSLOT)
+/* The smallest header sector (SQLite's sector size) that holds both slots:
+** SQLite puts its first record right after the header sector, so a smaller
+** one leaves no room for the second slot, and a single slot could not tell
+** a torn record-count rewrite from a destroyed hot header. */
+#define JSECTOR_MIN 256
 #define JID_BYTES   16
 #define JH_AAD      (2 + TDE_DBID_BYTES + 8 + 1)
 #define JR_AAD      (2 + TDE_DBID_BYTES + JID_BYTES + 8 + 4 + 4)
@@ -201,7 +206,7 @@ static int jSegPush(struct TdeJrnl *j, const JHdr *h){
 }
 
 static int jValidGeometry(uint32_t nSector, uint32_t pgsz){
-  return nSector>=512 && nSector<=65536 && (nSector & (nSector-1))==0 && tdeValidPgsz(pgsz);
+  return nSector>=JSECTOR_MIN && nSector<=65536 && (nSector & (nSector-1))==0 && tdeValidPgsz(pgsz);
 }
 
 /*
@@ -478,6 +483,61 @@ static int jSupFind(TdeFile *p, struct TdeJrnl *j){
   return rc;
 }
 
+/*
+** A journal of a database of a multi-database commit, opened by SQLite
+** with SQLITE_OPEN_SUPER_JOURNAL while it decides whether to delete the
+** super-journal (after playing back another database's journal): SQLite
+** reads only the super-journal record at the end, and keeps the
+** super-journal while a journal still names it.  A journal in SQLite's own
+** format (written through another VFS) reads as it is.  A journal of this
+** format shows the record in SQLite's format -- its name and length are
+** stored as SQLite wrote them, at the same offsets; the checksum and magic
+** are recomputed -- and zeros everywhere else.  The name is not
+** authenticated here (the journal's database may not be open in this
+** process, so its keys may not be at hand): a name only makes SQLite keep
+** a super-journal, the safe direction, and the journal's own playback
+** authenticates its record (jSupFind).  Nothing is written.
+*/
+int tdeJournalProbeRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
+  uint8_t *z = zBuf, *aRec = 0;
+  uint8_t aHead[8], aTail[16];
+  sqlite3_int64 sz = 0, s = 0;
+  uint32_t n = 0, ck = 0;
+  int bShort = 0, rc;
+  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  if( rc ) return rc;
+  if( sz>=24 ){
+    rc = tdeRealRead(p, aHead, 8, 0, &bShort);
+    if( rc==SQLITE_OK && !bShort ) rc = tdeRealRead(p, aTail, 16, sz-16, &bShort);
+    if( rc ) return rc;
+  }
+  if( sz<24 || bShort || jIsHot(aHead) || memcmp(aTail+8, aJMagic, 8)==0 ){
+    return p->pReal->pMethods->xRead(p->pReal, zBuf, iAmt, iOfst);
+  }
+  n = tdeGet32(aTail);
+  s = sz - 20 - (sqlite3_int64)n;
+  if( n>65536 || s<JSECTOR_MIN ) n = 0;        /* no record of this format */
+  memset(z, 0, (size_t)iAmt);
+  if( n>0 && iOfst < sz && iOfst + iAmt > s ){
+    aRec = sqlite3_malloc((int)n + 20);
+    if( !aRec ) return SQLITE_NOMEM;
+    memset(aRec, 0, 4);                       /* (the lock-page number: SQLite skips it) */
+    rc = tdeRealRead(p, aRec+4, (int)n + 4, s+4, &bShort);
+    if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
+    if( rc==SQLITE_OK ){
+      sqlite3_int64 iFrom = iOfst > s ? iOfst : s;
+      sqlite3_int64 iTo = iOfst + iAmt < sz ? iOfst + iAmt : sz;
+      for(uint32_t i=0; i<n; i++) ck += aRec[4+i];
+      tdePut32(aRec+8+n, ck);
+      memcpy(aRec+12+n, aJMagic, 8);
+      memcpy(z + (iFrom - iOfst), aRec + (iFrom - s), (size_t)(iTo - iFrom));
+    }
+    sqlite3_free(aRec);
+    if( rc ){ memset(z, 0, (size_t)iAmt); return rc; }
+  }
+  return iOfst + iAmt > sz ? SQLITE_IOERR_SHORT_READ : SQLITE_OK;
+}
+
 static void jSupForget(struct TdeJrnl *j){
   sqlite3_free(j->aSup);
   j->aSup = 0;
@@ -546,7 +606,16 @@ static int jWriteNewHeader(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int 
   int rc;
   if( h==0 ){
     uint32_t nSector = tdeGet32(z+20), pgsz = tdeGet32(z+24);
-    if( !jValidGeometry(nSector, pgsz) || (uint32_t)n>nSector ){
+    if( nSector<JSECTOR_MIN && tdeValidPgsz(pgsz) ){
+      /* Refused before anything of the transaction is written (SQLite
+      ** writes the journal header first). */
+      tdeErr(TDE_UNSUPPORTED, "%s: journal sector size %u is not supported (at least %d bytes): "
+             "a VFS above tde reports it without SQLITE_IOCAP_POWERSAFE_OVERWRITE; nothing "
+             "was written", jName(p), nSector, JSECTOR_MIN);
+      tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+      return SQLITE_IOERR_WRITE;
+    }
+    if( !jValidGeometry(nSector, pgsz) || (uint32_t)n>nSector || n<JSLOTS ){
       tdeLog(TDE_LOG_ERROR, "%s: unexpected journal header (sector size %u, page size %u, %d bytes)",
              jName(p), nSector, pgsz, n);
       return SQLITE_IOERR_WRITE;
@@ -565,7 +634,7 @@ static int jWriteNewHeader(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, int 
     if( j->bBound ) jBindInstall(p, j, 1);
   }else{
     jSegCut(j, h);
-    if( !j->bId || (uint32_t)n>j->nSector ) return SQLITE_IOERR_WRITE;
+    if( !j->bId || (uint32_t)n>j->nSector || n<JSLOTS ) return SQLITE_IOERR_WRITE;
   }
   memset(&hdr, 0, sizeof(hdr));
   hdr.iOff = h;
@@ -602,6 +671,11 @@ static int jWriteHeaderEdit(TdeFile *p, struct TdeJrnl *j, int i, const uint8_t 
   uint8_t aad[JH_AAD];
   uint8_t newFlags;
   int iSlot, rc;
+  if( iIn<0 || n<0 || n>JHDR-iIn ){
+    tdeLog(TDE_LOG_ERROR, "%s: journal header rewrite of %d bytes at %d does not fit its %d bytes",
+           jName(p), n, iIn, JHDR);
+    return SQLITE_IOERR_WRITE;
+  }
   if( h->eState==JH_DAMAGED ){
     p->nAuthFail++;
     return SQLITE_IOERR_AUTH;
@@ -725,7 +799,8 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
   if( j->eSup==2 && iOfst < j->iSup + j->nSupName + 20 && iOfst + iAmt > j->iSup ) jSupForget(j);
   if( j->eSup==1 ) j->eSup = 0;
 
-  if( iOfst==0 && iAmt>=512 ){
+  if( iOfst==0 && iAmt>JHDR ){
+    /* (Nothing else SQLite writes at 0 is longer than its 28 header bytes.) */
     jSupForget(j);
     j->eFmt = JF_NEW;
     return jWriteNewHeader(p, j, z, iAmt, 0);
@@ -741,7 +816,7 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
   j->eFmt = JF_NEW;
   rc = jHdr0(p, j);
   if( rc ) return rc;
-  if( j->aSeg[0].eState==JH_NONE && iOfst<JHDR ){
+  if( j->aSeg[0].eState==JH_NONE && iOfst+iAmt<=JHDR ){
     /* Zeroing a header that is already absent (PERSIST after a crash). */
     return jWriteHeaderEdit(p, j, 0, z, iAmt, (int)iOfst);
   }
@@ -761,7 +836,7 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
     j->iSupStage = 1;
     return SQLITE_OK;
   }
-  if( iOfst%H==0 && iAmt>=512 && (uint32_t)iAmt<=j->nSector ){
+  if( iOfst%H==0 && iAmt>JHDR && (uint32_t)iAmt<=j->nSector ){
     return jWriteNewHeader(p, j, z, iAmt, iOfst);
   }
   rc = jSegFind(p, j, iOfst, &i);
@@ -771,8 +846,9 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
     sqlite3_int64 iIn = iOfst - h->iOff;
     if( iIn<H ){
       if( iIn+iAmt<=JHDR ) return jWriteHeaderEdit(p, j, i, z, iAmt, (int)iIn);
-      if( iIn>=JHDR && iIn+iAmt<=H ){
-        /* Later chunks of a header sector: padding SQLite never reads. */
+      if( iIn>=JSLOTS && iIn+iAmt<=H ){
+        /* Later chunks of a header sector (past the slots): padding SQLite
+        ** never reads. */
         memset(p->aBuf, 0, (size_t)iAmt);
         rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, iAmt, iOfst);
         if( rc==SQLITE_OK && j->bOwn && iOfst+iAmt > j->iOwnEnd ) j->iOwnEnd = iOfst+iAmt;
@@ -1059,9 +1135,14 @@ int tdeJournalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
     int n = iAmt - nDone, i;
     JHdr *h;
     if( j->bOwn && off>=j->iOwnEnd ){
-      /* Past everything this handle wrote of its journal: nothing of it. */
+      /* Past everything this handle wrote of its journal: nothing of it.
+      ** What lies there in the file is left from an earlier journal
+      ** (PERSIST mode, exclusive locking mode, journal_size_limit): it
+      ** reads as zeros (a torn end, no super-journal record), and as a
+      ** short read only past the end of the file, as without encryption
+      ** (SQLite reads the super-journal record from the file's end). */
       memset(z+nDone, 0, (size_t)n);
-      bShort = 1;
+      if( bShort==0 ) bShort = 2;
       break;
     }
     rc = jSegFind(p, j, off, &i);

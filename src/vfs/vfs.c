@@ -941,6 +941,7 @@ static int tdeRead(sqlite3_file *pFile, void *zBuf, int iAmt, sqlite3_int64 iOfs
     case TDE_KIND_WAL:     return tdeWalRead(p, zBuf, iAmt, iOfst);
     case TDE_KIND_JOURNAL: return tdeJournalRead(p, zBuf, iAmt, iOfst);
     case TDE_KIND_TEMP:    return tdeBlockRead(p, zBuf, iAmt, iOfst);
+    case TDE_KIND_PROBE:   return tdeJournalProbeRead(p, zBuf, iAmt, iOfst);
     default:               return p->pReal->pMethods->xRead(p->pReal, zBuf, iAmt, iOfst);
   }
 }
@@ -1342,11 +1343,20 @@ static int tdeUnfetch(sqlite3_file *pFile, sqlite3_int64 iOfst, void *pPage){
 
 /* ---- open -------------------------------------------------------------- */
 
-static int tdeKindOf(int flags){
+static int tdeKindOf(int flags, const char *zName){
   if( flags & SQLITE_OPEN_MAIN_DB ) return TDE_KIND_MAIN;
   if( flags & SQLITE_OPEN_WAL ) return TDE_KIND_WAL;
   if( flags & SQLITE_OPEN_MAIN_JOURNAL ) return TDE_KIND_JOURNAL;
-  if( flags & SQLITE_OPEN_SUPER_JOURNAL ) return TDE_KIND_PLAIN;
+  if( flags & SQLITE_OPEN_SUPER_JOURNAL ){
+    /* The super-journal itself (SQLite names it DB-mjXXXXXXXXX), or, while
+    ** SQLite decides whether to delete one, the journal of a database of
+    ** the transaction (DB-journal), read for its super-journal record. */
+    size_t n = zName ? strlen(zName) : 0;
+    if( n>8 && strcmp(zName + n - 8, "-journal")==0 && !(flags & SQLITE_OPEN_READWRITE) ){
+      return TDE_KIND_PROBE;
+    }
+    return TDE_KIND_PLAIN;
+  }
   return TDE_KIND_TEMP;   /* temp db, temp journal, transient db, subjournal */
 }
 
@@ -1431,7 +1441,7 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
 
   memset(p, 0, sizeof(*p));
   p->pReal = (sqlite3_file*)&p[1];
-  p->eKind = tdeKindOf(flags);
+  p->eKind = tdeKindOf(flags, zName);
   p->openFlags = flags;
   p->zName = zName;
   if( p->eKind==TDE_KIND_MAIN && zName ){

@@ -36,6 +36,8 @@
 #define TDE_KIND_JOURNAL 3   /* rollback journal: blocks under the data key */
 #define TDE_KIND_TEMP    4   /* temp/transient/statement files: ephemeral key */
 #define TDE_KIND_PLAIN   5   /* super-journal: file names only, passed through */
+#define TDE_KIND_PROBE   6   /* a child journal opened with SQLITE_OPEN_SUPER_JOURNAL: SQLite
+                            ** reads its super-journal record (journal.c tdeJournalProbeRead) */
 
 #define TDE_BLOCK_TEMP    4096   /* temp-file block plaintext */
 #define TDE_BLOCK_MAX     4096
@@ -312,6 +314,7 @@ int tdeJournalTruncate(TdeFile *p, sqlite3_int64 size);
 int tdeJournalFileSize(TdeFile *p, sqlite3_int64 *pSize);
 int tdeJournalSync(TdeFile *p, int flags);
 int tdeJournalFlush(TdeFile *p);     /* write a record held in memory (before close) */
+int tdeJournalProbeRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
 /* Version 2, rollback mode, under RESERVED with no journal open: seal page
 ** 1 again under the header in force, protected by a one-record hot
 ** journal (rotation, migration).  SQLITE_BUSY: a journal file exists. */
