@@ -272,6 +272,12 @@ void tdeWalLockChanged(TdeFile *p){
     ** frames: frames of an earlier transaction (one that failed or rolled
     ** back) at the same index are new frames, written with their page. */
     p->wal.iMaxWritten = 0;
+    /* A restart's epoch update still due: the sync of its WAL header
+    ** failed, and the transaction with it.  It is never done later without
+    ** the write lock (another writer may have moved the epoch meanwhile,
+    ** and the failure would surface in an unrelated statement); SQLite
+    ** writes the header again with its next frames. */
+    p->wal.bEpochDue = 0;
   }
 }
 

@@ -48,7 +48,8 @@ static struct {
   int nCountdown;             /* WAL frame writes to let through first; -1: off */
   int rc;                     /* the error to inject */
   int nHit;                   /* faults injected */
-} flt = { -1, 0, 0 };
+  int nSyncCountdown;         /* WAL syncs to let through first; -1: off */
+} flt = { -1, 0, 0, -1 };
 
 #define FLT_REAL(f) (((FltFile*)(f))->pReal)
 static int fxClose(sqlite3_file *f){ return FLT_REAL(f)->pMethods->xClose(FLT_REAL(f)); }
@@ -62,7 +63,14 @@ static int fxWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 o){
   return p->pReal->pMethods->xWrite(p->pReal, z, n, o);
 }
 static int fxTruncate(sqlite3_file *f, sqlite3_int64 s){ return FLT_REAL(f)->pMethods->xTruncate(FLT_REAL(f), s); }
-static int fxSync(sqlite3_file *f, int fl){ return FLT_REAL(f)->pMethods->xSync(FLT_REAL(f), fl); }
+static int fxSync(sqlite3_file *f, int fl){
+  FltFile *p = (FltFile*)f;
+  if( p->bWal && flt.nSyncCountdown>=0 && flt.nSyncCountdown--==0 ){
+    flt.nHit++;
+    return SQLITE_IOERR_FSYNC;
+  }
+  return p->pReal->pMethods->xSync(p->pReal, fl);
+}
 static int fxFileSize(sqlite3_file *f, sqlite3_int64 *pS){ return FLT_REAL(f)->pMethods->xFileSize(FLT_REAL(f), pS); }
 static int fxLock(sqlite3_file *f, int e){ return FLT_REAL(f)->pMethods->xLock(FLT_REAL(f), e); }
 static int fxUnlock(sqlite3_file *f, int e){ return FLT_REAL(f)->pMethods->xUnlock(FLT_REAL(f), e); }
@@ -390,6 +398,50 @@ static void fullRun(const char *zVfs, const char *zExtra, int rcInject){
   removeDb(zPath);
 }
 
+/* The sync of a restarted WAL's header fails: the log epoch update that
+** waits for it is not done later by a statement that holds no write lock
+** (another connection may have restarted the log and moved the epoch
+** meanwhile).  A restarts and fails; B (bOther) or A restarts and
+** commits; A reads. */
+static void headerSyncFails(int bOther){
+  char zPath[PATH_MAX];
+  sqlite3 *dbA = 0, *dbB = 0;
+  int rc, nHit = flt.nHit;
+  nSector = 0;
+  pathOf(zPath, "hdrsync.db");
+  removeDb(zPath);
+  assert_int_equal(openVia("tde", zPath, "", &dbA), SQLITE_OK);
+  execTagged("A", dbA, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                       "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+  insertRows("A", dbA, 1, 10);
+  assert_int_equal(openVia("tde", zPath, "", &dbB), SQLITE_OK);
+  execTagged("B", dbB, "PRAGMA synchronous=FULL");
+  checkDb("B", dbB, 10);
+  execTagged("A", dbA, "PRAGMA wal_checkpoint(TRUNCATE)");
+  flt.nSyncCountdown = 0;             /* the sync of A's new WAL header */
+  rc = sqlite3_exec(dbA, "INSERT INTO t(id, v) VALUES(11, 'x')", 0, 0, 0);
+  flt.nSyncCountdown = -1;
+  assert_int_equal(flt.nHit, nHit + 1);
+  assert_int_equal(rc, SQLITE_IOERR);
+  insertRows(bOther ? "B" : "A", bOther ? dbB : dbA, 11, 14);
+  checkDb("B", dbB, 14);
+  checkDb("A", dbA, 14);
+  insertRows("A", dbA, 15, 16);
+  checkDb("B", dbB, 16);
+  assert_int_equal(sqlite3_close(dbB), SQLITE_OK);
+  assert_int_equal(sqlite3_close(dbA), SQLITE_OK);
+  assert_int_equal(openVia("tde", zPath, "", &dbA), SQLITE_OK);
+  checkDb("reopened", dbA, 16);
+  assert_int_equal(sqlite3_close(dbA), SQLITE_OK);
+  removeDb(zPath);
+}
+
+static void test_header_sync_fails(void **s){
+  (void)s;
+  headerSyncFails(1);
+  headerSyncFails(0);
+}
+
 static void test_full_wal_write(void **s){
   (void)s;
   nSector = 0;
@@ -434,6 +486,7 @@ int main(void){
     cmocka_unit_test(test_sector_stack),
     cmocka_unit_test(test_full_wal_write),
     cmocka_unit_test(test_full_wal_write_padded),
+    cmocka_unit_test(test_header_sync_fails),
   };
   /* The fault VFS goes below tde: the default before tde_register. */
   if( sqlite3_initialize() ) return 1;
