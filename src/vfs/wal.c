@@ -17,6 +17,9 @@
 ** held back until its page arrives so both go out in one write, with the
 ** MAC over the page's trailer.  A header rewritten alone (SQLite's
 ** walRewriteChecksums) is completed from the page trailer already on disk.
+** A frame SQLite writes in pieces around a sync (sector padding without
+** POWERSAFE_OVERWRITE) is sealed whole at its first piece from the frame
+** it copies, and each piece's range written as it comes (walSplitBegin).
 **
 ** Format version 2 (docs/FORMAT.md "WAL, version 2") chains the frame
 ** MACs: frame i's MAC covers frame i-1's (frame 1's the WAL header's), and

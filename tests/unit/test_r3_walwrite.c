@@ -51,6 +51,14 @@ static struct {
   int nSyncCountdown;         /* WAL syncs to let through first; -1: off */
 } flt = { -1, 0, 0, -1 };
 
+/* With bSpan set, at each WAL sync the highest byte written since the
+** previous sync below tde (hiBelow) must be the one SQLite wrote above it
+** (hiAbove, counted by the VFS above tde): the shim neither holds back
+** bytes SQLite meant to be durable at that sync nor writes ahead of it. */
+static int bSpan;
+static sqlite3_int64 hiBelow, hiAbove;
+static long nSpanSync, nSpanBad;
+
 #define FLT_REAL(f) (((FltFile*)(f))->pReal)
 static int fxClose(sqlite3_file *f){ return FLT_REAL(f)->pMethods->xClose(FLT_REAL(f)); }
 static int fxRead(sqlite3_file *f, void *z, int n, sqlite3_int64 o){ return FLT_REAL(f)->pMethods->xRead(FLT_REAL(f), z, n, o); }
@@ -60,6 +68,7 @@ static int fxWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 o){
     flt.nHit++;
     return flt.rc;            /* nothing written, as a full disk */
   }
+  if( p->bWal && o+n>hiBelow ) hiBelow = o+n;
   return p->pReal->pMethods->xWrite(p->pReal, z, n, o);
 }
 static int fxTruncate(sqlite3_file *f, sqlite3_int64 s){ return FLT_REAL(f)->pMethods->xTruncate(FLT_REAL(f), s); }
@@ -69,6 +78,15 @@ static int fxSync(sqlite3_file *f, int fl){
     flt.nHit++;
     return SQLITE_IOERR_FSYNC;
   }
+  if( p->bWal && bSpan ){
+    nSpanSync++;
+    if( hiBelow!=hiAbove ){
+      nSpanBad++;
+      printf("# WAL sync: written below tde up to %lld, above up to %lld\n",
+             (long long)hiBelow, (long long)hiAbove);
+    }
+  }
+  if( p->bWal ) hiBelow = hiAbove = 0;
   return p->pReal->pMethods->xSync(p->pReal, fl);
 }
 static int fxFileSize(sqlite3_file *f, sqlite3_int64 *pS){ return FLT_REAL(f)->pMethods->xFileSize(FLT_REAL(f), pS); }
@@ -148,6 +166,9 @@ static sqlite3_vfs fltVfs = {
 static int nSector;           /* reported sector size; 0: forward both methods */
 static long nSplit;           /* WAL writes that are a piece of a header or page */
 static long nWalWrite;
+static long nHdrPiece;        /* ... of them a piece of a frame header */
+static long nHdrSync;         /* WAL syncs right after a whole frame header */
+static int bLastHdr;          /* the last WAL write was a whole frame header */
 static int nPgsz;             /* page size of the database under test */
 static sqlite3_io_methods sectIo;      /* other files */
 static sqlite3_io_methods sectWalIo;   /* the WAL: its writes counted */
@@ -163,8 +184,16 @@ static int sectWrite(sqlite3_file *p, const void *z, int n, sqlite3_int64 o){
   if( nPgsz && o>=32 ){
     nWalWrite++;
     if( n!=24 && n!=nPgsz ) nSplit++;
+    if( n<24 ) nHdrPiece++;
   }
+  bLastHdr = n==24;
+  if( o+n>hiAbove ) hiAbove = o+n;
   return stackWrite(p, z, n, o);
+}
+static int sectSync(sqlite3_file *p, int f){
+  if( bLastHdr && nPgsz ) nHdrSync++;
+  bLastHdr = 0;
+  return stackSync(p, f);
 }
 static int sectOpen(sqlite3_vfs *v, const char *zName, sqlite3_file *pFile, int flags, int *pOut){
   int rc = stackOpen(v, zName, pFile, flags, pOut);
@@ -269,11 +298,16 @@ static void padRun(const char *zVfs, const char *zExtra, int pgsz){
   sqlite3_free(zSql);
   assert_int_equal(queryInt(db, "PRAGMA page_size"), pgsz);
   /* Commits of one row (one or two frames) to many pages. */
+  bSpan = 1;
+  nSpanBad = 0;
   for(int k=0; k<7; k++){
     int m = k<3 ? 1 : 1 + k*9;
     insertRows(zTag, db, n+1, n+m);
     n += m;
   }
+  bSpan = 0;
+  assert_int_equal(nSpanBad, 0);
+  assert_true(nSpanSync > 0);
   execTagged(zTag, db, "UPDATE t SET v = v WHERE id % 3 = 0");
   checkDb(zTag, db, n);
 
@@ -343,21 +377,121 @@ static void test_sector_stack(void **s){
   nSector = 0;
 }
 
+/* Many one-row commits, so that the padding copy crossing a sector
+** boundary is cut inside its header and right after it, not only inside
+** its page (the cut falls at 32 + i*(page+24) mod sector). */
+static void test_split_header(void **s){
+  static const int aSector[] = { 512, 4096 };
+  (void)s;
+  for(size_t j=0; j<sizeof(aSector)/sizeof(aSector[0]); j++){
+    char zPath[PATH_MAX], zCrash[PATH_MAX], zTag[64];
+    sqlite3 *db = 0;
+    long nHdrBefore = nHdrPiece, nSyncBefore = nHdrSync;
+    int n = 0;
+    nSector = aSector[j];
+    nPgsz = 1024;
+    snprintf(zTag, sizeof(zTag), "header cut, sector %d", nSector);
+    pathOf(zPath, "hdrcut.db");
+    pathOf(zCrash, "hdrcutcrash.db");
+    removeDb(zPath);
+    assert_int_equal(openVia("r3sect", zPath, "", &db), SQLITE_OK);
+    execTagged(zTag, db, "PRAGMA page_size=1024; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                         "PRAGMA wal_autocheckpoint=0; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    bSpan = 1;
+    nSpanBad = 0;
+    for(int k=0; k<160; k++){
+      insertRows(zTag, db, n+1, n+1);
+      n++;
+    }
+    bSpan = 0;
+    assert_int_equal(nSpanBad, 0);
+    assert_true(nSpanSync > 0);
+    checkDb(zTag, db, n);
+    crashCopy(zPath, zCrash);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    assert_int_equal(openVia("r3sect", zCrash, "", &db), SQLITE_OK);
+    checkDb(zTag, db, n);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    printf("# sector %d: %ld header pieces, %ld syncs after a header\n", nSector,
+           nHdrPiece - nHdrBefore, nHdrSync - nSyncBefore);
+    assert_true(nHdrPiece > nHdrBefore);
+    assert_true(nHdrSync > nSyncBefore);
+    removeDb(zPath);
+    removeDb(zCrash);
+  }
+  nSector = 0;
+  nPgsz = 0;
+}
+
+/* locking_mode=EXCLUSIVE (no shared index, no lock calls between
+** transactions): a transaction that spills and rolls back leaves frames
+** this handle wrote, at the indices the next commits and their padding
+** copies take again. */
+static void test_exclusive_rollback_padded(void **s){
+  static const int aSector[] = { 512, 4096 };
+  (void)s;
+  for(size_t j=0; j<sizeof(aSector)/sizeof(aSector[0]); j++){
+    char zPath[PATH_MAX], zCrash[PATH_MAX], zTag[64];
+    sqlite3 *db = 0;
+    long nBefore = nSplit;
+    int n = 0;
+    nSector = aSector[j];
+    nPgsz = 1024;
+    snprintf(zTag, sizeof(zTag), "exclusive sector %d", nSector);
+    pathOf(zPath, "excl.db");
+    pathOf(zCrash, "exclcrash.db");
+    removeDb(zPath);
+    assert_int_equal(openVia("r3sect", zPath, "", &db), SQLITE_OK);
+    execTagged(zTag, db, "PRAGMA page_size=1024; PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL;"
+                         "PRAGMA synchronous=FULL; PRAGMA cache_size=2;"
+                         "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    for(int k=0; k<4; k++){
+      insertRows(zTag, db, n+1, n+2);
+      n += 2;
+      execTagged(zTag, db, "BEGIN");
+      insertRows(zTag, db, n+1, n+40);         /* spills frames */
+      execTagged(zTag, db, "ROLLBACK");
+      insertRows(zTag, db, n+1, n+1);
+      n += 1;
+      checkDb(zTag, db, n);
+    }
+    crashCopy(zPath, zCrash);
+    execTagged(zTag, db, "PRAGMA wal_checkpoint(TRUNCATE)");
+    insertRows(zTag, db, n+1, n+3);
+    n += 3;
+    checkDb(zTag, db, n);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    assert_int_equal(openVia("r3sect", zPath, "", &db), SQLITE_OK);
+    checkDb(zTag, db, n);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    assert_int_equal(openVia("r3sect", zCrash, "", &db), SQLITE_OK);
+    checkDb(zTag, db, n-3);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    assert_true(nSplit > nBefore);
+    removeDb(zPath);
+    removeDb(zCrash);
+  }
+  nSector = 0;
+  nPgsz = 0;
+}
+
 /* ---- a failed frame write ------------------------------------------------- */
 
 /* For each N: the Nth WAL frame write of a transaction fails with rc; the
 ** statement fails with rc, nothing else does. */
-static void fullRun(const char *zVfs, const char *zExtra, int rcInject){
+static void fullRun(const char *zVfs, const char *zExtra, const char *zPragma, int rcInject){
   char zPath[PATH_MAX], zTag[96];
   int nHitBefore = flt.nHit;
   pathOf(zPath, "full.db");
   for(int iFault=0; iFault<12; iFault++){
     sqlite3 *db = 0;
     int n = 20, rc;
-    snprintf(zTag, sizeof(zTag), "%s%s sector %d fault %d rc %d", zVfs, zExtra, nSector, iFault, rcInject);
+    snprintf(zTag, sizeof(zTag), "%s%s%s sector %d fault %d rc %d", zVfs, zExtra, zPragma, nSector, iFault,
+             rcInject);
     removeDb(zPath);
     nPgsz = 1024;
     assert_int_equal(openVia(zVfs, zPath, zExtra, &db), SQLITE_OK);
+    execTagged(zTag, db, zPragma);
     execTagged(zTag, db, "PRAGMA page_size=1024; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
                          "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
     insertRows(zTag, db, 1, n);
@@ -445,17 +579,19 @@ static void test_header_sync_fails(void **s){
 static void test_full_wal_write(void **s){
   (void)s;
   nSector = 0;
-  fullRun("tde", "", SQLITE_FULL);
-  fullRun("tde", "", SQLITE_IOERR_WRITE);
+  fullRun("tde", "", "", SQLITE_FULL);
+  fullRun("tde", "", "", SQLITE_IOERR_WRITE);
+  fullRun("tde", "", "PRAGMA locking_mode=EXCLUSIVE", SQLITE_FULL);
 }
 
 /* The same where the failed write is a padding frame or a piece of one. */
 static void test_full_wal_write_padded(void **s){
   (void)s;
   nSector = 512;
-  fullRun("r3sect", "", SQLITE_FULL);
+  fullRun("r3sect", "", "", SQLITE_FULL);
+  fullRun("r3sect", "", "PRAGMA locking_mode=EXCLUSIVE", SQLITE_FULL);
   nSector = 4096;
-  fullRun("r3sect", "", SQLITE_FULL);
+  fullRun("r3sect", "", "", SQLITE_FULL);
   nSector = 0;
 }
 
@@ -471,6 +607,7 @@ static int groupSetup(void **state){
   sectIo.xDeviceCharacteristics = sectDevChar;
   sectWalIo = sectIo;
   sectWalIo.xWrite = sectWrite;
+  sectWalIo.xSync = sectSync;
   return 0;
 }
 
@@ -484,6 +621,8 @@ int main(void){
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_psow0_uri),
     cmocka_unit_test(test_sector_stack),
+    cmocka_unit_test(test_split_header),
+    cmocka_unit_test(test_exclusive_rollback_padded),
     cmocka_unit_test(test_full_wal_write),
     cmocka_unit_test(test_full_wal_write_padded),
     cmocka_unit_test(test_header_sync_fails),
