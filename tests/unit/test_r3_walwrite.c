@@ -49,7 +49,8 @@ static struct {
   int rc;                     /* the error to inject */
   int nHit;                   /* faults injected */
   int nSyncCountdown;         /* WAL syncs to let through first; -1: off */
-} flt = { -1, 0, 0, -1 };
+  int bAbove;                 /* nCountdown counts page writes above tde instead */
+} flt = { -1, 0, 0, -1, 0 };
 
 /* With bSpan set, at each WAL sync the highest byte written since the
 ** previous sync below tde (hiBelow) must be the one SQLite wrote above it
@@ -64,7 +65,7 @@ static int fxClose(sqlite3_file *f){ return FLT_REAL(f)->pMethods->xClose(FLT_RE
 static int fxRead(sqlite3_file *f, void *z, int n, sqlite3_int64 o){ return FLT_REAL(f)->pMethods->xRead(FLT_REAL(f), z, n, o); }
 static int fxWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 o){
   FltFile *p = (FltFile*)f;
-  if( p->bWal && o>=32 && n>24 && flt.nCountdown>=0 && flt.nCountdown--==0 ){
+  if( p->bWal && o>=32 && n>24 && !flt.bAbove && flt.nCountdown>=0 && flt.nCountdown--==0 ){
     flt.nHit++;
     return flt.rc;            /* nothing written, as a full disk */
   }
@@ -181,6 +182,10 @@ static int sectDevChar(sqlite3_file *p){
   return nSector ? (f & ~SQLITE_IOCAP_POWERSAFE_OVERWRITE) : f;
 }
 static int sectWrite(sqlite3_file *p, const void *z, int n, sqlite3_int64 o){
+  if( flt.bAbove && o>=32 && n>24 && flt.nCountdown>=0 && flt.nCountdown--==0 ){
+    flt.nHit++;
+    return flt.rc;            /* tde never sees this page write */
+  }
   if( nPgsz && o>=32 ){
     nWalWrite++;
     if( n!=24 && n!=nPgsz ) nSplit++;
@@ -584,6 +589,19 @@ static void test_full_wal_write(void **s){
   fullRun("tde", "", "PRAGMA locking_mode=EXCLUSIVE", SQLITE_FULL);
 }
 
+/* The failed page write is refused above tde: the frame header tde holds
+** never gets its page. */
+static void test_full_above(void **s){
+  (void)s;
+  nSector = 0;
+  flt.bAbove = 1;
+  fullRun("r3sect", "", "", SQLITE_FULL);
+  nSector = 512;
+  fullRun("r3sect", "", "", SQLITE_FULL);
+  flt.bAbove = 0;
+  nSector = 0;
+}
+
 /* The same where the failed write is a padding frame or a piece of one. */
 static void test_full_wal_write_padded(void **s){
   (void)s;
@@ -625,6 +643,7 @@ int main(void){
     cmocka_unit_test(test_exclusive_rollback_padded),
     cmocka_unit_test(test_full_wal_write),
     cmocka_unit_test(test_full_wal_write_padded),
+    cmocka_unit_test(test_full_above),
     cmocka_unit_test(test_header_sync_fails),
   };
   /* The fault VFS goes below tde: the default before tde_register. */
