@@ -170,6 +170,8 @@ static long nWalWrite;
 static long nHdrPiece;        /* ... of them a piece of a frame header */
 static long nHdrSync;         /* WAL syncs right after a whole frame header */
 static int bLastHdr;          /* the last WAL write was a whole frame header */
+static int bTamperPiece;      /* alter byte 50 of pieces of 200 bytes or more */
+static long nTampered;
 static int nPgsz;             /* page size of the database under test */
 static sqlite3_io_methods sectIo;      /* other files */
 static sqlite3_io_methods sectWalIo;   /* the WAL: its writes counted */
@@ -193,6 +195,17 @@ static int sectWrite(sqlite3_file *p, const void *z, int n, sqlite3_int64 o){
   }
   bLastHdr = n==24;
   if( o+n>hiAbove ) hiAbove = o+n;
+  if( bTamperPiece && nPgsz && o>=32 && n!=24 && n!=nPgsz && n>=200 ){
+    unsigned char *a = malloc((size_t)n);
+    int rc;
+    assert_non_null(a);
+    memcpy(a, z, (size_t)n);
+    a[50] ^= 1;
+    nTampered++;
+    rc = stackWrite(p, a, n, o);
+    free(a);
+    return rc;
+  }
   return stackWrite(p, z, n, o);
 }
 static int sectSync(sqlite3_file *p, int f){
@@ -480,6 +493,59 @@ static void test_exclusive_rollback_padded(void **s){
   nPgsz = 0;
 }
 
+/* A piece that is not what the frame it continues (or copies) holds is
+** refused: an I/O error for that commit and a log line, nothing of it
+** written; the connection goes on. */
+static int nRefusedLog;
+static void refusedLog(void *pArg, int level, const char *zMsg){
+  (void)pArg; (void)level;
+  if( strstr(zMsg, "refused") ) nRefusedLog++;
+}
+
+static void test_piece_refused(void **s){
+  char zPath[PATH_MAX];
+  sqlite3 *db = 0;
+  int rc = SQLITE_OK, n = 0;
+  (void)s;
+  nSector = 512;
+  nPgsz = 1024;
+  pathOf(zPath, "refuse.db");
+  removeDb(zPath);
+  assert_int_equal(openVia("r3sect", zPath, "", &db), SQLITE_OK);
+  execTagged("refuse", db, "PRAGMA page_size=1024; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                           "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+  insertRows("refuse", db, 1, 5);
+  n = 5;
+  nRefusedLog = 0;
+  tde_set_log(refusedLog, 0);
+  bTamperPiece = 1;
+  nTampered = 0;
+  for(int k=0; k<20 && nTampered==0; k++){
+    char *zSql = sqlite3_mprintf("INSERT INTO t(id, v) VALUES(%d, " ROW_FMT("%d") ")", n+1, n+1);
+    rc = sqlite3_exec(db, zSql, 0, 0, 0);
+    sqlite3_free(zSql);
+    if( rc==SQLITE_OK ) n++;
+  }
+  bTamperPiece = 0;
+  tde_set_log(quietLog, 0);
+  assert_true(nTampered > 0);
+  assert_int_equal(rc, SQLITE_IOERR);
+  assert_int_equal(nRefusedLog, 1);
+  /* The next statements work; the frames of the refused commit are
+  ** written over by the next one, so a reopen sees what the connection saw. */
+  checkDb("refuse", db, n);
+  insertRows("refuse", db, n+1, n+2);
+  n += 2;
+  checkDb("refuse", db, n);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  assert_int_equal(openVia("r3sect", zPath, "", &db), SQLITE_OK);
+  checkDb("refuse reopened", db, n);
+  assert_int_equal(sqlite3_close(db), SQLITE_OK);
+  removeDb(zPath);
+  nSector = 0;
+  nPgsz = 0;
+}
+
 /* ---- a failed frame write ------------------------------------------------- */
 
 /* For each N: the Nth WAL frame write of a transaction fails with rc; the
@@ -641,6 +707,7 @@ int main(void){
     cmocka_unit_test(test_sector_stack),
     cmocka_unit_test(test_split_header),
     cmocka_unit_test(test_exclusive_rollback_padded),
+    cmocka_unit_test(test_piece_refused),
     cmocka_unit_test(test_full_wal_write),
     cmocka_unit_test(test_full_wal_write_padded),
     cmocka_unit_test(test_full_above),
