@@ -131,6 +131,15 @@ typedef struct TdeWal {
   uint8_t aFoldSalt[8];
   uint32_t iFoldEnd;
   uint8_t aFoldRoot[16];
+  /* A frame SQLite writes in pieces (sector padding without
+  ** POWERSAFE_OVERWRITE, wal.c walSplitBegin): sealed whole at its first
+  ** piece; aSplit (sqlite3_malloc'd, nSplit bytes, wiped when freed) holds
+  ** the sealed frame, the plaintext page and SQLite's frame header. */
+  uint8_t *aSplit;
+  uint32_t nSplit;
+  uint32_t iSplit;            /* its frame index; 0: none */
+  uint32_t nSplitDone;        /* bytes of the frame written so far */
+  int bSplitCk;               /* SQLite's checksum of it is known (else recomputed on reads) */
 } TdeWal;
 
 typedef struct TdeFile TdeFile;

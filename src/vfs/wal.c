@@ -17,6 +17,9 @@
 ** held back until its page arrives so both go out in one write, with the
 ** MAC over the page's trailer.  A header rewritten alone (SQLite's
 ** walRewriteChecksums) is completed from the page trailer already on disk.
+** A frame SQLite writes in pieces around a sync (sector padding without
+** POWERSAFE_OVERWRITE) is sealed whole at its first piece from the frame
+** it copies, and each piece's range written as it comes (walSplitBegin).
 **
 ** Format version 2 (docs/FORMAT.md "WAL, version 2") chains the frame
 ** MACs: frame i's MAC covers frame i-1's (frame 1's the WAL header's), and
@@ -45,6 +48,18 @@
 #define FRAME_STALE   3    /* (header) authentic, but bound to an older log epoch */
 
 static const char *walName(TdeFile *p){ return p->zName ? p->zName : "(wal)"; }
+
+/* Forget a frame written in pieces (walSplitBegin), wiping its copy. */
+static void walSplitDrop(TdeFile *p){
+  if( p->wal.aSplit ){
+    tdeWipe(p->wal.aSplit, p->wal.nSplit);
+    sqlite3_free(p->wal.aSplit);
+  }
+  p->wal.aSplit = 0;
+  p->wal.nSplit = 0;
+  p->wal.iSplit = 0;
+  p->wal.nSplitDone = 0;
+}
 
 /* WAL MAC key of data-key version v (read the header again if this
 ** process does not know v yet).  NULL if unknown. */
@@ -79,6 +94,7 @@ void tdeWalFree(TdeFile *p){
   sqlite3_free(p->wal.aMac);
   p->wal.aMac = 0;
   p->wal.nMac = 0;
+  walSplitDrop(p);
 }
 
 /* Is this the WAL of a format-version-2 database (chained MACs)? */
@@ -253,7 +269,19 @@ static void walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const
 /* The WAL write lock was taken or released by this handle's connection
 ** (vfs.c tdeShmLock): frames written before may be rewritten by others. */
 void tdeWalLockChanged(TdeFile *p){
-  if( p && p->eKind==TDE_KIND_WAL ) p->wal.iSessLo = p->wal.iSessHi = 0;
+  if( p && p->eKind==TDE_KIND_WAL ){
+    p->wal.iSessLo = p->wal.iSessHi = 0;
+    /* A header SQLite rewrites alone is one of its open transaction's
+    ** frames: frames of an earlier transaction (one that failed or rolled
+    ** back) at the same index are new frames, written with their page. */
+    p->wal.iMaxWritten = 0;
+    /* A restart's epoch update still due: the sync of its WAL header
+    ** failed, and the transaction with it.  It is never done later without
+    ** the write lock (another writer may have moved the epoch meanwhile,
+    ** and the failure would surface in an unrelated statement); SQLite
+    ** writes the header again with its next frames. */
+    p->wal.bEpochDue = 0;
+  }
 }
 
 /* The stored MAC of frame j (j==0: the WAL header's). */
@@ -1087,8 +1115,12 @@ int tdeWalFlush(TdeFile *p){
 /* xSync of the WAL: SQLite syncs a new WAL header right after writing it
 ** (unless synchronous=OFF), and that sync is the one the epoch update
 ** waits for. */
+static int walSplitHeld(TdeFile *p);
 int tdeWalSync(TdeFile *p, int flags){
-  int rc = walFlushFrame(p);
+  /* A header held at a sync is one whose page SQLite writes after it (a
+  ** header rewritten alone went out at once): the frame crossing the
+  ** sector boundary of a padded commit, split right after its header. */
+  int rc = p->wal.bPending ? walSplitHeld(p) : walFlushFrame(p);
   if( rc==SQLITE_OK ){
     rc = p->pReal->pMethods->xSync(p->pReal, flags);
     if( rc && p->pMain ) p->pMain->bWalSyncFailed = 1;   /* the page map's fold (tdeWalFoldMap) */
@@ -1096,6 +1128,8 @@ int tdeWalSync(TdeFile *p, int flags){
   if( rc==SQLITE_OK ) rc = walEpochDue(p, 1);
   return rc;
 }
+
+static void walWriteFailed(TdeFile *p, uint32_t idx);
 
 /* Write the held-back frame header whose page is already on disk. */
 static int walFlushFrame(TdeFile *p){
@@ -1110,8 +1144,12 @@ static int walFlushFrame(TdeFile *p){
                    p->wal.iPendingOff + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE, &bShort);
   if( rc ) return rc;
   if( bShort ){
-    tdeLog(TDE_LOG_ERROR, "%s: frame %u header written without its page", walName(p), idx);
-    return SQLITE_IOERR_WRITE;
+    /* Its page write never reached tde (it failed above it, and the
+    ** statement with it): nothing to complete, and no error for the
+    ** unrelated call that found the header held. */
+    tdeLog(TDE_LOG_WARNING, "%s: frame %u header dropped: its page was never written",
+           walName(p), idx);
+    return SQLITE_OK;
   }
   memcpy(aHdr, p->wal.aPending, 16);
   if( walV2(p) ){
@@ -1126,17 +1164,225 @@ static int walFlushFrame(TdeFile *p){
     if( rc ) return rc;
   }
   rc = p->pReal->pMethods->xWrite(p->pReal, aHdr, FRAME_HDR, p->wal.iPendingOff);
-  if( rc ) return rc;
+  if( rc ){
+    walWriteFailed(p, idx);
+    return rc;
+  }
   walCkRemember(p, idx, aHdr+16, p->wal.aPending+16);
   if( p->wal.iRunFrame>=idx ) p->wal.iRunFrame = 0;
   return SQLITE_OK;
 }
 
+/*
+** Seal frame idx: aFrame holds its header fields (bytes 0..15); its page
+** (pgsz bytes, plaintext z) is sealed into aFrame+FRAME_HDR and its MAC
+** into aFrame+16; in version 2 the chain notes the frame as this handle's.
+*/
+static int walSealFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, const uint8_t *z){
+  uint32_t szFrame = FRAME_HDR + p->wal.pgsz;
+  uint32_t pgno = tdeGet32(aFrame);
+  int rc;
+  if( pgno==1 && z[20]<TDE_RESERVE_BYTES ){
+    tdeLog(TDE_LOG_ERROR, "%s: page 1 has %d reserved bytes, sqlite-tde needs %d",
+           walName(p), z[20], TDE_RESERVE_BYTES);
+    return SQLITE_IOERR_WRITE;
+  }
+  {
+    /* Version 2: the frame index in the page's IV bits 95..64, so the
+    ** page (GCM) names its index even where the chain cannot be
+    ** checked (a frame of an older generation). */
+    int trc;
+    TdePageCipher *c = tdeCipherForSeal(p, &trc);
+    if( !c ) return trc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_WRITE;
+    tdePageCipherSetIvHigh(c, walV2(p) ? idx : 0);
+  }
+  rc = tdeSealPage(p, z, p->wal.pgsz, pgno, aFrame+FRAME_HDR);
+  if( rc ) return rc;
+  if( walV2(p) ){
+    uint8_t aPrev[MAC_BYTES];
+    int bChain = 0;
+    rc = walPrevMac(p, idx, aPrev, &bChain);
+    if( rc==SQLITE_OK ) rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aPrev, aFrame+16);
+    if( rc ) return rc;
+    walChainWrote(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aFrame+16, aPrev, bChain);
+  }else{
+    rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, 0, aFrame+16);
+    if( rc ) return rc;
+  }
+  if( p->wal.iRunFrame>=idx ) p->wal.iRunFrame = 0;
+  return SQLITE_OK;
+}
+
+/* Frame idx, with the salts aSalt, is on disk as this handle sealed it. */
+static void walNoteWritten(TdeFile *p, uint32_t idx, const uint8_t *aSalt){
+  static const uint8_t aZero[8];
+  if( memcmp(aSalt, aZero, 8)!=0 ){
+    if( memcmp(aSalt, p->wal.aMaxSalt, 8)!=0 ){
+      memcpy(p->wal.aMaxSalt, aSalt, 8);     /* a new generation */
+      p->wal.iMaxWritten = 0;
+    }
+    if( idx>p->wal.iMaxWritten ) p->wal.iMaxWritten = idx;
+  }else if( idx>p->wal.iMaxWritten && p->wal.iMaxWritten>0 ){
+    p->wal.iMaxWritten = idx;                /* same transaction, checksums pending */
+  }
+}
+
+/* A write of frame idx failed: what walSealFrame noted is not on disk.
+** Forget it, so that no chain, page map view or header rewrite counts
+** the frame until SQLite writes it again. */
+static void walWriteFailed(TdeFile *p, uint32_t idx){
+  if( idx<p->wal.nMac ) p->wal.aMac[idx].bOwn = 0;
+  if( idx>0 ) walChainCut(p, idx-1);
+  if( idx<p->wal.nCk ) p->wal.aCk[idx].bValid = 0;
+  if( p->wal.iRunFrame>=idx ) p->wal.iRunFrame = 0;
+}
+
+/*
+** Sector padding without POWERSAFE_OVERWRITE.  With synchronous=FULL,
+** SQLite pads a commit to the WAL's sector boundary with copies of the
+** commit frame, and writes the copy that crosses the boundary in two
+** pieces with a sync between them (walWriteToLog's iSyncPoint): the bytes
+** before the boundary are durable before any byte after it is written.
+** The cut can fall inside the frame header, right after it, or inside the
+** page.  A page is sealed whole, so the frame is sealed when its first
+** piece arrives, from the frame it copies (frame idx-1: the commit frame
+** or an earlier copy); each piece must equal that prediction, and the
+** sealed bytes of exactly its range go out at its offset, so the file
+** holds what SQLite meant at every sync.  A piece that differs, or a
+** first piece with nothing to predict it from, is refused with nothing of
+** it written.
+**
+** walSplitBegin: the first piece of frame idx, the frame header's first
+** nHdr bytes aHdr and (nHdr == FRAME_HDR) the page's first nPage bytes z;
+** bCk: aHdr holds SQLite's checksum (else the header as stored).
+*/
+static int walSplitBegin(TdeFile *p, uint32_t idx, const uint8_t *aHdr, uint32_t nHdr, int bCk,
+                         const uint8_t *z, uint32_t nPage){
+  uint32_t pgsz = p->wal.pgsz, szFrame = FRAME_HDR + pgsz, nBody = pgsz - TDE_TRAILER_SIZE;
+  sqlite3_int64 iOff = walFrameOffset(p, idx);
+  uint8_t *aSealed, *aPlain, *aSql;
+  const char *zWhy = 0;
+  int bShort = 0, rc = SQLITE_IOERR_WRITE;
+  walSplitDrop(p);
+  if( idx<2 || nHdr>FRAME_HDR || (nPage>0 && nHdr!=FRAME_HDR) || nPage>=pgsz || nHdr+nPage==0 ){
+    zWhy = "not a piece SQLite's sector padding writes";
+    goto refuse;
+  }
+  p->wal.nSplit = szFrame + pgsz + FRAME_HDR;
+  p->wal.aSplit = sqlite3_malloc64(p->wal.nSplit);
+  if( !p->wal.aSplit ){ p->wal.nSplit = 0; return SQLITE_NOMEM; }
+  aSealed = p->wal.aSplit;            /* the frame as stored */
+  aPlain = aSealed + szFrame;         /* its page as SQLite writes it */
+  aSql = aPlain + pgsz;               /* its header as SQLite writes it */
+  /* The frame it copies, as stored; its header fields complete the ones
+  ** this piece does not hold yet. */
+  rc = tdeRealRead(p, aSealed, (int)szFrame, walFrameOffset(p, idx-1), &bShort);
+  if( rc ) goto fail;
+  if( bShort ){ zWhy = "the frame before it is not on disk"; rc = SQLITE_IOERR_WRITE; goto refuse; }
+  memcpy(aSql, aSealed, 16);
+  memset(aSql+16, 0, FRAME_HDR-16);
+  memcpy(aSql, aHdr, nHdr);
+  if( memcmp(aSql, aSealed, 8)!=0 ){
+    zWhy = "not a copy of the frame before it";
+    goto refuse;
+  }
+  rc = tdeOpenPageTo(p, aSealed+FRAME_HDR, aPlain, pgsz, tdeGet32(aSealed), "WAL frame");
+  if( rc ){
+    if( rc==SQLITE_NOMEM ) goto fail;
+    zWhy = "the frame before it does not authenticate";
+    rc = SQLITE_IOERR_WRITE;
+    goto refuse;
+  }
+  if( memcmp(z ? z : aPlain, aPlain, nPage<nBody ? nPage : nBody)!=0 ){
+    zWhy = "its page is not a copy of the frame before it";
+    rc = SQLITE_IOERR_WRITE;
+    goto refuse;
+  }
+  memcpy(aSealed, aSql, 16);
+  rc = walSealFrame(p, idx, aSealed, aPlain);
+  if( rc ) goto fail;
+  rc = p->pReal->pMethods->xWrite(p->pReal, aSealed, (int)(nHdr + nPage), iOff);
+  if( rc ){
+    walWriteFailed(p, idx);
+    goto fail;
+  }
+  p->wal.iSplit = idx;
+  p->wal.nSplitDone = nHdr + nPage;
+  p->wal.bSplitCk = bCk;
+  return SQLITE_OK;
+refuse:
+  tdeLog(TDE_LOG_ERROR, "%s: WAL write of %u bytes at offset %lld (frame %u split after %u "
+         "bytes) refused: %s", walName(p), nHdr + nPage, (long long)iOff, idx, nHdr + nPage, zWhy);
+fail:
+  walSplitDrop(p);
+  return rc;
+}
+
+/* The next piece of the frame walSplitBegin sealed: iAmt bytes z at byte
+** within of the frame. */
+static int walSplitNext(TdeFile *p, const uint8_t *z, int iAmt, uint32_t within){
+  uint32_t idx = p->wal.iSplit, pgsz = p->wal.pgsz, szFrame = FRAME_HDR + pgsz;
+  uint32_t nBody = pgsz - TDE_TRAILER_SIZE;
+  uint8_t *aSealed = p->wal.aSplit, *aPlain = aSealed + szFrame, *aSql = aPlain + pgsz;
+  int rc;
+  if( iAmt<=0 || within!=p->wal.nSplitDone || (uint64_t)within + (uint64_t)iAmt > szFrame
+   || p->wal.nSplit!=szFrame + pgsz + FRAME_HDR ){
+    tdeLog(TDE_LOG_ERROR, "%s: WAL write of %d bytes into frame %u at byte %u refused: not the "
+           "rest of the frame SQLite began", walName(p), iAmt, idx, within);
+    walSplitDrop(p);
+    return SQLITE_IOERR_WRITE;
+  }
+  for(uint32_t i=within; i<within+(uint32_t)iAmt; i++){
+    uint8_t c = z[i-within];
+    int bSame = 1;
+    if( i<16 ) bSame = c==aSql[i];                  /* header fields */
+    else if( i<FRAME_HDR ) aSql[i] = c;             /* SQLite's checksum, never stored */
+    else if( i<FRAME_HDR+nBody ) bSame = c==aPlain[i-FRAME_HDR];
+    if( !bSame ){
+      tdeLog(TDE_LOG_ERROR, "%s: WAL write of %d bytes into frame %u at byte %u refused: it "
+             "differs from the frame SQLite began (a copy of the frame before it)",
+             walName(p), iAmt, idx, within);
+      walSplitDrop(p);
+      return SQLITE_IOERR_WRITE;
+    }
+  }
+  rc = p->pReal->pMethods->xWrite(p->pReal, aSealed+within, iAmt, walFrameOffset(p, idx) + within);
+  if( rc ){
+    walWriteFailed(p, idx);
+    walSplitDrop(p);
+    return rc;
+  }
+  p->wal.nSplitDone += (uint32_t)iAmt;
+  if( p->wal.nSplitDone==szFrame ){
+    if( p->wal.bSplitCk ) walCkRemember(p, idx, aSealed+16, aSql+16);
+    else if( idx<p->wal.nCk ) p->wal.aCk[idx].bValid = 0;
+    walNoteWritten(p, idx, aSealed+8);
+    walSplitDrop(p);
+  }
+  return SQLITE_OK;
+}
+
+/* tdeWalSync with a frame header held: its page comes after the sync. */
+static int walSplitHeld(TdeFile *p){
+  uint32_t idx = (uint32_t)((p->wal.iPendingOff - WAL_HDR) / (FRAME_HDR + p->wal.pgsz)) + 1;
+  p->wal.bPending = 0;
+  return walSplitBegin(p, idx, p->wal.aPending, FRAME_HDR, 1, 0, 0);
+}
+
 int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   const uint8_t *z = zBuf;
   uint32_t szFrame, idx, within;
-  int rc;
+  uint8_t aJoin[FRAME_HDR];
+  int rc, bJoin = 0;
 
+  /* The page of the frame header held back: the header goes with it,
+  ** whatever becomes of this write (after a failure SQLite writes both
+  ** again), so no later call flushes a header whose page never came. */
+  if( p->wal.bPending && iOfst==p->wal.iPendingOff+FRAME_HDR ){
+    memcpy(aJoin, p->wal.aPending, FRAME_HDR);
+    p->wal.bPending = 0;
+    bJoin = 1;
+  }
   rc = tdeScratch(p);
   if( rc ) return rc;
   /* WAL writes happen inside a write transaction: re-wrap a header left
@@ -1148,6 +1394,7 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   }
   if( iOfst==0 && iAmt==WAL_HDR ){
     uint8_t aHdr[WAL_HDR];
+    walSplitDrop(p);
     rc = tdeWalFlush(p);
     if( rc ) return rc;
     /* The generation ends: its pages into the page map first. */
@@ -1205,6 +1452,34 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   idx = (uint32_t)((iOfst - WAL_HDR) / szFrame) + 1;
   within = (uint32_t)((iOfst - WAL_HDR) % szFrame);
 
+  /* A frame written in pieces (sector padding): its next piece, or the
+  ** first piece of one, in the header or (after the header) in the page. */
+  if( p->wal.iSplit ){
+    if( idx==p->wal.iSplit && within==p->wal.nSplitDone ) return walSplitNext(p, z, iAmt, within);
+    walSplitDrop(p);            /* SQLite gave the frame up (an error between its pieces) */
+  }
+  if( within==0 && iAmt>0 && iAmt<FRAME_HDR ){
+    rc = tdeWalFlush(p);
+    if( rc ) return rc;
+    return walSplitBegin(p, idx, z, (uint32_t)iAmt, 1, 0, 0);
+  }
+  if( within==FRAME_HDR && iAmt>0 && (uint32_t)iAmt<p->wal.pgsz ){
+    uint8_t aHdr[FRAME_HDR];
+    int bShort = 0;
+    if( bJoin ) return walSplitBegin(p, idx, aJoin, FRAME_HDR, 1, z, (uint32_t)iAmt);
+    /* Its header went out at once, taken for the rewrite of a frame this
+    ** handle wrote before (locking_mode=EXCLUSIVE after a rollback): the
+    ** header fields as stored. */
+    rc = tdeWalFlush(p);
+    if( rc==SQLITE_OK ) rc = tdeRealRead(p, aHdr, FRAME_HDR, iOfst-FRAME_HDR, &bShort);
+    if( rc ) return rc;
+    if( bShort ){
+      tdeLog(TDE_LOG_ERROR, "%s: frame %u page written without a header", walName(p), idx);
+      return SQLITE_IOERR_WRITE;
+    }
+    return walSplitBegin(p, idx, aHdr, FRAME_HDR, 0, z, (uint32_t)iAmt);
+  }
+
   if( within==0 && iAmt==FRAME_HDR && walV2(p) ){
     static const uint8_t aZero[8];
     if( memcmp(z+8, aZero, 8)!=0 && memcmp(z+8, p->wal.aHdr+16, 8)!=0 ){
@@ -1234,8 +1509,6 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   }
   if( within==FRAME_HDR && (uint32_t)iAmt==p->wal.pgsz ){
     uint8_t *aFrame = p->aBuf;
-    uint32_t pgno;
-    int bJoin = p->wal.bPending && p->wal.iPendingOff==iOfst-FRAME_HDR;
     if( !bJoin ){
       int bShort;
       rc = tdeWalFlush(p);
@@ -1247,61 +1520,31 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
         return SQLITE_IOERR_WRITE;
       }
     }else{
-      memcpy(aFrame, p->wal.aPending, FRAME_HDR);
+      memcpy(aFrame, aJoin, FRAME_HDR);
     }
-    pgno = tdeGet32(aFrame);
-    if( pgno==1 && z[20]<TDE_RESERVE_BYTES ){
-      tdeLog(TDE_LOG_ERROR, "%s: page 1 has %d reserved bytes, sqlite-tde needs %d",
-             walName(p), z[20], TDE_RESERVE_BYTES);
-      return SQLITE_IOERR_WRITE;
-    }
-    {
-      /* Version 2: the frame index in the page's IV bits 95..64, so the
-      ** page (GCM) names its index even where the chain cannot be
-      ** checked (a frame of an older generation). */
-      int trc;
-      TdePageCipher *c = tdeCipherForSeal(p, &trc);
-      if( !c ) return trc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_WRITE;
-      tdePageCipherSetIvHigh(c, walV2(p) ? idx : 0);
-    }
-    rc = tdeSealPage(p, z, p->wal.pgsz, pgno, aFrame+FRAME_HDR);
+    rc = walSealFrame(p, idx, aFrame, z);
     if( rc ) return rc;
-    if( walV2(p) ){
-      uint8_t aPrev[MAC_BYTES];
-      int bChain = 0;
-      rc = walPrevMac(p, idx, aPrev, &bChain);
-      if( rc==SQLITE_OK ) rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aPrev, aFrame+16);
-      if( rc ) return rc;
-      walChainWrote(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aFrame+16, aPrev, bChain);
-    }else{
-      rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, 0, aFrame+16);
-      if( rc ) return rc;
-    }
-    if( p->wal.iRunFrame>=idx ) p->wal.iRunFrame = 0;
-    {
-      static const uint8_t aZero[8];
-      const uint8_t *aSalt = aFrame+8;          /* the frame's own salts */
-      if( memcmp(aSalt, aZero, 8)!=0 ){
-        if( memcmp(aSalt, p->wal.aMaxSalt, 8)!=0 ){
-          memcpy(p->wal.aMaxSalt, aSalt, 8);     /* a new generation */
-          p->wal.iMaxWritten = 0;
-        }
-        if( idx>p->wal.iMaxWritten ) p->wal.iMaxWritten = idx;
-      }else if( idx>p->wal.iMaxWritten && p->wal.iMaxWritten>0 ){
-        p->wal.iMaxWritten = idx;                /* same transaction, checksums pending */
-      }
-    }
     if( bJoin ){
-      p->wal.bPending = 0;
       rc = p->pReal->pMethods->xWrite(p->pReal, aFrame, (int)szFrame, iOfst-FRAME_HDR);
-      if( rc==SQLITE_OK ) walCkRemember(p, idx, aFrame+16, p->wal.aPending+16);
-      return rc;
+      if( rc ){
+        walWriteFailed(p, idx);
+        return rc;
+      }
+      walCkRemember(p, idx, aFrame+16, aJoin+16);
+      walNoteWritten(p, idx, aFrame+8);
+      return SQLITE_OK;
     }
     /* A page rewritten in place (a frame of the open transaction, whose
     ** headers SQLite rewrites at commit): the header's new MAC and the
     ** page go out in one write, the header fields are left as they are. */
     if( idx<p->wal.nCk ) p->wal.aCk[idx].bValid = 0;
-    return p->pReal->pMethods->xWrite(p->pReal, aFrame+16, MAC_BYTES + iAmt, iOfst-FRAME_HDR+16);
+    rc = p->pReal->pMethods->xWrite(p->pReal, aFrame+16, MAC_BYTES + iAmt, iOfst-FRAME_HDR+16);
+    if( rc ){
+      walWriteFailed(p, idx);
+      return rc;
+    }
+    walNoteWritten(p, idx, aFrame+8);
+    return SQLITE_OK;
   }
   tdeLog(TDE_LOG_ERROR, "%s: unexpected WAL write of %d bytes at offset %lld",
          walName(p), iAmt, (long long)iOfst);
@@ -1309,7 +1552,9 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
 }
 
 int tdeWalTruncate(TdeFile *p, sqlite3_int64 size){
-  int rc = tdeWalFlush(p);
+  int rc;
+  walSplitDrop(p);
+  rc = tdeWalFlush(p);
   if( rc ) return rc;
   if( size<WAL_HDR ){
     rc = tdeWalFoldMap(p);      /* the generation ends: its pages into the page map */
