@@ -1326,6 +1326,67 @@ static void wRowTxns(int bDelete){
   free(lat.a);
 }
 
+/* delete-spill: single-row DELETEs from t2 by key in a shuffled order,
+** half of its rows, all in ONE transaction with cache_size=100 pages (less
+** than the transaction touches at the default sizes): SQLite spills dirty
+** pages to the log (WAL) or the database file (rollback journal) and
+** reads them back, each page many times, as SQLite's own speedtest1 does
+** with its 25,000 DELETEs in one transaction.  Timed: BEGIN, the DELETEs,
+** a read of all of t2 inside the transaction (the rows left, most pages
+** read back from what was spilled), COMMIT.  The read must sum to the
+** rows not deleted, and so must t2 after the commit. */
+static void wDeleteSpill(void){
+  sqlite3 *db = openDb(g.zDb, 0);
+  sqlite3_stmt *p = prep(db, "DELETE FROM t2 WHERE id=?");
+  int64_t *aId = shuffledIds(0x5b111eULL);
+  int64_t nDel = (g.nTxnRows + 1) / 2, i, nRow = 0, nWant = 0;
+  char *aDone = calloc((size_t)g.nTxnRows + 1, 1);
+  uint64_t inTxn, got, want = 0;
+  double t0, t1;
+  if( !aDone ) die("out of memory");
+  exec(db, "PRAGMA cache_size=100");
+  (void)one(db, "SELECT count(*) FROM sqlite_master");
+  ioStart();
+  t0 = now();
+  exec(db, "BEGIN");
+  for(i=0; i<nDel; i++){
+    sqlite3_bind_int64(p, 1, aId[i]);
+    stepDone(db, p, "delete-spill");
+    if( sqlite3_changes(db)!=1 ){
+      die("delete-spill: id %lld: %d rows changed", (long long)aId[i], sqlite3_changes(db));
+    }
+    aDone[aId[i]] = 1;
+  }
+  inTxn = sumTable(db, "t2", &nRow);
+  exec(db, "COMMIT");
+  t1 = now();
+  ioStop((double)nDel);
+  check(db, sqlite3_finalize(p), "delete-spill");
+  for(i=1; i<=g.nTxnRows; i++){
+    if( aDone[i] ) continue;
+    want += expectedT2(i, 0, 0);
+    nWant++;
+  }
+  if( nRow!=nWant || inTxn!=want ){
+    die("delete-spill: checksum mismatch in t2 inside the transaction (%lld rows, %lld expected)",
+        (long long)nRow, (long long)nWant);
+  }
+  got = sumTable(db, "t2", &nRow);
+  if( nRow!=nWant || got!=want ){
+    die("delete-spill: checksum mismatch in t2 after the commit (%lld rows, %lld expected)",
+        (long long)nRow, (long long)nWant);
+  }
+  free(aDone);
+  free(aId);
+  check(db, sqlite3_close(db), "close");
+  outBegin();
+  outNum("rows_per_s", (double)nDel / (t1 - t0));
+  outNum("rows", (double)nDel);
+  outNum("txn_s", t1 - t0);
+  outU64("checksum", got);
+  outEnd();
+}
+
 /* ---- main ------------------------------------------------------------------------ */
 
 #ifdef BENCH_SQLCIPHER
@@ -1447,6 +1508,7 @@ static int driver(int argc, char **argv){
   else if( strcmp(g.zWorkload, "checkpoint")==0 ) wCheckpoint();
   else if( strcmp(g.zWorkload, "update-rows")==0 ) wRowTxns(0);
   else if( strcmp(g.zWorkload, "delete-rows")==0 ) wRowTxns(1);
+  else if( strcmp(g.zWorkload, "delete-spill")==0 ) wDeleteSpill();
   else die("unknown workload %s", g.zWorkload);
   return 0;
 }

@@ -71,6 +71,8 @@ METRICS = {
                    ("frames", "WAL frames checkpointed", "frames", LOWER)],
     "update-rows": [("rows_per_s", "single-row UPDATEs, a transaction each", "rows/s", HIGHER),
                     ("txn_ms_p50", "single-row UPDATE transaction p50", "ms", LOWER)],
+    "delete-spill": [("rows_per_s", "single-row DELETEs in one transaction, cache spilled", "rows/s", HIGHER),
+                     ("txn_s", "the delete-spill transaction", "s", LOWER)],
     "delete-rows": [("rows_per_s", "single-row DELETEs, a transaction each", "rows/s", HIGHER),
                     ("txn_ms_p50", "single-row DELETE transaction p50", "ms", LOWER)],
 }
@@ -89,6 +91,8 @@ DESCRIPTIONS = {
     "checkpoint": "WAL only: wal_checkpoint(TRUNCATE) after an untimed UPDATE of every row of t2",
     "update-rows": "single-row UPDATEs of t2 by key, each its own transaction, up to --txn-rows or --seconds",
     "delete-rows": "single-row DELETEs from t2 by key, each its own transaction, up to --txn-rows or --seconds",
+    "delete-spill": "single-row DELETEs of half of t2 by key in ONE transaction, cache_size=100 (SQLite "
+                    "spills pages and reads them back), then t2 read inside the transaction, COMMIT",
 }
 # Per-run I/O of the timed part, per unit of work (see "I/O accounting" in
 # bench.c): derived from the driver's counters by io_per_op().
@@ -103,15 +107,15 @@ IO_METRICS = [("wchar_per_op", "bytes written (wchar)", "B/op", LOWER),
 OP_UNIT = {"insert": "row", "delete-replenish": "row", "cold-scan": "scan", "warm-scan": "scan",
            "bounce": "open", "row-at-a-time": "row", "tpcb-select": "txn", "tpcb-rw": "txn",
            "vacuum": "VACUUM", "update-all": "row", "checkpoint": "checkpoint", "update-rows": "row",
-           "delete-rows": "row"}
+           "delete-rows": "row", "delete-spill": "row"}
 BASE_WORKLOADS = ["insert", "delete-replenish", "cold-scan", "warm-scan", "bounce",
                   "row-at-a-time", "tpcb-select", "tpcb-rw", "vacuum", "update-all",
-                  "checkpoint", "update-rows", "delete-rows"]
+                  "checkpoint", "update-rows", "delete-rows", "delete-spill"]
 # Workloads whose checksum must be the same in every run of every condition.
 DETERMINISTIC = {"delete-replenish", "cold-scan", "warm-scan", "bounce", "row-at-a-time",
-                 "vacuum", "update-all", "checkpoint"}
+                 "vacuum", "update-all", "checkpoint", "delete-spill"}
 WRITE_WORKLOADS = {"insert", "delete-replenish", "row-at-a-time", "tpcb-rw", "vacuum",
-                   "update-all", "checkpoint", "update-rows", "delete-rows"}
+                   "update-all", "checkpoint", "update-rows", "delete-rows", "delete-spill"}
 # Workloads that exist in some journal modes only: not run elsewhere, listed
 # in results.json (options.not_applicable) and shown as "-" in the reports.
 # A checkpoint is a WAL operation (a rollback journal has none).
@@ -1265,8 +1269,8 @@ def bench_main(argv):
     ap.add_argument("--scale", type=int, default=1, help="tpcb scale factor (100,000 accounts each)")
     ap.add_argument("--threads", default="1,2,4", help="tpcb thread counts (default 1,2,4)")
     ap.add_argument("--rat-rows", type=int, default=10000, help="row-at-a-time rows (default 10,000)")
-    ap.add_argument("--txn-rows", type=int, default=25000, help="rows of t2 for update-all, update-rows "
-                    "and delete-rows (default 25,000)")
+    ap.add_argument("--txn-rows", type=int, default=25000, help="rows of t2 for update-all, update-rows, "
+                    "delete-rows and delete-spill (default 25,000)")
     ap.add_argument("--journal", default=DEFAULT_MODES, help="journal modes, comma-separated, run in "
                     "this order (default %s)" % DEFAULT_MODES)
     ap.add_argument("--cached", action="store_true", help="also run DELETE+cached: rollback mode with "

@@ -402,6 +402,9 @@ int tdeWalNewestTag(TdeFile *p, uint32_t pgno, uint32_t bound, const uint8_t *aS
                     uint8_t aTag[8], int *pbFound);
 int tdeWalFoldMap(TdeFile *p);
 int tdeWalFoldMapFile(TdeFile *pMain, const char *zWal);
+/* wal.c: frame MACs computed by this process so far (tests count the
+** cost of a read with it). */
+uint64_t tdeWalMacCount(void);
 int tdeWalFoldMapTo(TdeFile *p, uint32_t bound);
 
 /* upgrade.c: format version 1 -> 2 (caller holds the write lock, the WAL

@@ -61,6 +61,10 @@ static void walSplitDrop(TdeFile *p){
   p->wal.nSplitDone = 0;
 }
 
+/* Frame MACs computed (walFrameMac), for the tests' cost counts. */
+static uint64_t nWalFrameMac;
+uint64_t tdeWalMacCount(void){ return __atomic_load_n(&nWalFrameMac, __ATOMIC_RELAXED); }
+
 /* WAL MAC key of data-key version v (read the header again if this
 ** process does not know v yet).  NULL if unknown. */
 static TdeHmac *walKey(TdeFile *p, uint32_t v){
@@ -157,6 +161,7 @@ static int walFrameMac(TdeFile *p, uint32_t idx, const uint8_t *aHdr16,
   TdeHmac *aKey = walKey(p, tdeTrailerVersion(aTrailer));   /* the page's version */
   int rc;
   if( !aKey ) return SQLITE_NOTFOUND;   /* unknown data-key version: cannot authenticate */
+  __atomic_fetch_add(&nWalFrameMac, 1, __ATOMIC_RELAXED);
   aMsg[0] = 'W'; aMsg[1] = aPrev ? '2' : '1'; aMsg[2] = 'F'; aMsg[3] = 0;
   tdePut32(aMsg+4, idx);
   memcpy(aMsg+8, aHdr16, 16);
@@ -177,24 +182,28 @@ static sqlite3_int64 walFrameOffset(TdeFile *p, uint32_t idx){
 }
 
 /* Forget the chain (a new header, a truncation); bHdr: aHdrMac is the
-** current header's MAC and starts the new chain. */
+** current header's MAC and starts the new chain.  SQLITE_NOMEM when it
+** cannot start (no chain then: no frame is served until a later reset
+** succeeds -- never reported as a broken chain, see walReadPage). */
 static int walMacRoom(TdeFile *p, uint32_t idx);
-static void walChainReset(TdeFile *p, int bHdr){
+static int walChainReset(TdeFile *p, int bHdr){
   p->wal.iChain = 0;
   p->wal.iChainCommit = 0;
   p->wal.bChain = 0;
   if( p->wal.aMac ) memset(p->wal.aMac, 0, sizeof(p->wal.aMac[0]) * p->wal.nMac);
-  if( bHdr && walV2(p) && walMacRoom(p, 0) ){
+  if( bHdr && walV2(p) ){
+    if( !walMacRoom(p, 0) ) return SQLITE_NOMEM;
     memcpy(p->wal.aMac[0].mac, p->wal.aHdrMac, MAC_BYTES);
     p->wal.bChain = 1;
   }
+  return SQLITE_OK;
 }
 
-static void walCkForget(TdeFile *p){
+static int walCkForget(TdeFile *p){
   p->wal.iRunFrame = 0;
   p->wal.iSessLo = p->wal.iSessHi = 0;
   if( p->wal.aCk ) memset(p->wal.aCk, 0, sizeof(p->wal.aCk[0]) * p->wal.nCk);
-  walChainReset(p, p->wal.bHdr);
+  return walChainReset(p, p->wal.bHdr);
 }
 
 /* Make aMac hold index idx (a cache: 0 when memory runs out). */
@@ -232,12 +241,14 @@ static int walIsCommit(TdeFile *p, const uint8_t *aHdr16){
 
 /* Frame idx's MAC verified from the chain's aMac[idx-1]: extend the
 ** chain (or, where it already reached idx with another MAC, cut it there:
-** another connection rewrote a frame of its open transaction). */
-static void walChainNote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *aTrl,
-                         const uint8_t *mac){
-  if( !p->wal.bChain || idx==0 || idx>p->wal.iChain+1 || !walMacRoom(p, idx) ) return;
+** another connection rewrote a frame of its open transaction).
+** SQLITE_NOMEM when aMac cannot grow (the chain is left as it was). */
+static int walChainNote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *aTrl,
+                        const uint8_t *mac){
+  if( !p->wal.bChain || idx==0 || idx>p->wal.iChain+1 ) return SQLITE_OK;
+  if( !walMacRoom(p, idx) ) return SQLITE_NOMEM;
   if( idx<=p->wal.iChain ){
-    if( memcmp(p->wal.aMac[idx].mac, mac, MAC_BYTES)==0 ) return;
+    if( memcmp(p->wal.aMac[idx].mac, mac, MAC_BYTES)==0 ) return SQLITE_OK;
     walChainCut(p, idx-1);
   }
   memcpy(p->wal.aMac[idx].mac, mac, MAC_BYTES);
@@ -247,15 +258,21 @@ static void walChainNote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const 
   p->wal.aMac[idx].bCommit = (uint8_t)walIsCommit(p, aHdr16);
   p->wal.iChain = idx;
   if( p->wal.aMac[idx].bCommit ) p->wal.iChainCommit = idx;
+  return SQLITE_OK;
 }
 
-/* This handle wrote frame idx with MAC mac computed from aPrev (bChain:
-** aPrev was the chain's own aMac[idx-1]). */
-static void walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *aTrl,
-                          const uint8_t *mac, const uint8_t *aPrev, int bChain){
-  if( !walMacRoom(p, idx) ){ walChainCut(p, 0); return; }
+/* This handle is about to write frame idx with MAC mac computed from
+** aPrev (bChain: aPrev was the chain's own aMac[idx-1]).  SQLITE_NOMEM
+** when aMac cannot hold it: the frame must not be written then, or this
+** handle could not tell it from a spliced one when it reads it back. */
+static int walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *aTrl,
+                         const uint8_t *mac, const uint8_t *aPrev, int bChain){
+  if( !walMacRoom(p, idx) ){ walChainCut(p, 0); return SQLITE_NOMEM; }
   walChainCut(p, idx-1);
-  if( bChain && p->wal.iChain==idx-1 ) walChainNote(p, idx, aHdr16, aTrl, mac);
+  if( bChain && p->wal.iChain==idx-1 ){
+    int rc = walChainNote(p, idx, aHdr16, aTrl, mac);
+    if( rc ) return rc;
+  }
   memcpy(p->wal.aMac[idx].mac, mac, MAC_BYTES);
   memcpy(p->wal.aMac[idx].prev, aPrev, MAC_BYTES);
   p->wal.aMac[idx].bOwn = 1;
@@ -264,6 +281,7 @@ static void walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const
   ** one range. */
   if( !p->wal.iSessLo || idx<p->wal.iSessLo ) p->wal.iSessLo = idx;
   if( idx>p->wal.iSessHi ) p->wal.iSessHi = idx;
+  return SQLITE_OK;
 }
 
 /* The WAL write lock was taken or released by this handle's connection
@@ -458,7 +476,8 @@ static int walLoadHeaderW(TdeFile *p, uint8_t *aOut, int *pState, uint64_t *pwSt
       memcpy(p->wal.aHdrMac, aMac, MAC_BYTES);
       p->wal.bHdr = 1;
       p->wal.w = w;
-      walCkForget(p);
+      rc = walCkForget(p);
+      if( rc ) return rc;     /* retried at the next load: bChain is 0 */
     }
   }
   if( tdeValidPgsz(tdeGet32(aOut+8)) ) p->wal.pgsz = tdeGet32(aOut+8);
@@ -623,7 +642,7 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
     memcpy(aTrl, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
     rc = tdeOpenPage(p, aFrame+FRAME_HDR, pgsz, tdeGet32(aFrame), zWhat);
     *pState = rc==SQLITE_OK ? FRAME_OK : FRAME_BAD;
-    if( rc==SQLITE_OK && bChain ) walChainNote(p, idx, aFrame, aTrl, mac);
+    if( rc==SQLITE_OK && bChain ) return walChainNote(p, idx, aFrame, aTrl, mac);
   }
   return SQLITE_OK;
 }
@@ -650,7 +669,8 @@ static int walChainExtend(TdeFile *p, uint32_t idx){
     if( rc==SQLITE_NOTFOUND ) break;
     if( rc ) return rc;
     if( !tdeCtEqual(mac, aHdr+16, MAC_BYTES) ) break;
-    walChainNote(p, j, aHdr, aTrl, mac);
+    rc = walChainNote(p, j, aHdr, aTrl, mac);
+    if( rc ) return rc;
     if( p->wal.iChain!=j ) break;
   }
   return SQLITE_OK;
@@ -670,6 +690,12 @@ static int walFrameCurrent(TdeFile *p, uint32_t idx, const uint8_t *aFrame, int 
   int rc;
   *pbOk = 0;
   if( !p->wal.bChain ) return SQLITE_OK;
+  /* A frame of this handle's own open transaction first: checked against
+  ** the MAC this handle wrote (one MAC).  The chain cannot reach a commit
+  ** frame after it, so trying the chain first re-walked every frame from
+  ** the header on each read of a spilled page. */
+  rc = walOwnFrame(p, idx, aFrame, pbOk);
+  if( rc || *pbOk ) return rc;
   for(int iTry=0; iTry<3; iTry++){
     /* Again from the last verified commit (frames after it may have been
     ** rewritten by another connection's transaction), then from the
@@ -703,26 +729,28 @@ static int walFrameCurrent(TdeFile *p, uint32_t idx, const uint8_t *aFrame, int 
 ** before it held part of a committed transaction, and dropping it would
 ** silently lose that commit.  Frames of a transaction that never
 ** committed (SQLite rewrites such frames in place while the transaction
-** runs) can be damaged by a crash and do not count.
+** runs) can be damaged by a crash and do not count.  *pbCommit; an error
+** (SQLITE_NOMEM, a failed read) when it cannot look: never a guess either
+** way, which would call an allocation failure tampering or drop a commit.
 */
-static int walCommitFollows(TdeFile *p, uint32_t idx){
-  int state = FRAME_SHORT, bCommit = 0;
+static int walCommitFollows(TdeFile *p, uint32_t idx, int *pbCommit){
+  int state = FRAME_SHORT, rc = SQLITE_OK;
   uint8_t *aTmp = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
-  /* Cannot look: say a commit follows, so the bad frame fails the read
-  ** rather than being dropped as a torn tail with commits after it. */
-  if( !aTmp ) return 1;
+  *pbCommit = 0;
+  if( !aTmp ) return SQLITE_NOMEM;
   /* To the end of the file: frames that fail authentication too (two
   ** damaged frames in a row must not hide the commits after them) and
   ** frames of older generations (the tail a restarted log leaves). */
   for(;; idx++){
-    if( walLoadFrame(p, idx, aTmp, &state, 0)!=SQLITE_OK || state==FRAME_SHORT ) break;
+    rc = walLoadFrame(p, idx, aTmp, &state, 0);
+    if( rc || state==FRAME_SHORT ) break;
     if( state==FRAME_BAD ){ p->nAuthFail--; continue; }
     if( memcmp(aTmp+8, p->wal.aHdr+16, 8)!=0 ) continue;
-    if( tdeGet32(aTmp+4)!=0 ){ bCommit = 1; break; }
+    if( tdeGet32(aTmp+4)!=0 ){ *pbCommit = 1; break; }
   }
   tdeWipe(aTmp, FRAME_HDR + p->wal.pgsz);
   sqlite3_free(aTmp);
-  return bCommit;
+  return rc;
 }
 
 /* Does frame idx contain a 512-byte-aligned run of zeros on disk (a
@@ -742,22 +770,24 @@ static int walHasZeroSector(TdeFile *p, uint32_t idx){
 }
 
 /* Does frame 1 authenticate under some page size (whatever the header
-** says)?  Its MAC does not depend on the WAL header. */
-static int walFirstFrameAuthentic(TdeFile *p){
+** says)?  Its MAC does not depend on the WAL header.  *pbFound;
+** SQLITE_NOMEM when it cannot look (never "no frame": the log would be
+** ignored). */
+static int walFirstFrameAuthentic(TdeFile *p, int *pbFound){
   uint32_t savePgsz = p->wal.pgsz;
-  int bFound = 0;
   uint8_t *aTmp = sqlite3_malloc(FRAME_HDR + TDE_MAX_PAGE);
-  if( !aTmp ) return 0;
-  for(size_t i=0; i<TDE_N_PROBE_PGSZ && !bFound; i++){
+  *pbFound = 0;
+  if( !aTmp ) return SQLITE_NOMEM;
+  for(size_t i=0; i<TDE_N_PROBE_PGSZ && !*pbFound; i++){
     int state = FRAME_SHORT;
     p->wal.pgsz = tdeProbePgsz[i];
-    if( walLoadFrame(p, 1, aTmp, &state, 0)==SQLITE_OK && state==FRAME_OK ) bFound = 1;
+    if( walLoadFrame(p, 1, aTmp, &state, 0)==SQLITE_OK && state==FRAME_OK ) *pbFound = 1;
     else if( state==FRAME_BAD ) p->nAuthFail--;   /* a wrong guess */
   }
   p->wal.pgsz = savePgsz;
   tdeWipe(aTmp, FRAME_HDR + TDE_MAX_PAGE);
   sqlite3_free(aTmp);
-  return bFound;
+  return SQLITE_OK;
 }
 
 /* SQLite's cumulative checksum after frame k (k>=0; k==0: the header). */
@@ -884,7 +914,12 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
     ** here too, so that damage in mid-log cannot pass for its end.  A frame
     ** with a sector of zeros was never completely written (a power loss
     ** that kept a later write): the torn end, as SQLite treats it. */
-    if( !walHasZeroSector(p, idx) && walCommitFollows(p, idx+1) ){
+    int bCommit = 0;
+    if( !walHasZeroSector(p, idx) ){
+      rc = walCommitFollows(p, idx+1, &bCommit);
+      if( rc ){ memset(aOut, 0, FRAME_HDR + p->wal.pgsz); return rc; }
+    }
+    if( bCommit ){
       tdeErr(TDE_AUTH, "%s: frame %u failed authentication and a later committed transaction "
              "authenticates: the WAL was tampered with", walName(p), idx);
       tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
@@ -957,11 +992,13 @@ static int walReadPage(TdeFile *p, uint32_t idx, uint8_t *zBuf){
       ** read it again, and if it changed, check against the new chain. */
       uint8_t aHdr[WAL_HDR], aOld[MAC_BYTES];
       uint64_t w = 0;
-      int state;
+      int state, bHadChain = p->wal.bChain;
       memcpy(aOld, p->wal.aHdrMac, MAC_BYTES);
       rc = walLoadHeaderW(p, aHdr, &state, &w);
       if( rc==SQLITE_OK && state==FRAME_STALE ){ memset(zBuf, 0, pgsz); return walStale(p, w); }
-      if( rc==SQLITE_OK && state==FRAME_OK && memcmp(aOld, p->wal.aHdrMac, MAC_BYTES)!=0 ){
+      /* (Or the chain could not start before: an allocation failed.) */
+      if( rc==SQLITE_OK && state==FRAME_OK
+       && (memcmp(aOld, p->wal.aHdrMac, MAC_BYTES)!=0 || (!bHadChain && p->wal.bChain)) ){
         rc = walFrameCurrent(p, idx, aFrame, &bOk);
       }
     }
@@ -1033,7 +1070,10 @@ int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
       ** silently ignore committed transactions.  (SQLite writes the
       ** 32-byte header in one sector-sized write, so a crash does not tear
       ** it.)  Without an authentic frame the log is empty to SQLite. */
-      if( walFirstFrameAuthentic(p) ){
+      int bFound = 0;
+      rc = walFirstFrameAuthentic(p, &bFound);
+      if( rc ){ memset(z, 0, (size_t)iAmt); return rc; }
+      if( bFound ){
         tdeLog(TDE_LOG_ERROR, "%s: WAL header failed authentication: tampered with", walName(p));
         memset(z, 0, (size_t)iAmt);
         return SQLITE_IOERR_AUTH;
@@ -1157,8 +1197,8 @@ static int walFlushFrame(TdeFile *p){
     int bChain = 0;
     rc = walPrevMac(p, idx, aPrev, &bChain);
     if( rc==SQLITE_OK ) rc = walFrameMac(p, idx, aHdr, aTrailer, aPrev, aHdr+16);
+    if( rc==SQLITE_OK ) rc = walChainWrote(p, idx, aHdr, aTrailer, aHdr+16, aPrev, bChain);
     if( rc ) return rc;
-    walChainWrote(p, idx, aHdr, aTrailer, aHdr+16, aPrev, bChain);
   }else{
     rc = walFrameMac(p, idx, aHdr, aTrailer, 0, aHdr+16);
     if( rc ) return rc;
@@ -1203,8 +1243,8 @@ static int walSealFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, const uint8_t
     int bChain = 0;
     rc = walPrevMac(p, idx, aPrev, &bChain);
     if( rc==SQLITE_OK ) rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aPrev, aFrame+16);
+    if( rc==SQLITE_OK ) rc = walChainWrote(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aFrame+16, aPrev, bChain);
     if( rc ) return rc;
-    walChainWrote(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, aFrame+16, aPrev, bChain);
   }else{
     rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, 0, aFrame+16);
     if( rc ) return rc;
@@ -1428,7 +1468,10 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     p->wal.bHdr = 1;
     p->wal.pgsz = tdeValidPgsz(tdeGet32(z+8)) ? tdeGet32(z+8) : 0;
     p->wal.iMaxWritten = 0;     /* a new generation */
-    walCkForget(p);
+    /* The header is on disk: a chain that cannot start for want of
+    ** memory starts when aMac is first allocated (walMacRoom) or at the
+    ** next header load, so the write itself stands. */
+    (void)walCkForget(p);
     if( bV2 ){
       /* The WAL header durable first, then the epoch update, both before
       ** the first frame: a crash in between leaves a header bound to L + 1,
@@ -1564,7 +1607,7 @@ int tdeWalTruncate(TdeFile *p, sqlite3_int64 size){
     ** drops frames beyond the ones just committed, captured already). */
     walShipHook(p, TDE_CAPTURE_CLOSE, 0);
   }
-  walCkForget(p);
+  (void)walCkForget(p);         /* as after a header write (tdeWalWrite) */
   p->wal.iMaxWritten = 0;
   if( size<WAL_HDR ) p->wal.bHdr = 0;
   return p->pReal->pMethods->xTruncate(p->pReal, size);
@@ -1596,7 +1639,12 @@ int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_
   }
   if( state==FRAME_SHORT ) return SQLITE_OK;
   if( state==FRAME_BAD ){
-    if( mxFrame>0 || walFirstFrameAuthentic(p) ){ *piBad = -1; return SQLITE_IOERR_AUTH; }
+    int bFound = 0;
+    if( mxFrame==0 ){
+      rc = walFirstFrameAuthentic(p, &bFound);
+      if( rc ) return rc;
+    }
+    if( mxFrame>0 || bFound ){ *piBad = -1; return SQLITE_IOERR_AUTH; }
     return SQLITE_OK;
   }
   if( !p->wal.pgsz ) return SQLITE_OK;
@@ -1614,7 +1662,10 @@ int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_
       break;                       /* as recovery reads it: the end */
     }
     if( state==FRAME_BAD ){
-      if( mxFrame || walCommitFollows(p, idx+1) ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; }
+      int bCommit = 0;
+      if( !mxFrame ) rc = walCommitFollows(p, idx+1, &bCommit);
+      if( rc ) break;
+      if( mxFrame || bCommit ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; }
       else p->nAuthFail--;
       break;
     }
@@ -1672,7 +1723,10 @@ int tdeWalNewestTag(TdeFile *p, uint32_t pgno, uint32_t bound, const uint8_t *aS
     if( rc ) return rc;
     if( state!=FRAME_OK ) return SQLITE_OK;
     if( aSalt && memcmp(p->wal.aHdr+16, aSalt, 8)!=0 ) return SQLITE_OK;
-    if( !p->wal.bChain ) walChainReset(p, 1);
+    if( !p->wal.bChain ){
+      rc = walChainReset(p, 1);
+      if( rc ) return rc;
+    }
   }
   rc = walChainExtend(p, bound);
   if( rc ) return rc;
@@ -1732,7 +1786,10 @@ int tdeWalFoldMapTo(TdeFile *p, uint32_t bound){
   rc = walLoadHeaderW(p, aHdr, &state, &w);
   if( rc ) return rc;
   if( state==FRAME_OK && p->wal.w==p->pMain->pKeys->hdr.logEpoch && p->wal.pgsz ){
-    if( !p->wal.bChain ) walChainReset(p, 1);
+    if( !p->wal.bChain ){
+      rc = walChainReset(p, 1);
+      if( rc ) return rc;
+    }
     rc = walChainExtend(p, bound);
     if( rc ) return rc;
     n = p->wal.iChainCommit;

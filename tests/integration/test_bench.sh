@@ -31,7 +31,7 @@ bad() { NFAIL=$((NFAIL+1)); echo "  FAIL  $*"; }
 "$TDE_BUILD/sqlite-tde" bench --help >"$WORK/help.txt" 2>&1
 MISSING=""
 for w in insert delete-replenish cold-scan warm-scan bounce row-at-a-time tpcb-select tpcb-rw \
-         vacuum update-all checkpoint update-rows delete-rows plain wallet wallet-password pkcs11 kmip \
+         vacuum update-all checkpoint update-rows delete-rows delete-spill plain wallet wallet-password pkcs11 kmip \
          sqlcipher sqlcipher4 sqlite3mc standby standby-sync; do
   grep -qE "^  $w " "$WORK/help.txt" || MISSING="$MISSING $w"
 done
@@ -102,7 +102,7 @@ for o in r["observations"]:
             errs.append("%s: no page map (DB-tdemap) bytes written by the checkpoint" % where)
         if o["condition"] == "plain" and q.get("vfs_map_write_bytes", 0) != 0:
             errs.append("%s: page map bytes counted for plain SQLite" % where)
-    if o["workload"] in ("insert", "update-all", "update-rows", "delete-rows", "vacuum"):
+    if o["workload"] in ("insert", "update-all", "update-rows", "delete-rows", "delete-spill", "vacuum"):
         kind = "vfs_journal_write_bytes" if o["journal"] == "DELETE" else "vfs_wal_write_bytes"
         if q[kind] <= 0 or q["vfs_writes"] <= 0:
             errs.append("%s: no %s counted" % (where, kind))
