@@ -4,11 +4,12 @@
 ** and tde_verify().
 **
 ** New databases need TDE_RESERVE_BYTES reserved at the end of every page
-** before SQLite writes page 1.  The shim asks for them itself, for the main
-** database and for every ATTACHed one (vfs.c, tdeMainRequestReserve); the
-** auto-extension also does it for the main database of every connection
+** before SQLite writes page 1.  The auto-extension asks for them for the
+** main database of every connection as it opens, outside any VFS method
 ** (SQLITE_FCNTL_RESERVE_BYTES only applies while the database is empty, so
-** it is harmless on existing ones), and SELECT tde_reserve('schema') stays
+** it is harmless on existing ones); the VFS asks only for the databases no
+** hook reaches (ATTACH, VACUUM INTO, a connection with no auto-extension:
+** vfs.c, tdeMainRequestReserve), and SELECT tde_reserve('schema') stays
 ** for compatibility.  A page 1 without them is refused -- nothing is ever
 ** written in plaintext.
 */
@@ -27,13 +28,18 @@ SQLITE_EXTENSION_INIT1
 static int tdeRegistered;
 
 /* Runs for every new connection (auto-extension). */
+/* Runs for every new connection (auto-extension), outside any VFS method:
+** the reserve request for the main database (directly on tde or under a
+** VFS stacked above it), so the VFS need not make it (vfs.c,
+** tdeMainRequestReserve). */
 static int tdeConnInit(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi){
-  sqlite3_file *pFile = 0;
+  TdeFile *p = tdeMainOfDb(db, "main");
   TDE_UNUSED(pzErrMsg); TDE_UNUSED(pApi);
-  if( sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &pFile)==SQLITE_OK
-   && pFile && pFile->pMethods==&tdeIoMethods ){
+  if( p ){
     int n = TDE_RESERVE_BYTES;
-    sqlite3_file_control(db, "main", SQLITE_FCNTL_RESERVE_BYTES, &n);
+    if( sqlite3_file_control(db, "main", SQLITE_FCNTL_RESERVE_BYTES, &n)==SQLITE_OK ){
+      tdeMainReserveDone(p);
+    }
   }
   return tdeStatusRegister(db);
 }
@@ -64,7 +70,7 @@ int tde_register(int makeDefault){
   ** again.  Both calls below do nothing when already done (the auto-
   ** extension list holds each entry once; registering a registered VFS only
   ** moves it).  New databases get their reserved bytes without the
-  ** auto-extension (vfs.c, tdeMainRequestReserve); it adds the SQL
+  ** auto-extension too (vfs.c, tdeMainRequestReserve); it adds the SQL
   ** functions and the tde_status table to each connection. */
   if( rc==SQLITE_OK && (makeDefault || sqlite3_vfs_find(TDE_VFS_NAME)!=&tdeVfs) ){
     rc = sqlite3_vfs_register(&tdeVfs, makeDefault);

@@ -1024,19 +1024,28 @@ static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
 ** New databases need TDE_RESERVE_BYTES reserved at the end of every page
 ** before SQLite lays out page 1, and SQLite takes that number only from the
 ** header of an existing database or from SQLITE_FCNTL_RESERVE_BYTES on the
-** connection.  SQLite names the connection of every main file it opens
-** (SQLITE_FCNTL_PDB, for the main database and for each ATTACH alike), so
-** the shim asks that connection itself, before SQLite's first transaction
-** on the file (its first SHARED lock) and before any PRAGMA on it (so
-** PRAGMA page_size sees the reserve, as it would with tde_reserve()).
-** This needs no auto-extension, so it also holds under VFSes stacked above
-** tde and after sqlite3_shutdown()/sqlite3_initialize().  The page size
-** stays free: the reserve does not fix it.  An existing database keeps the
-** reserve its page 1 records.  Called with the connection's mutex held
-** (SQLite's call into the VFS); the file control re-enters it.
+** connection.  The request is made outside the VFS wherever SQLite gives
+** tde control there: the auto-extension (api.c, tdeConnInit) makes it for
+** the main database of every connection as it opens, and clears
+** bReserveDue.  What is left has no hook outside the VFS: an ATTACHed or
+** VACUUM INTO database, or a connection opened after sqlite3_shutdown()
+** with no tde_register() since (no auto-extension).  For those only, the
+** request is made here, before SQLite's first transaction on the file (its
+** first SHARED lock) or its first PRAGMA on it.
+**
+** A call into SQLite from inside a VFS method is safe only on the
+** connection that is calling: SQLite holds that connection's (recursive)
+** mutex and its b-tree, so the file control re-enters them.  Any other
+** connection's b-tree mutex may be held by this very thread (shared cache:
+** the b-tree is shared, and the connection that last named the file is not
+** the one writing), and taking it would hang for ever (issue 21, bug 3).
+** SQLITE_FCNTL_PDB hands the address of the b-tree's connection field,
+** which SQLite sets to the connection holding the b-tree each time one
+** takes it (btmutex.c): read at the lock, it names the caller.  An existing
+** database keeps the reserve its page 1 records; the page size stays free.
 */
 static int tdeMainRequestReserve(TdeFile *p){
-  sqlite3 *db = p->pDb;
+  sqlite3 *db = p->ppDb ? *p->ppDb : 0;
   sqlite3_int64 sz = 0;
   const char *zSchema = 0;
   int rc, n = TDE_RESERVE_BYTES;
@@ -1054,6 +1063,11 @@ static int tdeMainRequestReserve(TdeFile *p){
   }
   if( zSchema ) sqlite3_file_control(db, zSchema, SQLITE_FCNTL_RESERVE_BYTES, &n);
   return SQLITE_OK;
+}
+
+/* api.c: the auto-extension made the request for this file. */
+void tdeMainReserveDone(TdeFile *p){
+  p->bReserveDue = 0;
 }
 
 /* A lock refused because the header could not be re-read (tdeLock,
@@ -1144,7 +1158,7 @@ static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
   switch( op ){
     case SQLITE_FCNTL_PDB:
       if( p->eKind==TDE_KIND_MAIN ){
-        p->pDb = *(sqlite3**)pArg;
+        p->ppDb = (sqlite3**)pArg;
         p->bReserveDue = 1;
       }
       break;

@@ -185,9 +185,13 @@ struct TdeFile {
   ** main file of a journal or WAL under any stack of VFSes above tde. */
   TdeFile *pNextMain;
   TdeFile *pWalFile;          /* main: its open WAL, if any (set by the WAL) */
-  /* main: the connection SQLite named (SQLITE_FCNTL_PDB), and whether the
-  ** reserved bytes of a new database are still to be requested from it. */
-  sqlite3 *pDb;
+  /* main: where SQLite keeps the connection that uses the file
+  ** (SQLITE_FCNTL_PDB hands the address of its b-tree's connection field,
+  ** which SQLite points at whichever connection holds the b-tree at the
+  ** time: with shared cache that changes), and whether the reserved bytes
+  ** of a new database are still to be requested (vfs.c,
+  ** tdeMainRequestReserve; cleared by the auto-extension, api.c). */
+  sqlite3 **ppDb;
   int bReserveDue;
   /* main: page 1 as last authenticated by this handle, and the trailer
   ** stored with it (page1.c); nPage1 = its page size, 0 if none. */
@@ -360,6 +364,7 @@ int tdeMainRewrapAudited(TdeFile *pMain, const char *zOp, const char *zDetail);
 void tdeKeysCheckStale(TdeDbKeys *k);
 void tdeKeysNoteMasterKey(TdeDbKeys *k);
 /* vfs.c */
+void tdeMainReserveDone(TdeFile *p);
 void tdeAuditKeys(TdeDbKeys *k, const char *zDbPath, const char *zOp, int trc);
 
 /* keyops.c: a version-2 freshness-area update (sequence unchanged, one

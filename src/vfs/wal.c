@@ -1749,27 +1749,49 @@ int tdeWalNewestTag(TdeFile *p, uint32_t pgno, uint32_t bound, const uint8_t *aS
 ** into the page map.  A header that is not the current generation's (no
 ** log yet, an interrupted restart, damage) has no committed frame.
 */
-/* The frames of the log as SQLite's WAL index has them, for a fold:
-** its last frame when it is mapped; else (no shared index) the chain's
-** end, unless a WAL sync failed in this generation (a commit frame past
-** SQLite's end may then be on disk): 0 = drop the map instead. */
-static uint32_t walFoldBound(TdeFile *p, int *pbDrop){
+/* The frames of the log as SQLite's WAL index has them, for a fold, into
+** *pBound: its last frame when it is mapped; else (no shared index) the
+** chain's end, unless a WAL sync failed in this generation (a commit frame
+** past SQLite's end may then be on disk): *pbDrop = drop the map instead.
+**
+** An index whose salts are not the log's (as on disk) describes another
+** generation: with locking_mode=EXCLUSIVE entered after the shared index
+** existed, SQLite keeps the index but takes no shm lock, so it resets the
+** index for the next generation (walRestartHdr) with no lock-time fold
+** before, and the index's end is not this generation's (issue 21, bug 4).
+** Then, as without a shared index: a generation this handle folded already
+** stays as folded, otherwise the chain's end.  (The salts on disk are read
+** unauthenticated: they only choose between two bounds of the verified
+** chain.) */
+static int walFoldBound(TdeFile *p, uint32_t *pBound, int *pbDrop){
   TdeFile *m = p->pMain;
   *pbDrop = 0;
   if( m->pShm0 ){
     uint32_t mx;
+    uint8_t aSalt[8], aDisk[8];
+    int bShort = 0, rc;
     memcpy(&mx, (const void*)((const volatile uint8_t*)m->pShm0 + 16), 4);
-    return mx;
+    memcpy(aSalt, (const void*)((const volatile uint8_t*)m->pShm0 + 32), 8);
+    rc = tdeRealRead(p, aDisk, 8, 16, &bShort);
+    if( rc ) return rc;
+    *pBound = mx;
+    if( bShort || memcmp(aSalt, aDisk, 8)==0 ) return SQLITE_OK;
+    if( p->wal.bFolded && memcmp(p->wal.aFoldSalt, aDisk, 8)==0 ){
+      *pBound = p->wal.iFoldEnd;
+      return SQLITE_OK;
+    }
   }
-  if( m->bWalSyncFailed ){ *pbDrop = 1; return 0; }
-  return UINT32_MAX;
+  if( m->bWalSyncFailed ){ *pbDrop = 1; *pBound = 0; return SQLITE_OK; }
+  *pBound = UINT32_MAX;
+  return SQLITE_OK;
 }
 
 int tdeWalFoldMap(TdeFile *p){
-  int bDrop = 0;
-  uint32_t bound;
+  int bDrop = 0, rc;
+  uint32_t bound = 0;
   if( !walV2(p) || !p->pMain || p->pMain->bStandby ) return SQLITE_OK;
-  bound = walFoldBound(p, &bDrop);
+  rc = walFoldBound(p, &bound, &bDrop);
+  if( rc ) return rc;
   if( bDrop ) return tdeMapDrop(p->pMain);
   return tdeWalFoldMapTo(p, bound);
 }
