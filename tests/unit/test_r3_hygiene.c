@@ -577,5 +577,7 @@ int main(void){
     cmocka_unit_test(test_bypass_per_connection_map),
     cmocka_unit_test(test_bypass_per_connection_anchor),
   };
+  /* R3_ONLY=test_name (a glob) runs that test alone. */
+  if( getenv("R3_ONLY") ) cmocka_set_test_filter(getenv("R3_ONLY"));
   return cmocka_run_group_tests(tests, groupSetup, groupTeardown);
 }
