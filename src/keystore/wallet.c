@@ -883,8 +883,8 @@ static int walletUnsealKey(const TdeConfig *cfg, const char *zPath, const uint8_
 }
 
 static const char *walletKindName(int kind){
-  return kind==WALLET_KIND_PASSWORD ? "password" :
-         kind==WALLET_KIND_AUTOLOGIN ? "auto-login (unsealed)" : "TPM-sealed auto-login";
+  return kind==WALLET_KIND_PASSWORD ? "a password" :
+         kind==WALLET_KIND_AUTOLOGIN ? "an auto-login (unsealed)" : "a TPM-sealed auto-login";
 }
 
 /*
@@ -904,7 +904,7 @@ static int walletKindPinned(const TdeConfig *cfg, const char *zPath, int kind, i
   const char *zSrc;
   if( rc!=TDE_OK ) return rc;
   if( bSeal && kind!=WALLET_KIND_TPM ){
-    return tdeErr(TDE_NOKEYSTORE, "wallet %s is a %s wallet, but the configuration says "
+    return tdeErr(TDE_NOKEYSTORE, "wallet %s is %s wallet, but the configuration says "
                   "wallet_seal = tpm2: refusing it (a wallet of another kind in its place may "
                   "be someone else's; to seal a wallet you made, run sqlite-tde keystore seal)",
                   zPath, walletKindName(kind));
@@ -914,7 +914,7 @@ static int walletKindPinned(const TdeConfig *cfg, const char *zPath, int kind, i
        : tdeConfigGet(cfg, "password_fd") ? "password_fd"
        : bPassword ? "a password given to the open" : 0;
   if( zSrc && kind!=WALLET_KIND_PASSWORD ){
-    return tdeErr(TDE_NOKEYSTORE, "wallet %s is a %s wallet, but the configuration expects "
+    return tdeErr(TDE_NOKEYSTORE, "wallet %s is %s wallet, but the configuration expects "
                   "a password wallet (%s): refusing it (a wallet of another kind in its place "
                   "may be someone else's)", zPath, walletKindName(kind), zSrc);
   }
