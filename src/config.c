@@ -130,6 +130,8 @@ static const TdeConfigEntry *configFind(const TdeConfig *p, const char *zKey){
   return 0;
 }
 
+const char *const *tdeConfigGenericKeys(void){ return azGenericKeys; }
+
 int tdeConfigIsGenericKey(const char *zKey){
   return zKey!=0 && configInList(azGenericKeys, zKey);
 }
@@ -297,22 +299,21 @@ int tdeConfigParseText(const char *zText, const char *zName, const char *zDir, T
     for(i=0; zKb+i<zKe; i++){
       char c = zKb[i];
       if( !((c>='a' && c<='z') || (c>='0' && c<='9') || c=='_') ){
-        rc = tdeErr(TDE_CONFIG, "%s:%d: invalid key '%.*s' (keys are lower-case "
-                    "letters, digits and '_')", zName, iLine, (int)(zKe-zKb), zKb);
+        rc = tdeErr(TDE_CONFIG, "%s:%d: invalid key before '=' (keys are lower-case "
+                    "letters, digits and '_')", zName, iLine);
         goto parse_out;
       }
     }
     if( zVb==zVe ){
-      rc = tdeErr(TDE_CONFIG, "%s:%d: missing value for '%.*s'",
-                  zName, iLine, (int)(zKe-zKb), zKb);
+      rc = tdeErr(TDE_CONFIG, "%s:%d: missing value after '='", zName, iLine);
       goto parse_out;
     }
     for(i=0; i<p->nEntry; i++){
       const TdeConfigEntry *pPrev = &p->aEntry[i];
       if( strlen(pPrev->zKey)==(size_t)(zKe-zKb)
        && memcmp(pPrev->zKey, zKb, (size_t)(zKe-zKb))==0 ){
-        rc = tdeErr(TDE_CONFIG, "%s:%d: duplicate key '%s' (first set on line %d)",
-                    zName, iLine, pPrev->zKey, pPrev->iLine);
+        rc = tdeErr(TDE_CONFIG, "%s:%d: duplicate key (first set on line %d)",
+                    zName, iLine, pPrev->iLine);
         goto parse_out;
       }
     }
@@ -339,6 +340,18 @@ parse_out:
   }
   *pp = p;
   return TDE_OK;
+}
+
+/* Does the configuration name a program or a library to run with the
+** keys?  Every key that does ends in "_command" or is "pkcs11_module". */
+static int configNamesCode(const TdeConfig *p){
+  int i;
+  for(i=0; i<p->nEntry; i++){
+    const char *z = p->aEntry[i].zKey;
+    size_t n = strlen(z);
+    if( (n>8 && strcmp(z+n-8, "_command")==0) || strcmp(z, "pkcs11_module")==0 ) return 1;
+  }
+  return 0;
 }
 
 /*
@@ -406,6 +419,16 @@ int tdeConfigReadFile(const char *zPath, TdeConfig **pp){
   else if( zSlash ) *zSlash = 0;
 
   rc = tdeConfigParseText(zText, zAbs, zDir, pp);
+  /* A configuration that chooses code run with the keys (a helper, a
+  ** module) is trusted like that code: nobody else may rewrite it or swap
+  ** it in its folder.  Checked on the descriptor read. */
+  if( rc==TDE_OK && configNamesCode(*pp) ){
+    rc = tdeTrustedFile(TDE_CONFIG, "configuration", zAbs, fd);
+    if( rc!=TDE_OK ){
+      tdeConfigFree(*pp);
+      *pp = 0;
+    }
+  }
 
 load_out:
   if( fd>=0 ) close(fd);
@@ -516,12 +539,8 @@ static int configPasswordFile(const TdeConfig *p, char **pz, size_t *pn){
     rc = tdeErr(TDE_CONFIG, "%s: password_file %s is not a regular file", p->zPath, zPath);
     goto pwfile_out;
   }
-  if( st.st_mode & 077 ){
-    rc = tdeErr(TDE_CONFIG, "%s: password_file %s is accessible by group or others "
-                "(mode %04o); refusing to use it: chmod 600 it",
-                p->zPath, zPath, (unsigned)(st.st_mode & 07777));
-    goto pwfile_out;
-  }
+  rc = tdeModeCheck(TDE_CONFIG, "password_file", zPath, &st, 077, 0);
+  if( rc!=TDE_OK ) goto pwfile_out;
   zBuf = tdeSecureAlloc(TDE_PASSWORD_MAX + 1);
   if( zBuf==0 ){ rc = tdeErr(TDE_NOMEM, "out of memory reading password"); goto pwfile_out; }
   for(;;){

@@ -62,6 +62,8 @@ int tdeConfigReadFile(const char *zPath, TdeConfig **pp);
 /* 1 if zKey is one of the keys every configuration may use (keystore,
 ** password_file, password_env, audit_log, audit_syslog). */
 int tdeConfigIsGenericKey(const char *zKey);
+/* Those keys, NULL-ended (for messages listing what is known). */
+const char *const *tdeConfigGenericKeys(void);
 /* Check the values of the generic keys (audit_syslog yes/no, at most one
 ** password source); zName (NULL: p->zPath) names the file in messages. */
 int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName);

@@ -51,6 +51,27 @@ void tdeLog(int level, const char *zFmt, ...) __attribute__((format(printf, 2, 3
 #define TDE_FAULT_ALLOC_SECURE  5    /* tdeSecureAlloc */
 extern int (*tdeFaultHook)(int eSite);
 
+/*
+** Who may change a file the library trusts (wallets, password files, a
+** configuration that names code, a helper program, and the folders they
+** are in).  tdeModeCheck judges one stat result: a mode bit of mForbid set
+** (077: group or others may read or write; 022: may write) is refused as
+** rc with a message naming zWhat, zPath and the mode.  With bOwner, the
+** file must also belong to this user or root.  A directory with the sticky
+** bit (/tmp) is accepted although others may write it: they cannot rename
+** or remove what is not theirs.  tdeTrustedFile checks a file (stat, or
+** fstat of fd when fd>=0) and its directory (stat) against 022 and owner:
+** the check for anything that chooses code run with the keys.
+*/
+int tdeModeCheck(int rc, const char *zWhat, const char *zPath, const void *pStat,
+                 unsigned mForbid, int bOwner);
+int tdeTrustedFile(int rc, const char *zWhat, const char *zPath, int fd);
+
+/* Fail an SQL function call with zMsg (never a secret) and code sqlRc,
+** logging it at ERROR level so that SQL tde_last_error() returns it
+** (keys/sqlfunc.c).  Every failing SQL function of the library uses it. */
+void tdeSqlResultError(sqlite3_context *ctx, const char *zMsg, int sqlRc);
+
 /* The last ERROR-level message tdeLog() logged on this thread ("" if
 ** none): SQL function tde_last_error() and the VFS's xGetLastError. */
 const char *tdeLastFailure(void);

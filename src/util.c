@@ -5,9 +5,13 @@
 */
 #include "tde_int.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static _Thread_local char tdeLastErr[512];
 
@@ -98,3 +102,68 @@ const char *tde_version(void){ return TDE_VERSION; }
 int tde_version_number(void){ return TDE_VERSION_NUMBER; }
 int tde_reserve_bytes(void){ return TDE_RESERVE_BYTES; }
 int tde_header_bytes(void){ return TDE_HEADER_BYTES; }
+
+int tdeModeCheck(int rc, const char *zWhat, const char *zPath, const void *pStat,
+                 unsigned mForbid, int bOwner){
+  const struct stat *pSt = (const struct stat *)pStat;
+  unsigned m = (unsigned)pSt->st_mode & mForbid;
+  if( S_ISDIR(pSt->st_mode) && (pSt->st_mode & S_ISVTX) ) m &= ~(unsigned)(S_IWGRP|S_IWOTH);
+  if( m ){
+    return tdeErr(rc, "%s %s is %s by group or others (mode %04o); refusing to use it: "
+                  "chmod %s it", zWhat, zPath,
+                  (mForbid & (S_IRGRP|S_IROTH)) ? "accessible" : "writable",
+                  (unsigned)(pSt->st_mode & 07777),
+                  (mForbid & (S_IRGRP|S_IROTH)) ? (S_ISDIR(pSt->st_mode) ? "700" : "600")
+                                                : "go-w");
+  }
+  if( bOwner && pSt->st_uid!=geteuid() && pSt->st_uid!=0 ){
+    return tdeErr(rc, "%s %s belongs to user %ld, not to this user or root; refusing it",
+                  zWhat, zPath, (long)pSt->st_uid);
+  }
+  return TDE_OK;
+}
+
+/* The directory part of zPath into zDir[PATH_MAX]; 0 if it does not fit. */
+static int tdeDirOf(const char *zPath, char *zDir){
+  const char *zSlash = strrchr(zPath, '/');
+  if( zSlash==0 ){
+    memcpy(zDir, ".", 2);
+  }else if( zSlash==zPath ){
+    memcpy(zDir, "/", 2);
+  }else{
+    size_t n = (size_t)(zSlash - zPath);
+    if( n>=PATH_MAX ) return 0;
+    memcpy(zDir, zPath, n);
+    zDir[n] = 0;
+  }
+  return 1;
+}
+
+/* Check the directory of zPath (022, owner). */
+static int tdeTrustedDir(int rc, const char *zWhat, const char *zPath){
+  char zDir[PATH_MAX];
+  char zDirWhat[PATH_MAX + 128];
+  struct stat st;
+  if( !tdeDirOf(zPath, zDir) ) return tdeErr(rc, "%s %s: path too long", zWhat, zPath);
+  if( stat(zDir, &st)!=0 ){
+    return tdeErr(rc, "%s %s: cannot stat its directory: %s", zWhat, zPath, strerror(errno));
+  }
+  snprintf(zDirWhat, sizeof(zDirWhat), "%s %s: its directory", zWhat, zPath);
+  return tdeModeCheck(rc, zDirWhat, zDir, &st, S_IWGRP|S_IWOTH, 1);
+}
+
+int tdeTrustedFile(int rc, const char *zWhat, const char *zPath, int fd){
+  char *zReal;
+  struct stat st;
+  int rc2;
+  if( (fd>=0 ? fstat(fd, &st) : stat(zPath, &st))!=0 ){
+    return tdeErr(rc, "%s %s: cannot stat: %s", zWhat, zPath, strerror(errno));
+  }
+  rc2 = tdeModeCheck(rc, zWhat, zPath, &st, S_IWGRP|S_IWOTH, 1);
+  if( rc2==TDE_OK ) rc2 = tdeTrustedDir(rc, zWhat, zPath);
+  /* Through a symbolic link: the folder of the file it names, too. */
+  zReal = rc2==TDE_OK ? realpath(zPath, 0) : 0;
+  if( zReal && strcmp(zReal, zPath)!=0 ) rc2 = tdeTrustedDir(rc, zWhat, zReal);
+  free(zReal);
+  return rc2;
+}

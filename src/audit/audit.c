@@ -236,7 +236,9 @@ static const char *auditAppend(const char *zPath, const char *z, size_t n,
   int bTorn = 0;
   int fd;
   do{
-    fd = open(zPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+    /* O_NOFOLLOW: a symbolic link put in the log's place must not have
+    ** audit lines appended to the file it names. */
+    fd = open(zPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0600);
   }while( fd<0 && errno==EINTR );
   if( fd<0 ){
     snprintf(zWhy, nWhy, "cannot open: %s", strerror(errno));

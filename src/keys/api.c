@@ -19,7 +19,9 @@ int tde_keystore_open(const char *zConfig, const char *zPassword){
   TdeKeystore *pKs;
   int rc = tdeConfigLocate(zConfig, zPath, sizeof(zPath));
   if( rc ) return rc;
-  return tdeRegistryAcquire(zPath, zPassword, &pKs, NULL);
+  rc = tdeRegistryAcquire(zPath, zPassword, &pKs, NULL);
+  if( rc==TDE_OK ) tdeRegistryRelease(pKs);
+  return rc;
 }
 
 int tde_keystore_close(const char *zConfig){
@@ -89,6 +91,7 @@ int tde_keystore_status(const char *zConfig, tde_keystore_info *pInfo){
   pInfo->nKeys = cnt.n;
   rc = pKs->pMethods->xCurrentKey(pKs, pInfo->zCurrentKey, sizeof(pInfo->zCurrentKey));
   snprintf(pInfo->zStatus, sizeof(pInfo->zStatus), "%s", rc==TDE_OK ? "OPEN" : "OPEN_NO_MASTER_KEY");
+  tdeRegistryRelease(pKs);
   return TDE_OK;
 }
 
@@ -108,7 +111,9 @@ int tde_keystore_list(const char *zConfig, tde_key_cb xCb, void *pArg){
   if( rc ) return rc;
   c.xCb = xCb;
   c.pArg = pArg;
-  return pKs->pMethods->xList(pKs, listKey, &c);
+  rc = pKs->pMethods->xList(pKs, listKey, &c);
+  tdeRegistryRelease(pKs);
+  return rc;
 }
 
 /* Does provider pM implement member xRetire?  (Checked by size, the way
@@ -136,6 +141,7 @@ int tde_keystore_new_key(const char *zConfig, char *zKeyIdOut, size_t nKeyIdOut)
   rc = tdeRegistryAcquire(zPath, NULL, &pKs, NULL);
   if( rc ) return rc;
   rc = pKs->pMethods->xNewKey(pKs, zKeyId, sizeof(zKeyId));
+  tdeRegistryRelease(pKs);
   if( rc==TDE_OK && zKeyIdOut ) snprintf(zKeyIdOut, nKeyIdOut, "%s", zKeyId);
   return rc;
 }
@@ -153,8 +159,11 @@ int tde_keystore_retire(const char *zConfig, const char *zKeyId){
   rc = tdeRegistryAcquire(zPath, NULL, &pKs, NULL);
   if( rc ) return rc;
   if( !apiHasRetire(pKs->pMethods) ){
-    return tdeErr(TDE_UNSUPPORTED, "keystore %s cannot retire master keys",
-                  pKs->pMethods->zName);
+    rc = tdeErr(TDE_UNSUPPORTED, "keystore %s cannot retire master keys",
+                pKs->pMethods->zName);
+  }else{
+    rc = pKs->pMethods->xRetire(pKs, zKeyId);
   }
-  return pKs->pMethods->xRetire(pKs, zKeyId);
+  tdeRegistryRelease(pKs);
+  return rc;
 }

@@ -32,6 +32,14 @@
 #include <stdio.h>
 #include <unistd.h>
 
+/* Fail the call with zMsg and record it for SQL tde_last_error() (an
+** ERROR-level log line: the message never holds the password). */
+void tdeSqlResultError(sqlite3_context *ctx, const char *zMsg, int sqlRc){
+  tdeLog(TDE_LOG_ERROR, "%s", zMsg);
+  sqlite3_result_error(ctx, zMsg, -1);
+  if( sqlRc!=SQLITE_ERROR ) sqlite3_result_error_code(ctx, sqlRc);
+}
+
 /* The result of a keystore open: "OPEN", or the error with its detail
 ** (never the password), SQLITE_AUTH when the key cannot be had. */
 static void sqlOpenResult(sqlite3_context *ctx, const char *zFn, int rc){
@@ -39,9 +47,8 @@ static void sqlOpenResult(sqlite3_context *ctx, const char *zFn, int rc){
   if( rc!=TDE_OK ){
     const char *zDetail = tde_last_error();
     snprintf(zMsg, sizeof(zMsg), "%s: %s", zFn, zDetail && zDetail[0] ? zDetail : tde_errstr(rc));
-    sqlite3_result_error(ctx, zMsg, -1);
-    sqlite3_result_error_code(ctx, rc==TDE_BADPASSWORD || rc==TDE_NOKEY || rc==TDE_NOKEYSTORE
-                                   ? SQLITE_AUTH : SQLITE_ERROR);
+    tdeSqlResultError(ctx, zMsg, rc==TDE_BADPASSWORD || rc==TDE_NOKEY || rc==TDE_NOKEYSTORE
+                                 ? SQLITE_AUTH : SQLITE_ERROR);
     return;
   }
   sqlite3_result_text(ctx, "OPEN", -1, SQLITE_STATIC);
@@ -62,7 +69,7 @@ static void fnKeystoreOpen(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     ** password). */
     int eType = sqlite3_value_type(argv[1]);
     if( eType!=SQLITE_TEXT && eType!=SQLITE_BLOB ){
-      sqlite3_result_error(ctx, "tde_keystore_open: the password must be text", -1);
+      tdeSqlResultError(ctx, "tde_keystore_open: the password must be text", SQLITE_ERROR);
       goto done;
     }
     zPw = eType==SQLITE_TEXT ? (char*)sqlite3_value_text(argv[1])
@@ -72,8 +79,8 @@ static void fnKeystoreOpen(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     nUse = nPw;
     if( eType==SQLITE_BLOB && nUse>0 && zPw[nUse-1]=='\n' ) nUse--;
     if( nUse==0 || memchr(zPw, 0, (size_t)nUse) ){
-      sqlite3_result_error(ctx, nUse ? "tde_keystore_open: the password holds a NUL byte"
-                                     : "tde_keystore_open: empty password", -1);
+      tdeSqlResultError(ctx, nUse ? "tde_keystore_open: the password holds a NUL byte"
+                                     : "tde_keystore_open: empty password", SQLITE_ERROR);
       goto done;
     }
     zCopy = tdeSecureAlloc((size_t)nUse + 1);
@@ -106,8 +113,8 @@ static void fnKeystoreOpenFd(sqlite3_context *ctx, int argc, sqlite3_value **arg
   }
   fd = sqlite3_value_int64(argv[1]);
   if( sqlite3_value_type(argv[1])!=SQLITE_INTEGER || fd<0 || fd>INT_MAX ){
-    sqlite3_result_error(ctx, "tde_keystore_open_fd: the second argument must be a file "
-                         "descriptor number", -1);
+    tdeSqlResultError(ctx, "tde_keystore_open_fd: the second argument must be a file "
+                         "descriptor number", SQLITE_ERROR);
     goto done;
   }
   zPw = tdeSecureAlloc(TDE_SQLFN_PW_MAX + 1);
@@ -118,21 +125,21 @@ static void fnKeystoreOpenFd(sqlite3_context *ctx, int argc, sqlite3_value **arg
     if( k<0 ){
       snprintf(zMsg, sizeof(zMsg), "tde_keystore_open_fd: cannot read descriptor %lld: %s",
                (long long)fd, strerror(errno));
-      sqlite3_result_error(ctx, zMsg, -1);
+      tdeSqlResultError(ctx, zMsg, SQLITE_ERROR);
       goto done;
     }
     if( k==0 ) break;
     n += (size_t)k;
     if( n>TDE_SQLFN_PW_MAX ){
-      sqlite3_result_error(ctx, "tde_keystore_open_fd: password too long", -1);
+      tdeSqlResultError(ctx, "tde_keystore_open_fd: password too long", SQLITE_ERROR);
       goto done;
     }
   }
   if( n>0 && zPw[n-1]=='\n' ) n--;
   zPw[n] = 0;
   if( n==0 || memchr(zPw, 0, n) ){
-    sqlite3_result_error(ctx, n ? "tde_keystore_open_fd: the password holds a NUL byte"
-                                : "tde_keystore_open_fd: no password (empty, or already read)", -1);
+    tdeSqlResultError(ctx, n ? "tde_keystore_open_fd: the password holds a NUL byte"
+                                : "tde_keystore_open_fd: no password (empty, or already read)", SQLITE_ERROR);
     goto done;
   }
   sqlOpenResult(ctx, "tde_keystore_open_fd", tde_keystore_open(zConfig, zPw));

@@ -23,6 +23,25 @@ static int checkInList(const char *const *az, const char *zKey){
   return 0;
 }
 
+/* "a, b, c": the keys a configuration of this provider may hold, for the
+** "unknown key" message (which names no key of the file).  Static buffer:
+** the message is formatted before the next call on any thread matters. */
+static const char *checkKnownKeys(const char *const *azKeys){
+  static _Thread_local char zBuf[512];
+  size_t n = 0;
+  int pass;
+  zBuf[0] = 0;
+  for(pass=0; pass<2; pass++){
+    const char *const *az = pass==0 ? azKeys : tdeConfigGenericKeys();
+    for(; az && *az; az++){
+      int k = snprintf(zBuf+n, sizeof(zBuf)-n, "%s%s", n ? ", " : "", *az);
+      if( k<0 || (size_t)k>=sizeof(zBuf)-n ) return zBuf;
+      n += (size_t)k;
+    }
+  }
+  return zBuf;
+}
+
 int tdeKeystoreCheckKeys(const TdeConfig *cfg, const char *zName,
                          const char *const *azKeys){
   int i;
@@ -31,13 +50,16 @@ int tdeKeystoreCheckKeys(const TdeConfig *cfg, const char *zName,
     const TdeConfigEntry *pE = &cfg->aEntry[i];
     if( tdeConfigIsGenericKey(pE->zKey) ) continue;
     if( checkInList(azKeys, pE->zKey) ) continue;
+    /* The key is not echoed: the "key" may be a password that was given
+    ** as the configuration file (its '=' padding makes it look like one). */
     if( strstr(pE->zKey, "pass") || strstr(pE->zKey, "secret")
      || strcmp(pE->zKey, "pin")==0 ){
-      return tdeErr(TDE_CONFIG, "%s:%d: unknown key '%s' (secrets never go in "
+      return tdeErr(TDE_CONFIG, "%s:%d: unknown key (secrets never go in "
                     "the configuration: use password_file or password_env)",
-                    zName, pE->iLine, pE->zKey);
+                    zName, pE->iLine);
     }
-    return tdeErr(TDE_CONFIG, "%s:%d: unknown key '%s'", zName, pE->iLine, pE->zKey);
+    return tdeErr(TDE_CONFIG, "%s:%d: unknown key (known: %s)", zName, pE->iLine,
+                  checkKnownKeys(azKeys));
   }
   return TDE_OK;
 }

@@ -440,6 +440,18 @@ static int cmdArgvInit(const TdeConfig *cfg, const char *zName, const char *zKey
     cmdArgvFree(a);
     return rc;
   }
+  {
+    /* The helper sees every data key: whoever may rewrite it (or swap it
+    ** in its folder) has them.  Refused as wallets are. */
+    char zWhat[64];
+    int rc;
+    snprintf(zWhat, sizeof(zWhat), "%s program", zKey);
+    rc = tdeTrustedFile(TDE_NOKEYSTORE, zWhat, a->zProg, -1);
+    if( rc!=TDE_OK ){
+      cmdArgvFree(a);
+      return rc;
+    }
+  }
   return TDE_OK;
 }
 
@@ -508,8 +520,42 @@ static char **cmdEnv(const Command *c){
   return az;
 }
 
+/* A byte of base64, base64url or hex (not '=': "key=" stays readable). */
+static int cmdIsKeyChar(char c){
+  return (c>='A' && c<='Z') || (c>='a' && c<='z') || (c>='0' && c<='9')
+      || c=='+' || c=='/' || c=='-' || c=='_';
+}
+
+/* Replace, in place, every run of CMD_REDACT_RUN or more base64/hex bytes
+** (with its '=' padding) by "[redacted]".  An unwrap helper's stderr may
+** hold the key it unwrapped, which this process does not know when the
+** helper fails; a key of 16 bytes or more is at least 22 such bytes in
+** base64 and 32 in hex.  Long file names and ids are redacted with it. */
+#define CMD_REDACT_RUN 16
+static void cmdRedactRuns(char *z){
+  size_t i = 0, k = 0;
+  while( z[i] ){
+    size_t n = 0;
+    while( cmdIsKeyChar(z[i+n]) ) n++;
+    if( n>=CMD_REDACT_RUN ){
+      while( z[i+n]=='=' ) n++;
+      memcpy(z+k, "[redacted]", 10);
+      k += 10;
+      i += n;
+    }else if( n>0 ){
+      memmove(z+k, z+i, n);
+      k += n;
+      i += n;
+    }else{
+      z[k++] = z[i++];
+    }
+  }
+  z[k] = 0;
+}
+
 /* Make stderr fit for a log line: printable ASCII only, each occurrence of
-** zSecret (the base64 of the key in flight, may be NULL) replaced. */
+** zSecret (the base64 of the key in flight, may be NULL) replaced, then
+** every run that could be a key (cmdRedactRuns). */
 static void cmdCleanStderr(char *z, size_t n, const char *zSecret, char *zOut, size_t nOut){
   size_t i, k = 0, nSecret = zSecret ? strlen(zSecret) : 0;
   for(i=0; i<n && k+12<nOut; ){
@@ -524,6 +570,7 @@ static void cmdCleanStderr(char *z, size_t n, const char *zSecret, char *zOut, s
   }
   while( k>0 && (zOut[k-1]=='|' || zOut[k-1]==' ') ) k--;
   zOut[k] = 0;
+  cmdRedactRuns(zOut);
 }
 
 /*

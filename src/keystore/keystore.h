@@ -155,9 +155,11 @@ int tdeKeystoreCheckConfig(const TdeConfig *cfg, const char *zName);
 ** once and shared by every database that uses that configuration.  Thread
 ** safe.  tdeRegistryAcquire opens on first use (password from zPassword if
 ** not NULL, else from the configuration's password source, else none) and
-** returns a reference; the keystore stays open until tdeRegistryClose or
-** process exit.  *ppCfg (may be NULL) receives the parsed configuration,
-** owned by the registry.
+** returns with a reference taken for the caller, who releases it
+** (tdeRegistryRelease) when done with the keystore; the keystore stays open
+** until tdeRegistryClose (refused while references are held) or process
+** exit.  *ppCfg (may be NULL) receives the parsed configuration, owned by
+** the registry and valid while the reference is held.
 */
 int tdeRegistryAcquire(const char *zConfigPath, const char *zPassword,
                        TdeKeystore **ppKs, const TdeConfig **ppCfg);

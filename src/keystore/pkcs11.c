@@ -376,6 +376,11 @@ static int p11ModuleAcquire(const char *zPath, P11Module **ppMod){
       rc = tdeErr(TDE_CONFIG, "pkcs11_module path too long");
       goto acquire_out;
     }
+    /* The module runs with the keys: refused if others may rewrite it. */
+    if( strchr(zPath, '/') ){
+      rc = tdeTrustedFile(TDE_NOKEYSTORE, "pkcs11 module", zPath, -1);
+      if( rc!=TDE_OK ) goto acquire_out;
+    }
     pLib = dlopen(zPath, RTLD_NOW | RTLD_LOCAL);
     if( pLib==0 ){
       const char *zWhy = dlerror();

@@ -96,6 +96,9 @@ static void regAudit(const TdeConfig *pCfg, const char *zOp, const char *zKeysto
 ** when not NULL, is used as is and not retained; otherwise the password
 ** source the configuration names is read into secure memory and wiped
 ** before returning.  On failure nothing is cached and *ppKs is NULL.
+** On success the caller holds a reference (taken under the registry's
+** lock, so no close can free the keystore meanwhile) and gives it back
+** with tdeRegistryRelease when it no longer uses *ppKs or *ppCfg.
 */
 int tdeRegistryAcquire(const char *zConfigPath, const char *zPassword,
                        TdeKeystore **ppKs, const TdeConfig **ppCfg){
@@ -119,6 +122,9 @@ int tdeRegistryAcquire(const char *zConfigPath, const char *zPassword,
   bLocked = 1;
   pEntry = regFind(zAbs);
   if( pEntry ){
+    /* The reference is taken before the lock is let go: a close on
+    ** another thread cannot free the keystore under the caller. */
+    pEntry->nRef++;
     *ppKs = pEntry->pKs;
     if( ppCfg ) *ppCfg = pEntry->pCfg;
     pEntry = 0;
@@ -155,6 +161,7 @@ int tdeRegistryAcquire(const char *zConfigPath, const char *zPassword,
   }
   pEntry->pCfg = pCfg;
   pEntry->pKs = pKs;
+  pEntry->nRef = 1;               /* the caller's */
   pEntry->pNext = pRegList;
   pRegList = pEntry;
   *ppKs = pKs;
@@ -180,8 +187,8 @@ acquire_out:
   return rc;
 }
 
-/* Count a database that keeps using pKs after its open; paired with
-** tdeRegistryRelease when that database closes. */
+/* One more reference on pKs (already referenced by the caller); paired
+** with tdeRegistryRelease. */
 void tdeRegistryRetain(TdeKeystore *pKs){
   RegEntry *p;
   pthread_mutex_lock(&regMutex);

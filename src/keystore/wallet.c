@@ -304,13 +304,10 @@ static int walletReadFile(const char *zPath, uint8_t **paFile, size_t *pnFile,
     rc = tdeErr(TDE_FORMAT, "wallet %s: not a regular file", zPath);
     goto read_out;
   }
-  if( pSt->st_mode & 077 ){
-    /* An auto-login wallet readable by others gives them every master key;
-    ** a password wallet gives them an offline guessing target. */
-    rc = tdeErr(TDE_NOKEYSTORE, "wallet %s is accessible by group or others (mode %04o); "
-                "refusing to open it: chmod 600 it", zPath, (unsigned)(pSt->st_mode & 07777));
-    goto read_out;
-  }
+  /* An auto-login wallet readable by others gives them every master key;
+  ** a password wallet gives them an offline guessing target. */
+  rc = tdeModeCheck(TDE_NOKEYSTORE, "wallet", zPath, pSt, 077, 0);
+  if( rc!=TDE_OK ) goto read_out;
   if( pSt->st_size>WALLET_FILE_MAX ){
     rc = tdeErr(TDE_FORMAT, "wallet %s: too large to be a wallet (%lld bytes)",
                 zPath, (long long)pSt->st_size);
@@ -885,16 +882,43 @@ static int walletUnsealKey(const TdeConfig *cfg, const char *zPath, const uint8_
   return TDE_OK;
 }
 
-/* A configuration that asks for sealing, with a wallet not sealed yet. */
-static void walletWarnUnsealed(const TdeConfig *cfg, const char *zPath){
+static const char *walletKindName(int kind){
+  return kind==WALLET_KIND_PASSWORD ? "a password" :
+         kind==WALLET_KIND_AUTOLOGIN ? "an auto-login (unsealed)" : "a TPM-sealed auto-login";
+}
+
+/*
+** The configuration pins the wallet's kind (docs/WALLET.md "Kind pinned by
+** the configuration"): with wallet_seal = tpm2 only a TPM-sealed wallet
+** opens; with a password (a password source in the configuration, or one
+** the caller passed) only a password wallet.  Someone who can write the
+** wallet's folder could otherwise put a wallet of their own there, and
+** every database created meanwhile would be wrapped under their master
+** key.  Converting a wallet (tde_wallet_seal) reads the file itself and
+** is not subject to this.
+*/
+static int walletKindPinned(const TdeConfig *cfg, const char *zPath, int kind, int bPassword){
   TdeTpmSeal tpm;
   int bSeal = 0;
-  if( tdeTpmConfig(cfg, &bSeal, &tpm)==TDE_OK && bSeal ){
-    tdeLog(TDE_LOG_WARNING, "wallet %s: the configuration says wallet_seal = tpm2 but the "
-           "wallet is not sealed yet (its key is in the file): run sqlite-tde keystore seal",
-           zPath);
+  int rc = tdeTpmConfig(cfg, &bSeal, &tpm);
+  const char *zSrc;
+  if( rc!=TDE_OK ) return rc;
+  if( bSeal && kind!=WALLET_KIND_TPM ){
+    return tdeErr(TDE_NOKEYSTORE, "wallet %s is %s wallet, but the configuration says "
+                  "wallet_seal = tpm2: refusing it (a wallet of another kind in its place may "
+                  "be someone else's; to seal a wallet you made, run sqlite-tde keystore seal)",
+                  zPath, walletKindName(kind));
   }
-  tdeErrClear();
+  zSrc = tdeConfigGet(cfg, "password_file") ? "password_file"
+       : tdeConfigGet(cfg, "password_env") ? "password_env"
+       : tdeConfigGet(cfg, "password_fd") ? "password_fd"
+       : bPassword ? "a password given to the open" : 0;
+  if( zSrc && kind!=WALLET_KIND_PASSWORD ){
+    return tdeErr(TDE_NOKEYSTORE, "wallet %s is %s wallet, but the configuration expects "
+                  "a password wallet (%s): refusing it (a wallet of another kind in its place "
+                  "may be someone else's)", zPath, walletKindName(kind), zSrc);
+  }
+  return TDE_OK;
 }
 
 /*
@@ -921,6 +945,8 @@ static int walletOpen(const TdeConfig *cfg, const char *zPassword, TdeKeystore *
   if( rc!=TDE_OK ) goto open_out;
   rc = walletParseHeader(zPath, aFile, nFile, &hdr);
   if( rc!=TDE_OK ) goto open_out;
+  rc = walletKindPinned(cfg, zPath, hdr.kind, zPassword!=0);
+  if( rc!=TDE_OK ) goto open_out;
   if( hdr.kind==WALLET_KIND_PASSWORD && zPassword==0 ){
     rc = tdeErr(TDE_BADPASSWORD, "wallet %s needs a password (set password_file or "
                 "password_env in the config, or pass one)", zPath);
@@ -946,7 +972,6 @@ static int walletOpen(const TdeConfig *cfg, const char *zPassword, TdeKeystore *
     if( rc!=TDE_OK ) goto open_out;
   }else{
     memcpy(w->aW, aFile+WALLET_OFS_KEYSECT, WALLET_KEY);
-    walletWarnUnsealed(cfg, zPath);
   }
   rc = walletCheckMatches(aFile, w->aW, &bMatch);
   if( rc!=TDE_OK ) goto open_out;

@@ -680,7 +680,7 @@ static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pS
     int fdShm;
     shipFds(p, &fdDb, &fdShm);
   }
-  fdOut = open(zTmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  fdOut = open(zTmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if( fdDb<0 || fdOut<0 ){ rc = tdeErr(TDE_IO, "base copy: %s", strerror(errno)); goto done; }
   for(off_t off=0;; ){
     ssize_t k = pread(fdDb, aBuf, SHIP_CHUNK, off);
@@ -1092,7 +1092,7 @@ static void shipAudit(Ship *p, const char *zOp, const char *zDetail){
   r.zDetail = zDetail;
   n = tdeAuditFormat(&r, (int64_t)tdeNowMs(), (int)getpid(), zLine, sizeof(zLine));
   if( n<0 ) return;
-  fd = open(zPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  fd = open(zPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if( fd<0 || write(fd, zLine, (size_t)n)!=n ){
     tdeLog(TDE_LOG_WARNING, "ship %s: cannot write the audit log %s: %s", p->zDb, zPath, strerror(errno));
   }

@@ -409,7 +409,7 @@ int tdeSpoolTrim(TdeSpool *s, uint64_t keepAfter){
   sqlite3_int64 iOff = TDE_SPOOL_HDR, iOut = TDE_SPOOL_HDR;
   int fd = -1, rc;
   if( !zTmp ) return TDE_NOMEM;
-  fd = open(zTmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  fd = open(zTmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if( fd<0 ){ rc = tdeErr(TDE_IO, "%s: %s", zTmp, strerror(errno)); goto done; }
   rc = spoolWriteHeader(fd, s->aDbid, s->aHistory);
   while( rc==TDE_OK && iOff<s->iEnd ){

@@ -495,7 +495,7 @@ static void sbAudit(Standby *p, const char *zOp, int bFailure, const char *zDeta
   r.zDetail = zDetail;
   n = tdeAuditFormat(&r, (int64_t)tdeNowMs(), (int)getpid(), zLine, sizeof(zLine));
   if( n<0 ) return;
-  fd = open(p->zAudit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  fd = open(p->zAudit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if( fd<0 || write(fd, zLine, (size_t)n)!=n ){
     tdeLog(TDE_LOG_WARNING, "standby %s: cannot write the audit log %s: %s", p->zDb, p->zAudit, strerror(errno));
   }

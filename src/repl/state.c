@@ -65,11 +65,21 @@ int tdeFsyncDir(const char *zPath){
 }
 
 int tdeWriteFileAtomic(const char *zPath, const char *zData, size_t n, int bSync){
+  static unsigned nSeq = 0;      /* per process: two threads never share a name */
   char zTmp[4200];
-  int fd, rc = TDE_OK;
+  int fd, rc = TDE_OK, nTry;
   size_t nDone = 0;
-  snprintf(zTmp, sizeof(zTmp), "%s.tmp%d", zPath, (int)getpid());
-  fd = open(zTmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  unsigned iSeq = __atomic_add_fetch(&nSeq, 1, __ATOMIC_RELAXED);
+  int k0 = snprintf(zTmp, sizeof(zTmp), "%s.tmp%d.%u", zPath, (int)getpid(), iSeq);
+  if( k0<0 || (size_t)k0>=sizeof(zTmp) ) return tdeErr(TDE_RANGE, "%s: path too long", zPath);
+  /* A new file, never one already there: a symbolic link put in the temp
+  ** file's place would otherwise have the state written through it.  A
+  ** stale temp file of a dead process with the same pid is removed (the
+  ** link itself, not what it names) and the create tried once more. */
+  for(nTry=0; ; nTry++){
+    fd = open(zTmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if( fd>=0 || errno!=EEXIST || nTry>0 || unlink(zTmp)!=0 ) break;
+  }
   if( fd<0 ) return tdeErr(TDE_IO, "%s: %s", zTmp, strerror(errno));
   while( nDone<n ){
     ssize_t k = write(fd, zData + nDone, n - nDone);

@@ -73,9 +73,9 @@ static int cfgParse(TdeReplCfg *p, char *zText){
     *z = 0;
     for(k=0; azReplKeys[k] && strcmp(azReplKeys[k], zKey)!=0; k++){}
     if( !azReplKeys[k] ){
-      rc = tdeErr(TDE_CONFIG, "%s:%d: unknown key '%s' (known: repl_ca, repl_cert, repl_key, repl_peer_name, "
+      rc = tdeErr(TDE_CONFIG, "%s:%d: unknown key (known: repl_ca, repl_cert, repl_key, repl_peer_name, "
                   "repl_peer_pubkey_sha256, repl_timeout_ms, repl_primary_database_id, repl_audit_log, "
-                  "repl_sign_key, repl_primary_pubkey, repl_mode, repl_sync_timeout_ms)", p->zPath, iLine, zKey);
+                  "repl_sign_key, repl_primary_pubkey, repl_mode, repl_sync_timeout_ms)", p->zPath, iLine);
       break;
     }
     if( aSeen[k] ){ rc = tdeErr(TDE_CONFIG, "%s:%d: duplicate key '%s'", p->zPath, iLine, zKey); break; }

@@ -16,13 +16,71 @@
 #include "config.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-/* Set by tde_db_reanchor on its own thread while it opens the database:
-** the load skips the comparison (the one way to accept an older copy). */
-static _Thread_local int bAnchorBypass;
+/*
+** Bypass tokens.  tde_db_reanchor (the anchor comparison) and tde_db_remap
+** (the page map check) must open the database with a check off -- the one
+** way to accept an older copy -- on their own connection only: not on
+** another database the same thread opens meanwhile, nor on anyone else's.
+** Each call draws a random token, registers it here with the checks it
+** switches off, puts it in its own connection's URI (tde_bypass=TOKEN), and
+** removes it when done.  A URI an application builds cannot carry a
+** registered token: it exists only inside the call, in this process.
+*/
+#define BYPASS_SLOTS 16
+static pthread_mutex_t bypassMutex = PTHREAD_MUTEX_INITIALIZER;
+static struct { char zTok[33]; int mBypass; } aBypass[BYPASS_SLOTS];
+
+/* Register a new token for mBypass into zTok[33]. */
+static int bypassBegin(int mBypass, char *zTok){
+  static const char hex[] = "0123456789abcdef";
+  uint8_t a[16];
+  int i, rc = TDE_LOCKED;
+  zTok[0] = 0;
+  if( tdeRandom(a, sizeof(a)) ) return tdeErr(TDE_CRYPTO, "no random bytes for a bypass token");
+  for(i=0; i<16; i++){ zTok[2*i] = hex[a[i]>>4]; zTok[2*i+1] = hex[a[i]&15]; }
+  zTok[32] = 0;
+  pthread_mutex_lock(&bypassMutex);
+  for(i=0; i<BYPASS_SLOTS; i++){
+    if( aBypass[i].zTok[0]==0 ){
+      memcpy(aBypass[i].zTok, zTok, 33);
+      aBypass[i].mBypass = mBypass;
+      rc = TDE_OK;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&bypassMutex);
+  if( rc ) return tdeErr(rc, "more than %d remap/reanchor calls at once", BYPASS_SLOTS);
+  return TDE_OK;
+}
+
+static void bypassEnd(const char *zTok){
+  int i;
+  if( !zTok[0] ) return;
+  pthread_mutex_lock(&bypassMutex);
+  for(i=0; i<BYPASS_SLOTS; i++){
+    if( strcmp(aBypass[i].zTok, zTok)==0 ){
+      tdeWipe(aBypass[i].zTok, sizeof(aBypass[i].zTok));
+      aBypass[i].mBypass = 0;
+    }
+  }
+  pthread_mutex_unlock(&bypassMutex);
+}
+
+void tdeBypassFromUri(TdeFile *p, const char *zName){
+  const char *z = sqlite3_uri_parameter(zName, "tde_bypass");
+  int i;
+  if( !z || strlen(z)!=32 ) return;
+  pthread_mutex_lock(&bypassMutex);
+  for(i=0; i<BYPASS_SLOTS; i++){
+    if( aBypass[i].zTok[0] && strcmp(aBypass[i].zTok, z)==0 ) p->mBypass = aBypass[i].mBypass;
+  }
+  pthread_mutex_unlock(&bypassMutex);
+}
 
 static const char *anchorDbName(TdeFile *p){
   return p->zName ? p->zName : "(database)";
@@ -117,7 +175,7 @@ int tdeMainAnchorCheck(TdeFile *p, int bNew){
   }
   k->eAnchor = eKind;
   k->nAnchorInterval = nIv;
-  if( bAnchorBypass ) return SQLITE_OK;
+  if( p->mBypass & TDE_BYPASS_ANCHOR ) return SQLITE_OK;
 
   trc = anchorPlaceCheck(p, bNew);
   for(int nTry=0; trc==TDE_OK && nTry<2; nTry++){
@@ -269,7 +327,7 @@ int tdeMainAnchorBeforeDrop(TdeFile *p){
   TdeDbKeys *k = p->pKeys;
   char zDetail[512];
   int rc;
-  if( !k || !k->eAnchor || bAnchorBypass ) return SQLITE_OK;
+  if( !k || !k->eAnchor || (p->mBypass & TDE_BYPASS_ANCHOR) ) return SQLITE_OK;
   if( k->anchorVersion==k->hdr.curVersion ) return SQLITE_OK;
   tdeErrClear();
   rc = anchorUpdate(p, 0);
@@ -308,11 +366,12 @@ static char *anchorUriEscape(const char *zIn){
 ** The database at zDbPath opened through tde under zConfig (its path into
 ** zCfg) and a write transaction begun on it (BEGIN IMMEDIATE and a read
 ** of the schema): what tde_db_reanchor and tde_db_remap work under.  The
-** caller sets its bypass flag first.  TDE_OK, or the error (zOp names the
-** operation in its message); *pDb is set either way (close it).
+** caller registered zTok (bypassBegin), which this connection's URI
+** carries.  TDE_OK, or the error (zOp names the operation in its
+** message); *pDb is set either way (close it).
 */
 static int freshOpenForWrite(const char *zOp, const char *zDbPath, const char *zConfig,
-                             char *zCfg, size_t nCfg, sqlite3 **pDb){
+                             const char *zTok, char *zCfg, size_t nCfg, sqlite3 **pDb){
   char *zPath = 0, *zCfgEsc = 0, *zUri = 0;
   int rc, trc;
   *pDb = 0;
@@ -321,7 +380,9 @@ static int freshOpenForWrite(const char *zOp, const char *zDbPath, const char *z
   if( trc ) return trc;
   zPath = anchorUriEscape(zDbPath);
   zCfgEsc = anchorUriEscape(zCfg);
-  if( zPath && zCfgEsc ) zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zPath, zCfgEsc);
+  if( zPath && zCfgEsc ){
+    zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s&tde_bypass=%s", zPath, zCfgEsc, zTok);
+  }
   sqlite3_free(zPath);
   sqlite3_free(zCfgEsc);
   if( !zUri ) return tdeErr(TDE_NOMEM, "%s: out of memory", zOp);
@@ -364,12 +425,13 @@ int tde_db_reanchor(const char *zDbPath, const char *zConfig, unsigned long long
   uint64_t oldA = 0;
   int bFound = 0, bTxn = 0, rc, trc = TDE_OK;
   char zDetail[160];
+  char zTok[33];
 
   zDetail[0] = 0;
   if( pnOld ) *pnOld = 0;
   if( pnNew ) *pnNew = 0;
-  bAnchorBypass = 1;
-  trc = freshOpenForWrite("reanchor", zDbPath, zConfig, zCfg, sizeof(zCfg), &db);
+  trc = bypassBegin(TDE_BYPASS_ANCHOR, zTok);
+  if( trc==TDE_OK ) trc = freshOpenForWrite("reanchor", zDbPath, zConfig, zTok, zCfg, sizeof(zCfg), &db);
   if( trc ) goto done;
   bTxn = 1;
   p = tdeMainOfDb(db, "main");
@@ -410,7 +472,7 @@ done:
     freshEndAudited(db, "reanchor", trc, zDetail);
   }
   sqlite3_close(db);
-  bAnchorBypass = 0;
+  bypassEnd(zTok);
   return trc;
 }
 
@@ -422,16 +484,18 @@ done:
 ** built again from the file at the next WAL restart (docs/FORMAT.md
 ** "Building the map").  The one way to open a database whose DB-tdemap is
 ** missing or from another time -- a promoted standby, a file copy made
-** without it.  Opened with the map check off on this thread; audited.
+** without it.  Opened with the map check off on its own connection only
+** (bypass token); audited.
 */
 int tde_db_remap(const char *zDbPath, const char *zConfig){
   char zCfg[PATH_MAX];
   sqlite3 *db = 0;
   TdeFile *p = 0;
   int rc, trc, bHadMap = 0;
+  char zTok[33];
 
-  tdeMapBypass = 1;
-  trc = freshOpenForWrite("remap", zDbPath, zConfig, zCfg, sizeof(zCfg), &db);
+  trc = bypassBegin(TDE_BYPASS_MAP, zTok);
+  if( trc==TDE_OK ) trc = freshOpenForWrite("remap", zDbPath, zConfig, zTok, zCfg, sizeof(zCfg), &db);
   if( trc==TDE_OK ){
     p = tdeMainOfDb(db, "main");
     if( !p || !p->pKeys ){
@@ -452,7 +516,7 @@ int tde_db_remap(const char *zDbPath, const char *zConfig){
       : "no page map was in force");
   }
   sqlite3_close(db);
-  tdeMapBypass = 0;
+  bypassEnd(zTok);
   return trc;
 }
 

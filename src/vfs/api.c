@@ -375,7 +375,9 @@ int tde_db_migrate(sqlite3 *db, const char *zSchema, const char *zNewConfig, int
   trc = tdeRegistryAcquire(zPath, NULL, &a.pKs, &a.pCfg);
   if( trc ) return trc;
   a.bDrop = bDropOld;
-  return tdeUnderWriteLock(db, zSchema, opMigrate, &a);
+  trc = tdeUnderWriteLock(db, zSchema, opMigrate, &a);
+  tdeRegistryRelease(a.pKs);
+  return trc;
 }
 
 static int opRekeyBegin(TdeFile *p, void *pArg){

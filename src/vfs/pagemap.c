@@ -29,9 +29,6 @@ struct TdeMap {
   uint8_t (*aHash)[16];       /* per map page: hash field of the slot in force */
 };
 
-/* Thread-local: tde_db_remap opens the database with the map check off. */
-_Thread_local int tdeMapBypass;
-
 static const char *mapDbName(TdeFile *p){ return p->zName ? p->zName : "(database)"; }
 
 static int mapZero16(const uint8_t *a){
@@ -254,7 +251,7 @@ static int mapCurrent(TdeFile *p){
 int tdeMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag){
   struct TdeMap *m;
   uint64_t i;
-  if( !tdeMapActive(p) || tdeMapBypass ) return SQLITE_OK;
+  if( !tdeMapActive(p) || (p->mBypass & TDE_BYPASS_MAP) ) return SQLITE_OK;
   if( !mapCurrent(p) ){
     int rc = SQLITE_IOERR_AUTH;
     /* A connection holding an older header may find its slots rewritten by

@@ -359,7 +359,7 @@ static void fnReserve(sqlite3_context *ctx, int argc, sqlite3_value **argv){
   if( !zSchema ) zSchema = "main";
   rc = sqlite3_file_control(db, zSchema, SQLITE_FCNTL_RESERVE_BYTES, &n);
   if( rc ){
-    sqlite3_result_error(ctx, "tde_reserve: no such schema", -1);
+    tdeSqlResultError(ctx, "tde_reserve: no such schema", SQLITE_ERROR);
     return;
   }
   n = -1;

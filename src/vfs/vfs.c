@@ -177,9 +177,7 @@ static int tdeAdoptKeys(TdeFile *p, TdeDbKeys **pk){
   TdeDbKeys *k = *pk;
   int rc = tdeInstallKeys(p, k);
   if( rc ) return rc;
-  tdeRegistryRetain(k->pKs);
-  k->bRetained = 1;
-  p->pKeys = k;
+  p->pKeys = k;               /* with the reference tdeRegistryAcquire took */
   *pk = 0;
   return SQLITE_OK;
 }
@@ -209,6 +207,7 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
   if( trc ){ rc = tdeSqliteRc(trc); goto done; }
   trc = tdeConfigLocate(zUriCfg, k->zConfig, sizeof(k->zConfig));
   if( trc==TDE_OK ) trc = tdeRegistryAcquire(k->zConfig, NULL, &k->pKs, &k->pCfg);
+  if( trc==TDE_OK ) k->bRetained = 1;     /* tdeKeysFree releases it */
   if( trc==TDE_OK ){
     trc = tdeKeysUnlockAll(k);
     if( trc==TDE_OK ) tdeKeysNoteMasterKey(k);
@@ -283,6 +282,7 @@ static int tdeMainCreate(TdeFile *p){
   memset(aRegion, 0, TDE_HEADER_BYTES);
   trc = tdeConfigLocate(zUriCfg, k->zConfig, sizeof(k->zConfig));
   if( trc==TDE_OK ) trc = tdeRegistryAcquire(k->zConfig, NULL, &k->pKs, &k->pCfg);
+  if( trc==TDE_OK ) k->bRetained = 1;     /* tdeKeysFree releases it */
   if( trc==TDE_OK ){
     uint8_t *aDek = tdeSecureAlloc(32);
     trc = aDek ? tdeKeyringCreate(k->pKs, &k->hdr, aDek) : TDE_NOMEM;
@@ -1491,6 +1491,7 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   }else switch( p->eKind ){
     case TDE_KIND_MAIN: {
       sqlite3_int64 sz = 0;
+      if( zName ) tdeBypassFromUri(p, zName);
       rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
       if( rc ) break;
       if( sz>0 ){
@@ -1506,6 +1507,7 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
         const char *zUriCfg = zName ? sqlite3_uri_parameter(zName, "tde_config") : 0;
         int trc = tdeConfigLocate(zUriCfg, zCfg, sizeof(zCfg));
         if( trc==TDE_OK ) trc = tdeRegistryAcquire(zCfg, NULL, &pKs, NULL);
+        if( trc==TDE_OK ) tdeRegistryRelease(pKs);
         if( trc ){
           tdeLog(TDE_LOG_ERROR, "%s: cannot open encrypted database: %s", zName, tde_last_error());
           rc = tdeSqliteRc(trc);

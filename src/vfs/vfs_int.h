@@ -236,7 +236,12 @@ struct TdeFile {
   int bWalIndexEnd;
   uint32_t walIndexEnd;
   int bWalSyncFailed;
+  /* main: the checks tde_db_remap / tde_db_reanchor switch off on their
+  ** own connection only (TDE_BYPASS_* bits, anchor.c tdeBypassFromUri). */
+  int mBypass;
 };
+#define TDE_BYPASS_MAP    1   /* the page map check */
+#define TDE_BYPASS_ANCHOR 2   /* the anchor comparison at load */
 
 /* fileio.c: the registry of open main files (added at open, removed at
 ** close).  tdeMainFind: the open main file whose journal or WAL is zName
@@ -398,7 +403,10 @@ int tdeMapRefusePage(TdeFile *p, uint32_t pgno);
 int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb);
 int tdeMapDrop(TdeFile *p);
 void tdeMapFree(TdeFile *p);
-extern _Thread_local int tdeMapBypass;
+/* anchor.c: set p->mBypass from the URI parameter tde_bypass of a main
+** file, which only tde_db_remap / tde_db_reanchor can fill (a one-time
+** random token of the call, registered while it runs). */
+void tdeBypassFromUri(TdeFile *p, const char *zName);
 /* wal.c: the tag of the newest frame for pgno at or below bound (a commit
 ** frame index; UINT32_MAX: the verified end) of the generation with salts
 ** aSalt (NULL: the WAL's own); *pbFound 0 if none.  Fold the committed

@@ -334,7 +334,7 @@ for text, want in (("keystore = command\nunwrap_command = x\nlist_keys_command =
                    ("keystore = command\nwrap_command = x\nunwrap_command = x\ncommand_key_id = k\n"
                     "new_key_command = x\n", "new_key_command needs list_keys_command"),
                    ("keystore = command\nwrap_command = x\nunwrap_command = x\ncommand_key_id = k\n"
-                    "wallet = w\n", "unknown key 'wallet'")):
+                    "wallet = w\n", "unknown key (known: wrap_command")):
     cfg = write(os.path.join(W, "badcfg.conf"), text)
     rc, out, err = tde(cfg, "keystore", "status")
     check(want in err or want in out, "config check: %s" % want)

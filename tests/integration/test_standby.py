@@ -127,7 +127,7 @@ def main():
             (["--config", cfg, "ship", "--to", "127.0.0.1:1", "--repl-config", os.path.join(loose, "ship.conf"), rdb],
              "chmod 600", "a TLS key file readable by others"),
             (["standby", "--listen", "127.0.0.1:%d" % C.free_port(), "--repl-config", os.path.join(d, "typo.conf"),
-              os.path.join(d, "x.db")], "unknown key 'repl_certs'", "a misspelt key in the replication configuration")):
+              os.path.join(d, "x.db")], "unknown key (known: repl_ca", "a misspelt key in the replication configuration")):
         r = subprocess.run([C.CLI] + args, capture_output=True, text=True, timeout=30)
         C.check(r.returncode == 1 and want in r.stderr, "%s: exit %d, %s" % (what, r.returncode, r.stderr.strip()[:160]))
     for cmd in (["--config", cfg, "ship", "--to", "127.0.0.1:1", rdb],

@@ -117,16 +117,16 @@ static void test_good_file(void **state){
 static void test_unknown_key(void **state){
   (void)state;
   expectError("keystore = wallet\nwallet = w\nwalet = x\n", TDE_CONFIG,
-              "tde.conf:3: unknown key 'walet'");
+              "tde.conf:3: unknown key (known: wallet,");
   /* Keys of another provider are unknown too; upper case is not a key. */
   expectError("keystore = wallet\nwallet = w\n\nWallet = x\n", TDE_CONFIG,
-              "tde.conf:4: invalid key 'Wallet'");
+              "tde.conf:4: invalid key before '='");
   /* A password typed into the config is rejected without echoing it. */
   {
     TdeConfig *p = 0;
     assert_int_equal(loadText("keystore = wallet\nwallet = w\npassword = hunter2\n", &p),
                      TDE_CONFIG);
-    assert_non_null(strstr(tde_last_error(), ":3: unknown key 'password'"));
+    assert_non_null(strstr(tde_last_error(), ":3: unknown key (secrets never go"));
     assert_null(strstr(tde_last_error(), "hunter2"));
     assert_int_equal(loadText("keystore = wallet\nhunter2\n", &p), TDE_CONFIG);
     assert_non_null(strstr(tde_last_error(), ":2: expected 'key = value'"));
@@ -137,14 +137,14 @@ static void test_unknown_key(void **state){
 static void test_missing_value(void **state){
   (void)state;
   expectError("keystore = wallet\nwallet =   \n", TDE_CONFIG,
-              "tde.conf:2: missing value for 'wallet'");
+              "tde.conf:2: missing value after '='");
   expectError("keystore = wallet\n = w\n", TDE_CONFIG, "tde.conf:2: missing key");
 }
 
 static void test_duplicate_key(void **state){
   (void)state;
   expectError("keystore = wallet\nwallet = a\n# again\nwallet = b\n", TDE_CONFIG,
-              "tde.conf:4: duplicate key 'wallet' (first set on line 2)");
+              "tde.conf:4: duplicate key (first set on line 2)");
 }
 
 static void test_missing_keystore(void **state){
@@ -194,7 +194,7 @@ static void test_trailing_comments(void **state){
   assert_string_equal(tdeConfigGet(p, "password_file"), "/etc/sqlite-tde/wallet.pw");
   tdeConfigFree(p);
   expectError("keystore = wallet\nwallet = # only a comment\n", TDE_CONFIG,
-              "tde.conf:2: missing value for 'wallet'");
+              "tde.conf:2: missing value after '='");
   expectError("keystore = wallet # comment\nwallet # = x\n", TDE_CONFIG,
               "tde.conf:2: expected 'key = value'");
 }
@@ -211,7 +211,7 @@ static void test_parse_from_memory(void **state){
   p = 0;
   assert_int_equal(tdeConfigParse("keystore = wallet\nx = 1\n", "mem.conf", "/", &p),
                    TDE_CONFIG);
-  assert_string_equal(tde_last_error(), "mem.conf:2: unknown key 'x'");
+  assert_non_null(strstr(tde_last_error(), "mem.conf:2: unknown key (known: "));
   assert_null(p);
   /* More entries than the table holds. */
   {

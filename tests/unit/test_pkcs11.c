@@ -273,6 +273,7 @@ static void test_wrap_unwrap(void **state){
                                           aBlob, nBlob, aAad, sizeof(aAad), aBack, 32), TDE_NOKEY);
   assert_int_equal(pKs->pMethods->xUnwrap(pKs, zKeyId, TDE_MECH_AES_KWP, aBlob, nBlob, aAad,
                                           sizeof(aAad), aBack, 32), TDE_UNSUPPORTED);
+  tdeRegistryRelease(pKs);
 }
 
 static int countKeys(void *pArg, const char *zKeyId, int64_t created, const char *zStatus){
@@ -319,6 +320,7 @@ static void test_rotate_retire(void **state){
   assert_int_equal(tde_keystore_list(zConf, countKeys, an), TDE_OK);
   assert_int_equal(an[0], 2);
   assert_int_equal(an[1], 1);
+  tdeRegistryRelease(pKs);
 }
 
 static void test_wrong_pin(void **state){
@@ -418,6 +420,7 @@ static void test_missing_key_label(void **state){
     assert_int_equal(tdeRegistryAcquire(zPath, 0, &pKs, 0), TDE_OK);
     assert_int_equal(pKs->pMethods->xCurrentKey(pKs, zKeyId, sizeof(zKeyId)), TDE_NOKEY);
     assert_non_null(strstr(tde_last_error(), "no-such-label"));
+    tdeRegistryRelease(pKs);
   }
 }
 
@@ -630,6 +633,7 @@ static void test_buffer_too_small(void **state){
                                             sizeof(aAad), aBack, 32), TDE_OK);
     assert_memory_equal(aDek, aBack, 32);
   }
+  tdeRegistryRelease(pKs);
 }
 
 /* The token is gone: no slot shows it, and the session answers
