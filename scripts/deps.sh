@@ -5,7 +5,7 @@
 #
 #   scripts/deps.sh [--check] [PROFILE] [BUILD_DIR]
 #
-#   demo     what `make demo` needs: a C compiler, CMake, pkg-config, the
+#   demo     what `make demo` needs: gcc, make, CMake, pkg-config, the
 #            libraries sqlite-tde links (OpenSSL, libargon2, SQLite,
 #            tpm2-tss), the sqlite3 shell and python3 (the short benchmark).
 #            No npm, no test tools.
@@ -52,7 +52,9 @@ BUILD_DIR="${1:-$ROOT/build}"
 # Package, the profiles that need it (besides test, which needs them all),
 # and why.  "demo" means every profile: the others build the library too.
 TABLE=(
-  "build-essential     demo     C compiler, make, and strings (the demo greps the files with it)"
+  "gcc                 demo     the C compiler (with binutils: strings, which the demo greps files with)"
+  "libc6-dev           demo     the C library's headers"
+  "make                demo     runs the Makefile (make demo, make test)"
   "cmake               demo     configures the build"
   "pkg-config          demo     finds the libraries below for CMake"
   "libssl-dev          demo     OpenSSL 3: AES-256-GCM, HKDF, TLS (KMIP, standby)"
@@ -68,6 +70,7 @@ TABLE=(
   "swtpm               bench    a software TPM for the TPM wallet (tests, benchmark condition)"
   "swtpm-tools         bench    swtpm_setup, to make the software TPM's state"
   "tpm2-tools          bench    tpm2_* commands the TPM tests check the sealing with"
+  "build-essential     test     the usual toolchain set (the demo needs only gcc, libc6-dev, make)"
   "libcmocka-dev       test     the unit tests' framework"
   "valgrind            test     memcheck runs of the unit tests and fuzz replays"
   "strace              test     test_lifecycle checks which files a command opens"
