@@ -1,6 +1,8 @@
 # Thin wrapper over CMake.  The commands a new user runs:
-#   make demo     - set up, build, and show encryption end to end
-#   make test     - set up, build, and run every test (also under ASan/UBSan)
+#   make demo     - set up (scripts/deps.sh demo: compiler, CMake and the
+#                   libraries only), build, and show encryption end to end
+#   make test     - set up (scripts/deps.sh test: everything), build, and
+#                   run every test (also under ASan/UBSan)
 #   make install  - build, then install under PREFIX (default /usr/local;
 #                   DESTDIR honoured): CLI, tde.so, libsqlite-tde.so and .a,
 #                   header, sqlite-tde.pc
@@ -11,7 +13,8 @@ JOBS       ?= 2
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDE_WERROR=ON
 NPM_DIR    = $(abspath $(BUILD))/npm
 
-.PHONY: all deps build build-asan test test-fast test-asan demo bench stress clean \
+.PHONY: all deps deps-demo deps-bench deps-package build configure-lib build-lib build-asan test test-fast test-asan demo bench \
+        stress clean \
         install install-files deb deb-files
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -19,11 +22,28 @@ DESTDIR    ?=
 all: build
 
 deps:
-	@scripts/deps.sh $(BUILD)
+	@scripts/deps.sh test $(BUILD)
+deps-demo:
+	@scripts/deps.sh demo $(BUILD)
+deps-bench:
+	@scripts/deps.sh bench $(BUILD)
+deps-package:
+	@scripts/deps.sh package $(BUILD)
 
 build: deps
-	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DTDE_NPM_DIR=$(NPM_DIR) >/dev/null
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DTDE_TESTS=ON -DTDE_NPM_DIR=$(NPM_DIR) >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
+
+# make demo, install, deb and bench need no test tools: a new build folder
+# is configured without the test suite (-DTDE_TESTS=OFF: no cmocka, no
+# npm), and one that make test configured keeps it.  build-lib builds only
+# the library, tde.so, the CLI and the benchmark driver.
+LIB_TARGETS = sqlite-tde tde tde_static tde_shared sqlite-tde-bench
+configure-lib:
+	@if [ -f $(BUILD)/CMakeCache.txt ]; then tests=; else tests=-DTDE_TESTS=OFF; fi; \
+	  cmake -S . -B $(BUILD) $(CMAKE_FLAGS) $$tests -DTDE_NPM_DIR=$(NPM_DIR) >/dev/null
+build-lib: configure-lib
+	@cmake --build $(BUILD) -j$(JOBS) --target $(LIB_TARGETS)
 
 build-asan: deps
 	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DTDE_SANITIZE=ON -DTDE_WERROR=ON -DTDE_NPM_DIR=$(NPM_DIR) >/dev/null
@@ -52,7 +72,8 @@ test-asan: build-asan
 	  scripts/scan-secrets.sh $(BUILD_SAN)/testtmp $(BUILD_SAN)/Testing || rc=1; \
 	  if [ $$rc -eq 0 ]; then rm -rf $(BUILD_SAN)/testtmp; fi; exit $$rc
 
-demo: build
+demo: deps-demo
+	@$(MAKE) --no-print-directory build-lib
 	@scripts/demo.sh $(BUILD)
 
 # Benchmark kit, full default run (about 50 minutes on 2 cores): reports in
@@ -60,7 +81,9 @@ demo: build
 # $(BUILD)/sqlite-tde bench --help.
 BENCH_OUT  ?= bench-out
 BENCH_ARGS ?=
-bench: build
+bench: deps-bench
+	@$(MAKE) --no-print-directory configure-lib
+	@cmake --build $(BUILD) -j$(JOBS)
 	@$(BUILD)/sqlite-tde bench --out $(BENCH_OUT) $(BENCH_ARGS)
 
 clean:
@@ -69,7 +92,8 @@ clean:
 # install-files and deb-files do the same without building first (the
 # tests call them on a build folder they did not make).  ldconfig runs
 # only for a real install as root, so the new shared library is found.
-install: build
+install: deps-demo
+	@$(MAKE) --no-print-directory build-lib
 	@$(MAKE) --no-print-directory install-files
 install-files:
 	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix $(PREFIX)
@@ -77,7 +101,8 @@ install-files:
 
 # The package is made by dpkg-buildpackage (debhelper) from the files
 # $(BUILD) already holds; it lands in $(BUILD)/deb/.
-deb: build
+deb: deps-package
+	@$(MAKE) --no-print-directory build-lib
 	@$(MAKE) --no-print-directory deb-files
 deb-files:
 	@debian/make-deb.sh $(abspath $(BUILD))

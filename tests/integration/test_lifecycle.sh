@@ -159,15 +159,22 @@ check "after --drop-old the old keystore no longer opens it" "! '$CLI' --config 
 check "after --drop-old the new keystore does" "'$CLI' --config b.conf verify mig.db >/dev/null"
 
 # --- refused while another connection writes -------------------------------
-rm -f locked.flag
-( sqlite3 -cmd ".load $EXT" -cmd ".open 'file:small.db?vfs=tde&tde_config=a.conf'" ":memory:" \
-    "BEGIN IMMEDIATE; INSERT INTO t(v) VALUES(x'01');" ".shell touch locked.flag; sleep 4" "COMMIT;" >/dev/null 2>&1 & )
-for i in $(seq 1 100); do [ -e locked.flag ] && break; sleep 0.05; done
+# The writer holds its transaction until the test says so (release.flag),
+# not for a fixed time: on a busy machine the rotation may start late.
+rm -f locked.flag release.flag
+sqlite3 -cmd ".load $EXT" -cmd ".open 'file:small.db?vfs=tde&tde_config=a.conf'" ":memory:" \
+    "BEGIN IMMEDIATE; INSERT INTO t(v) VALUES(x'01');" \
+    ".shell touch locked.flag; i=0; while [ ! -e release.flag ] && [ \$i -lt 3000 ]; do sleep 0.1; i=\$((i+1)); done" \
+    "COMMIT;" >/dev/null 2>&1 &
+HOLDER=$!
+for i in $(seq 1 1200); do [ -e locked.flag ] && break; sleep 0.1; done
+check "the writer holds its transaction" "[ -e locked.flag ]"
 before=$(head -c 8192 small.db | sha256sum)
 check "rotation refused while another process writes (clear message)" \
   "{ '$CLI' --config a.conf rotate-master-key small.db 2>&1 || true; } | grep -q 'another connection is writing'"
 check "and the header is unchanged" "[ \"\$(head -c 8192 small.db | sha256sum)\" = '$before' ]"
-sleep 4
+touch release.flag
+wait "$HOLDER" || true
 
 # --- audit trail ---------------------------------------------------------------
 check "audit log has rotate, rewrap, retire, migrate, unwrap, rekey records" \

@@ -384,7 +384,9 @@ static void test_own_frames_rewritten(void **state){
 ** shipper creates it (tdeSyncCreate, as `ship --sync` does at its start);
 ** the very next commit must wait for an acknowledgement, which never comes
 ** here, so it returns after the file's timeout.  With the file gone again
-** commits do not wait. */
+** commits do not wait.  The timeout is 3 s and "did not wait" means under
+** half of it: a commit on a busy machine (fsyncs queued behind other
+** builds) may take far longer than on an idle one, and must not decide. */
 static void test_sync_file_seen_at_once(void **state){
   char zPath[PATH_MAX];
   sqlite3 *db = makeDb("sync.db", 100);
@@ -393,7 +395,7 @@ static void test_sync_file_seen_at_once(void **state){
   (void)state;
   pathOf(zPath, "sync.db");
   exec(db, "UPDATE t SET a=a+1 WHERE id=1");     /* no file: remembered */
-  assert_int_equal(tdeSyncCreate(zPath, 600, &fd), TDE_OK);
+  assert_int_equal(tdeSyncCreate(zPath, 3000, &fd), TDE_OK);
   t0 = nowSec();
   exec(db, "UPDATE t SET a=a+1 WHERE id=2");
   tWait = nowSec() - t0;
@@ -401,10 +403,10 @@ static void test_sync_file_seen_at_once(void **state){
   t0 = nowSec();
   exec(db, "UPDATE t SET a=a+1 WHERE id=3");
   tNoWait = nowSec() - t0;
-  printf("# commit with DB-tdeship-sync just created waited %.3f s (timeout 0.6 s); without it %.3f s\n",
+  printf("# commit with DB-tdeship-sync just created waited %.3f s (timeout 3 s); without it %.3f s\n",
          tWait, tNoWait);
-  assert_true(tWait >= 0.55);
-  assert_true(tNoWait < 0.5);
+  assert_true(tWait >= 2.95);
+  assert_true(tNoWait < 1.5);
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
 }
 
