@@ -847,33 +847,35 @@ static int walCkAfter(TdeFile *p, uint32_t k, uint32_t *aCk){
 ** otherwise it is tampering and an error.
 */
 /* Version 2: does the stored frame header aHdr16 carry the salts of
-** another generation (not this one's, not zero)? */
-static int walOtherGeneration(TdeFile *p, uint32_t idx, const uint8_t *aHdr16){
+** another generation (not this one's, not zero)?  *pbOther; SQLITE_NOMEM
+** when it cannot look (never "no": the frame would count as damage). */
+static int walOtherGeneration(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, int *pbOther){
   static const uint8_t aZero[8];
   uint8_t aFix[FRAME_HDR], aTrl[TDE_TRAILER_SIZE];
   int bShort = 0, bOk = 0;
-  if( !walV2(p) || memcmp(aHdr16+8, p->wal.aHdr+16, 8)==0 || memcmp(aHdr16+8, aZero, 8)==0 ) return 0;
+  *pbOther = 0;
+  if( !walV2(p) || memcmp(aHdr16+8, p->wal.aHdr+16, 8)==0 || memcmp(aHdr16+8, aZero, 8)==0 ) return SQLITE_OK;
   /* A frame of this generation whose salts were altered verifies with
   ** this generation's salts put back: that is tampering, not the end. */
   memcpy(aFix, aHdr16, FRAME_HDR);
   memcpy(aFix+8, p->wal.aHdr+16, 8);
   if( tdeRealRead(p, aTrl, TDE_TRAILER_SIZE, walFrameOffset(p, idx) + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE,
-                  &bShort)!=SQLITE_OK || bShort ) return 0;
-  if( walFrameVerifiesAlone(p, idx, aFix, aTrl, &bOk)!=SQLITE_OK ) return 0;
+                  &bShort)!=SQLITE_OK || bShort ) return SQLITE_OK;
+  if( walFrameVerifiesAlone(p, idx, aFix, aTrl, &bOk)!=SQLITE_OK ) return SQLITE_OK;
   if( !bOk && idx>=2 && p->wal.bChain && idx-1<=p->wal.iChain ){
     uint8_t mac[MAC_BYTES];
     if( walFrameMac(p, idx, aFix, aTrl, p->wal.aMac[idx-1].mac, mac)==SQLITE_OK ){
       bOk = tdeCtEqual(mac, aFix+16, MAC_BYTES);
     }
   }
-  if( bOk ) return 0;
+  if( bOk ) return SQLITE_OK;
   /* Its page must be a page of this database (GCM under its key, at the
   ** page number the header names): a frame from another database's WAL
   ** is damage, not an older generation of this one. */
   {
     uint8_t *aTmp = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
     int bPage = 0;
-    if( !aTmp ) return 0;
+    if( !aTmp ) return SQLITE_NOMEM;
     if( tdeRealRead(p, aTmp, (int)(FRAME_HDR + p->wal.pgsz), walFrameOffset(p, idx), &bShort)==SQLITE_OK && !bShort ){
       uint32_t ivHigh = tdeGet32(aTmp + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE + 12);
       bPage = tdeOpenPage(p, aTmp+FRAME_HDR, p->wal.pgsz, tdeGet32(aTmp), 0)==SQLITE_OK;
@@ -882,7 +884,8 @@ static int walOtherGeneration(TdeFile *p, uint32_t idx, const uint8_t *aHdr16){
     }
     tdeWipe(aTmp, FRAME_HDR + p->wal.pgsz);
     sqlite3_free(aTmp);
-    return bPage;
+    *pbOther = bPage;
+    return SQLITE_OK;
   }
 }
 
@@ -895,14 +898,20 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
     memset(aOut, 0, FRAME_HDR + p->wal.pgsz);
     return SQLITE_IOERR_SHORT_READ;
   }
-  if( state==FRAME_BAD && walOtherGeneration(p, idx, aOut) ){
-    /* Version 2: a frame of another generation cannot be authenticated
-    ** (the frame its MAC chains from was overwritten), so it is the end of
-    ** the log, as an authentic one is in version 1: a power loss under
-    ** synchronous=NORMAL can leave one before later frames, and altering a
-    ** frame's salts only cuts the log short, as deleting frames does. */
-    p->nAuthFail--;
-    state = FRAME_OK;
+  if( state==FRAME_BAD ){
+    int bOther = 0;
+    rc = walOtherGeneration(p, idx, aOut, &bOther);
+    if( rc ){ memset(aOut, 0, FRAME_HDR + p->wal.pgsz); return rc; }
+    if( bOther ){
+      /* Version 2: a frame of another generation cannot be authenticated
+      ** (the frame its MAC chains from was overwritten), so it is the end
+      ** of the log, as an authentic one is in version 1: a power loss
+      ** under synchronous=NORMAL can leave one before later frames, and
+      ** altering a frame's salts only cuts the log short, as deleting
+      ** frames does. */
+      p->nAuthFail--;
+      state = FRAME_OK;
+    }
   }
   if( state==FRAME_OK && memcmp(aOut+8, p->wal.aHdr+16, 8)!=0 ){
     /* An authentic frame of an older generation: the end of the log. */
@@ -1657,9 +1666,14 @@ int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_
       if( mxFrame ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; }
       break;
     }
-    if( state==FRAME_BAD && !mxFrame && walOtherGeneration(p, idx, aFrame) ){
-      p->nAuthFail--;
-      break;                       /* as recovery reads it: the end */
+    if( state==FRAME_BAD && !mxFrame ){
+      int bOther = 0;
+      rc = walOtherGeneration(p, idx, aFrame, &bOther);
+      if( rc ) break;
+      if( bOther ){
+        p->nAuthFail--;
+        break;                     /* as recovery reads it: the end */
+      }
     }
     if( state==FRAME_BAD ){
       int bCommit = 0;
