@@ -55,10 +55,40 @@ static sqlite3_int64 qint(sqlite3 *db, const char *zSql){
 
 /* The child's body: 0 on success, else a number naming the failed step
 ** (said on stderr). */
+/* Shared cache and ATTACH of a new database on two connections: the
+** reserve request the shim makes itself (no auto-extension reaches an
+** ATTACH) while another connection shares the file. */
+static int sharedAttachChild(const char *zPath, int bWal){
+  char zMain[PATH_MAX + 8], zSql[4*PATH_MAX];
+  sqlite3 *a = 0, *b = 0;
+  char *zErr = 0;
+  int rc;
+  snprintf(zMain, sizeof(zMain), "%s-main", zPath);
+  if( sqlite3_enable_shared_cache(1)!=SQLITE_OK ) return 21;
+  if( openCfg(zMain, "&cache=shared", &a)!=SQLITE_OK ) return 22;
+  if( openCfg(zMain, "&cache=shared", &b)!=SQLITE_OK ) return 23;
+  snprintf(zSql, sizeof(zSql), "ATTACH 'file:%s?vfs=tde&cache=shared&tde_config=%s' AS aux", zPath, zCfg);
+  if( sqlite3_exec(a, zSql, 0, 0, &zErr) ){ fprintf(stderr, "attach a: %s\n", zErr); return 24; }
+  if( sqlite3_exec(b, zSql, 0, 0, &zErr) ){ fprintf(stderr, "attach b: %s\n", zErr); return 25; }
+  if( bWal && sqlite3_exec(a, "PRAGMA aux.journal_mode=WAL", 0, 0, &zErr) ){ fprintf(stderr, "wal: %s\n", zErr); return 26; }
+  rc = sqlite3_exec(a, "CREATE TABLE aux.abc(a,b,c); INSERT INTO aux.abc VALUES(1,2,3)", 0, 0, &zErr);
+  if( rc ){ fprintf(stderr, "write: rc=%d %s\n", rc, zErr); return 27; }
+  if( qint(b, "SELECT a+b+c FROM aux.abc")!=6 ){ fprintf(stderr, "read: %s\n", sqlite3_errmsg(b)); return 28; }
+  sqlite3_close(b);
+  sqlite3_close(a);
+  sqlite3_enable_shared_cache(0);
+  if( openCfg(zPath, 0, &a)!=SQLITE_OK ) return 29;
+  if( qint(a, "SELECT count(*) FROM abc")!=1 || !integrityOk(a) ){ sqlite3_close(a); return 30; }
+  sqlite3_close(a);
+  removeDb(zMain);
+  return 0;
+}
+
 static int sharedCacheChild(const char *zPath, int bWal, int bExisting){
   sqlite3 *a = 0, *b = 0;
   char *zErr = 0;
   int rc;
+  if( bExisting==2 ) return sharedAttachChild(zPath, bWal);
   if( bExisting ){
     sqlite3 *c = 0;
     if( openCfg(zPath, 0, &c)!=SQLITE_OK ) return 1;
@@ -102,7 +132,7 @@ static void sharedCacheCase(int bWal, int bExisting){
   char zPath[PATH_MAX], zName[64];
   pid_t pid;
   int status = 0, bDone = 0;
-  snprintf(zName, sizeof(zName), "shared-%s-%s.db", bWal ? "wal" : "delete", bExisting ? "old" : "new");
+  snprintf(zName, sizeof(zName), "shared-%s-%d.db", bWal ? "wal" : "delete", bExisting);
   pathOf(zPath, zName);
   removeDb(zPath);
   fflush(stdout); fflush(stderr);
@@ -119,11 +149,11 @@ static void sharedCacheCase(int bWal, int bExisting){
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     fail_msg("shared cache, %s, %s database: no answer after 60 s (a hang)",
-             bWal ? "WAL" : "rollback", bExisting ? "existing" : "new");
+             bWal ? "WAL" : "rollback", bExisting==2 ? "attached new" : bExisting ? "existing" : "new");
   }
   if( !WIFEXITED(status) || WEXITSTATUS(status)!=0 ){
     fail_msg("shared cache, %s, %s database: child failed (exit %d, signal %d)",
-             bWal ? "WAL" : "rollback", bExisting ? "existing" : "new",
+             bWal ? "WAL" : "rollback", bExisting==2 ? "attached new" : bExisting ? "existing" : "new",
              WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   }
   removeDb(zPath);
@@ -133,6 +163,8 @@ static void test_shared_cache_new_rollback(void **state){ (void)state; sharedCac
 static void test_shared_cache_new_wal(void **state){ (void)state; sharedCacheCase(1, 0); }
 static void test_shared_cache_existing_rollback(void **state){ (void)state; sharedCacheCase(0, 1); }
 static void test_shared_cache_existing_wal(void **state){ (void)state; sharedCacheCase(1, 1); }
+static void test_shared_cache_attach_rollback(void **state){ (void)state; sharedCacheCase(0, 2); }
+static void test_shared_cache_attach_wal(void **state){ (void)state; sharedCacheCase(1, 2); }
 
 /* ---- bug 4: WAL with locking_mode=EXCLUSIVE ------------------------------ */
 
@@ -261,6 +293,25 @@ static void test_backup_from_plain_source(void **state){
       if( memcmp(z+i, "backup-secret", 13)==0 ) fail_msg("plaintext in the backup destination");
     }
     free(z);
+  }
+  /* The same from a plaintext file. */
+  {
+    char zPlain[PATH_MAX];
+    sqlite3 *plain = 0;
+    pathOf(zPlain, "plain-src.db");
+    removeDb(zPlain);
+    assert_int_equal(sqlite3_open_v2(zPlain, &plain, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE, "unix"), SQLITE_OK);
+    exec(plain, "CREATE TABLE t(a); INSERT INTO t VALUES('backup-secret')");
+    assert_int_equal(openCfg(zDst, 0, &dst), SQLITE_OK);
+    pB = sqlite3_backup_init(dst, "main", plain, "main");
+    assert_non_null(pB);
+    rc = sqlite3_backup_step(pB, -1);
+    sqlite3_backup_finish(pB);
+    printf("# backup from a plaintext file into tde: rc=%d\n", rc);
+    assert_int_equal(rc, SQLITE_IOERR_WRITE);
+    sqlite3_close(dst);
+    sqlite3_close(plain);
+    removeDb(zPlain);
   }
   /* What to use instead: VACUUM INTO a tde URI. */
   snprintf(zSql, sizeof(zSql), "VACUUM INTO 'file:%s?vfs=tde&tde_config=%s'", zDst2, zCfg);
@@ -454,6 +505,8 @@ int main(void){
     cmocka_unit_test(test_shared_cache_new_wal),
     cmocka_unit_test(test_shared_cache_existing_rollback),
     cmocka_unit_test(test_shared_cache_existing_wal),
+    cmocka_unit_test(test_shared_cache_attach_rollback),
+    cmocka_unit_test(test_shared_cache_attach_wal),
     cmocka_unit_test(test_wal_exclusive_issue),
     cmocka_unit_test(test_wal_exclusive_checkpoints),
     cmocka_unit_test(test_wal_exclusive_then_normal),
