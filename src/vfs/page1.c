@@ -18,11 +18,26 @@
 */
 #include "vfs/vfs_int.h"
 
+/*
+** Keep aPlain (page 1 just authenticated, or sealed and written) with the
+** trailer stored with it.  Optional by construction: the copy only spares
+** a partial read of page 1 the full read and GCM open, and no check relies
+** on it.  Without memory for it nothing is kept (nPage1 stays 0), so every
+** partial read of page 1 reads and authenticates the whole page
+** (tdePage1Read's second half) -- the same answer, checked the same way,
+** at the cost of one page read.  Said in the log at INFO level (the lowest
+** tde has), not returned: the read or write that called here succeeded.
+*/
 void tdePage1Keep(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, const uint8_t *aTrailer){
   if( p->aPage1 && p->nPage1Alloc<pgsz ) tdePage1Free(p);
   if( !p->aPage1 ){
     p->aPage1 = sqlite3_malloc((int)pgsz);
-    if( !p->aPage1 ) return;            /* no copy: reads take the full path */
+    if( !p->aPage1 ){
+      p->nPage1 = 0;
+      tdeLog(TDE_LOG_INFO, "%s: no memory to keep page 1; its partial reads open the whole "
+             "page each time", p->zName ? p->zName : "database");
+      return;
+    }
     p->nPage1Alloc = pgsz;
   }
   memcpy(p->aPage1, aPlain, pgsz - TDE_TRAILER_SIZE);

@@ -225,10 +225,13 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
   {
     /* The other slot should hold the same or an older valid header; say so
     ** when it does not (the database still opens from the good slot). */
+    /* The check is not optional (a damaged slot not flagged is never
+    ** rewritten): no memory for it fails the open. */
     TdeHeader *pOther = sqlite3_malloc(sizeof(TdeHeader));
     int iOther = 1 - k->iSlot;
-    if( pOther && (nRead < (iOther+1)*TDE_SLOT_SIZE
-                   || tdeHeaderDecode(aRegion + iOther*TDE_SLOT_SIZE, pOther)!=TDE_OK) ){
+    if( !pOther ){ rc = SQLITE_NOMEM; goto done; }
+    if( nRead < (iOther+1)*TDE_SLOT_SIZE
+     || tdeHeaderDecode(aRegion + iOther*TDE_SLOT_SIZE, pOther)!=TDE_OK ){
       tdeLog(TDE_LOG_WARNING, "%s: header slot %d is damaged; using slot %d "
              "(the next write transaction rewrites slot %d)",
              tdeFileName(p), iOther, k->iSlot, iOther);

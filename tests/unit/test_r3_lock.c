@@ -55,10 +55,40 @@ static sqlite3_int64 qint(sqlite3 *db, const char *zSql){
 
 /* The child's body: 0 on success, else a number naming the failed step
 ** (said on stderr). */
+/* Shared cache and ATTACH of a new database on two connections: the
+** reserve request the shim makes itself (no auto-extension reaches an
+** ATTACH) while another connection shares the file. */
+static int sharedAttachChild(const char *zPath, int bWal){
+  char zMain[PATH_MAX + 8], zSql[4*PATH_MAX];
+  sqlite3 *a = 0, *b = 0;
+  char *zErr = 0;
+  int rc;
+  snprintf(zMain, sizeof(zMain), "%s-main", zPath);
+  if( sqlite3_enable_shared_cache(1)!=SQLITE_OK ) return 21;
+  if( openCfg(zMain, "&cache=shared", &a)!=SQLITE_OK ) return 22;
+  if( openCfg(zMain, "&cache=shared", &b)!=SQLITE_OK ) return 23;
+  snprintf(zSql, sizeof(zSql), "ATTACH 'file:%s?vfs=tde&cache=shared&tde_config=%s' AS aux", zPath, zCfg);
+  if( sqlite3_exec(a, zSql, 0, 0, &zErr) ){ fprintf(stderr, "attach a: %s\n", zErr); return 24; }
+  if( sqlite3_exec(b, zSql, 0, 0, &zErr) ){ fprintf(stderr, "attach b: %s\n", zErr); return 25; }
+  if( bWal && sqlite3_exec(a, "PRAGMA aux.journal_mode=WAL", 0, 0, &zErr) ){ fprintf(stderr, "wal: %s\n", zErr); return 26; }
+  rc = sqlite3_exec(a, "CREATE TABLE aux.abc(a,b,c); INSERT INTO aux.abc VALUES(1,2,3)", 0, 0, &zErr);
+  if( rc ){ fprintf(stderr, "write: rc=%d %s\n", rc, zErr); return 27; }
+  if( qint(b, "SELECT a+b+c FROM aux.abc")!=6 ){ fprintf(stderr, "read: %s\n", sqlite3_errmsg(b)); return 28; }
+  sqlite3_close(b);
+  sqlite3_close(a);
+  sqlite3_enable_shared_cache(0);
+  if( openCfg(zPath, 0, &a)!=SQLITE_OK ) return 29;
+  if( qint(a, "SELECT count(*) FROM abc")!=1 || !integrityOk(a) ){ sqlite3_close(a); return 30; }
+  sqlite3_close(a);
+  removeDb(zMain);
+  return 0;
+}
+
 static int sharedCacheChild(const char *zPath, int bWal, int bExisting){
   sqlite3 *a = 0, *b = 0;
   char *zErr = 0;
   int rc;
+  if( bExisting==2 ) return sharedAttachChild(zPath, bWal);
   if( bExisting ){
     sqlite3 *c = 0;
     if( openCfg(zPath, 0, &c)!=SQLITE_OK ) return 1;
@@ -102,7 +132,7 @@ static void sharedCacheCase(int bWal, int bExisting){
   char zPath[PATH_MAX], zName[64];
   pid_t pid;
   int status = 0, bDone = 0;
-  snprintf(zName, sizeof(zName), "shared-%s-%s.db", bWal ? "wal" : "delete", bExisting ? "old" : "new");
+  snprintf(zName, sizeof(zName), "shared-%s-%d.db", bWal ? "wal" : "delete", bExisting);
   pathOf(zPath, zName);
   removeDb(zPath);
   fflush(stdout); fflush(stderr);
@@ -119,11 +149,11 @@ static void sharedCacheCase(int bWal, int bExisting){
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     fail_msg("shared cache, %s, %s database: no answer after 60 s (a hang)",
-             bWal ? "WAL" : "rollback", bExisting ? "existing" : "new");
+             bWal ? "WAL" : "rollback", bExisting==2 ? "attached new" : bExisting ? "existing" : "new");
   }
   if( !WIFEXITED(status) || WEXITSTATUS(status)!=0 ){
     fail_msg("shared cache, %s, %s database: child failed (exit %d, signal %d)",
-             bWal ? "WAL" : "rollback", bExisting ? "existing" : "new",
+             bWal ? "WAL" : "rollback", bExisting==2 ? "attached new" : bExisting ? "existing" : "new",
              WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   }
   removeDb(zPath);
@@ -133,6 +163,8 @@ static void test_shared_cache_new_rollback(void **state){ (void)state; sharedCac
 static void test_shared_cache_new_wal(void **state){ (void)state; sharedCacheCase(1, 0); }
 static void test_shared_cache_existing_rollback(void **state){ (void)state; sharedCacheCase(0, 1); }
 static void test_shared_cache_existing_wal(void **state){ (void)state; sharedCacheCase(1, 1); }
+static void test_shared_cache_attach_rollback(void **state){ (void)state; sharedCacheCase(0, 2); }
+static void test_shared_cache_attach_wal(void **state){ (void)state; sharedCacheCase(1, 2); }
 
 /* ---- bug 4: WAL with locking_mode=EXCLUSIVE ------------------------------ */
 
@@ -241,7 +273,10 @@ static void test_backup_from_plain_source(void **state){
   pathOf(zDst2, "vacuum-into.db");
   removeDb(zDst);
   removeDb(zDst2);
-  assert_int_equal(sqlite3_open(":memory:", &src), SQLITE_OK);
+  /* URI filenames on: VACUUM INTO takes a URI only then (Debian's SQLite
+  ** enables them at build time, 3.53's default does not). */
+  assert_int_equal(sqlite3_open_v2(":memory:", &src, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE|SQLITE_OPEN_URI, 0),
+                   SQLITE_OK);
   exec(src, "CREATE TABLE t(a); INSERT INTO t VALUES('backup-secret')");
   assert_int_equal(openCfg(zDst, 0, &dst), SQLITE_OK);
   pB = sqlite3_backup_init(dst, "main", src, "main");
@@ -258,6 +293,25 @@ static void test_backup_from_plain_source(void **state){
       if( memcmp(z+i, "backup-secret", 13)==0 ) fail_msg("plaintext in the backup destination");
     }
     free(z);
+  }
+  /* The same from a plaintext file. */
+  {
+    char zPlain[PATH_MAX];
+    sqlite3 *plain = 0;
+    pathOf(zPlain, "plain-src.db");
+    removeDb(zPlain);
+    assert_int_equal(sqlite3_open_v2(zPlain, &plain, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE, "unix"), SQLITE_OK);
+    exec(plain, "CREATE TABLE t(a); INSERT INTO t VALUES('backup-secret')");
+    assert_int_equal(openCfg(zDst, 0, &dst), SQLITE_OK);
+    pB = sqlite3_backup_init(dst, "main", plain, "main");
+    assert_non_null(pB);
+    rc = sqlite3_backup_step(pB, -1);
+    sqlite3_backup_finish(pB);
+    printf("# backup from a plaintext file into tde: rc=%d\n", rc);
+    assert_int_equal(rc, SQLITE_IOERR_WRITE);
+    sqlite3_close(dst);
+    sqlite3_close(plain);
+    removeDb(zPlain);
   }
   /* What to use instead: VACUUM INTO a tde URI. */
   snprintf(zSql, sizeof(zSql), "VACUUM INTO 'file:%s?vfs=tde&tde_config=%s'", zDst2, zCfg);
@@ -279,6 +333,162 @@ static void test_backup_from_plain_source(void **state){
   removeDb(zDst2);
 }
 
+/* ---- Also: allocations the shim must not treat as optional --------------- */
+
+/* sqlite3_malloc failing the Nth call once (as test_malloc.c does). */
+static sqlite3_mem_methods memOrig;
+static struct { int bArmed, iCountdown, bFired; } mf;
+static int mfFail(void){
+  if( !mf.bArmed || mf.bFired ) return 0;
+  if( --mf.iCountdown>0 ) return 0;
+  mf.bFired = 1;
+  return 1;
+}
+static void *mfMalloc(int n){ return mfFail() ? 0 : memOrig.xMalloc(n); }
+static void *mfRealloc(void *p, int n){ return mfFail() ? 0 : memOrig.xRealloc(p, n); }
+static void mfFree(void *p){ memOrig.xFree(p); }
+static int mfSize(void *p){ return memOrig.xSize(p); }
+static int mfRoundup(int n){ return memOrig.xRoundup(n); }
+static int mfInit(void *p){ return memOrig.xInit(p); }
+static void mfShutdown(void *p){ memOrig.xShutdown(p); }
+static sqlite3_mem_methods memFault = {
+  mfMalloc, mfFree, mfRealloc, mfSize, mfRoundup, mfInit, mfShutdown, 0
+};
+
+/* Install or remove the failing allocator (SQLite re-initialised, tde
+** registered again: sqlite3_shutdown() drops its auto-extension). */
+static int bFaultInstalled;
+static void mfInstall(int bOn){
+  mf.bArmed = 0;
+  assert_int_equal(sqlite3_shutdown(), SQLITE_OK);
+  if( bOn ){
+    assert_int_equal(sqlite3_config(SQLITE_CONFIG_GETMALLOC, &memOrig), SQLITE_OK);
+    assert_int_equal(sqlite3_config(SQLITE_CONFIG_MALLOC, &memFault), SQLITE_OK);
+  }else{
+    assert_int_equal(sqlite3_config(SQLITE_CONFIG_MALLOC, &memOrig), SQLITE_OK);
+  }
+  bFaultInstalled = bOn;
+  assert_int_equal(sqlite3_initialize(), SQLITE_OK);
+  assert_int_equal(tde_register(0), TDE_OK);
+}
+/* Teardown: a failed test leaves no failing allocator behind. */
+static int mfTeardown(void **state){
+  (void)state;
+  tde_set_log(quietLog, 0);
+  if( bFaultInstalled ) mfInstall(0);
+  return 0;
+}
+
+static int nSlotWarnings;
+static void slotLog(void *pArg, int level, const char *zMsg){
+  (void)pArg; (void)level;
+  if( strstr(zMsg, "header slot") && strstr(zMsg, "is damaged") ) nSlotWarnings++;
+}
+
+/* A database whose second header slot is damaged opens from the good one
+** and says so (the next write transaction rewrites the slot).  With every
+** sqlite3_malloc failed in turn: an open and read that succeed have said
+** so too -- the check of the other slot never passes silently because its
+** buffer could not be had. */
+static void test_other_slot_check_under_malloc_faults(void **state){
+  char zPath[PATH_MAX];
+  sqlite3 *db = 0;
+  unsigned char *a;
+  size_t n = 0;
+  int nOk = 0, nFail = 0, N;
+  (void)state;
+  pathOf(zPath, "slot.db");
+  removeDb(zPath);
+  assert_int_equal(openCfg(zPath, 0, &db), SQLITE_OK);
+  exec(db, "CREATE TABLE t(a); INSERT INTO t VALUES('slot')");
+  sqlite3_close(db);
+  a = readAll(zPath, &n);
+  assert_non_null(a);
+  assert_true(n > TDE_HEADER_BYTES);
+  a[TDE_SLOT_SIZE + 200] ^= 0x5a;          /* inside slot 1's fields: its digest fails */
+  writeAll(zPath, a, n);
+  free(a);
+
+  mfInstall(1);
+  tde_set_log(slotLog, 0);
+  for(N=1; N<5000; N++){
+    int rc, bOk;
+    nSlotWarnings = 0;
+    mf.iCountdown = N; mf.bFired = 0; mf.bArmed = 1;
+    rc = openCfg(zPath, 0, &db);
+    bOk = rc==SQLITE_OK && qint(db, "SELECT count(*) FROM t WHERE a='slot'")==1;
+    mf.bArmed = 0;
+    sqlite3_close(db);
+    db = 0;
+    if( bOk ){
+      nOk++;
+      if( nSlotWarnings==0 ) fail_msg("malloc %d failed: the open succeeded without checking the other header slot", N);
+    }else{
+      nFail++;
+    }
+    if( !mf.bFired ) break;                 /* past the last allocation */
+  }
+  tde_set_log(quietLog, 0);
+  printf("# %d allocations: %d opens succeeded (each reported the damaged slot), %d failed\n", N, nOk, nFail);
+  assert_true(N<5000);
+  assert_true(nFail>0);
+  mfInstall(0);
+  /* Without faults: the damaged slot is reported, and rewritten by a write. */
+  nSlotWarnings = 0;
+  tde_set_log(slotLog, 0);
+  assert_int_equal(openCfg(zPath, 0, &db), SQLITE_OK);
+  exec(db, "INSERT INTO t VALUES('repair')");
+  sqlite3_close(db);
+  assert_true(nSlotWarnings>0);
+  nSlotWarnings = 0;
+  assert_int_equal(openCfg(zPath, 0, &db), SQLITE_OK);
+  assert_int_equal(qint(db, "SELECT count(*) FROM t"), 2);
+  sqlite3_close(db);
+  tde_set_log(quietLog, 0);
+  assert_int_equal(nSlotWarnings, 0);
+  removeDb(zPath);
+}
+
+/* Page 1 kept per handle is optional by construction (page1.c): with its
+** allocation failed, every partial read of page 1 reads and authenticates
+** the whole page, so a page 1 changed on disk behind the handle is still
+** refused.  Checked here with the copy's allocation failed at every N. */
+static void test_page1_copy_under_malloc_faults(void **state){
+  char zPath[PATH_MAX];
+  sqlite3 *db = 0;
+  int N, nOk = 0;
+  (void)state;
+  pathOf(zPath, "page1.db");
+  removeDb(zPath);
+  assert_int_equal(openCfg(zPath, 0, &db), SQLITE_OK);
+  exec(db, "CREATE TABLE t(a); INSERT INTO t VALUES('p1')");
+  sqlite3_close(db);
+  mfInstall(1);
+  for(N=1; N<5000; N++){
+    int rc;
+    mf.iCountdown = N; mf.bFired = 0; mf.bArmed = 1;
+    rc = openCfg(zPath, 0, &db);
+    if( rc==SQLITE_OK ){
+      sqlite3_int64 v = qint(db, "SELECT count(*) FROM t");
+      mf.bArmed = 0;
+      if( v==1 ){
+        /* Whatever was kept, a second read in a new transaction agrees. */
+        nOk++;
+        if( qint(db, "SELECT count(*) FROM t WHERE a='p1'")!=1 ) fail_msg("malloc %d: second read", N);
+      }
+    }
+    mf.bArmed = 0;
+    sqlite3_close(db);
+    db = 0;
+    if( !mf.bFired ) break;
+  }
+  printf("# page 1 copy: %d allocations, %d opens read back\n", N, nOk);
+  assert_true(N<5000);
+  assert_true(nOk>0);
+  mfInstall(0);
+  removeDb(zPath);
+}
+
 static int groupSetup(void **state){
   (void)state;
   return tdetestGroupSetup("r3lock", 0);
@@ -295,10 +505,14 @@ int main(void){
     cmocka_unit_test(test_shared_cache_new_wal),
     cmocka_unit_test(test_shared_cache_existing_rollback),
     cmocka_unit_test(test_shared_cache_existing_wal),
+    cmocka_unit_test(test_shared_cache_attach_rollback),
+    cmocka_unit_test(test_shared_cache_attach_wal),
     cmocka_unit_test(test_wal_exclusive_issue),
     cmocka_unit_test(test_wal_exclusive_checkpoints),
     cmocka_unit_test(test_wal_exclusive_then_normal),
     cmocka_unit_test(test_backup_from_plain_source),
+    cmocka_unit_test_teardown(test_other_slot_check_under_malloc_faults, mfTeardown),
+    cmocka_unit_test_teardown(test_page1_copy_under_malloc_faults, mfTeardown),
   };
   return cmocka_run_group_tests_name("r3_lock", tests, groupSetup, groupTeardown);
 }
