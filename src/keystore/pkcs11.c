@@ -377,7 +377,7 @@ static int p11ModuleAcquire(const char *zPath, P11Module **ppMod){
       goto acquire_out;
     }
     /* The module runs with the keys: refused if others may rewrite it. */
-    if( strchr(zPath, '/') ){
+    if( strchr(zPath, '/') && access(zPath, F_OK)==0 ){
       rc = tdeTrustedFile(TDE_NOKEYSTORE, "pkcs11 module", zPath, -1);
       if( rc!=TDE_OK ) goto acquire_out;
     }

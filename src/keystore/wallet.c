@@ -888,16 +888,18 @@ static const char *walletKindName(int kind){
 }
 
 /*
-** The configuration pins the wallet's kind (docs/WALLET.md "Kind pinned by
-** the configuration"): with wallet_seal = tpm2 only a TPM-sealed wallet
-** opens; with a password (a password source in the configuration, or one
-** the caller passed) only a password wallet.  Someone who can write the
+** The configuration pins the wallet's kind (docs/WALLET.md, "The
+** configuration pins the wallet's kind"): with wallet_seal = tpm2 only a
+** TPM-sealed wallet opens; with a password source in the configuration
+** only a password wallet.  (A password the caller passes to a
+** configuration without a source pins nothing: an auto-login wallet
+** ignores it, as documented.)  Someone who can write the
 ** wallet's folder could otherwise put a wallet of their own there, and
 ** every database created meanwhile would be wrapped under their master
 ** key.  Converting a wallet (tde_wallet_seal) reads the file itself and
 ** is not subject to this.
 */
-static int walletKindPinned(const TdeConfig *cfg, const char *zPath, int kind, int bPassword){
+static int walletKindPinned(const TdeConfig *cfg, const char *zPath, int kind){
   TdeTpmSeal tpm;
   int bSeal = 0;
   int rc = tdeTpmConfig(cfg, &bSeal, &tpm);
@@ -911,8 +913,7 @@ static int walletKindPinned(const TdeConfig *cfg, const char *zPath, int kind, i
   }
   zSrc = tdeConfigGet(cfg, "password_file") ? "password_file"
        : tdeConfigGet(cfg, "password_env") ? "password_env"
-       : tdeConfigGet(cfg, "password_fd") ? "password_fd"
-       : bPassword ? "a password given to the open" : 0;
+       : tdeConfigGet(cfg, "password_fd") ? "password_fd" : 0;
   if( zSrc && kind!=WALLET_KIND_PASSWORD ){
     return tdeErr(TDE_NOKEYSTORE, "wallet %s is %s wallet, but the configuration expects "
                   "a password wallet (%s): refusing it (a wallet of another kind in its place "
@@ -945,7 +946,7 @@ static int walletOpen(const TdeConfig *cfg, const char *zPassword, TdeKeystore *
   if( rc!=TDE_OK ) goto open_out;
   rc = walletParseHeader(zPath, aFile, nFile, &hdr);
   if( rc!=TDE_OK ) goto open_out;
-  rc = walletKindPinned(cfg, zPath, hdr.kind, zPassword!=0);
+  rc = walletKindPinned(cfg, zPath, hdr.kind);
   if( rc!=TDE_OK ) goto open_out;
   if( hdr.kind==WALLET_KIND_PASSWORD && zPassword==0 ){
     rc = tdeErr(TDE_BADPASSWORD, "wallet %s needs a password (set password_file or "

@@ -6,8 +6,8 @@
 **
 **  - wallet_kind_pinned (item 3): an auto-login wallet put where a password
 **    configuration (password_file) expects a password wallet is refused,
-**    naming what was found; so is one opened with an explicit password,
-**    and one under wallet_seal = tpm2 (refused before any TPM is asked).
+**    naming what was found; so is one under password_env, and one under
+**    wallet_seal = tpm2 (refused before any TPM is asked).
 **    The right kinds still open: a password wallet with its password
 **    file, an auto-login wallet with a plain configuration.  (A sealed
 **    wallet under wallet_seal = tpm2 is test_wallet_tpm.py's, with swtpm.)
@@ -107,11 +107,15 @@ static void test_wallet_kind_pinned(void **state){
     fail_msg("password configuration, auto-login wallet: %s", tde_last_error());
   }
   assert_null(tdeRegistryPeek(zConf));
-  /* A password given to the open expects a password wallet too. */
+  /* password_env pins it as well. */
+  joinPath(zConf, zDir, "env.conf");
+  writeText(zConf, "keystore = wallet\nwallet = app.wallet\npassword_env = TDE_R3_KIND_PW\n", 0600);
+  setenv("TDE_R3_KIND_PW", "tde-r3-kind-pw-5521", 1);
+  assert_int_equal(tde_keystore_open(zConf, NULL), TDE_NOKEYSTORE);
+  unsetenv("TDE_R3_KIND_PW");
+  assert_true(contains(tde_last_error(), "expects a password wallet (password_env)"));
   joinPath(zConf, zDir, "plain.conf");
   writeText(zConf, "keystore = wallet\nwallet = app.wallet\n", 0600);
-  assert_int_equal(tde_keystore_open(zConf, "tde-r3-kind-pw-5521"), TDE_NOKEYSTORE);
-  assert_true(contains(tde_last_error(), "a password given to the open"));
   /* wallet_seal = tpm2: an unsealed wallet is refused before any TPM. */
   joinPath(zConf, zDir, "tpm.conf");
   writeText(zConf, "keystore = wallet\nwallet = app.wallet\nwallet_seal = tpm2\n"
