@@ -87,7 +87,7 @@ EOF
   env -u LD_PRELOAD setsid /usr/bin/python3 -m kmip.services.server.server -f "$d/server.conf" -l "$d/server.log" \
     >"$d/server.out" 2>&1 </dev/null &
   KMIP_PID=$!
-  for i in $(seq 1 100); do
+  for i in $(seq 1 600); do            # PyKMIP starts slowly on a busy machine
     if ! kill -0 "$KMIP_PID" 2>/dev/null; then
       echo "kmip_server_start: PyKMIP server exited:" >&2
       tail -20 "$d/server.out" "$d/server.log" >&2 2>/dev/null

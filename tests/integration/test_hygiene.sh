@@ -92,7 +92,7 @@ PID=$!
 PIDS+=("$PID")
 exec 3>in.fifo
 echo "SELECT 'rows=' || count(*) FROM t;" >&3
-for _ in $(seq 1 100); do
+for _ in $(seq 1 1200); do                 # up to 120 s: a busy machine, an ASan build
   grep -q '^rows=1$' shell.out 2>/dev/null && break
   sleep 0.1
 done

@@ -229,7 +229,7 @@ console.log('rows: ' + db.prepare('SELECT count(*) FROM t').pluck().get());
                                 stdout=outf, stderr=subprocess.STDOUT, env=env, cwd=w)
         proc.stdin.write(b"SELECT 'ready', count(*), group_concat(x) FROM t;\n")
         proc.stdin.flush()
-        for _ in range(200):
+        for _ in range(2400):                       # up to 120 s on a busy machine
             with open(os.path.join(w, "shell.out")) as f:
                 if "ready|2" in f.read():
                     break

@@ -114,7 +114,7 @@ for i in range(50):
     db.commit()
 n1 = db.execute("SELECT count(*) FROM t").fetchone()[0]
 open("killed", "w").close()
-for _ in range(300):
+for _ in range(2400):
     if os.path.exists("restarted"):
         break
     time.sleep(0.05)
@@ -124,7 +124,7 @@ print(n0, n1, v)
 EOF
 /usr/bin/python3 killtest.py "$EXT" "$W/k.conf" "$KMIP_PID" > killtest.out 2>&1 &
 KILLTEST=$!
-for _ in $(seq 1 300); do [ -e killed ] && break; sleep 0.05; done
+for _ in $(seq 1 2400); do [ -e killed ] && break; sleep 0.05; done
 wait "$KMIP_PID" 2>/dev/null || true
 KMIP_PID=
 kmip_server_start "$W/pki" "$PORT"
@@ -212,7 +212,7 @@ EXP_PORT=$(kmip_free_port)
 env -u LD_PRELOAD openssl s_server -quiet -accept "127.0.0.1:$EXP_PORT" -cert pki/expired-server.pem \
   -key pki/server.key </dev/null >/dev/null 2>&1 &
 EXP_PID=$!
-for _ in $(seq 1 50); do has ":$EXP_PORT " <(ss -ltn 2>/dev/null) && break; sleep 0.1; done
+for _ in $(seq 1 600); do has ":$EXP_PORT " <(ss -ltn 2>/dev/null) && break; sleep 0.1; done
 kconf exp.conf
 sed -i "s/^kmip_servers = .*/kmip_servers = 127.0.0.1:$EXP_PORT/" exp.conf
 msg=$("$CLI" --config exp.conf keystore status 2>&1 || true)

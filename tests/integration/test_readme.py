@@ -172,7 +172,7 @@ def run_pty(argv, cwd, env, password=PASSWORD):
             answered = out.count(b"assword: ")
             # Answer only once echo is off: the prompt is printed first,
             # and tcsetattr(TCSAFLUSH) would discard an early answer.
-            for _ in range(500):
+            for _ in range(6000):                # up to 60 s on a busy machine
                 if not termios.tcgetattr(fd)[3] & termios.ECHO:
                     break
                 time.sleep(0.01)

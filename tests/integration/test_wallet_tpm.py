@@ -84,7 +84,7 @@ def tpm_start(name):
                              "--ctrl", "type=unixio,path=" + sock + ".ctrl",
                              "--flags", "not-need-init,startup-clear"],
                             stdout=log, stderr=log, env=TOOLENV)
-    for _ in range(200):
+    for _ in range(3000):                           # up to 60 s on a busy machine
         if os.path.exists(sock):
             break
         time.sleep(0.02)
