@@ -528,23 +528,31 @@ static int capHeader(TdeSpool *s, const TdeRawSrc *pHdrSrc, CapBuf *b, int *pbHd
   return TDE_OK;
 }
 
+/* A GAP record after the spool's position, for WAL generation aSalt,
+** carrying the position's header hash and key signature (callers set
+** the frame fields and flags, or another hash). */
+static void capGapInit(const TdeSpool *s, TdeRec *g, const uint8_t *aSalt, uint32_t nCkpt,
+                       uint32_t pgsz, uint64_t tNow){
+  memset(g, 0, sizeof(*g));
+  g->seq = s->pos.seq + 1;
+  g->kind = TDE_REC_GAP;
+  memcpy(g->aSalt, aSalt, 8);
+  g->nCkpt = nCkpt;
+  g->pgsz = pgsz;
+  g->tCapture = tNow;
+  memcpy(g->aHdrHash, s->pos.aHdrHash, 32);
+  g->keySig = s->pos.keySig;
+}
+
 /* The GAP that says the primary lost commits (flag REWIND): nLost frames
 ** at most, the capture position then iEnd of generation aSalt. */
 static int capLostCommits(TdeSpool *s, const uint8_t *aSalt, uint32_t nCkpt, uint32_t pgsz,
                           uint32_t iEnd, uint32_t nLost, uint64_t tNow){
   TdeRec g;
-  memset(&g, 0, sizeof(g));
-  g.seq = s->pos.seq + 1;
-  g.kind = TDE_REC_GAP;
-  memcpy(g.aSalt, aSalt, 8);
-  g.nCkpt = nCkpt;
-  g.pgsz = pgsz;
+  capGapInit(s, &g, aSalt, nCkpt, pgsz, tNow);
   g.iLast = iEnd;
   g.flags = TDE_RECF_REWIND;
   g.iFirst = nLost;
-  g.tCapture = tNow;
-  memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
-  g.keySig = s->pos.keySig;
   tdeLog(TDE_LOG_WARNING, "%s: the WAL ends at frame %u but frames up to %u were captured%s: "
          "the primary lost commits; standbys behind sequence %llu need a base copy", s->zPath, iEnd,
          s->pos.iFrame, iEnd>=s->pos.iFrame ? ", and it holds other frames there" : "",
@@ -587,15 +595,7 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
       ** frames were discarded without being captured (a WAL deleted or
       ** rewritten by something other than the tde VFS). */
       TdeRec g;
-      memset(&g, 0, sizeof(g));
-      g.seq = s->pos.seq + 1;
-      g.kind = TDE_REC_GAP;
-      memcpy(g.aSalt, aSalt, 8);
-      g.nCkpt = nCkpt;
-      g.pgsz = pgsz;
-      g.tCapture = tNow;
-      memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
-      g.keySig = s->pos.keySig;
+      capGapInit(s, &g, aSalt, nCkpt, pgsz, tNow);
       tdeLog(TDE_LOG_WARNING, "%s: WAL frames were discarded before they were captured; "
              "standbys behind sequence %llu need a base copy", s->zPath, (unsigned long long)g.seq);
       rc = tdeSpoolAppend(s, &g, 0);
@@ -683,15 +683,9 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
       }
       if( tdeGet32(aFh+4)!=0 ){
         TdeRec g;
-        memset(&g, 0, sizeof(g));
-        g.seq = s->pos.seq + 1;
-        g.kind = TDE_REC_GAP;
-        memcpy(g.aSalt, aSalt, 8);
-        g.nCkpt = nCkpt;
-        g.pgsz = pgsz;
+        capGapInit(s, &g, aSalt, nCkpt, pgsz, tNow);
         g.iFirst = iFirst;
         g.iLast = i;
-        g.tCapture = tNow;
         memcpy(g.aHdrHash, aHash, 32);
         g.keySig = keySig;
         rc = tdeSpoolAppend(s, &g, 0);
@@ -769,16 +763,9 @@ int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, i
     ** file directly, never through the WAL, so standbys must take a base
     ** copy rather than miss them. */
     TdeRec g;
-    memset(&g, 0, sizeof(g));
-    g.seq = s->pos.seq + 1;
-    g.kind = TDE_REC_GAP;
-    memcpy(g.aSalt, s->pos.aSalt, 8);
-    g.nCkpt = s->pos.nCkpt;
+    capGapInit(s, &g, s->pos.aSalt, s->pos.nCkpt, 0, tNow);
     g.iLast = s->pos.iFrame;
     g.flags = s->pos.bClosed ? TDE_RECF_CLOSED : 0;
-    g.tCapture = tNow;
-    memcpy(g.aHdrHash, s->pos.aHdrHash, 32);
-    g.keySig = s->pos.keySig;
     tdeLog(TDE_LOG_INFO, "%s: the data-key versions changed (rekey): standbys take a base copy at "
            "sequence %llu", s->zPath, (unsigned long long)g.seq);
     rc = tdeSpoolAppend(s, &g, 0);
