@@ -539,15 +539,18 @@ def main():
     # The window forced (issue 22 item 9): before the shipper captures
     # again, one transaction takes the WAL past the old capture position,
     # so only the frame there tells the two histories apart.
-    db = C.connect(pdb, cfg)
-    db.execute("BEGIN")
-    db.executemany("INSERT INTO t(v) VALUES(?)", [("past the old end %d " % i + "z" * 900,) for i in range(200)])
-    db.execute("COMMIT")
-    db.close()
+    # The connection stays open until the shipper has captured, so the WAL
+    # is not checkpointed away at its close and the shipper's capture is
+    # the one that meets the two histories.
+    past = C.connect(pdb, cfg)
+    past.execute("BEGIN")
+    past.executemany("INSERT INTO t(v) VALUES(?)", [("past the old end %d " % i + "z" * 900,) for i in range(200)])
+    past.execute("COMMIT")
     ship = C.start_ship(d, pdb, cfg, [sport])
     C.run_writer(d, pdb, cfg, 15, seed=13)          # other commits where the lost ones were
     sb, audit, n0 = accept_rewind(d, sb, sdb, sport, "a primary that lost commits the standby has", "lost transactions")
     seq = C.wait_caught_up(pdb, sdb)
+    past.close()
     C.check(seq is not None and "lost commits" in open(os.path.join(d, "ship.log")).read(),
             "the shipper noticed the WAL went back (standby was at %s; now %s)" % (ahead, seq))
     C.check(open(audit).read().count("standby_rewind_accepted") > n0, "the accepted rewind is audited")
