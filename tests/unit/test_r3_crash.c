@@ -33,7 +33,7 @@
 #include "stackvfs.h"
 
 #define DIE_CODE   42
-#define MAX_ALL    70           /* up to this many calls: crash at every one */
+#define MAX_ALL    400          /* up to this many calls: crash at every one */
 #define N_SAMPLE   48           /* else this many, one per stratum */
 #define SEED       20261202u
 #define MAX_STEP   32
