@@ -84,6 +84,31 @@ def commit_returns(p, deadline_s):
     return p.returncode == 0 and "committed" in out
 
 
+def wait_then_end(p, xEnd, deadline_s=120):
+    """Let the child commit, give it a second to start waiting, then run
+    xEnd (what must end the wait).  (waited, returned): the child was still
+    in its commit after that second, and COMMIT returned once xEnd ran
+    (deadline_s is a hang guard)."""
+    p.stdin.write("go\n")
+    p.stdin.flush()
+    time.sleep(1)
+    waited = p.poll() is None
+    xEnd()
+    try:
+        out, _ = p.communicate(timeout=deadline_s)
+        returned = p.returncode == 0 and "committed" in out
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        returned = False
+    return waited, returned
+
+
+def kill_holder(h):
+    h.send_signal(signal.SIGKILL)
+    h.wait()
+
+
 def count(db, cfg):
     c = C.connect(db, cfg)
     n = c.execute("SELECT count(*) FROM s").fetchone()[0]
@@ -138,8 +163,7 @@ def main():
     p = start_commit(d, db, cfg)
     C.check(commit_returns(p, 120), "the commit returned")
     n += 1
-    h.send_signal(signal.SIGKILL)
-    h.wait()
+    kill_holder(h)
     os.unlink(sync)
 
     C.step("a live lock holder, then the file removed: the waiting commit returns")
@@ -147,42 +171,18 @@ def main():
         f.write(sync_bytes(0xFFFFFFFF, os.getpid()))
     h = start_holder(d, sync)
     p = start_commit(d, db, cfg)
-    p.stdin.write("go\n")
-    p.stdin.flush()
-    time.sleep(1)
-    waited = p.poll() is None
-    os.unlink(sync)
-    try:
-        out, _ = p.communicate(timeout=120)
-        returned = p.returncode == 0 and "committed" in out
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        returned = False
+    waited, returned = wait_then_end(p, lambda: os.unlink(sync))
     C.check(waited, "while a process held the lock, the commit waited (sync mode is honoured)")
     C.check(returned, "removing the file ended the wait")
     n += 1
-    h.send_signal(signal.SIGKILL)
-    h.wait()
+    kill_holder(h)
 
     C.step("a live lock holder that dies: the waiting commit returns")
     with open(sync, "wb") as f:
         f.write(sync_bytes(0xFFFFFFFF, os.getpid()))
     h = start_holder(d, sync)
     p = start_commit(d, db, cfg)
-    p.stdin.write("go\n")
-    p.stdin.flush()
-    time.sleep(1)
-    waited = p.poll() is None
-    h.send_signal(signal.SIGKILL)
-    h.wait()
-    try:
-        out, _ = p.communicate(timeout=120)
-        returned = p.returncode == 0 and "committed" in out
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        returned = False
+    waited, returned = wait_then_end(p, lambda: kill_holder(h))
     C.check(waited, "while the holder lived, the commit waited")
     C.check(returned, "the holder's death ended the wait")
     n += 1
