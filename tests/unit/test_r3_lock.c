@@ -335,25 +335,7 @@ static void test_backup_from_plain_source(void **state){
 
 /* ---- Also: allocations the shim must not treat as optional --------------- */
 
-/* sqlite3_malloc failing the Nth call once (as test_malloc.c does). */
-static sqlite3_mem_methods memOrig;
-static struct { int bArmed, iCountdown, bFired; } mf;
-static int mfFail(void){
-  if( !mf.bArmed || mf.bFired ) return 0;
-  if( --mf.iCountdown>0 ) return 0;
-  mf.bFired = 1;
-  return 1;
-}
-static void *mfMalloc(int n){ return mfFail() ? 0 : memOrig.xMalloc(n); }
-static void *mfRealloc(void *p, int n){ return mfFail() ? 0 : memOrig.xRealloc(p, n); }
-static void mfFree(void *p){ memOrig.xFree(p); }
-static int mfSize(void *p){ return memOrig.xSize(p); }
-static int mfRoundup(int n){ return memOrig.xRoundup(n); }
-static int mfInit(void *p){ return memOrig.xInit(p); }
-static void mfShutdown(void *p){ memOrig.xShutdown(p); }
-static sqlite3_mem_methods memFault = {
-  mfMalloc, mfFree, mfRealloc, mfSize, mfRoundup, mfInit, mfShutdown, 0
-};
+#include "mallocfault.h"       /* the failing allocator (armed only in this test) */
 
 /* Install or remove the failing allocator (SQLite re-initialised, tde
 ** registered again: sqlite3_shutdown() drops its auto-extension). */

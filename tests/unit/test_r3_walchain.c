@@ -124,32 +124,7 @@ static sqlite3_vfs cntVfs = {
 
 /* ---- the failing allocator (armed only in the allocation test) ------------- */
 
-static sqlite3_mem_methods memOrig;
-static struct {
-  int bArmed;
-  int iCountdown;
-  int bFired;
-  long nCalls;
-} mf;
-
-static int mfFail(void){
-  if( !mf.bArmed ) return 0;
-  mf.nCalls++;
-  if( mf.bFired ) return 0;           /* transient: the Nth call only */
-  if( --mf.iCountdown>0 ) return 0;
-  mf.bFired = 1;
-  return 1;
-}
-static void *mfMalloc(int n){ return mfFail() ? 0 : memOrig.xMalloc(n); }
-static void *mfRealloc(void *p, int n){ return mfFail() ? 0 : memOrig.xRealloc(p, n); }
-static void mfFree(void *p){ memOrig.xFree(p); }
-static int mfSize(void *p){ return memOrig.xSize(p); }
-static int mfRoundup(int n){ return memOrig.xRoundup(n); }
-static int mfInit(void *p){ return memOrig.xInit(p); }
-static void mfShutdown(void *p){ memOrig.xShutdown(p); }
-static sqlite3_mem_methods memFault = {
-  mfMalloc, mfFree, mfRealloc, mfSize, mfRoundup, mfInit, mfShutdown, 0
-};
+#include "mallocfault.h"       /* the failing allocator (armed only in this test) */
 
 /* ---- the log: lines that call something tampering ------------------------- */
 
