@@ -79,6 +79,7 @@ TABLE=(
   "libclang-rt-14-dev  test     the libFuzzer runtime"
   "chromium            test     renders the benchmark report (test_bench_report)"
   "iproute2            test     ss: the KMIP and standby tests wait for listening ports"
+  "universal-ctags     test     scripts/callgraph.py (lint.callgraph): functions and their lines for the call graph"
   "debhelper           package  builds the .deb packages (make deb, test_deb)"
   "dpkg-dev            package  dpkg-buildpackage"
   "fakeroot            package  dpkg-buildpackage without root"
