@@ -5,7 +5,7 @@
 **
 ** It is a plain parser: it knows no keystore.  Which provider keys are
 ** valid is each provider's business (its xCheckConfig method);
-** src/keystore/check.c puts the two together as tdeConfigParse and
+** src/keystore/config_load.c puts the two together as tdeConfigParse and
 ** tdeConfigLoad.  So config.c depends on nothing above it, and the
 ** keystores, the audit trail and the key code may all call it.
 **

@@ -46,11 +46,11 @@ int tdeConfigLocate(const char *zExplicit, char *zOut, size_t nOut);
 
 /* Parse a file and validate keys against the provider it names.  On success
 ** *pp is a new config (free with tdeConfigFree).  Defined in
-** src/keystore/check.c: validating provider keys asks the provider (its
+** src/keystore/config_load.c: validating provider keys asks the provider (its
 ** xCheckConfig method), and config.c itself knows no keystore. */
 int tdeConfigLoad(const char *zPath, TdeConfig **pp);
 /* Parse from memory (zName used in messages); zDir for relative paths.
-** Validates like tdeConfigLoad (also defined in src/keystore/check.c). */
+** Validates like tdeConfigLoad (also defined in src/keystore/config_load.c). */
 int tdeConfigParse(const char *zText, const char *zName, const char *zDir, TdeConfig **pp);
 void tdeConfigFree(TdeConfig *p);
 
