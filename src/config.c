@@ -5,7 +5,7 @@
 **
 ** It is a plain parser: it knows no keystore.  Which provider keys are
 ** valid is each provider's business (its xCheckConfig method);
-** src/keystore/check.c puts the two together as tdeConfigParse and
+** src/keystore/config_load.c puts the two together as tdeConfigParse and
 ** tdeConfigLoad.  So config.c depends on nothing above it, and the
 ** keystores, the audit trail and the key code may all call it.
 **
@@ -29,7 +29,6 @@
 #define TDE_CONFIG_DEFAULT   "/etc/sqlite-tde/tde.conf"
 #define TDE_CONFIG_ENV       "SQLITE_TDE_CONFIG"
 #define TDE_CONFIG_MAX_BYTES (64 * 1024)   /* a config is a few lines */
-#define TDE_PASSWORD_MAX     4096          /* longest password_file content */
 
 /* Keys every configuration may use, whatever the provider. */
 static const char *const azGenericKeys[] = {
@@ -507,16 +506,59 @@ int tdeConfigAnchor(const TdeConfig *p, int *peKind, char *zDir, size_t nDir, lo
 }
 
 /*
+** The one password reader behind password_file, password_fd and SQL
+** tde_keystore_open_fd(): read fd to end of file into secure memory, at
+** most TDE_PASSWORD_MAX bytes, drop one trailing "\n" or "\r\n", refuse
+** an empty password or one with a NUL byte.  The password is then copied
+** into a buffer of its own size, so no more of the secret stays in memory
+** than it needs; every temporary is wiped on every path.  It sets no
+** error message (the caller knows what the source is called) and keeps
+** errno of a failed read for the caller's message.
+*/
+int tdePasswordRead(int fd, char **pz, size_t *pn){
+  char *zBuf;           /* TDE_PASSWORD_MAX+1 bytes of secure memory */
+  char *zPw = 0;
+  size_t n = 0;
+  int eWhy = TDE_PWREAD_OK, eSaved = 0;
+
+  *pz = 0;
+  *pn = 0;
+  zBuf = tdeSecureAlloc(TDE_PASSWORD_MAX + 1);
+  if( zBuf==0 ) return TDE_PWREAD_NOMEM;
+  for(;;){
+    ssize_t k = read(fd, zBuf+n, TDE_PASSWORD_MAX + 1 - n);
+    if( k<0 && errno==EINTR ) continue;
+    if( k<0 ){ eWhy = TDE_PWREAD_IO; eSaved = errno; goto pwread_out; }
+    if( k==0 ) break;
+    n += (size_t)k;
+    if( n>TDE_PASSWORD_MAX ){ eWhy = TDE_PWREAD_LONG; goto pwread_out; }
+  }
+  if( n>0 && zBuf[n-1]=='\n' ){
+    n--;
+    if( n>0 && zBuf[n-1]=='\r' ) n--;
+  }
+  if( n==0 ){ eWhy = TDE_PWREAD_EMPTY; goto pwread_out; }
+  if( memchr(zBuf, 0, n) ){ eWhy = TDE_PWREAD_NUL; goto pwread_out; }
+  zPw = tdeSecureAlloc(n+1);
+  if( zPw==0 ){ eWhy = TDE_PWREAD_NOMEM; goto pwread_out; }
+  memcpy(zPw, zBuf, n);
+  zPw[n] = 0;
+  *pz = zPw;
+  *pn = n;
+
+pwread_out:
+  tdeSecureFree(zBuf, TDE_PASSWORD_MAX + 1);
+  if( eWhy==TDE_PWREAD_IO ) errno = eSaved;
+  return eWhy;
+}
+
+/*
 ** Read password_file.  The file must be a regular file with no group or
-** other permission bits; it is read whole into secure memory (at most
-** TDE_PASSWORD_MAX bytes) and one trailing newline ("\n" or "\r\n") is
-** removed.  Temporaries are wiped on every path.
+** other permission bits (checked on the open descriptor: the file checked
+** is the file read); tdePasswordRead reads it.
 */
 static int configPasswordFile(const TdeConfig *p, char **pz, size_t *pn){
   char zPath[PATH_MAX];
-  char *zBuf = 0;       /* TDE_PASSWORD_MAX+1 bytes of secure memory */
-  char *zPw = 0;
-  size_t n = 0;
   int fd = -1;
   int rc;
   struct stat st;
@@ -529,7 +571,6 @@ static int configPasswordFile(const TdeConfig *p, char **pz, size_t *pn){
                 p->zPath, zPath, strerror(errno));
     goto pwfile_out;
   }
-  /* fstat on the open descriptor: the file checked is the file read. */
   if( fstat(fd, &st)!=0 ){
     rc = tdeErr(TDE_CONFIG, "%s: password_file %s: cannot stat: %s",
                 p->zPath, zPath, strerror(errno));
@@ -541,49 +582,27 @@ static int configPasswordFile(const TdeConfig *p, char **pz, size_t *pn){
   }
   rc = tdeModeCheck(TDE_CONFIG, "password_file", zPath, &st, 077, 0);
   if( rc!=TDE_OK ) goto pwfile_out;
-  zBuf = tdeSecureAlloc(TDE_PASSWORD_MAX + 1);
-  if( zBuf==0 ){ rc = tdeErr(TDE_NOMEM, "out of memory reading password"); goto pwfile_out; }
-  for(;;){
-    ssize_t k = read(fd, zBuf+n, TDE_PASSWORD_MAX + 1 - n);
-    if( k<0 ){
-      if( errno==EINTR ) continue;
+  switch( tdePasswordRead(fd, pz, pn) ){
+    case TDE_PWREAD_OK:    rc = TDE_OK; break;
+    case TDE_PWREAD_NOMEM: rc = tdeErr(TDE_NOMEM, "out of memory reading password"); break;
+    case TDE_PWREAD_IO:
       rc = tdeErr(TDE_CONFIG, "%s: password_file %s: read failed: %s",
                   p->zPath, zPath, strerror(errno));
-      goto pwfile_out;
-    }
-    if( k==0 ) break;
-    n += (size_t)k;
-    if( n>TDE_PASSWORD_MAX ){
+      break;
+    case TDE_PWREAD_LONG:
       rc = tdeErr(TDE_CONFIG, "%s: password_file %s is longer than %d bytes",
                   p->zPath, zPath, TDE_PASSWORD_MAX);
-      goto pwfile_out;
-    }
+      break;
+    case TDE_PWREAD_EMPTY:
+      rc = tdeErr(TDE_CONFIG, "%s: password_file %s is empty", p->zPath, zPath);
+      break;
+    default:
+      rc = tdeErr(TDE_CONFIG, "%s: password_file %s contains a NUL byte", p->zPath, zPath);
+      break;
   }
-  if( n>0 && zBuf[n-1]=='\n' ){
-    n--;
-    if( n>0 && zBuf[n-1]=='\r' ) n--;
-  }
-  if( n==0 ){
-    rc = tdeErr(TDE_CONFIG, "%s: password_file %s is empty", p->zPath, zPath);
-    goto pwfile_out;
-  }
-  if( memchr(zBuf, 0, n) ){
-    rc = tdeErr(TDE_CONFIG, "%s: password_file %s contains a NUL byte", p->zPath, zPath);
-    goto pwfile_out;
-  }
-  zPw = tdeSecureAlloc(n+1);
-  if( zPw==0 ){ rc = tdeErr(TDE_NOMEM, "out of memory reading password"); goto pwfile_out; }
-  memcpy(zPw, zBuf, n);
-  zPw[n] = 0;
-  *pz = zPw;
-  *pn = n;
-  zPw = 0;
-  rc = TDE_OK;
 
 pwfile_out:
   if( fd>=0 ) close(fd);
-  tdeSecureFree(zPw, zPw ? n+1 : 0);
-  tdeSecureFree(zBuf, TDE_PASSWORD_MAX + 1);
   return rc;
 }
 
@@ -610,15 +629,13 @@ static int configPasswordEnv(const TdeConfig *p, const char *zVar, char **pz, si
 }
 
 /* password_fd = N: read the password from inherited file descriptor N (a
-** pipe a service manager or parent process wrote it to) up to end of file,
-** into secure memory; one trailing newline is removed.  The descriptor is
-** read once and left open (it is the caller's): after the keystore is open
-** nothing reads it again, and a second read finds it empty. */
+** pipe a service manager or parent process wrote it to) with
+** tdePasswordRead.  The descriptor is read once and left open (it is the
+** caller's): after the keystore is open nothing reads it again, and a
+** second read finds it empty. */
 static int configPasswordFd(const TdeConfig *p, const char *zFd, char **pz, size_t *pn){
-  char *zBuf = 0, *zPw = 0, *zEnd = 0;
-  size_t n = 0;
+  char *zEnd = 0;
   long fd;
-  int rc;
   struct stat st;
 
   errno = 0;
@@ -630,42 +647,22 @@ static int configPasswordFd(const TdeConfig *p, const char *zFd, char **pz, size
     return tdeErr(TDE_BADPASSWORD, "%s: password_fd %ld is not open in this process: %s",
                   p->zPath, fd, strerror(errno));
   }
-  zBuf = tdeSecureAlloc(TDE_PASSWORD_MAX + 1);
-  if( zBuf==0 ){ rc = tdeErr(TDE_NOMEM, "out of memory reading password"); goto pwfd_out; }
-  for(;;){
-    ssize_t k = read((int)fd, zBuf+n, TDE_PASSWORD_MAX + 1 - n);
-    if( k<0 ){
-      if( errno==EINTR ) continue;
-      rc = tdeErr(TDE_CONFIG, "%s: password_fd %ld: read failed: %s", p->zPath, fd, strerror(errno));
-      goto pwfd_out;
-    }
-    if( k==0 ) break;
-    n += (size_t)k;
-    if( n>TDE_PASSWORD_MAX ){
-      rc = tdeErr(TDE_CONFIG, "%s: password_fd %ld: longer than %d bytes", p->zPath, fd,
-                  TDE_PASSWORD_MAX);
-      goto pwfd_out;
-    }
+  switch( tdePasswordRead((int)fd, pz, pn) ){
+    case TDE_PWREAD_OK:    return TDE_OK;
+    case TDE_PWREAD_NOMEM: return tdeErr(TDE_NOMEM, "out of memory reading password");
+    case TDE_PWREAD_IO:
+      return tdeErr(TDE_CONFIG, "%s: password_fd %ld: read failed: %s", p->zPath, fd,
+                    strerror(errno));
+    case TDE_PWREAD_LONG:
+      return tdeErr(TDE_CONFIG, "%s: password_fd %ld: longer than %d bytes", p->zPath, fd,
+                    TDE_PASSWORD_MAX);
+    case TDE_PWREAD_EMPTY:
+      return tdeErr(TDE_BADPASSWORD, "%s: password_fd %ld gave no password (empty, or "
+                    "already read)", p->zPath, fd);
+    default:
+      return tdeErr(TDE_BADPASSWORD, "%s: password_fd %ld gave a password with a NUL byte",
+                    p->zPath, fd);
   }
-  if( n>0 && zBuf[n-1]=='\n' ){
-    n--;
-    if( n>0 && zBuf[n-1]=='\r' ) n--;
-  }
-  if( n==0 || memchr(zBuf, 0, n) ){
-    rc = tdeErr(TDE_BADPASSWORD, "%s: password_fd %ld gave %s", p->zPath, fd,
-                n ? "a password with a NUL byte" : "no password (empty, or already read)");
-    goto pwfd_out;
-  }
-  zPw = tdeSecureAlloc(n+1);
-  if( zPw==0 ){ rc = tdeErr(TDE_NOMEM, "out of memory reading password"); goto pwfd_out; }
-  memcpy(zPw, zBuf, n);
-  zPw[n] = 0;
-  *pz = zPw;
-  *pn = n;
-  rc = TDE_OK;
-pwfd_out:
-  tdeSecureFree(zBuf, TDE_PASSWORD_MAX + 1);
-  return rc;
 }
 
 int tdeConfigPassword(const TdeConfig *p, char **pz, size_t *pn){

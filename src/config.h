@@ -46,11 +46,11 @@ int tdeConfigLocate(const char *zExplicit, char *zOut, size_t nOut);
 
 /* Parse a file and validate keys against the provider it names.  On success
 ** *pp is a new config (free with tdeConfigFree).  Defined in
-** src/keystore/check.c: validating provider keys asks the provider (its
+** src/keystore/config_load.c: validating provider keys asks the provider (its
 ** xCheckConfig method), and config.c itself knows no keystore. */
 int tdeConfigLoad(const char *zPath, TdeConfig **pp);
 /* Parse from memory (zName used in messages); zDir for relative paths.
-** Validates like tdeConfigLoad (also defined in src/keystore/check.c). */
+** Validates like tdeConfigLoad (also defined in src/keystore/config_load.c). */
 int tdeConfigParse(const char *zText, const char *zName, const char *zDir, TdeConfig **pp);
 void tdeConfigFree(TdeConfig *p);
 
@@ -67,6 +67,21 @@ const char *const *tdeConfigGenericKeys(void);
 /* Check the values of the generic keys (audit_syslog yes/no, at most one
 ** password source); zName (NULL: p->zPath) names the file in messages. */
 int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName);
+
+/* The one password reader (config.c), for password_file, password_fd and
+** SQL tde_keystore_open_fd(): fd read to end of file into secure memory,
+** one trailing "\n" or "\r\n" dropped.  Returns TDE_PWREAD_OK with *pz a
+** NUL-terminated password of *pn bytes (free with tdeSecureFree(*pz,
+** *pn+1)), else a reason below with *pz NULL and nothing left in memory;
+** sets no message (the caller names the source).  fd stays open. */
+#define TDE_PASSWORD_MAX   4096   /* longest password read from a file or fd */
+#define TDE_PWREAD_OK      0
+#define TDE_PWREAD_IO      1      /* read(2) failed: errno says why */
+#define TDE_PWREAD_LONG    2      /* more than TDE_PASSWORD_MAX bytes */
+#define TDE_PWREAD_EMPTY   3      /* nothing (or only a newline) */
+#define TDE_PWREAD_NUL     4      /* a NUL byte inside */
+#define TDE_PWREAD_NOMEM   5
+int tdePasswordRead(int fd, char **pz, size_t *pn);
 
 /* freshness_anchor (docs/FORMAT.md "External anchor"): *peKind one of
 ** TDE_ANCHOR_*, the directory of file:DIR into zDir (resolved against the

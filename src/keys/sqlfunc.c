@@ -26,6 +26,7 @@
 */
 #include "tde_int.h"
 #include "cipher/cipher.h"
+#include "config.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -95,56 +96,52 @@ done:
 }
 
 /* tde_keystore_open_fd(config, fd): the same, with the password read from
-** file descriptor fd (a pipe) to end of file straight into locked memory --
-** no copy in SQL text, SQLite values or stdio buffers.  One trailing
-** newline is dropped; fd is left open.  `sqlite-tde shell` uses it. */
-#define TDE_SQLFN_PW_MAX 4096
+** file descriptor fd (a pipe) by tdePasswordRead (config.c): to end of
+** file straight into locked memory -- no copy in SQL text, SQLite values
+** or stdio buffers -- one trailing newline dropped, fd left open.
+** `sqlite-tde shell` uses it. */
 static void fnKeystoreOpenFd(sqlite3_context *ctx, int argc, sqlite3_value **argv){
   const char *zConfig = 0;
-  char *zPw = 0;                 /* TDE_SQLFN_PW_MAX+1 bytes of locked memory */
-  size_t n = 0;
+  char *zPw = 0;                 /* locked memory of nPw+1 bytes */
+  size_t nPw = 0;
   sqlite3_int64 fd;
   char zMsg[1024];
 
   TDE_UNUSED(argc);
   if( sqlite3_value_type(argv[0])!=SQLITE_NULL ){
     zConfig = (const char*)sqlite3_value_text(argv[0]);
-    if( zConfig==0 ){ sqlite3_result_error_nomem(ctx); goto done; }
+    if( zConfig==0 ){ sqlite3_result_error_nomem(ctx); return; }
   }
   fd = sqlite3_value_int64(argv[1]);
   if( sqlite3_value_type(argv[1])!=SQLITE_INTEGER || fd<0 || fd>INT_MAX ){
     tdeSqlResultError(ctx, "tde_keystore_open_fd: the second argument must be a file "
                          "descriptor number", SQLITE_ERROR);
-    goto done;
+    return;
   }
-  zPw = tdeSecureAlloc(TDE_SQLFN_PW_MAX + 1);
-  if( zPw==0 ){ sqlite3_result_error_nomem(ctx); goto done; }
-  for(;;){
-    ssize_t k = read((int)fd, zPw+n, TDE_SQLFN_PW_MAX + 1 - n);
-    if( k<0 && errno==EINTR ) continue;
-    if( k<0 ){
+  switch( tdePasswordRead((int)fd, &zPw, &nPw) ){
+    case TDE_PWREAD_OK:
+      sqlOpenResult(ctx, "tde_keystore_open_fd", tde_keystore_open(zConfig, zPw));
+      break;
+    case TDE_PWREAD_NOMEM:
+      sqlite3_result_error_nomem(ctx);
+      break;
+    case TDE_PWREAD_IO:
       snprintf(zMsg, sizeof(zMsg), "tde_keystore_open_fd: cannot read descriptor %lld: %s",
                (long long)fd, strerror(errno));
       tdeSqlResultError(ctx, zMsg, SQLITE_ERROR);
-      goto done;
-    }
-    if( k==0 ) break;
-    n += (size_t)k;
-    if( n>TDE_SQLFN_PW_MAX ){
+      break;
+    case TDE_PWREAD_LONG:
       tdeSqlResultError(ctx, "tde_keystore_open_fd: password too long", SQLITE_ERROR);
-      goto done;
-    }
+      break;
+    case TDE_PWREAD_EMPTY:
+      tdeSqlResultError(ctx, "tde_keystore_open_fd: no password (empty, or already read)",
+                        SQLITE_ERROR);
+      break;
+    default:
+      tdeSqlResultError(ctx, "tde_keystore_open_fd: the password holds a NUL byte", SQLITE_ERROR);
+      break;
   }
-  if( n>0 && zPw[n-1]=='\n' ) n--;
-  zPw[n] = 0;
-  if( n==0 || memchr(zPw, 0, n) ){
-    tdeSqlResultError(ctx, n ? "tde_keystore_open_fd: the password holds a NUL byte"
-                                : "tde_keystore_open_fd: no password (empty, or already read)", SQLITE_ERROR);
-    goto done;
-  }
-  sqlOpenResult(ctx, "tde_keystore_open_fd", tde_keystore_open(zConfig, zPw));
-done:
-  tdeSecureFree(zPw, zPw ? TDE_SQLFN_PW_MAX + 1 : 0);
+  tdeSecureFree(zPw, zPw ? nPw + 1 : 0);
 }
 
 int tdeSqlFuncRegister(sqlite3 *db){

@@ -573,6 +573,205 @@ static void cmdCleanStderr(char *z, size_t n, const char *zSecret, char *zOut, s
   cmdRedactRuns(zOut);
 }
 
+/* A running helper: the pipes to it (our ends in [0], the child's in [1]),
+** its process id (-1 once reaped or never started) and what it has written
+** so far.  cmdChildInit before use; cmdChildFree kills a helper still
+** running, closes every descriptor, frees zOut and wipes zErr. */
+typedef struct CmdChild {
+  int aIn[2], aOut[2], aErr[2];
+  pid_t pid;
+  char *zOut;                 /* stdout: CMD_OUT_MAX+1 bytes of secure memory */
+  size_t nOut;
+  int bBig;                   /* stdout went past CMD_OUT_MAX */
+  size_t nSent;               /* bytes of the request written */
+  char zErr[CMD_ERR_MAX + 1]; /* the first CMD_ERR_MAX bytes of stderr */
+  size_t nErr;
+  int bTimeout;               /* the deadline passed */
+  int status;                 /* waitpid status, once reaped */
+} CmdChild;
+
+static void cmdChildInit(CmdChild *p){
+  memset(p, 0, sizeof(*p));
+  p->aIn[0] = p->aIn[1] = p->aOut[0] = p->aOut[1] = p->aErr[0] = p->aErr[1] = -1;
+  p->pid = -1;
+}
+
+static void cmdCloseFd(int *pFd){
+  if( *pFd>=0 ) close(*pFd);
+  *pFd = -1;
+}
+
+static void cmdChildFree(CmdChild *p){
+  int status;
+  if( p->pid>0 ){
+    kill(-p->pid, SIGKILL);
+    kill(p->pid, SIGKILL);
+    while( waitpid(p->pid, &status, 0)<0 && errno==EINTR ){}
+    p->pid = -1;
+  }
+  cmdCloseFd(&p->aIn[0]);
+  cmdCloseFd(&p->aIn[1]);
+  cmdCloseFd(&p->aOut[0]);
+  cmdCloseFd(&p->aOut[1]);
+  cmdCloseFd(&p->aErr[0]);
+  cmdCloseFd(&p->aErr[1]);
+  tdeSecureFree(p->zOut, CMD_OUT_MAX + 1);
+  p->zOut = 0;
+  tdeWipe(p->zErr, sizeof(p->zErr));
+}
+
+/* In the child, between fork and execve: only async-signal-safe calls. */
+static _Noreturn void cmdChildExec(const Command *c, const CmdArgv *a, char **azEnv,
+                                   const CmdChild *p){
+  struct sigaction sa;
+  sigset_t none;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = SIG_DFL;
+  sigaction(SIGPIPE, &sa, 0);
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, 0);
+  setpgid(0, 0);
+  if( dup2(p->aIn[1], 0)<0 || dup2(p->aOut[1], 1)<0 || dup2(p->aErr[1], 2)<0 ) _exit(126);
+  closefrom(3);
+  if( chdir(c->zDir)!=0 ) _exit(126);
+  execve(a->zProg, a->azArg, azEnv);
+  _exit(127);
+}
+
+/* Stage 1: the pipes, fork and exec.  On TDE_OK the helper runs in a
+** process group of its own and p holds our ends, non-blocking. */
+static int cmdSpawn(const Command *c, const CmdArgv *a, char **azEnv, CmdChild *p){
+  if( socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p->aIn)!=0
+   || pipe2(p->aOut, O_CLOEXEC)!=0 || pipe2(p->aErr, O_CLOEXEC)!=0 ){
+    return tdeErr(TDE_IO, "command: cannot create pipes: %s", strerror(errno));
+  }
+  p->pid = fork();
+  if( p->pid<0 ){
+    return tdeErr(TDE_IO, "command: fork failed: %s", strerror(errno));
+  }
+  if( p->pid==0 ) cmdChildExec(c, a, azEnv, p);
+  setpgid(p->pid, p->pid);      /* also done by the child: no race on kill(-pid) */
+  cmdCloseFd(&p->aIn[1]);
+  cmdCloseFd(&p->aOut[1]);
+  cmdCloseFd(&p->aErr[1]);
+  fcntl(p->aIn[0], F_SETFL, O_NONBLOCK);
+  fcntl(p->aOut[0], F_SETFL, O_NONBLOCK);
+  fcntl(p->aErr[0], F_SETFL, O_NONBLOCK);
+  return TDE_OK;
+}
+
+/* Write what the helper's stdin takes of the rest of the request. */
+static void cmdSendSome(CmdChild *p, const char *zReq, size_t nReq){
+  ssize_t w = send(p->aIn[0], zReq+p->nSent, nReq-p->nSent, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if( w>0 ){
+    p->nSent += (size_t)w;
+    if( p->nSent==nReq ) shutdown(p->aIn[0], SHUT_WR);
+  }else if( w<0 && errno!=EAGAIN && errno!=EINTR ){
+    /* The helper stopped reading: its exit status will tell why. */
+    cmdCloseFd(&p->aIn[0]);
+  }
+}
+
+/* Read from stdout into zOut; past CMD_OUT_MAX into a wiped sink (bBig). */
+static void cmdReadOut(CmdChild *p){
+  char aSink[512];
+  ssize_t r;
+  if( p->nOut<CMD_OUT_MAX ) r = read(p->aOut[0], p->zOut+p->nOut, CMD_OUT_MAX-p->nOut);
+  else r = read(p->aOut[0], aSink, sizeof(aSink));
+  if( r>0 && p->nOut<CMD_OUT_MAX ) p->nOut += (size_t)r;
+  else if( r>0 ) p->bBig = 1;
+  if( r>0 && p->nOut==CMD_OUT_MAX ) p->bBig = 1;
+  tdeWipe(aSink, sizeof(aSink));
+  if( r==0 || (r<0 && errno!=EAGAIN && errno!=EINTR) ) cmdCloseFd(&p->aOut[0]);
+}
+
+/* Read from stderr: the first CMD_ERR_MAX bytes are kept, the rest dropped. */
+static void cmdReadErr(CmdChild *p){
+  char aSink[512];
+  ssize_t r = p->nErr<CMD_ERR_MAX ? read(p->aErr[0], p->zErr+p->nErr, CMD_ERR_MAX-p->nErr)
+                                  : read(p->aErr[0], aSink, sizeof(aSink));
+  if( r>0 && p->nErr<CMD_ERR_MAX ) p->nErr += (size_t)r;
+  if( r==0 || (r<0 && errno!=EAGAIN && errno!=EINTR) ) cmdCloseFd(&p->aErr[0]);
+}
+
+/* Stage 2: feed the request and collect stdout and stderr until both
+** close or the deadline passes (p->bTimeout).  Only a failing poll is an
+** error here. */
+static int cmdExchange(CmdChild *p, const char *zReq, size_t nReq, int64_t deadline){
+  while( p->aOut[0]>=0 || p->aErr[0]>=0 ){
+    struct pollfd aP[3];
+    int nP = 0, iIn = -1, iOut = -1, iErr = -1, k;
+    int64_t left = deadline - cmdNowMs();
+    if( left<=0 ){ p->bTimeout = 1; break; }
+    if( p->aIn[0]>=0 && p->nSent<nReq ){ aP[nP].fd = p->aIn[0]; aP[nP].events = POLLOUT; iIn = nP++; }
+    if( p->aOut[0]>=0 ){ aP[nP].fd = p->aOut[0]; aP[nP].events = POLLIN; iOut = nP++; }
+    if( p->aErr[0]>=0 ){ aP[nP].fd = p->aErr[0]; aP[nP].events = POLLIN; iErr = nP++; }
+    k = poll(aP, (nfds_t)nP, (int)left);
+    if( k<0 ){
+      if( errno==EINTR ) continue;
+      return tdeErr(TDE_IO, "command: poll failed: %s", strerror(errno));
+    }
+    if( iIn>=0 && aP[iIn].revents ) cmdSendSome(p, zReq, nReq);
+    if( iOut>=0 && aP[iOut].revents ) cmdReadOut(p);
+    if( iErr>=0 && aP[iErr].revents ) cmdReadErr(p);
+  }
+  return TDE_OK;
+}
+
+/* Stage 3: both streams closed (or the deadline passed): collect the
+** helper, killing it (and its process group) once the deadline passes. */
+static int cmdReap(const Command *c, CmdOp op, CmdChild *p, int64_t deadline){
+  while( !p->bTimeout ){
+    pid_t w = waitpid(p->pid, &p->status, WNOHANG);
+    if( w==p->pid ){ p->pid = -1; break; }
+    if( w<0 && errno==EINTR ) continue;
+    if( w<0 ){
+      int rc = tdeErr(TDE_NOKEYSTORE, "command keystore: %s helper %s: exit status lost: %s",
+                      azOpName[op], c->aCmd[op].azArg[0], strerror(errno));
+      p->pid = -1;
+      return rc;
+    }
+    if( cmdNowMs()>=deadline ){ p->bTimeout = 1; break; }
+    usleep(2000);
+  }
+  if( p->bTimeout ){
+    kill(-p->pid, SIGKILL);
+    kill(p->pid, SIGKILL);
+    while( waitpid(p->pid, &p->status, 0)<0 && errno==EINTR ){}
+    p->pid = -1;
+  }
+  return TDE_OK;
+}
+
+/* Stage 4: judge how the helper ended.  zClean is its cleaned stderr. */
+static int cmdVerdict(const Command *c, CmdOp op, const CmdChild *p, const char *zClean){
+  const char *zProg = c->aCmd[op].azArg[0];
+  int status = p->status;
+  if( p->bTimeout ){
+    return tdeErr(TDE_NOKEYSTORE, "command keystore: %s helper %s did not finish within %d ms "
+                  "and was killed", azOpName[op], zProg, c->msTimeout);
+  }
+  if( WIFSIGNALED(status) ){
+    return tdeErr(TDE_NOKEYSTORE, "command keystore: %s helper %s was killed by signal %d%s%.160s",
+                  azOpName[op], zProg, WTERMSIG(status), zClean[0] ? ": " : "", zClean);
+  }
+  if( WIFEXITED(status) && WEXITSTATUS(status)!=0 ){
+    int e = WEXITSTATUS(status);
+    int rc = e==CMD_EXIT_NOKEY ? TDE_NOKEY : e==CMD_EXIT_AUTH ? TDE_AUTH : TDE_NOKEYSTORE;
+    return tdeErr(rc, "command keystore: %s helper %s failed (exit code %d%s)%s%.160s",
+                  azOpName[op], zProg, e,
+                  e==127 ? ": cannot execute it" :
+                  e==CMD_EXIT_NOKEY ? ": no such master key" :
+                  e==CMD_EXIT_AUTH ? ": wrapped key does not authenticate" : "",
+                  zClean[0] ? ": " : "", zClean);
+  }
+  if( p->bBig ){
+    return tdeErr(TDE_NOKEYSTORE, "command keystore: %s helper %s wrote more than %d bytes",
+                  azOpName[op], zProg, CMD_OUT_MAX);
+  }
+  return TDE_OK;
+}
+
 /*
 ** Run helper op with request zReq[nReq] on its stdin.  On TDE_OK *pzOut is
 ** its stdout, NUL-terminated, in secure memory of CMD_OUT_MAX+1 bytes (free
@@ -583,173 +782,41 @@ static void cmdCleanStderr(char *z, size_t n, const char *zSecret, char *zOut, s
 */
 static int cmdRun(Command *c, CmdOp op, const char *zReq, size_t nReq,
                   const char *zSecret, char **pzOut, size_t *pnOut){
-  const CmdArgv *a = &c->aCmd[op];
-  int aIn[2] = { -1, -1 }, aOut[2] = { -1, -1 }, aErr[2] = { -1, -1 };
+  CmdChild ch;
   char **azEnv = 0;
-  char *zOut = 0;
-  char zErr[CMD_ERR_MAX + 1];
   char zClean[CMD_ERR_MAX + 16];
-  size_t nOut = 0, nErr = 0, nSent = 0;
-  pid_t pid = -1;
-  int status = 0, bTimeout = 0, bBig = 0, rc = TDE_OK;
   int64_t deadline;
+  int rc;
 
   *pzOut = 0;
   *pnOut = 0;
   zClean[0] = 0;
-  zOut = tdeSecureAlloc(CMD_OUT_MAX + 1);
+  cmdChildInit(&ch);
+  ch.zOut = tdeSecureAlloc(CMD_OUT_MAX + 1);
   azEnv = cmdEnv(c);
-  if( zOut==0 || azEnv==0 ){ rc = tdeErr(TDE_NOMEM, "command: out of memory"); goto run_out; }
-  if( socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, aIn)!=0
-   || pipe2(aOut, O_CLOEXEC)!=0 || pipe2(aErr, O_CLOEXEC)!=0 ){
-    rc = tdeErr(TDE_IO, "command: cannot create pipes: %s", strerror(errno));
-    goto run_out;
-  }
-  pid = fork();
-  if( pid<0 ){
-    rc = tdeErr(TDE_IO, "command: fork failed: %s", strerror(errno));
-    goto run_out;
-  }
-  if( pid==0 ){
-    /* Child: only async-signal-safe calls from here to execve. */
-    struct sigaction sa;
-    sigset_t none;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = SIG_DFL;
-    sigaction(SIGPIPE, &sa, 0);
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, 0);
-    setpgid(0, 0);
-    if( dup2(aIn[1], 0)<0 || dup2(aOut[1], 1)<0 || dup2(aErr[1], 2)<0 ) _exit(126);
-    closefrom(3);
-    if( chdir(c->zDir)!=0 ) _exit(126);
-    execve(a->zProg, a->azArg, azEnv);
-    _exit(127);
-  }
-  setpgid(pid, pid);            /* also done by the child: no race on kill(-pid) */
-  close(aIn[1]); aIn[1] = -1;
-  close(aOut[1]); aOut[1] = -1;
-  close(aErr[1]); aErr[1] = -1;
-  fcntl(aIn[0], F_SETFL, O_NONBLOCK);
-  fcntl(aOut[0], F_SETFL, O_NONBLOCK);
-  fcntl(aErr[0], F_SETFL, O_NONBLOCK);
-  if( nReq==0 ){ shutdown(aIn[0], SHUT_WR); }
+  if( ch.zOut==0 || azEnv==0 ){ rc = tdeErr(TDE_NOMEM, "command: out of memory"); goto run_out; }
+  rc = cmdSpawn(c, &c->aCmd[op], azEnv, &ch);
+  if( rc!=TDE_OK ) goto run_out;
+  if( nReq==0 ) shutdown(ch.aIn[0], SHUT_WR);
 
   deadline = cmdNowMs() + c->msTimeout;
-  while( aOut[0]>=0 || aErr[0]>=0 ){
-    struct pollfd aP[3];
-    int nP = 0, iIn = -1, iOut = -1, iErr = -1, k;
-    int64_t left = deadline - cmdNowMs();
-    if( left<=0 ){ bTimeout = 1; break; }
-    if( aIn[0]>=0 && nSent<nReq ){ aP[nP].fd = aIn[0]; aP[nP].events = POLLOUT; iIn = nP++; }
-    if( aOut[0]>=0 ){ aP[nP].fd = aOut[0]; aP[nP].events = POLLIN; iOut = nP++; }
-    if( aErr[0]>=0 ){ aP[nP].fd = aErr[0]; aP[nP].events = POLLIN; iErr = nP++; }
-    k = poll(aP, (nfds_t)nP, (int)left);
-    if( k<0 ){
-      if( errno==EINTR ) continue;
-      rc = tdeErr(TDE_IO, "command: poll failed: %s", strerror(errno));
-      goto run_out;
-    }
-    if( iIn>=0 && aP[iIn].revents ){
-      ssize_t w = send(aIn[0], zReq+nSent, nReq-nSent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if( w>0 ){
-        nSent += (size_t)w;
-        if( nSent==nReq ) shutdown(aIn[0], SHUT_WR);
-      }else if( w<0 && errno!=EAGAIN && errno!=EINTR ){
-        /* The helper stopped reading: its exit status will tell why. */
-        close(aIn[0]); aIn[0] = -1;
-      }
-    }
-    if( iOut>=0 && aP[iOut].revents ){
-      char aSink[512];
-      ssize_t r;
-      if( nOut<CMD_OUT_MAX ) r = read(aOut[0], zOut+nOut, CMD_OUT_MAX-nOut);
-      else r = read(aOut[0], aSink, sizeof(aSink));
-      if( r>0 && nOut<CMD_OUT_MAX ) nOut += (size_t)r;
-      else if( r>0 ) bBig = 1;
-      if( r>0 && nOut==CMD_OUT_MAX ) bBig = 1;
-      tdeWipe(aSink, sizeof(aSink));
-      if( r==0 || (r<0 && errno!=EAGAIN && errno!=EINTR) ){ close(aOut[0]); aOut[0] = -1; }
-    }
-    if( iErr>=0 && aP[iErr].revents ){
-      char aSink[512];
-      ssize_t r = nErr<CMD_ERR_MAX ? read(aErr[0], zErr+nErr, CMD_ERR_MAX-nErr)
-                                   : read(aErr[0], aSink, sizeof(aSink));
-      if( r>0 && nErr<CMD_ERR_MAX ) nErr += (size_t)r;
-      if( r==0 || (r<0 && errno!=EAGAIN && errno!=EINTR) ){ close(aErr[0]); aErr[0] = -1; }
-    }
-  }
-  /* Both streams closed (or the deadline passed): collect the child,
-  ** killing it (and its process group) once the deadline passes. */
-  while( !bTimeout ){
-    pid_t w = waitpid(pid, &status, WNOHANG);
-    if( w==pid ){ pid = -1; break; }
-    if( w<0 && errno==EINTR ) continue;
-    if( w<0 ){
-      rc = tdeErr(TDE_NOKEYSTORE, "command keystore: %s helper %s: exit status lost: %s",
-                  azOpName[op], a->azArg[0], strerror(errno));
-      pid = -1;
-      goto run_out;
-    }
-    if( cmdNowMs()>=deadline ){ bTimeout = 1; break; }
-    usleep(2000);
-  }
-  if( bTimeout ){
-    kill(-pid, SIGKILL);
-    kill(pid, SIGKILL);
-    while( waitpid(pid, &status, 0)<0 && errno==EINTR ){}
-    pid = -1;
-  }
-  cmdCleanStderr(zErr, nErr, zSecret, zClean, sizeof(zClean));
+  rc = cmdExchange(&ch, zReq, nReq, deadline);
+  if( rc==TDE_OK ) rc = cmdReap(c, op, &ch, deadline);
+  if( rc!=TDE_OK ) goto run_out;
+  cmdCleanStderr(ch.zErr, ch.nErr, zSecret, zClean, sizeof(zClean));
   if( zClean[0] ){
     tdeLog(TDE_LOG_WARNING, "command keystore: %s helper %s wrote on stderr: %s",
-           azOpName[op], a->azArg[0], zClean);
+           azOpName[op], c->aCmd[op].azArg[0], zClean);
   }
-  if( bTimeout ){
-    rc = tdeErr(TDE_NOKEYSTORE, "command keystore: %s helper %s did not finish within %d ms "
-                "and was killed", azOpName[op], a->azArg[0], c->msTimeout);
-    goto run_out;
-  }
-  if( WIFSIGNALED(status) ){
-    rc = tdeErr(TDE_NOKEYSTORE, "command keystore: %s helper %s was killed by signal %d%s%.160s",
-                azOpName[op], a->azArg[0], WTERMSIG(status), zClean[0] ? ": " : "", zClean);
-    goto run_out;
-  }
-  if( WIFEXITED(status) && WEXITSTATUS(status)!=0 ){
-    int e = WEXITSTATUS(status);
-    rc = e==CMD_EXIT_NOKEY ? TDE_NOKEY : e==CMD_EXIT_AUTH ? TDE_AUTH : TDE_NOKEYSTORE;
-    rc = tdeErr(rc, "command keystore: %s helper %s failed (exit code %d%s)%s%.160s",
-                azOpName[op], a->azArg[0], e,
-                e==127 ? ": cannot execute it" :
-                e==CMD_EXIT_NOKEY ? ": no such master key" :
-                e==CMD_EXIT_AUTH ? ": wrapped key does not authenticate" : "",
-                zClean[0] ? ": " : "", zClean);
-    goto run_out;
-  }
-  if( bBig ){
-    rc = tdeErr(TDE_NOKEYSTORE, "command keystore: %s helper %s wrote more than %d bytes",
-                azOpName[op], a->azArg[0], CMD_OUT_MAX);
-    goto run_out;
-  }
-  zOut[nOut] = 0;
-  *pzOut = zOut;
-  *pnOut = nOut;
-  zOut = 0;
+  rc = cmdVerdict(c, op, &ch, zClean);
+  if( rc!=TDE_OK ) goto run_out;
+  ch.zOut[ch.nOut] = 0;
+  *pzOut = ch.zOut;
+  *pnOut = ch.nOut;
+  ch.zOut = 0;
 
 run_out:
-  if( pid>0 ){
-    kill(-pid, SIGKILL);
-    kill(pid, SIGKILL);
-    while( waitpid(pid, &status, 0)<0 && errno==EINTR ){}
-  }
-  if( aIn[0]>=0 ) close(aIn[0]);
-  if( aIn[1]>=0 ) close(aIn[1]);
-  if( aOut[0]>=0 ) close(aOut[0]);
-  if( aOut[1]>=0 ) close(aOut[1]);
-  if( aErr[0]>=0 ) close(aErr[0]);
-  if( aErr[1]>=0 ) close(aErr[1]);
-  tdeSecureFree(zOut, CMD_OUT_MAX + 1);
-  tdeWipe(zErr, sizeof(zErr));
+  cmdChildFree(&ch);
   free(azEnv);
   return rc;
 }

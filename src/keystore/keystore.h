@@ -120,7 +120,7 @@ struct tde_keystore_methods {
 #define TDE_ANCHOR_VALUE_MAX 256
 
 /*
-** Anchor stores (keystore/anchor.c): where `freshness_anchor` in cfg says
+** Anchor stores (keystore/anchor_store.c): where `freshness_anchor` in cfg says
 ** -- a record file in a directory (file:DIR) or the keystore's own store
 ** (pkcs11: xAnchorGet/xAnchorSet of ks).  Same contract as the methods
 ** above; a store that cannot be reached is TDE_NOKEYSTORE with a message
@@ -136,11 +136,12 @@ extern const tde_keystore_methods tdeWalletMethods;
 extern const tde_keystore_methods tdePkcs11Methods;
 extern const tde_keystore_methods tdeCommandMethods;
 
-/* Find a provider by config name or by header type id (NULL if none). */
+/* Find a provider by config name or by header type id (NULL if none);
+** keystore/providers.c holds the table. */
 const tde_keystore_methods *tdeKeystoreByName(const char *zName);
 const tde_keystore_methods *tdeKeystoreByType(uint8_t typeId);
 
-/* The common key check providers use in xCheckConfig (keystore/check.c):
+/* The common key check providers use in xCheckConfig (keystore/config_load.c):
 ** every key is generic or in azKeys (NULL-ended), else TDE_CONFIG naming
 ** zName, the line and the key (a key that looks like a secret gets a hint
 ** that secrets never go in the configuration). */

@@ -1,6 +1,7 @@
 /*
-** Keystore providers by name and type id, and the process-wide registry
-** that keeps one open keystore per configuration file.
+** The process-wide registry that keeps one open keystore per configuration
+** file.  It sits above the configuration checks (config_load.c) and the
+** provider table (providers.c), and nothing below calls it.
 **
 ** The registry opens a keystore once (which may cost a memory-hard key
 ** derivation) and hands the same handle to every database that uses that
@@ -20,32 +21,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
-
-/* Built-in providers.  Add new ones here. */
-extern const tde_keystore_methods tdeKmipMethods;   /* keystore/kmip/kmip.c */
-static const tde_keystore_methods *const apProvider[] = {
-  &tdeWalletMethods,
-  &tdeKmipMethods,
-  &tdePkcs11Methods,
-  &tdeCommandMethods,
-};
-
-const tde_keystore_methods *tdeKeystoreByName(const char *zName){
-  size_t i;
-  if( zName==0 ) return 0;
-  for(i=0; i<TDE_ARRAY_SIZE(apProvider); i++){
-    if( strcmp(apProvider[i]->zName, zName)==0 ) return apProvider[i];
-  }
-  return 0;
-}
-
-const tde_keystore_methods *tdeKeystoreByType(uint8_t typeId){
-  size_t i;
-  for(i=0; i<TDE_ARRAY_SIZE(apProvider); i++){
-    if( apProvider[i]->typeId==typeId ) return apProvider[i];
-  }
-  return 0;
-}
 
 typedef struct RegEntry RegEntry;
 struct RegEntry {

@@ -1,6 +1,6 @@
 /*
 ** Unit tests for freshness anchor records (src/keys/anchor.c) and the
-** file:DIR anchor store (src/keystore/anchor.c), docs/FORMAT.md "External
+** file:DIR anchor store (src/keystore/anchor_store.c), docs/FORMAT.md "External
 ** anchor": a record written and read back; every byte of a stored record
 ** changed is refused (MAC, magic, database id, reserved bytes); a wrong
 ** data key, a version the caller does not hold, a short or long record;

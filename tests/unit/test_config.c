@@ -328,6 +328,81 @@ static void test_password_file(void **state){
   tdeConfigFree(p);
 }
 
+/* A pipe holding z[n], its write end closed: what password_fd and SQL
+** tde_keystore_open_fd() read. */
+static int pipeWith(const char *z, size_t n){
+  int a[2];
+  if( pipe(a)!=0 ) return -1;
+  if( write(a[1], z, n)!=(ssize_t)n ){ close(a[0]); close(a[1]); return -1; }
+  close(a[1]);
+  return a[0];
+}
+
+/* The one password reader behind password_file, password_fd and
+** tde_keystore_open_fd(): the same rules whatever the source. */
+static void test_password_read(void **state){
+  char zLong[TDE_PASSWORD_MAX + 1];
+  char *zPw = 0;
+  size_t nPw = 0;
+  int fd;
+  (void)state;
+
+  fd = pipeWith("pw\r\n", 4);
+  assert_true(fd>=0);
+  assert_int_equal(tdePasswordRead(fd, &zPw, &nPw), TDE_PWREAD_OK);
+  assert_int_equal(nPw, 2);
+  assert_string_equal(zPw, "pw");
+  tdeSecureFree(zPw, nPw+1);
+  /* Read once: a second read finds nothing. */
+  zPw = (char *)1;
+  assert_int_equal(tdePasswordRead(fd, &zPw, &nPw), TDE_PWREAD_EMPTY);
+  assert_null(zPw);
+  close(fd);
+
+  fd = pipeWith("a\0b\n", 4);
+  assert_int_equal(tdePasswordRead(fd, &zPw, &nPw), TDE_PWREAD_NUL);
+  assert_null(zPw);
+  close(fd);
+
+  memset(zLong, 'x', sizeof(zLong));
+  fd = pipeWith(zLong, sizeof(zLong));
+  assert_int_equal(tdePasswordRead(fd, &zPw, &nPw), TDE_PWREAD_LONG);
+  assert_null(zPw);
+  close(fd);
+  fd = pipeWith(zLong, TDE_PASSWORD_MAX);
+  assert_int_equal(tdePasswordRead(fd, &zPw, &nPw), TDE_PWREAD_OK);
+  assert_int_equal(nPw, TDE_PASSWORD_MAX);
+  tdeSecureFree(zPw, nPw+1);
+
+  /* A read that fails keeps its errno for the caller's message. */
+  close(fd);
+  assert_int_equal(tdePasswordRead(fd, &zPw, &nPw), TDE_PWREAD_IO);
+  assert_int_equal(errno, EBADF);
+  assert_null(zPw);
+}
+
+/* password_fd through the configuration: the reader's verdicts become
+** TDE_BADPASSWORD (nothing given) or TDE_CONFIG (too long). */
+static void test_password_fd(void **state){
+  TdeConfig *p = 0;
+  char zText[128];
+  char *zPw = 0;
+  size_t nPw = 0;
+  int fd = pipeWith("s3cret\n", 7);
+  (void)state;
+  assert_true(fd>=0);
+  snprintf(zText, sizeof(zText), "keystore = wallet\nwallet = w\npassword_fd = %d\n", fd);
+  assert_int_equal(loadText(zText, &p), TDE_OK);
+  assert_int_equal(tdeConfigPassword(p, &zPw, &nPw), TDE_OK);
+  assert_string_equal(zPw, "s3cret");
+  tdeSecureFree(zPw, nPw+1);
+  assert_int_equal(tdeConfigPassword(p, &zPw, &nPw), TDE_BADPASSWORD);
+  assert_null(zPw);
+  assert_non_null(strstr(tde_last_error(), "already read"));
+  close(fd);
+  tdeConfigFree(p);
+}
+
 static void test_password_env(void **state){
   TdeConfig *p = 0;
   char *zPw = 0;
@@ -373,6 +448,8 @@ int main(void){
     cmocka_unit_test(test_parse_from_memory),
     cmocka_unit_test(test_locate),
     cmocka_unit_test(test_password_file),
+    cmocka_unit_test(test_password_read),
+    cmocka_unit_test(test_password_fd),
     cmocka_unit_test(test_password_env),
   };
   return cmocka_run_group_tests(tests, setupScratch, teardownScratch);

@@ -1,9 +1,10 @@
 /*
-** Configuration validation: the plain parser (config.c) plus the checks
+** Loading a configuration: the plain parser (src/config.c) plus the checks
 ** only the providers can make.  tdeConfigParse and tdeConfigLoad (declared
 ** in config.h, where every caller already looks) live here, one floor
-** above config.c, so that config.c never calls the keystore registry and
-** each provider judges its own keys through its method table.
+** above config.c and the provider table (providers.c) and one below the
+** registry (registry.c), which they never call; each provider judges its
+** own keys through its method table.
 **
 ** Messages name the file, line and key, never a value: a user may have
 ** typed a secret where it does not belong.
