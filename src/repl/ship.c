@@ -802,19 +802,27 @@ done:
   return rc;
 }
 
-/* One connection to the standby: hello, then stream until an error. */
-static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
+/* Where one connection's stream stands (peerSession). */
+typedef struct PeerStream {
+  uint64_t next;              /* the next record to send */
+  uint64_t acked;             /* the standby acknowledged up to here */
+  int bNeedBase;              /* the standby needs a base copy first */
+  int nSinceHead;             /* records sent since the last signed head */
+  size_t nBytesSinceHead;
+  double tBeat;               /* last heartbeat sent */
+  double tProgress;           /* last acknowledgement that moved (or resend) */
+} PeerStream;
+
+/* Hello, and the standby's answer: where it stands (st->acked) and
+** whether it needs a base copy (st->bNeedBase). */
+static int peerHello(ShipPeer *q, TdeConn *pConn, TdeSpool *s, PeerStream *st){
   Ship *p = q->pShip;
   uint8_t aHello[8+16+16+32+8];
   uint8_t *aBody = 0;
   size_t nBody = 0;
-  int eType = 0, rc, bNeedBase = 0, nSinceHead = 0;
-  size_t nBytesSinceHead = 0;
-  uint64_t next, acked;
-  double tBeat = 0, tProgress = nowSec();
+  int eType = 0, rc;
+  uint64_t acked;
 
-  rc = tdeSpoolScan(s, 0);
-  if( rc ) return rc;
   memcpy(aHello, TDE_WIRE_MAGIC, 8);
   memcpy(aHello+8, p->aDbid, 16);
   memcpy(aHello+24, p->aHistory, 16);
@@ -836,12 +844,12 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
   }
   acked = tdeGet64(aBody);
   if( !(aBody[8] & 1) || memcmp(aBody+9, p->aHistory, 16)!=0 || acked>s->pos.seq ){
-    bNeedBase = 1;
+    st->bNeedBase = 1;
   }else if( acked<s->pos.seq ){
     ShipIdx *e = peerFind(q, acked+1);
-    if( !e ) bNeedBase = 1;
+    if( !e ) st->bNeedBase = 1;
   }
-  if( !bNeedBase && p->pCfg->pSignKey && (aBody[8] & 2) ){
+  if( !st->bNeedBase && p->pCfg->pSignKey && (aBody[8] & 2) ){
     /* The standby verifies: continue its chain, or give it a signed base
     ** copy (flag 4: it knows its chain, which follows at 25). */
     ShipIdx *e = peerFind(q, acked);
@@ -852,135 +860,181 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
     if( !(aBody[8] & 4) || nBody<57 || !aMine || memcmp(aMine, aBody+25, 32)!=0 ){
       tdeLog(TDE_LOG_INFO, "ship %s: the standby's record chain at %llu is not this spool's: a signed base copy",
              q->zAddr, (unsigned long long)acked);
-      bNeedBase = 1;
+      st->bNeedBase = 1;
     }
   }
-  q->headSeq = 0;
   sqlite3_free(aBody);
-  aBody = 0;
-  if( !bNeedBase ) peerNoteAck(q, acked);
-  next = acked + 1;
+  st->acked = acked;
+  return TDE_OK;
+}
+
+/* Send the records the standby may take now: durable, within the window,
+** a signed head every SHIP_HEAD_EVERY records or SHIP_HEAD_BYTES bytes and
+** after the last.  A gap or a damaged record: st->bNeedBase. */
+static int peerSendRecords(ShipPeer *q, TdeConn *pConn, TdeSpool *s, PeerStream *st){
+  Ship *p = q->pShip;
+  int rc;
+  while( st->next<=s->pos.seq && st->next<=shipDurable(p) && st->next<=st->acked+SHIP_WINDOW ){
+    ShipIdx *e = peerFind(q, st->next);
+    TdeRec r;
+    uint8_t *aRec = 0;
+    size_t nRec = 0;
+    if( !e || e->kind==TDE_REC_GAP ){
+      if( e && e->nLost && st->acked+e->nLost>=e->seq ){
+        /* This standby may hold transactions the primary lost. */
+        q->rewindFrom = e->seq>e->nLost ? e->seq - e->nLost : 1;
+      }
+      st->bNeedBase = 1;
+      return TDE_OK;
+    }
+    rc = tdeSpoolRead(s, e->iOff, &r, &aRec, &nRec);
+    if( rc==TDE_FORMAT || rc==TDE_NOTFOUND ){
+      /* A synced record that fails its checksum: damage to the spool. */
+      tdeLog(TDE_LOG_WARNING, "ship %s: spool record %llu is damaged (%s); sending a base copy",
+             q->zAddr, (unsigned long long)st->next, tde_last_error());
+      st->bNeedBase = 1;
+      return TDE_OK;
+    }
+    if( rc ) return rc;
+    rc = tdeConnSend(pConn, TDE_MSG_TXN, aRec, nRec, 0, 0);
+    sqlite3_free(aRec);
+    if( rc ) return rc;
+    pthread_mutex_lock(&p->mu);
+    q->sentSeq = st->next;
+    pthread_mutex_unlock(&p->mu);
+    st->nSinceHead++;
+    st->nBytesSinceHead += nRec;
+    if( st->nSinceHead>=SHIP_HEAD_EVERY || st->nBytesSinceHead>=SHIP_HEAD_BYTES ){
+      rc = peerSendHead(q, pConn, st->next);
+      if( rc==TDE_NOTFOUND ){ st->bNeedBase = 1; return TDE_OK; }
+      if( rc ) return rc;
+      st->nSinceHead = 0;
+      st->nBytesSinceHead = 0;
+    }
+    st->next++;
+  }
+  if( st->next-1>q->headSeq && st->nSinceHead>0 ){
+    rc = peerSendHead(q, pConn, st->next-1);
+    if( rc==TDE_NOTFOUND ) st->bNeedBase = 1;
+    else if( rc ) return rc;
+    st->nSinceHead = 0;
+    st->nBytesSinceHead = 0;
+  }
+  return TDE_OK;
+}
+
+/* One message from the standby, if one comes within 20 ms: an
+** acknowledgement, a request to resend, or the end of the stream. */
+static int peerReadAnswer(ShipPeer *q, TdeConn *pConn, PeerStream *st){
+  uint8_t *aBody = 0;
+  size_t nBody = 0;
+  int eType = 0, rc;
+  rc = tdeConnRecv(pConn, 20, &eType, &aBody, &nBody);
+  if( rc==TDE_NOTFOUND ) return TDE_OK;
+  if( rc ) return rc;
+  if( eType==TDE_MSG_ACK && nBody>=8 ){
+    uint64_t a = tdeGet64(aBody);
+    if( a>st->next-1 ) a = st->next-1;      /* never beyond what was sent */
+    if( a>st->acked ){ st->acked = a; st->tProgress = nowSec(); }
+    peerNoteAck(q, st->acked);
+  }else if( eType==TDE_MSG_RESEND && nBody>=8 ){
+    uint64_t from = tdeGet64(aBody);
+    tdeLog(TDE_LOG_INFO, "ship %s: standby asks to resend from %llu", q->zAddr, (unsigned long long)from);
+    if( from>st->next ) from = st->next;    /* never beyond what was sent */
+    if( from>0 ){ st->next = from; if( from-1>st->acked ) st->acked = from-1; st->tProgress = nowSec(); }
+  }else if( eType==TDE_MSG_REFUSE ){
+    tdeLog(TDE_LOG_ERROR, "ship %s: the standby stopped the stream: %.*s", q->zAddr, (int)nBody, (const char*)aBody);
+    sqlite3_free(aBody);
+    return TDE_ERROR;
+  }
+  sqlite3_free(aBody);
+  return TDE_OK;
+}
+
+/* Every 0.5 s: where the primary stands, and with a signing key the
+** signed head of the newest durable record (the standby's lag is computed
+** from it alone). */
+static int peerHeartbeat(ShipPeer *q, TdeConn *pConn, TdeSpool *s, PeerStream *st){
+  Ship *p = q->pShip;
+  uint8_t aBeat[32 + TDE_HEAD_BYTES];
+  size_t nBeat = 32;
+  uint64_t capMs;
+  int64_t lag;
+  int rc;
+  if( nowSec()-st->tBeat <= 0.5 ) return TDE_OK;
+  pthread_mutex_lock(&p->mu);
+  capMs = p->capturedMs;
+  lag = q->lagBytes;
+  pthread_mutex_unlock(&p->mu);
+  tdePut64(aBeat, s->pos.seq);
+  tdePut64(aBeat+8, capMs);
+  tdePut64(aBeat+16, tdeNowMs());
+  tdePut64(aBeat+24, (uint64_t)lag);
+  if( p->pCfg->pSignKey && q->nIdx>0 ){
+    uint64_t d = shipDurable(p), h = q->aIdx[q->nIdx-1].seq;
+    if( d<h ) h = d;
+    if( h>0 && peerHead(q, h, aBeat+32)==TDE_OK ) nBeat += TDE_HEAD_BYTES;
+  }
+  rc = tdeConnSend(pConn, TDE_MSG_HEARTBEAT, aBeat, nBeat, 0, 0);
+  if( rc ) return rc;
+  st->tBeat = nowSec();
+  return TDE_OK;
+}
+
+/* The base copy the standby needs; the stream goes on after it. */
+static int peerStreamBase(ShipPeer *q, TdeConn *pConn, TdeSpool *s, PeerStream *st){
+  uint64_t seq = 0;
+  int rc = peerSendBase(q, pConn, s, &seq);
+  q->rewindFrom = 0;
+  if( rc ) return rc;
+  rc = tdeSpoolScan(s, 0);
+  if( rc ) return rc;
+  st->next = seq + 1;
+  st->acked = seq;           /* the standby acknowledges the base with seq */
+  st->bNeedBase = 0;
+  peerSetState(q, "streaming");
+  return TDE_OK;
+}
+
+/* One connection to the standby: hello, then stream until an error. */
+static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
+  Ship *p = q->pShip;
+  PeerStream st;
+  int rc;
+
+  memset(&st, 0, sizeof(st));
+  st.tProgress = nowSec();
+  rc = tdeSpoolScan(s, 0);
+  if( rc==TDE_OK ) rc = peerHello(q, pConn, s, &st);
+  if( rc ) return rc;
+  q->headSeq = 0;
+  if( !st.bNeedBase ) peerNoteAck(q, st.acked);
+  st.next = st.acked + 1;
   tdeLog(TDE_LOG_INFO, "ship %s: connected; standby at sequence %llu%s", q->zAddr,
-         (unsigned long long)acked, bNeedBase ? ", needs a base copy" : "");
+         (unsigned long long)st.acked, st.bNeedBase ? ", needs a base copy" : "");
   peerSetState(q, "streaming");
 
   while( !*p->pbStop ){
-    if( bNeedBase ){
-      uint64_t seq = 0;
-      rc = peerSendBase(q, pConn, s, &seq);
-      q->rewindFrom = 0;
+    if( st.bNeedBase ){
+      rc = peerStreamBase(q, pConn, s, &st);
       if( rc ) return rc;
-      rc = tdeSpoolScan(s, 0);
-      if( rc ) return rc;
-      next = seq + 1;
-      acked = seq;           /* the standby acknowledges the base with seq */
-      bNeedBase = 0;
-      peerSetState(q, "streaming");
     }
     rc = tdeSpoolScan(s, 0);
+    if( rc==TDE_OK ) rc = peerSendRecords(q, pConn, s, &st);
     if( rc ) return rc;
-    while( next<=s->pos.seq && next<=shipDurable(p) && next<=acked+SHIP_WINDOW ){
-      ShipIdx *e = peerFind(q, next);
-      TdeRec r;
-      uint8_t *aRec = 0;
-      size_t nRec = 0;
-      if( !e || e->kind==TDE_REC_GAP ){
-        if( e && e->nLost && acked+e->nLost>=e->seq ){
-          /* This standby may hold transactions the primary lost. */
-          q->rewindFrom = e->seq>e->nLost ? e->seq - e->nLost : 1;
-        }
-        bNeedBase = 1;
-        break;
-      }
-      rc = tdeSpoolRead(s, e->iOff, &r, &aRec, &nRec);
-      if( rc==TDE_FORMAT || rc==TDE_NOTFOUND ){
-        /* A synced record that fails its checksum: damage to the spool. */
-        tdeLog(TDE_LOG_WARNING, "ship %s: spool record %llu is damaged (%s); sending a base copy",
-               q->zAddr, (unsigned long long)next, tde_last_error());
-        bNeedBase = 1;
-        break;
-      }
-      if( rc ) return rc;
-      rc = tdeConnSend(pConn, TDE_MSG_TXN, aRec, nRec, 0, 0);
-      sqlite3_free(aRec);
-      if( rc ) return rc;
-      pthread_mutex_lock(&p->mu);
-      q->sentSeq = next;
-      pthread_mutex_unlock(&p->mu);
-      nSinceHead++;
-      nBytesSinceHead += nRec;
-      if( nSinceHead>=SHIP_HEAD_EVERY || nBytesSinceHead>=SHIP_HEAD_BYTES ){
-        rc = peerSendHead(q, pConn, next);
-        if( rc==TDE_NOTFOUND ){ bNeedBase = 1; break; }
-        if( rc ) return rc;
-        nSinceHead = 0;
-        nBytesSinceHead = 0;
-      }
-      next++;
-    }
-    if( !bNeedBase && next-1>q->headSeq && nSinceHead>0 ){
-      rc = peerSendHead(q, pConn, next-1);
-      if( rc==TDE_NOTFOUND ) bNeedBase = 1;
-      else if( rc ) return rc;
-      nSinceHead = 0;
-      nBytesSinceHead = 0;
-    }
-    if( bNeedBase ) continue;
-    if( next>acked+1 && nowSec()-tProgress>1.5 ){
+    if( st.bNeedBase ) continue;
+    if( st.next>st.acked+1 && nowSec()-st.tProgress>1.5 ){
       /* Nothing acknowledged for a while although records are in flight:
       ** they (or the acknowledgements) were lost; send them again. */
       tdeLog(TDE_LOG_INFO, "ship %s: no acknowledgement for 1.5 s; resending from %llu", q->zAddr,
-             (unsigned long long)acked+1);
-      next = acked + 1;
-      tProgress = nowSec();
+             (unsigned long long)st.acked+1);
+      st.next = st.acked + 1;
+      st.tProgress = nowSec();
       continue;
     }
-    rc = tdeConnRecv(pConn, 20, &eType, &aBody, &nBody);
-    if( rc==TDE_OK ){
-      if( eType==TDE_MSG_ACK && nBody>=8 ){
-        uint64_t a = tdeGet64(aBody);
-        if( a>next-1 ) a = next-1;      /* never beyond what was sent */
-        if( a>acked ){ acked = a; tProgress = nowSec(); }
-        peerNoteAck(q, acked);
-      }else if( eType==TDE_MSG_RESEND && nBody>=8 ){
-        uint64_t from = tdeGet64(aBody);
-        tdeLog(TDE_LOG_INFO, "ship %s: standby asks to resend from %llu", q->zAddr, (unsigned long long)from);
-        if( from>next ) from = next;    /* never beyond what was sent */
-        if( from>0 ){ next = from; if( from-1>acked ) acked = from-1; tProgress = nowSec(); }
-      }else if( eType==TDE_MSG_REFUSE ){
-        tdeLog(TDE_LOG_ERROR, "ship %s: the standby stopped the stream: %.*s", q->zAddr, (int)nBody, (const char*)aBody);
-        sqlite3_free(aBody);
-        return TDE_ERROR;
-      }
-      sqlite3_free(aBody);
-      aBody = 0;
-    }else if( rc!=TDE_NOTFOUND ){
-      return rc;
-    }
-    if( nowSec()-tBeat > 0.5 ){
-      uint8_t aBeat[32 + TDE_HEAD_BYTES];
-      size_t nBeat = 32;
-      uint64_t capMs;
-      int64_t lag;
-      pthread_mutex_lock(&p->mu);
-      capMs = p->capturedMs;
-      lag = q->lagBytes;
-      pthread_mutex_unlock(&p->mu);
-      tdePut64(aBeat, s->pos.seq);
-      tdePut64(aBeat+8, capMs);
-      tdePut64(aBeat+16, tdeNowMs());
-      tdePut64(aBeat+24, (uint64_t)lag);
-      if( p->pCfg->pSignKey && q->nIdx>0 ){
-        /* The signed head of the newest durable record: the standby's lag
-        ** is computed from it alone. */
-        uint64_t d = shipDurable(p), h = q->aIdx[q->nIdx-1].seq;
-        if( d<h ) h = d;
-        if( h>0 && peerHead(q, h, aBeat+32)==TDE_OK ) nBeat += TDE_HEAD_BYTES;
-      }
-      rc = tdeConnSend(pConn, TDE_MSG_HEARTBEAT, aBeat, nBeat, 0, 0);
-      if( rc ) return rc;
-      tBeat = nowSec();
-    }
+    rc = peerReadAnswer(q, pConn, &st);
+    if( rc==TDE_OK ) rc = peerHeartbeat(q, pConn, s, &st);
+    if( rc ) return rc;
   }
   return TDE_OK;
 }
