@@ -1187,6 +1187,167 @@ TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const
   return tde_ship_run_v2(zDb, zConfig, 0, 0, azTo, nTo, nCycleMs, pbStop);
 }
 
+/* Say how the records are signed, and that plaintext is plaintext. */
+static int shipAnnounce(Ship *p){
+  if( p->pCfg->pSignKey ){
+    char zFp[65];
+    int rc = tdeKeyFingerprint(p->pCfg->pSignKey, zFp);
+    if( rc ) return rc;
+    tdeLog(TDE_LOG_INFO, "ship %s: signing the record chain with Ed25519 key %s (SHA-256 of the public key)",
+           p->zDb, zFp);
+    shipAudit(p, "repl_sign_key_use", zFp);
+  }else{
+    tdeLog(TDE_LOG_WARNING, "ship %s: no repl_sign_key: records and base copies are not signed (a standby with "
+           "repl_primary_pubkey refuses them)", p->zDb);
+  }
+  if( p->pCfg->bInsecure ){
+    tdeLog(TDE_LOG_WARNING, "ship %s: --insecure-no-tls: the standby link is plaintext and unauthenticated; "
+           "anyone on the network path can read, inject or redirect it", p->zDb);
+  }
+  return TDE_OK;
+}
+
+/* The spool.  A damaged spool (or another database's) is kept aside for
+** diagnosis and a new one started; its new history makes every standby
+** take a base copy, so nothing it held is needed. */
+static int shipOpenSpool(Ship *p, TdeSpool **ps){
+  const char *zAbs = p->zDb;
+  int rc = tdeSpoolOpen(zAbs, 1, p->aDbid, ps);
+  if( rc==TDE_FORMAT ){
+    char *zOld = sqlite3_mprintf("%s-tdeship", zAbs);
+    char *zAside = sqlite3_mprintf("%s-tdeship.damaged", zAbs);
+    tdeLog(TDE_LOG_WARNING, "ship %s: %s; moving it to %s and starting a new spool (standbys take a "
+           "base copy)", zAbs, tde_last_error(), zAside ? zAside : "?");
+    rc = (zOld && zAside) ? TDE_OK : TDE_NOMEM;
+    if( rc==TDE_OK && rename(zOld, zAside)!=0 ) rc = tdeErr(TDE_IO, "%s: rename: %s", zOld, strerror(errno));
+    sqlite3_free(zOld);
+    sqlite3_free(zAside);
+    if( rc==TDE_OK ) rc = tdeSpoolOpen(zAbs, 1, p->aDbid, ps);
+  }
+  if( rc ) return rc;
+  (*ps)->xOnRec = shipOnRec;
+  (*ps)->pOnRecArg = p;
+  memcpy(p->aHistory, (*ps)->aHistory, 16);
+  shipChainLoad(p);
+  return tdeSpoolScan(*ps, 1);
+}
+
+/* The first cycle runs before any sender starts (it creates the spool's
+** first record). */
+static int shipFirstCapture(Ship *p, sqlite3 *db, TdeSpool *s){
+  do{
+    int rc = shipCycle(p, db, s);
+    if( rc ) return rc;
+    if( !s->pos.bValid ) msleep(p->nCycleMs);
+  }while( !s->pos.bValid && !*p->pbStop );
+  p->capturedSeq = s->pos.seq;
+  p->capturedMs = tdeNowMs();
+  return TDE_OK;
+}
+
+/* Protection mode sync: DB-tdeship-sync tells writers to wait for us. */
+static int shipStartSync(Ship *p){
+  char zT[32];
+  int rc;
+  if( !p->pCfg->bSync ) return TDE_OK;
+  p->startMs = tdeNowMs();
+  rc = tdeSyncCreate(p->zDb, (uint32_t)p->pCfg->syncTimeoutMs, &p->fdSync);
+  if( rc ) return rc;
+  snprintf(zT, sizeof(zT), "timeout %d ms", p->pCfg->syncTimeoutMs);
+  shipAudit(p, "repl_sync_mode", zT);
+  tdeLog(TDE_LOG_INFO, "ship %s: protection mode sync: a commit returns once a standby acknowledged it "
+         "(or after %d ms, then async until the standbys catch up)", p->zDb, p->pCfg->syncTimeoutMs);
+  return TDE_OK;
+}
+
+/* One sender thread per standby. */
+static int shipStartPeers(Ship *p, const char *const *azTo, int nTo){
+  int i, rc = TDE_OK;
+  p->aPeer = sqlite3_malloc64(sizeof(ShipPeer)*(sqlite3_uint64)nTo);
+  if( !p->aPeer ) return TDE_NOMEM;
+  memset(p->aPeer, 0, sizeof(ShipPeer)*(size_t)nTo);
+  p->nPeer = nTo;
+  for(i=0; i<nTo; i++){
+    ShipPeer *q = &p->aPeer[i];
+    q->pShip = p;
+    q->iPeer = i;
+    q->zAddr = azTo[i];
+    snprintf(q->zState, sizeof(q->zState), "connecting");
+  }
+  for(i=0; i<nTo; i++){
+    if( pthread_create(&p->aPeer[i].tid, 0, peerMain, &p->aPeer[i])!=0 ){
+      rc = tdeErr(TDE_ERROR, "cannot start a sender thread");
+      *(volatile int*)p->pbStop = 1;
+      break;
+    }
+    p->aPeer[i].bThread = 1;
+  }
+  return rc;
+}
+
+/* Drop what every standby has acknowledged, once the spool is large. */
+static int shipTrim(Ship *p, sqlite3 *db, TdeSpool *s){
+  uint64_t minAck = UINT64_MAX;
+  int bAll = 1, rc = TDE_OK;
+  if( s->iEnd <= SHIP_TRIM_BYTES ) return TDE_OK;
+  pthread_mutex_lock(&p->mu);
+  for(int i=0; i<p->nPeer; i++){
+    if( !p->aPeer[i].bAcked ) bAll = 0;
+    else if( p->aPeer[i].ackedSeq<minAck ) minAck = p->aPeer[i].ackedSeq;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if( bAll && minAck!=UINT64_MAX && minAck>=s->firstSeq && shipBegin(db)==TDE_OK ){
+    /* Only once the chain there is saved: the trimmed spool must
+    ** continue it, or every standby would need a base copy. */
+    if( tdeSpoolScan(s, 1)==TDE_OK && shipChainSave(p, minAck)==TDE_OK ) rc = tdeSpoolTrim(s, minAck);
+    tdeErrClear();
+    shipEnd(db);
+  }
+  return rc;
+}
+
+/* Until the next cycle.  Sync mode: a writer waits for us; look at the
+** WAL index every millisecond and capture as soon as it moved. */
+static void shipWaitCycle(Ship *p){
+  double t0 = nowSec();
+  TdeWalEnd seen, now;
+  int fdDb0, fdShm0;
+  if( p->fdSync<0 ){
+    msleep(p->nCycleMs);
+    return;
+  }
+  shipFds(p, &fdDb0, &fdShm0);
+  shipShmEnd(fdShm0, &seen);
+  while( !*p->pbStop && (nowSec()-t0)*1000.0 < p->nCycleMs ){
+    msleep(1);
+    shipShmEnd(fdShm0, &now);
+    if( now.bKnown && (!seen.bKnown || now.mxFrame!=seen.mxFrame || memcmp(now.aSalt, seen.aSalt, 8)) ) break;
+  }
+}
+
+/* Capture every cycle until stopped; then stop the senders. */
+static int shipCaptureLoop(Ship *p, sqlite3 *db, TdeSpool *s){
+  double tState = 0;
+  int rc = TDE_OK;
+  tdeLog(TDE_LOG_INFO, "ship %s: capturing every %d ms from sequence %llu", p->zDb, p->nCycleMs,
+         (unsigned long long)s->pos.seq);
+  while( rc==TDE_OK && !*p->pbStop ){
+    rc = shipCycle(p, db, s);
+    if( rc ){
+      tdeLog(TDE_LOG_ERROR, "ship %s: capture failed: %s", p->zDb, tde_last_error());
+      break;
+    }
+    if( p->fdSync>=0 ) shipSyncCheck(p);
+    if( nowSec()-tState > 0.2 ){
+      shipWriteState(p, "running");
+      tState = nowSec();
+    }
+    rc = shipTrim(p, db, s);
+    shipWaitCycle(p);
+  }
+  return rc;
+}
+
 TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zReplConfig, unsigned flags,
                             const char *const *azTo, int nTo, int nCycleMs, volatile int *pbStop){
   Ship ship;
@@ -1195,7 +1356,6 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
   TdeSpool *s = 0;
   char zAbs[4096];
   int rc, i;
-  double tState = 0;
   volatile int bNever = 0;
 
   memset(p, 0, sizeof(*p));
@@ -1216,134 +1376,16 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
   p->zUri = shipUri(zAbs, zConfig);
   if( !p->zUri ){ rc = TDE_NOMEM; goto done; }
   rc = shipReadIdentity(zAbs, p->aDbid, p->aKeyCheck);
+  if( rc==TDE_OK ) rc = shipOpenDb(p, &db);
+  if( rc==TDE_OK ) rc = shipLockInstance(p);
+  if( rc==TDE_OK ) rc = shipAnnounce(p);
+  if( rc==TDE_OK ) rc = shipOpenSpool(p, &s);
+  if( rc==TDE_OK ) rc = shipFirstCapture(p, db, s);
+  if( rc==TDE_OK ) rc = shipStartSync(p);
   if( rc ) goto done;
-  rc = shipOpenDb(p, &db);
-  if( rc ) goto done;
-  rc = shipLockInstance(p);
-  if( rc ) goto done;
-  if( p->pCfg->pSignKey ){
-    char zFp[65];
-    rc = tdeKeyFingerprint(p->pCfg->pSignKey, zFp);
-    if( rc ) goto done;
-    tdeLog(TDE_LOG_INFO, "ship %s: signing the record chain with Ed25519 key %s (SHA-256 of the public key)", zAbs, zFp);
-    shipAudit(p, "repl_sign_key_use", zFp);
-  }else{
-    tdeLog(TDE_LOG_WARNING, "ship %s: no repl_sign_key: records and base copies are not signed (a standby with "
-           "repl_primary_pubkey refuses them)", zAbs);
-  }
-  if( p->pCfg->bInsecure ){
-    tdeLog(TDE_LOG_WARNING, "ship %s: --insecure-no-tls: the standby link is plaintext and unauthenticated; "
-           "anyone on the network path can read, inject or redirect it", zAbs);
-  }
-  rc = tdeSpoolOpen(zAbs, 1, p->aDbid, &s);
-  if( rc==TDE_FORMAT ){
-    /* A damaged spool (or another database's): keep it aside for
-    ** diagnosis and start a new one; its new history makes every standby
-    ** take a base copy, so nothing it held is needed. */
-    char *zOld = sqlite3_mprintf("%s-tdeship", zAbs);
-    char *zAside = sqlite3_mprintf("%s-tdeship.damaged", zAbs);
-    tdeLog(TDE_LOG_WARNING, "ship %s: %s; moving it to %s and starting a new spool (standbys take a "
-           "base copy)", zAbs, tde_last_error(), zAside ? zAside : "?");
-    rc = (zOld && zAside) ? TDE_OK : TDE_NOMEM;
-    if( rc==TDE_OK && rename(zOld, zAside)!=0 ) rc = tdeErr(TDE_IO, "%s: rename: %s", zOld, strerror(errno));
-    sqlite3_free(zOld);
-    sqlite3_free(zAside);
-    if( rc==TDE_OK ) rc = tdeSpoolOpen(zAbs, 1, p->aDbid, &s);
-  }
-  if( rc ) goto done;
-  s->xOnRec = shipOnRec;
-  s->pOnRecArg = p;
-  memcpy(p->aHistory, s->aHistory, 16);
-  shipChainLoad(p);
-  rc = tdeSpoolScan(s, 1);
-  if( rc ) goto done;
-  /* The first cycle runs before any sender starts (it creates the spool's
-  ** first record). */
-  do{
-    rc = shipCycle(p, db, s);
-    if( rc ) goto done;
-    if( !s->pos.bValid ) msleep(p->nCycleMs);
-  }while( !s->pos.bValid && !*p->pbStop );
-  p->capturedSeq = s->pos.seq;
-  p->capturedMs = tdeNowMs();
-
-  if( p->pCfg->bSync ){
-    char zT[32];
-    p->startMs = tdeNowMs();
-    rc = tdeSyncCreate(zAbs, (uint32_t)p->pCfg->syncTimeoutMs, &p->fdSync);
-    if( rc ) goto done;
-    snprintf(zT, sizeof(zT), "timeout %d ms", p->pCfg->syncTimeoutMs);
-    shipAudit(p, "repl_sync_mode", zT);
-    tdeLog(TDE_LOG_INFO, "ship %s: protection mode sync: a commit returns once a standby acknowledged it "
-           "(or after %d ms, then async until the standbys catch up)", zAbs, p->pCfg->syncTimeoutMs);
-  }
-  p->aPeer = sqlite3_malloc64(sizeof(ShipPeer)*(sqlite3_uint64)nTo);
-  if( !p->aPeer ){ rc = TDE_NOMEM; goto done; }
-  memset(p->aPeer, 0, sizeof(ShipPeer)*(size_t)nTo);
-  p->nPeer = nTo;
-  for(i=0; i<nTo; i++){
-    ShipPeer *q = &p->aPeer[i];
-    q->pShip = p;
-    q->iPeer = i;
-    q->zAddr = azTo[i];
-    snprintf(q->zState, sizeof(q->zState), "connecting");
-  }
-  for(i=0; i<nTo; i++){
-    if( pthread_create(&p->aPeer[i].tid, 0, peerMain, &p->aPeer[i])!=0 ){
-      rc = tdeErr(TDE_ERROR, "cannot start a sender thread");
-      *(volatile int*)p->pbStop = 1;
-      break;
-    }
-    p->aPeer[i].bThread = 1;
-  }
-  tdeLog(TDE_LOG_INFO, "ship %s: capturing every %d ms from sequence %llu", zAbs, p->nCycleMs,
-         (unsigned long long)s->pos.seq);
-  while( rc==TDE_OK && !*p->pbStop ){
-    rc = shipCycle(p, db, s);
-    if( rc ){
-      tdeLog(TDE_LOG_ERROR, "ship %s: capture failed: %s", zAbs, tde_last_error());
-      break;
-    }
-    if( p->fdSync>=0 ) shipSyncCheck(p);
-    if( nowSec()-tState > 0.2 ){
-      shipWriteState(p, "running");
-      tState = nowSec();
-    }
-    if( s->iEnd > SHIP_TRIM_BYTES ){
-      /* Drop what every standby has acknowledged. */
-      uint64_t minAck = UINT64_MAX;
-      int bAll = 1;
-      pthread_mutex_lock(&p->mu);
-      for(i=0; i<p->nPeer; i++){
-        if( !p->aPeer[i].bAcked ) bAll = 0;
-        else if( p->aPeer[i].ackedSeq<minAck ) minAck = p->aPeer[i].ackedSeq;
-      }
-      pthread_mutex_unlock(&p->mu);
-      if( bAll && minAck!=UINT64_MAX && minAck>=s->firstSeq && shipBegin(db)==TDE_OK ){
-        /* Only once the chain there is saved: the trimmed spool must
-        ** continue it, or every standby would need a base copy. */
-        if( tdeSpoolScan(s, 1)==TDE_OK && shipChainSave(p, minAck)==TDE_OK ) rc = tdeSpoolTrim(s, minAck);
-        tdeErrClear();
-        shipEnd(db);
-      }
-    }
-    if( p->fdSync>=0 ){
-      /* Sync mode: a writer waits for us; look at the WAL index every
-      ** millisecond and capture as soon as it moved. */
-      double t0 = nowSec();
-      TdeWalEnd seen, now;
-      int fdDb0, fdShm0;
-      shipFds(p, &fdDb0, &fdShm0);
-      shipShmEnd(fdShm0, &seen);
-      while( !*p->pbStop && (nowSec()-t0)*1000.0 < p->nCycleMs ){
-        msleep(1);
-        shipShmEnd(fdShm0, &now);
-        if( now.bKnown && (!seen.bKnown || now.mxFrame!=seen.mxFrame || memcmp(now.aSalt, seen.aSalt, 8)) ) break;
-      }
-    }else{
-      msleep(p->nCycleMs);
-    }
-  }
+  rc = shipStartPeers(p, azTo, nTo);
+  if( !p->aPeer ) goto done;             /* no sender started */
+  if( rc==TDE_OK ) rc = shipCaptureLoop(p, db, s);
   *(volatile int*)p->pbStop = 1;
   for(i=0; i<p->nPeer; i++){
     if( p->aPeer[i].bThread ) pthread_join(p->aPeer[i].tid, 0);
