@@ -263,24 +263,62 @@ static void shipShmEnd(int fdShm, TdeWalEnd *pEnd){
   if( !bShort ) tdeShmHeaderEnd(a, pEnd);
 }
 
+/* The -wal, read through the VFS below the tde VFS (the one the shim's
+** own WAL reads and the capture hook use), never with a raw open(2): a
+** VFS stacked below sees these reads too.  SQLite takes no lock on a -wal
+** (the unix VFS opens it without locking), so opening and closing it per
+** cycle drops no lock of this process.  pFile is 0 when there is no -wal
+** (or it is empty: every read of it would be short) or it cannot be
+** opened, as a failed open(2) was. */
+typedef struct ShipWal {
+  sqlite3_vfs *pVfs;
+  sqlite3_file *pFile;
+  char zName[4200];           /* outlives pFile: the VFS keeps a pointer to it */
+} ShipWal;
+
+static void shipWalOpen(Ship *p, ShipWal *w){
+  sqlite3_vfs *pTde = sqlite3_vfs_find(TDE_VFS_NAME);
+  int bExists = 0, flagsOut = 0;
+  w->pVfs = pTde && pTde->pAppData ? (sqlite3_vfs*)pTde->pAppData : sqlite3_vfs_find(0);
+  w->pFile = 0;
+  snprintf(w->zName, sizeof(w->zName), "%s-wal", p->zDb);
+  if( !w->pVfs ) return;
+  /* Not there: no xOpen, whose failure SQLite would log. */
+  if( w->pVfs->xAccess(w->pVfs, w->zName, SQLITE_ACCESS_EXISTS, &bExists)!=SQLITE_OK || !bExists ) return;
+  w->pFile = sqlite3_malloc(w->pVfs->szOsFile);
+  if( !w->pFile ) return;
+  memset(w->pFile, 0, (size_t)w->pVfs->szOsFile);
+  if( w->pVfs->xOpen(w->pVfs, w->zName, w->pFile, SQLITE_OPEN_WAL | SQLITE_OPEN_READONLY, &flagsOut)!=SQLITE_OK ){
+    if( w->pFile->pMethods ) w->pFile->pMethods->xClose(w->pFile);
+    sqlite3_free(w->pFile);
+    w->pFile = 0;
+  }
+}
+
+static void shipWalClose(ShipWal *w){
+  if( !w->pFile ) return;
+  w->pFile->pMethods->xClose(w->pFile);
+  sqlite3_free(w->pFile);
+  w->pFile = 0;
+}
+
 /*
 ** One capture under the WAL write lock held by db: new frames into the
 ** spool.  *pEnd gets the WAL index end used; *pHoldMs the lock hold time.
 */
 static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
-  char zWal[4200];
-  int fdWal, fdDb, fdShm, rc;
-  snprintf(zWal, sizeof(zWal), "%s-wal", p->zDb);
+  ShipWal w;
+  int fdDb, fdShm, rc;
   *pnNew = 0;
   rc = tdeSpoolScan(s, 1);
   if( rc ) return rc;
   shipFds(p, &fdDb, &fdShm);
   shipShmEnd(fdShm, pEnd);
-  fdWal = open(zWal, O_RDONLY | O_CLOEXEC);      /* SQLite takes no lock on -wal */
+  shipWalOpen(p, &w);
   if( fdDb<0 ){
     rc = tdeErr(TDE_IO, "%s: %s", p->zDb, strerror(errno));
   }else{
-    TdeRawSrc wal = { 0, fdWal }, hdr = { 0, fdDb };
+    TdeRawSrc wal = { w.pFile, -1 }, hdr = { 0, fdDb };
     if( !s->pos.bValid ){
       /* A new spool: it starts at the WAL's current end, with a GAP so a
       ** standby starts from a base copy. */
@@ -288,7 +326,7 @@ static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
       int bShort = 1;
       TdeRec g;
       memset(&g, 0, sizeof(g));
-      if( fdWal>=0 ) rc = tdeRawRead(&wal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
+      if( w.pFile ) rc = tdeRawRead(&wal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
       g.seq = 1;
       g.kind = TDE_REC_GAP;
       g.tCapture = tdeNowMs();
@@ -306,11 +344,11 @@ static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
     }
     if( rc==TDE_OK ){
       int nNew = 0;
-      rc = tdeSpoolCapture(s, fdWal>=0 ? &wal : 0, pEnd, 1, &hdr, TDE_CAPTURE_CYCLE, 0, &nNew);
+      rc = tdeSpoolCapture(s, w.pFile ? &wal : 0, pEnd, 1, &hdr, TDE_CAPTURE_CYCLE, 0, &nNew);
       *pnNew += nNew;
     }
   }
-  if( fdWal>=0 ) close(fdWal);
+  shipWalClose(&w);
   return rc;
 }
 
@@ -331,17 +369,16 @@ static void shipEnd(sqlite3 *db){
 ** net): start over at the WAL's current end with a GAP, so standbys take a
 ** base copy instead of missing a transaction.  Caller holds the lock. */
 static int shipGapLocked(Ship *p, TdeSpool *s, const TdeWalEnd *pEnd){
-  char zWal[4200];
+  ShipWal w;
   uint8_t aWalHdr[TDE_WAL_HDR];
-  int fd, bShort = 1, rc = TDE_OK;
+  int bShort = 1, rc = TDE_OK;
   TdeRec g;
-  snprintf(zWal, sizeof(zWal), "%s-wal", p->zDb);
   memset(&g, 0, sizeof(g));
-  fd = open(zWal, O_RDONLY | O_CLOEXEC);
-  if( fd>=0 ){
-    TdeRawSrc wal = { 0, fd };
+  shipWalOpen(p, &w);
+  if( w.pFile ){
+    TdeRawSrc wal = { w.pFile, -1 };
     rc = tdeRawRead(&wal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
-    close(fd);
+    shipWalClose(&w);
   }
   if( rc ) return rc;
   g.seq = s->pos.seq + 1;
@@ -662,10 +699,11 @@ static void peerNoteAck(ShipPeer *q, uint64_t seq){
 */
 static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pSeq, uint64_t *pCapture){
   Ship *p = q->pShip;
-  char zWal[4200];
+  ShipWal w;
   TdeWalEnd end;
-  int fdDb = -1, fdOut = -1, fdWal = -1, nNew = 0, rc;
+  int fdDb = -1, fdOut = -1, nNew = 0, rc;
   uint8_t *aBuf = 0;
+  w.pFile = 0;
   rc = q->db ? TDE_OK : shipOpenDb(p, &q->db);
   if( rc ) return rc;
   do{ rc = shipBegin(q->db); }while( rc==TDE_LOCKED && !*p->pbStop );
@@ -693,10 +731,9 @@ static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pS
   /* Frames 1..mxFrame of the current WAL generation: a checkpoint may
   ** have copied some of them into the database file while we read it;
   ** applying them all afterwards makes the copy exact. */
-  snprintf(zWal, sizeof(zWal), "%s-wal", p->zDb);
-  fdWal = open(zWal, O_RDONLY | O_CLOEXEC);
-  if( fdWal>=0 && end.bKnown && end.mxFrame>0 ){
-    TdeRawSrc wal = { 0, fdWal };
+  shipWalOpen(p, &w);
+  if( w.pFile && end.bKnown && end.mxFrame>0 ){
+    TdeRawSrc wal = { w.pFile, -1 };
     uint8_t aWalHdr[TDE_WAL_HDR];
     int bShort;
     uint32_t pgsz, nTrunc = 0;
@@ -725,7 +762,7 @@ static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pS
   }
 done:
   shipEnd(q->db);
-  if( fdWal>=0 ) close(fdWal);
+  shipWalClose(&w);
   if( fdOut>=0 ) close(fdOut);
   sqlite3_free(aBuf);
   return rc;
