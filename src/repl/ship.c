@@ -263,24 +263,62 @@ static void shipShmEnd(int fdShm, TdeWalEnd *pEnd){
   if( !bShort ) tdeShmHeaderEnd(a, pEnd);
 }
 
+/* The -wal, read through the VFS below the tde VFS (the one the shim's
+** own WAL reads and the capture hook use), never with a raw open(2): a
+** VFS stacked below sees these reads too.  SQLite takes no lock on a -wal
+** (the unix VFS opens it without locking), so opening and closing it per
+** cycle drops no lock of this process.  pFile is 0 when there is no -wal
+** (or it is empty: every read of it would be short) or it cannot be
+** opened, as a failed open(2) was. */
+typedef struct ShipWal {
+  sqlite3_vfs *pVfs;
+  sqlite3_file *pFile;
+  char zName[4200];           /* outlives pFile: the VFS keeps a pointer to it */
+} ShipWal;
+
+static void shipWalOpen(Ship *p, ShipWal *w){
+  sqlite3_vfs *pTde = sqlite3_vfs_find(TDE_VFS_NAME);
+  int bExists = 0, flagsOut = 0;
+  w->pVfs = pTde && pTde->pAppData ? (sqlite3_vfs*)pTde->pAppData : sqlite3_vfs_find(0);
+  w->pFile = 0;
+  snprintf(w->zName, sizeof(w->zName), "%s-wal", p->zDb);
+  if( !w->pVfs ) return;
+  /* Not there: no xOpen, whose failure SQLite would log. */
+  if( w->pVfs->xAccess(w->pVfs, w->zName, SQLITE_ACCESS_EXISTS, &bExists)!=SQLITE_OK || !bExists ) return;
+  w->pFile = sqlite3_malloc(w->pVfs->szOsFile);
+  if( !w->pFile ) return;
+  memset(w->pFile, 0, (size_t)w->pVfs->szOsFile);
+  if( w->pVfs->xOpen(w->pVfs, w->zName, w->pFile, SQLITE_OPEN_WAL | SQLITE_OPEN_READONLY, &flagsOut)!=SQLITE_OK ){
+    if( w->pFile->pMethods ) w->pFile->pMethods->xClose(w->pFile);
+    sqlite3_free(w->pFile);
+    w->pFile = 0;
+  }
+}
+
+static void shipWalClose(ShipWal *w){
+  if( !w->pFile ) return;
+  w->pFile->pMethods->xClose(w->pFile);
+  sqlite3_free(w->pFile);
+  w->pFile = 0;
+}
+
 /*
 ** One capture under the WAL write lock held by db: new frames into the
 ** spool.  *pEnd gets the WAL index end used; *pHoldMs the lock hold time.
 */
 static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
-  char zWal[4200];
-  int fdWal, fdDb, fdShm, rc;
-  snprintf(zWal, sizeof(zWal), "%s-wal", p->zDb);
+  ShipWal w;
+  int fdDb, fdShm, rc;
   *pnNew = 0;
   rc = tdeSpoolScan(s, 1);
   if( rc ) return rc;
   shipFds(p, &fdDb, &fdShm);
   shipShmEnd(fdShm, pEnd);
-  fdWal = open(zWal, O_RDONLY | O_CLOEXEC);      /* SQLite takes no lock on -wal */
+  shipWalOpen(p, &w);
   if( fdDb<0 ){
     rc = tdeErr(TDE_IO, "%s: %s", p->zDb, strerror(errno));
   }else{
-    TdeRawSrc wal = { 0, fdWal }, hdr = { 0, fdDb };
+    TdeRawSrc wal = { w.pFile, -1 }, hdr = { 0, fdDb };
     if( !s->pos.bValid ){
       /* A new spool: it starts at the WAL's current end, with a GAP so a
       ** standby starts from a base copy. */
@@ -288,7 +326,7 @@ static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
       int bShort = 1;
       TdeRec g;
       memset(&g, 0, sizeof(g));
-      if( fdWal>=0 ) rc = tdeRawRead(&wal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
+      if( w.pFile ) rc = tdeRawRead(&wal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
       g.seq = 1;
       g.kind = TDE_REC_GAP;
       g.tCapture = tdeNowMs();
@@ -306,11 +344,11 @@ static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
     }
     if( rc==TDE_OK ){
       int nNew = 0;
-      rc = tdeSpoolCapture(s, fdWal>=0 ? &wal : 0, pEnd, 1, &hdr, TDE_CAPTURE_CYCLE, 0, &nNew);
+      rc = tdeSpoolCapture(s, w.pFile ? &wal : 0, pEnd, 1, &hdr, TDE_CAPTURE_CYCLE, 0, &nNew);
       *pnNew += nNew;
     }
   }
-  if( fdWal>=0 ) close(fdWal);
+  shipWalClose(&w);
   return rc;
 }
 
@@ -331,17 +369,16 @@ static void shipEnd(sqlite3 *db){
 ** net): start over at the WAL's current end with a GAP, so standbys take a
 ** base copy instead of missing a transaction.  Caller holds the lock. */
 static int shipGapLocked(Ship *p, TdeSpool *s, const TdeWalEnd *pEnd){
-  char zWal[4200];
+  ShipWal w;
   uint8_t aWalHdr[TDE_WAL_HDR];
-  int fd, bShort = 1, rc = TDE_OK;
+  int bShort = 1, rc = TDE_OK;
   TdeRec g;
-  snprintf(zWal, sizeof(zWal), "%s-wal", p->zDb);
   memset(&g, 0, sizeof(g));
-  fd = open(zWal, O_RDONLY | O_CLOEXEC);
-  if( fd>=0 ){
-    TdeRawSrc wal = { 0, fd };
+  shipWalOpen(p, &w);
+  if( w.pFile ){
+    TdeRawSrc wal = { w.pFile, -1 };
     rc = tdeRawRead(&wal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
-    close(fd);
+    shipWalClose(&w);
   }
   if( rc ) return rc;
   g.seq = s->pos.seq + 1;
@@ -662,10 +699,11 @@ static void peerNoteAck(ShipPeer *q, uint64_t seq){
 */
 static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pSeq, uint64_t *pCapture){
   Ship *p = q->pShip;
-  char zWal[4200];
+  ShipWal w;
   TdeWalEnd end;
-  int fdDb = -1, fdOut = -1, fdWal = -1, nNew = 0, rc;
+  int fdDb = -1, fdOut = -1, nNew = 0, rc;
   uint8_t *aBuf = 0;
+  w.pFile = 0;
   rc = q->db ? TDE_OK : shipOpenDb(p, &q->db);
   if( rc ) return rc;
   do{ rc = shipBegin(q->db); }while( rc==TDE_LOCKED && !*p->pbStop );
@@ -693,10 +731,9 @@ static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pS
   /* Frames 1..mxFrame of the current WAL generation: a checkpoint may
   ** have copied some of them into the database file while we read it;
   ** applying them all afterwards makes the copy exact. */
-  snprintf(zWal, sizeof(zWal), "%s-wal", p->zDb);
-  fdWal = open(zWal, O_RDONLY | O_CLOEXEC);
-  if( fdWal>=0 && end.bKnown && end.mxFrame>0 ){
-    TdeRawSrc wal = { 0, fdWal };
+  shipWalOpen(p, &w);
+  if( w.pFile && end.bKnown && end.mxFrame>0 ){
+    TdeRawSrc wal = { w.pFile, -1 };
     uint8_t aWalHdr[TDE_WAL_HDR];
     int bShort;
     uint32_t pgsz, nTrunc = 0;
@@ -725,7 +762,7 @@ static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pS
   }
 done:
   shipEnd(q->db);
-  if( fdWal>=0 ) close(fdWal);
+  shipWalClose(&w);
   if( fdOut>=0 ) close(fdOut);
   sqlite3_free(aBuf);
   return rc;
@@ -802,19 +839,27 @@ done:
   return rc;
 }
 
-/* One connection to the standby: hello, then stream until an error. */
-static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
+/* Where one connection's stream stands (peerSession). */
+typedef struct PeerStream {
+  uint64_t next;              /* the next record to send */
+  uint64_t acked;             /* the standby acknowledged up to here */
+  int bNeedBase;              /* the standby needs a base copy first */
+  int nSinceHead;             /* records sent since the last signed head */
+  size_t nBytesSinceHead;
+  double tBeat;               /* last heartbeat sent */
+  double tProgress;           /* last acknowledgement that moved (or resend) */
+} PeerStream;
+
+/* Hello, and the standby's answer: where it stands (st->acked) and
+** whether it needs a base copy (st->bNeedBase). */
+static int peerHello(ShipPeer *q, TdeConn *pConn, TdeSpool *s, PeerStream *st){
   Ship *p = q->pShip;
   uint8_t aHello[8+16+16+32+8];
   uint8_t *aBody = 0;
   size_t nBody = 0;
-  int eType = 0, rc, bNeedBase = 0, nSinceHead = 0;
-  size_t nBytesSinceHead = 0;
-  uint64_t next, acked;
-  double tBeat = 0, tProgress = nowSec();
+  int eType = 0, rc;
+  uint64_t acked;
 
-  rc = tdeSpoolScan(s, 0);
-  if( rc ) return rc;
   memcpy(aHello, TDE_WIRE_MAGIC, 8);
   memcpy(aHello+8, p->aDbid, 16);
   memcpy(aHello+24, p->aHistory, 16);
@@ -836,12 +881,12 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
   }
   acked = tdeGet64(aBody);
   if( !(aBody[8] & 1) || memcmp(aBody+9, p->aHistory, 16)!=0 || acked>s->pos.seq ){
-    bNeedBase = 1;
+    st->bNeedBase = 1;
   }else if( acked<s->pos.seq ){
     ShipIdx *e = peerFind(q, acked+1);
-    if( !e ) bNeedBase = 1;
+    if( !e ) st->bNeedBase = 1;
   }
-  if( !bNeedBase && p->pCfg->pSignKey && (aBody[8] & 2) ){
+  if( !st->bNeedBase && p->pCfg->pSignKey && (aBody[8] & 2) ){
     /* The standby verifies: continue its chain, or give it a signed base
     ** copy (flag 4: it knows its chain, which follows at 25). */
     ShipIdx *e = peerFind(q, acked);
@@ -852,135 +897,181 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
     if( !(aBody[8] & 4) || nBody<57 || !aMine || memcmp(aMine, aBody+25, 32)!=0 ){
       tdeLog(TDE_LOG_INFO, "ship %s: the standby's record chain at %llu is not this spool's: a signed base copy",
              q->zAddr, (unsigned long long)acked);
-      bNeedBase = 1;
+      st->bNeedBase = 1;
     }
   }
-  q->headSeq = 0;
   sqlite3_free(aBody);
-  aBody = 0;
-  if( !bNeedBase ) peerNoteAck(q, acked);
-  next = acked + 1;
+  st->acked = acked;
+  return TDE_OK;
+}
+
+/* Send the records the standby may take now: durable, within the window,
+** a signed head every SHIP_HEAD_EVERY records or SHIP_HEAD_BYTES bytes and
+** after the last.  A gap or a damaged record: st->bNeedBase. */
+static int peerSendRecords(ShipPeer *q, TdeConn *pConn, TdeSpool *s, PeerStream *st){
+  Ship *p = q->pShip;
+  int rc;
+  while( st->next<=s->pos.seq && st->next<=shipDurable(p) && st->next<=st->acked+SHIP_WINDOW ){
+    ShipIdx *e = peerFind(q, st->next);
+    TdeRec r;
+    uint8_t *aRec = 0;
+    size_t nRec = 0;
+    if( !e || e->kind==TDE_REC_GAP ){
+      if( e && e->nLost && st->acked+e->nLost>=e->seq ){
+        /* This standby may hold transactions the primary lost. */
+        q->rewindFrom = e->seq>e->nLost ? e->seq - e->nLost : 1;
+      }
+      st->bNeedBase = 1;
+      return TDE_OK;
+    }
+    rc = tdeSpoolRead(s, e->iOff, &r, &aRec, &nRec);
+    if( rc==TDE_FORMAT || rc==TDE_NOTFOUND ){
+      /* A synced record that fails its checksum: damage to the spool. */
+      tdeLog(TDE_LOG_WARNING, "ship %s: spool record %llu is damaged (%s); sending a base copy",
+             q->zAddr, (unsigned long long)st->next, tde_last_error());
+      st->bNeedBase = 1;
+      return TDE_OK;
+    }
+    if( rc ) return rc;
+    rc = tdeConnSend(pConn, TDE_MSG_TXN, aRec, nRec, 0, 0);
+    sqlite3_free(aRec);
+    if( rc ) return rc;
+    pthread_mutex_lock(&p->mu);
+    q->sentSeq = st->next;
+    pthread_mutex_unlock(&p->mu);
+    st->nSinceHead++;
+    st->nBytesSinceHead += nRec;
+    if( st->nSinceHead>=SHIP_HEAD_EVERY || st->nBytesSinceHead>=SHIP_HEAD_BYTES ){
+      rc = peerSendHead(q, pConn, st->next);
+      if( rc==TDE_NOTFOUND ){ st->bNeedBase = 1; return TDE_OK; }
+      if( rc ) return rc;
+      st->nSinceHead = 0;
+      st->nBytesSinceHead = 0;
+    }
+    st->next++;
+  }
+  if( st->next-1>q->headSeq && st->nSinceHead>0 ){
+    rc = peerSendHead(q, pConn, st->next-1);
+    if( rc==TDE_NOTFOUND ) st->bNeedBase = 1;
+    else if( rc ) return rc;
+    st->nSinceHead = 0;
+    st->nBytesSinceHead = 0;
+  }
+  return TDE_OK;
+}
+
+/* One message from the standby, if one comes within 20 ms: an
+** acknowledgement, a request to resend, or the end of the stream. */
+static int peerReadAnswer(ShipPeer *q, TdeConn *pConn, PeerStream *st){
+  uint8_t *aBody = 0;
+  size_t nBody = 0;
+  int eType = 0, rc;
+  rc = tdeConnRecv(pConn, 20, &eType, &aBody, &nBody);
+  if( rc==TDE_NOTFOUND ) return TDE_OK;
+  if( rc ) return rc;
+  if( eType==TDE_MSG_ACK && nBody>=8 ){
+    uint64_t a = tdeGet64(aBody);
+    if( a>st->next-1 ) a = st->next-1;      /* never beyond what was sent */
+    if( a>st->acked ){ st->acked = a; st->tProgress = nowSec(); }
+    peerNoteAck(q, st->acked);
+  }else if( eType==TDE_MSG_RESEND && nBody>=8 ){
+    uint64_t from = tdeGet64(aBody);
+    tdeLog(TDE_LOG_INFO, "ship %s: standby asks to resend from %llu", q->zAddr, (unsigned long long)from);
+    if( from>st->next ) from = st->next;    /* never beyond what was sent */
+    if( from>0 ){ st->next = from; if( from-1>st->acked ) st->acked = from-1; st->tProgress = nowSec(); }
+  }else if( eType==TDE_MSG_REFUSE ){
+    tdeLog(TDE_LOG_ERROR, "ship %s: the standby stopped the stream: %.*s", q->zAddr, (int)nBody, (const char*)aBody);
+    sqlite3_free(aBody);
+    return TDE_ERROR;
+  }
+  sqlite3_free(aBody);
+  return TDE_OK;
+}
+
+/* Every 0.5 s: where the primary stands, and with a signing key the
+** signed head of the newest durable record (the standby's lag is computed
+** from it alone). */
+static int peerHeartbeat(ShipPeer *q, TdeConn *pConn, TdeSpool *s, PeerStream *st){
+  Ship *p = q->pShip;
+  uint8_t aBeat[32 + TDE_HEAD_BYTES];
+  size_t nBeat = 32;
+  uint64_t capMs;
+  int64_t lag;
+  int rc;
+  if( nowSec()-st->tBeat <= 0.5 ) return TDE_OK;
+  pthread_mutex_lock(&p->mu);
+  capMs = p->capturedMs;
+  lag = q->lagBytes;
+  pthread_mutex_unlock(&p->mu);
+  tdePut64(aBeat, s->pos.seq);
+  tdePut64(aBeat+8, capMs);
+  tdePut64(aBeat+16, tdeNowMs());
+  tdePut64(aBeat+24, (uint64_t)lag);
+  if( p->pCfg->pSignKey && q->nIdx>0 ){
+    uint64_t d = shipDurable(p), h = q->aIdx[q->nIdx-1].seq;
+    if( d<h ) h = d;
+    if( h>0 && peerHead(q, h, aBeat+32)==TDE_OK ) nBeat += TDE_HEAD_BYTES;
+  }
+  rc = tdeConnSend(pConn, TDE_MSG_HEARTBEAT, aBeat, nBeat, 0, 0);
+  if( rc ) return rc;
+  st->tBeat = nowSec();
+  return TDE_OK;
+}
+
+/* The base copy the standby needs; the stream goes on after it. */
+static int peerStreamBase(ShipPeer *q, TdeConn *pConn, TdeSpool *s, PeerStream *st){
+  uint64_t seq = 0;
+  int rc = peerSendBase(q, pConn, s, &seq);
+  q->rewindFrom = 0;
+  if( rc ) return rc;
+  rc = tdeSpoolScan(s, 0);
+  if( rc ) return rc;
+  st->next = seq + 1;
+  st->acked = seq;           /* the standby acknowledges the base with seq */
+  st->bNeedBase = 0;
+  peerSetState(q, "streaming");
+  return TDE_OK;
+}
+
+/* One connection to the standby: hello, then stream until an error. */
+static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
+  Ship *p = q->pShip;
+  PeerStream st;
+  int rc;
+
+  memset(&st, 0, sizeof(st));
+  st.tProgress = nowSec();
+  rc = tdeSpoolScan(s, 0);
+  if( rc==TDE_OK ) rc = peerHello(q, pConn, s, &st);
+  if( rc ) return rc;
+  q->headSeq = 0;
+  if( !st.bNeedBase ) peerNoteAck(q, st.acked);
+  st.next = st.acked + 1;
   tdeLog(TDE_LOG_INFO, "ship %s: connected; standby at sequence %llu%s", q->zAddr,
-         (unsigned long long)acked, bNeedBase ? ", needs a base copy" : "");
+         (unsigned long long)st.acked, st.bNeedBase ? ", needs a base copy" : "");
   peerSetState(q, "streaming");
 
   while( !*p->pbStop ){
-    if( bNeedBase ){
-      uint64_t seq = 0;
-      rc = peerSendBase(q, pConn, s, &seq);
-      q->rewindFrom = 0;
+    if( st.bNeedBase ){
+      rc = peerStreamBase(q, pConn, s, &st);
       if( rc ) return rc;
-      rc = tdeSpoolScan(s, 0);
-      if( rc ) return rc;
-      next = seq + 1;
-      acked = seq;           /* the standby acknowledges the base with seq */
-      bNeedBase = 0;
-      peerSetState(q, "streaming");
     }
     rc = tdeSpoolScan(s, 0);
+    if( rc==TDE_OK ) rc = peerSendRecords(q, pConn, s, &st);
     if( rc ) return rc;
-    while( next<=s->pos.seq && next<=shipDurable(p) && next<=acked+SHIP_WINDOW ){
-      ShipIdx *e = peerFind(q, next);
-      TdeRec r;
-      uint8_t *aRec = 0;
-      size_t nRec = 0;
-      if( !e || e->kind==TDE_REC_GAP ){
-        if( e && e->nLost && acked+e->nLost>=e->seq ){
-          /* This standby may hold transactions the primary lost. */
-          q->rewindFrom = e->seq>e->nLost ? e->seq - e->nLost : 1;
-        }
-        bNeedBase = 1;
-        break;
-      }
-      rc = tdeSpoolRead(s, e->iOff, &r, &aRec, &nRec);
-      if( rc==TDE_FORMAT || rc==TDE_NOTFOUND ){
-        /* A synced record that fails its checksum: damage to the spool. */
-        tdeLog(TDE_LOG_WARNING, "ship %s: spool record %llu is damaged (%s); sending a base copy",
-               q->zAddr, (unsigned long long)next, tde_last_error());
-        bNeedBase = 1;
-        break;
-      }
-      if( rc ) return rc;
-      rc = tdeConnSend(pConn, TDE_MSG_TXN, aRec, nRec, 0, 0);
-      sqlite3_free(aRec);
-      if( rc ) return rc;
-      pthread_mutex_lock(&p->mu);
-      q->sentSeq = next;
-      pthread_mutex_unlock(&p->mu);
-      nSinceHead++;
-      nBytesSinceHead += nRec;
-      if( nSinceHead>=SHIP_HEAD_EVERY || nBytesSinceHead>=SHIP_HEAD_BYTES ){
-        rc = peerSendHead(q, pConn, next);
-        if( rc==TDE_NOTFOUND ){ bNeedBase = 1; break; }
-        if( rc ) return rc;
-        nSinceHead = 0;
-        nBytesSinceHead = 0;
-      }
-      next++;
-    }
-    if( !bNeedBase && next-1>q->headSeq && nSinceHead>0 ){
-      rc = peerSendHead(q, pConn, next-1);
-      if( rc==TDE_NOTFOUND ) bNeedBase = 1;
-      else if( rc ) return rc;
-      nSinceHead = 0;
-      nBytesSinceHead = 0;
-    }
-    if( bNeedBase ) continue;
-    if( next>acked+1 && nowSec()-tProgress>1.5 ){
+    if( st.bNeedBase ) continue;
+    if( st.next>st.acked+1 && nowSec()-st.tProgress>1.5 ){
       /* Nothing acknowledged for a while although records are in flight:
       ** they (or the acknowledgements) were lost; send them again. */
       tdeLog(TDE_LOG_INFO, "ship %s: no acknowledgement for 1.5 s; resending from %llu", q->zAddr,
-             (unsigned long long)acked+1);
-      next = acked + 1;
-      tProgress = nowSec();
+             (unsigned long long)st.acked+1);
+      st.next = st.acked + 1;
+      st.tProgress = nowSec();
       continue;
     }
-    rc = tdeConnRecv(pConn, 20, &eType, &aBody, &nBody);
-    if( rc==TDE_OK ){
-      if( eType==TDE_MSG_ACK && nBody>=8 ){
-        uint64_t a = tdeGet64(aBody);
-        if( a>next-1 ) a = next-1;      /* never beyond what was sent */
-        if( a>acked ){ acked = a; tProgress = nowSec(); }
-        peerNoteAck(q, acked);
-      }else if( eType==TDE_MSG_RESEND && nBody>=8 ){
-        uint64_t from = tdeGet64(aBody);
-        tdeLog(TDE_LOG_INFO, "ship %s: standby asks to resend from %llu", q->zAddr, (unsigned long long)from);
-        if( from>next ) from = next;    /* never beyond what was sent */
-        if( from>0 ){ next = from; if( from-1>acked ) acked = from-1; tProgress = nowSec(); }
-      }else if( eType==TDE_MSG_REFUSE ){
-        tdeLog(TDE_LOG_ERROR, "ship %s: the standby stopped the stream: %.*s", q->zAddr, (int)nBody, (const char*)aBody);
-        sqlite3_free(aBody);
-        return TDE_ERROR;
-      }
-      sqlite3_free(aBody);
-      aBody = 0;
-    }else if( rc!=TDE_NOTFOUND ){
-      return rc;
-    }
-    if( nowSec()-tBeat > 0.5 ){
-      uint8_t aBeat[32 + TDE_HEAD_BYTES];
-      size_t nBeat = 32;
-      uint64_t capMs;
-      int64_t lag;
-      pthread_mutex_lock(&p->mu);
-      capMs = p->capturedMs;
-      lag = q->lagBytes;
-      pthread_mutex_unlock(&p->mu);
-      tdePut64(aBeat, s->pos.seq);
-      tdePut64(aBeat+8, capMs);
-      tdePut64(aBeat+16, tdeNowMs());
-      tdePut64(aBeat+24, (uint64_t)lag);
-      if( p->pCfg->pSignKey && q->nIdx>0 ){
-        /* The signed head of the newest durable record: the standby's lag
-        ** is computed from it alone. */
-        uint64_t d = shipDurable(p), h = q->aIdx[q->nIdx-1].seq;
-        if( d<h ) h = d;
-        if( h>0 && peerHead(q, h, aBeat+32)==TDE_OK ) nBeat += TDE_HEAD_BYTES;
-      }
-      rc = tdeConnSend(pConn, TDE_MSG_HEARTBEAT, aBeat, nBeat, 0, 0);
-      if( rc ) return rc;
-      tBeat = nowSec();
-    }
+    rc = peerReadAnswer(q, pConn, &st);
+    if( rc==TDE_OK ) rc = peerHeartbeat(q, pConn, s, &st);
+    if( rc ) return rc;
   }
   return TDE_OK;
 }
@@ -1133,6 +1224,167 @@ TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const
   return tde_ship_run_v2(zDb, zConfig, 0, 0, azTo, nTo, nCycleMs, pbStop);
 }
 
+/* Say how the records are signed, and that plaintext is plaintext. */
+static int shipAnnounce(Ship *p){
+  if( p->pCfg->pSignKey ){
+    char zFp[65];
+    int rc = tdeKeyFingerprint(p->pCfg->pSignKey, zFp);
+    if( rc ) return rc;
+    tdeLog(TDE_LOG_INFO, "ship %s: signing the record chain with Ed25519 key %s (SHA-256 of the public key)",
+           p->zDb, zFp);
+    shipAudit(p, "repl_sign_key_use", zFp);
+  }else{
+    tdeLog(TDE_LOG_WARNING, "ship %s: no repl_sign_key: records and base copies are not signed (a standby with "
+           "repl_primary_pubkey refuses them)", p->zDb);
+  }
+  if( p->pCfg->bInsecure ){
+    tdeLog(TDE_LOG_WARNING, "ship %s: --insecure-no-tls: the standby link is plaintext and unauthenticated; "
+           "anyone on the network path can read, inject or redirect it", p->zDb);
+  }
+  return TDE_OK;
+}
+
+/* The spool.  A damaged spool (or another database's) is kept aside for
+** diagnosis and a new one started; its new history makes every standby
+** take a base copy, so nothing it held is needed. */
+static int shipOpenSpool(Ship *p, TdeSpool **ps){
+  const char *zAbs = p->zDb;
+  int rc = tdeSpoolOpen(zAbs, 1, p->aDbid, ps);
+  if( rc==TDE_FORMAT ){
+    char *zOld = sqlite3_mprintf("%s-tdeship", zAbs);
+    char *zAside = sqlite3_mprintf("%s-tdeship.damaged", zAbs);
+    tdeLog(TDE_LOG_WARNING, "ship %s: %s; moving it to %s and starting a new spool (standbys take a "
+           "base copy)", zAbs, tde_last_error(), zAside ? zAside : "?");
+    rc = (zOld && zAside) ? TDE_OK : TDE_NOMEM;
+    if( rc==TDE_OK && rename(zOld, zAside)!=0 ) rc = tdeErr(TDE_IO, "%s: rename: %s", zOld, strerror(errno));
+    sqlite3_free(zOld);
+    sqlite3_free(zAside);
+    if( rc==TDE_OK ) rc = tdeSpoolOpen(zAbs, 1, p->aDbid, ps);
+  }
+  if( rc ) return rc;
+  (*ps)->xOnRec = shipOnRec;
+  (*ps)->pOnRecArg = p;
+  memcpy(p->aHistory, (*ps)->aHistory, 16);
+  shipChainLoad(p);
+  return tdeSpoolScan(*ps, 1);
+}
+
+/* The first cycle runs before any sender starts (it creates the spool's
+** first record). */
+static int shipFirstCapture(Ship *p, sqlite3 *db, TdeSpool *s){
+  do{
+    int rc = shipCycle(p, db, s);
+    if( rc ) return rc;
+    if( !s->pos.bValid ) msleep(p->nCycleMs);
+  }while( !s->pos.bValid && !*p->pbStop );
+  p->capturedSeq = s->pos.seq;
+  p->capturedMs = tdeNowMs();
+  return TDE_OK;
+}
+
+/* Protection mode sync: DB-tdeship-sync tells writers to wait for us. */
+static int shipStartSync(Ship *p){
+  char zT[32];
+  int rc;
+  if( !p->pCfg->bSync ) return TDE_OK;
+  p->startMs = tdeNowMs();
+  rc = tdeSyncCreate(p->zDb, (uint32_t)p->pCfg->syncTimeoutMs, &p->fdSync);
+  if( rc ) return rc;
+  snprintf(zT, sizeof(zT), "timeout %d ms", p->pCfg->syncTimeoutMs);
+  shipAudit(p, "repl_sync_mode", zT);
+  tdeLog(TDE_LOG_INFO, "ship %s: protection mode sync: a commit returns once a standby acknowledged it "
+         "(or after %d ms, then async until the standbys catch up)", p->zDb, p->pCfg->syncTimeoutMs);
+  return TDE_OK;
+}
+
+/* One sender thread per standby. */
+static int shipStartPeers(Ship *p, const char *const *azTo, int nTo){
+  int i, rc = TDE_OK;
+  p->aPeer = sqlite3_malloc64(sizeof(ShipPeer)*(sqlite3_uint64)nTo);
+  if( !p->aPeer ) return TDE_NOMEM;
+  memset(p->aPeer, 0, sizeof(ShipPeer)*(size_t)nTo);
+  p->nPeer = nTo;
+  for(i=0; i<nTo; i++){
+    ShipPeer *q = &p->aPeer[i];
+    q->pShip = p;
+    q->iPeer = i;
+    q->zAddr = azTo[i];
+    snprintf(q->zState, sizeof(q->zState), "connecting");
+  }
+  for(i=0; i<nTo; i++){
+    if( pthread_create(&p->aPeer[i].tid, 0, peerMain, &p->aPeer[i])!=0 ){
+      rc = tdeErr(TDE_ERROR, "cannot start a sender thread");
+      *(volatile int*)p->pbStop = 1;
+      break;
+    }
+    p->aPeer[i].bThread = 1;
+  }
+  return rc;
+}
+
+/* Drop what every standby has acknowledged, once the spool is large. */
+static int shipTrim(Ship *p, sqlite3 *db, TdeSpool *s){
+  uint64_t minAck = UINT64_MAX;
+  int bAll = 1, rc = TDE_OK;
+  if( s->iEnd <= SHIP_TRIM_BYTES ) return TDE_OK;
+  pthread_mutex_lock(&p->mu);
+  for(int i=0; i<p->nPeer; i++){
+    if( !p->aPeer[i].bAcked ) bAll = 0;
+    else if( p->aPeer[i].ackedSeq<minAck ) minAck = p->aPeer[i].ackedSeq;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if( bAll && minAck!=UINT64_MAX && minAck>=s->firstSeq && shipBegin(db)==TDE_OK ){
+    /* Only once the chain there is saved: the trimmed spool must
+    ** continue it, or every standby would need a base copy. */
+    if( tdeSpoolScan(s, 1)==TDE_OK && shipChainSave(p, minAck)==TDE_OK ) rc = tdeSpoolTrim(s, minAck);
+    tdeErrClear();
+    shipEnd(db);
+  }
+  return rc;
+}
+
+/* Until the next cycle.  Sync mode: a writer waits for us; look at the
+** WAL index every millisecond and capture as soon as it moved. */
+static void shipWaitCycle(Ship *p){
+  double t0 = nowSec();
+  TdeWalEnd seen, now;
+  int fdDb0, fdShm0;
+  if( p->fdSync<0 ){
+    msleep(p->nCycleMs);
+    return;
+  }
+  shipFds(p, &fdDb0, &fdShm0);
+  shipShmEnd(fdShm0, &seen);
+  while( !*p->pbStop && (nowSec()-t0)*1000.0 < p->nCycleMs ){
+    msleep(1);
+    shipShmEnd(fdShm0, &now);
+    if( now.bKnown && (!seen.bKnown || now.mxFrame!=seen.mxFrame || memcmp(now.aSalt, seen.aSalt, 8)) ) break;
+  }
+}
+
+/* Capture every cycle until stopped; then stop the senders. */
+static int shipCaptureLoop(Ship *p, sqlite3 *db, TdeSpool *s){
+  double tState = 0;
+  int rc = TDE_OK;
+  tdeLog(TDE_LOG_INFO, "ship %s: capturing every %d ms from sequence %llu", p->zDb, p->nCycleMs,
+         (unsigned long long)s->pos.seq);
+  while( rc==TDE_OK && !*p->pbStop ){
+    rc = shipCycle(p, db, s);
+    if( rc ){
+      tdeLog(TDE_LOG_ERROR, "ship %s: capture failed: %s", p->zDb, tde_last_error());
+      break;
+    }
+    if( p->fdSync>=0 ) shipSyncCheck(p);
+    if( nowSec()-tState > 0.2 ){
+      shipWriteState(p, "running");
+      tState = nowSec();
+    }
+    rc = shipTrim(p, db, s);
+    shipWaitCycle(p);
+  }
+  return rc;
+}
+
 TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zReplConfig, unsigned flags,
                             const char *const *azTo, int nTo, int nCycleMs, volatile int *pbStop){
   Ship ship;
@@ -1141,7 +1393,6 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
   TdeSpool *s = 0;
   char zAbs[4096];
   int rc, i;
-  double tState = 0;
   volatile int bNever = 0;
 
   memset(p, 0, sizeof(*p));
@@ -1162,134 +1413,16 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
   p->zUri = shipUri(zAbs, zConfig);
   if( !p->zUri ){ rc = TDE_NOMEM; goto done; }
   rc = shipReadIdentity(zAbs, p->aDbid, p->aKeyCheck);
+  if( rc==TDE_OK ) rc = shipOpenDb(p, &db);
+  if( rc==TDE_OK ) rc = shipLockInstance(p);
+  if( rc==TDE_OK ) rc = shipAnnounce(p);
+  if( rc==TDE_OK ) rc = shipOpenSpool(p, &s);
+  if( rc==TDE_OK ) rc = shipFirstCapture(p, db, s);
+  if( rc==TDE_OK ) rc = shipStartSync(p);
   if( rc ) goto done;
-  rc = shipOpenDb(p, &db);
-  if( rc ) goto done;
-  rc = shipLockInstance(p);
-  if( rc ) goto done;
-  if( p->pCfg->pSignKey ){
-    char zFp[65];
-    rc = tdeKeyFingerprint(p->pCfg->pSignKey, zFp);
-    if( rc ) goto done;
-    tdeLog(TDE_LOG_INFO, "ship %s: signing the record chain with Ed25519 key %s (SHA-256 of the public key)", zAbs, zFp);
-    shipAudit(p, "repl_sign_key_use", zFp);
-  }else{
-    tdeLog(TDE_LOG_WARNING, "ship %s: no repl_sign_key: records and base copies are not signed (a standby with "
-           "repl_primary_pubkey refuses them)", zAbs);
-  }
-  if( p->pCfg->bInsecure ){
-    tdeLog(TDE_LOG_WARNING, "ship %s: --insecure-no-tls: the standby link is plaintext and unauthenticated; "
-           "anyone on the network path can read, inject or redirect it", zAbs);
-  }
-  rc = tdeSpoolOpen(zAbs, 1, p->aDbid, &s);
-  if( rc==TDE_FORMAT ){
-    /* A damaged spool (or another database's): keep it aside for
-    ** diagnosis and start a new one; its new history makes every standby
-    ** take a base copy, so nothing it held is needed. */
-    char *zOld = sqlite3_mprintf("%s-tdeship", zAbs);
-    char *zAside = sqlite3_mprintf("%s-tdeship.damaged", zAbs);
-    tdeLog(TDE_LOG_WARNING, "ship %s: %s; moving it to %s and starting a new spool (standbys take a "
-           "base copy)", zAbs, tde_last_error(), zAside ? zAside : "?");
-    rc = (zOld && zAside) ? TDE_OK : TDE_NOMEM;
-    if( rc==TDE_OK && rename(zOld, zAside)!=0 ) rc = tdeErr(TDE_IO, "%s: rename: %s", zOld, strerror(errno));
-    sqlite3_free(zOld);
-    sqlite3_free(zAside);
-    if( rc==TDE_OK ) rc = tdeSpoolOpen(zAbs, 1, p->aDbid, &s);
-  }
-  if( rc ) goto done;
-  s->xOnRec = shipOnRec;
-  s->pOnRecArg = p;
-  memcpy(p->aHistory, s->aHistory, 16);
-  shipChainLoad(p);
-  rc = tdeSpoolScan(s, 1);
-  if( rc ) goto done;
-  /* The first cycle runs before any sender starts (it creates the spool's
-  ** first record). */
-  do{
-    rc = shipCycle(p, db, s);
-    if( rc ) goto done;
-    if( !s->pos.bValid ) msleep(p->nCycleMs);
-  }while( !s->pos.bValid && !*p->pbStop );
-  p->capturedSeq = s->pos.seq;
-  p->capturedMs = tdeNowMs();
-
-  if( p->pCfg->bSync ){
-    char zT[32];
-    p->startMs = tdeNowMs();
-    rc = tdeSyncCreate(zAbs, (uint32_t)p->pCfg->syncTimeoutMs, &p->fdSync);
-    if( rc ) goto done;
-    snprintf(zT, sizeof(zT), "timeout %d ms", p->pCfg->syncTimeoutMs);
-    shipAudit(p, "repl_sync_mode", zT);
-    tdeLog(TDE_LOG_INFO, "ship %s: protection mode sync: a commit returns once a standby acknowledged it "
-           "(or after %d ms, then async until the standbys catch up)", zAbs, p->pCfg->syncTimeoutMs);
-  }
-  p->aPeer = sqlite3_malloc64(sizeof(ShipPeer)*(sqlite3_uint64)nTo);
-  if( !p->aPeer ){ rc = TDE_NOMEM; goto done; }
-  memset(p->aPeer, 0, sizeof(ShipPeer)*(size_t)nTo);
-  p->nPeer = nTo;
-  for(i=0; i<nTo; i++){
-    ShipPeer *q = &p->aPeer[i];
-    q->pShip = p;
-    q->iPeer = i;
-    q->zAddr = azTo[i];
-    snprintf(q->zState, sizeof(q->zState), "connecting");
-  }
-  for(i=0; i<nTo; i++){
-    if( pthread_create(&p->aPeer[i].tid, 0, peerMain, &p->aPeer[i])!=0 ){
-      rc = tdeErr(TDE_ERROR, "cannot start a sender thread");
-      *(volatile int*)p->pbStop = 1;
-      break;
-    }
-    p->aPeer[i].bThread = 1;
-  }
-  tdeLog(TDE_LOG_INFO, "ship %s: capturing every %d ms from sequence %llu", zAbs, p->nCycleMs,
-         (unsigned long long)s->pos.seq);
-  while( rc==TDE_OK && !*p->pbStop ){
-    rc = shipCycle(p, db, s);
-    if( rc ){
-      tdeLog(TDE_LOG_ERROR, "ship %s: capture failed: %s", zAbs, tde_last_error());
-      break;
-    }
-    if( p->fdSync>=0 ) shipSyncCheck(p);
-    if( nowSec()-tState > 0.2 ){
-      shipWriteState(p, "running");
-      tState = nowSec();
-    }
-    if( s->iEnd > SHIP_TRIM_BYTES ){
-      /* Drop what every standby has acknowledged. */
-      uint64_t minAck = UINT64_MAX;
-      int bAll = 1;
-      pthread_mutex_lock(&p->mu);
-      for(i=0; i<p->nPeer; i++){
-        if( !p->aPeer[i].bAcked ) bAll = 0;
-        else if( p->aPeer[i].ackedSeq<minAck ) minAck = p->aPeer[i].ackedSeq;
-      }
-      pthread_mutex_unlock(&p->mu);
-      if( bAll && minAck!=UINT64_MAX && minAck>=s->firstSeq && shipBegin(db)==TDE_OK ){
-        /* Only once the chain there is saved: the trimmed spool must
-        ** continue it, or every standby would need a base copy. */
-        if( tdeSpoolScan(s, 1)==TDE_OK && shipChainSave(p, minAck)==TDE_OK ) rc = tdeSpoolTrim(s, minAck);
-        tdeErrClear();
-        shipEnd(db);
-      }
-    }
-    if( p->fdSync>=0 ){
-      /* Sync mode: a writer waits for us; look at the WAL index every
-      ** millisecond and capture as soon as it moved. */
-      double t0 = nowSec();
-      TdeWalEnd seen, now;
-      int fdDb0, fdShm0;
-      shipFds(p, &fdDb0, &fdShm0);
-      shipShmEnd(fdShm0, &seen);
-      while( !*p->pbStop && (nowSec()-t0)*1000.0 < p->nCycleMs ){
-        msleep(1);
-        shipShmEnd(fdShm0, &now);
-        if( now.bKnown && (!seen.bKnown || now.mxFrame!=seen.mxFrame || memcmp(now.aSalt, seen.aSalt, 8)) ) break;
-      }
-    }else{
-      msleep(p->nCycleMs);
-    }
-  }
+  rc = shipStartPeers(p, azTo, nTo);
+  if( !p->aPeer ) goto done;             /* no sender started */
+  if( rc==TDE_OK ) rc = shipCaptureLoop(p, db, s);
   *(volatile int*)p->pbStop = 1;
   for(i=0; i<p->nPeer; i++){
     if( p->aPeer[i].bThread ) pthread_join(p->aPeer[i].tid, 0);

@@ -560,246 +560,317 @@ static int capLostCommits(TdeSpool *s, const uint8_t *aSalt, uint32_t nCkpt, uin
   return tdeSpoolAppend(s, &g, 0);
 }
 
-int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, int nEnd,
-                    const TdeRawSrc *pHdrSrc, int eWhy, const uint8_t *aNewHdr, int *pnNew){
+/* One capture pass (tdeSpoolCapture): the WAL generation read, the frames
+** to capture, the transaction being gathered and the header region that
+** goes with it. */
+typedef struct Capture {
+  TdeSpool *s;
+  const TdeRawSrc *pWal;
+  uint64_t tNow;
+  int *pnNew;                 /* records appended so far */
+  int bWal;                   /* the WAL has a valid header */
+  uint8_t aSalt[8];           /* its generation */
+  uint32_t pgsz, nCkpt;
+  uint32_t iStart, iEnd;      /* frames to capture (iStart 0: none) */
+  CapBuf b;                   /* the transaction's frames (header region first) */
+  int bHdr;                   /* b starts with a changed header region */
+  uint8_t aHash[32];          /* the header region's hash */
+  uint32_t keySig;
+  int bRekey;                 /* the data-key versions changed */
+} Capture;
+
+static int capAppend(Capture *c, TdeRec *r, const uint8_t *aPayload){
+  int rc = tdeSpoolAppend(c->s, r, aPayload);
+  if( rc==TDE_OK ) (*c->pnNew)++;
+  return rc;
+}
+
+/* The WAL header: its page size, generation and checkpoint count. */
+static int capWalHeader(Capture *c){
   uint8_t aWalHdr[TDE_WAL_HDR];
-  uint8_t aHash[32];
-  uint8_t aSalt[8];
-  uint32_t keySig = 0;
-  int bRekey = 0;
-  uint32_t pgsz = 0, nCkpt = 0, iStart = 0, iEnd = 0, iFirst = 0;
-  int bWal = 0, bShort = 0, bHdr = 0, bSkip = 0, bRewound = 0, rc;
-  uint32_t nMax = tdeShipMaxRecord();
-  CapBuf b = { 0, 0, 0 };
-  uint64_t tNow = tdeNowMs();
-  *pnNew = 0;
+  int bShort = 0, rc;
+  if( !c->pWal ) return TDE_OK;
+  rc = tdeRawRead(c->pWal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
+  if( rc ) return rc;
+  c->pgsz = tdeGet32(aWalHdr+8);
+  c->bWal = !bShort && c->pgsz>=512 && c->pgsz<=65536 && (c->pgsz & (c->pgsz-1))==0;
+  if( c->bWal ){
+    memcpy(c->aSalt, aWalHdr+16, 8);
+    c->nCkpt = tdeGet32(aWalHdr+12);
+  }
+  return TDE_OK;
+}
 
-  if( !s->pos.bValid ) return TDE_OK;
-  if( pWal ){
-    rc = tdeRawRead(pWal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
+static sqlite3_int64 capFrameOffset(const Capture *c, uint32_t iFrame){
+  return TDE_WAL_HDR + (sqlite3_int64)(iFrame-1)*(TDE_FRAME_HDR + c->pgsz);
+}
+
+/* The first frame to capture from this generation. */
+static int capFirstFrame(Capture *c){
+  TdeSpool *s = c->s;
+  if( memcmp(c->aSalt, s->pos.aSalt, 8)==0 ){
+    /* The same generation, even one recorded as ended: a WAL deletion
+    ** that a crash undid brings it back, and SQLite appends to it. */
+    c->iStart = s->pos.iFrame + 1;
+  }else if( s->pos.bClosed ){
+    c->iStart = 1;                 /* the previous generation ended: a new one */
+  }else{
+    /* Another generation although the last one was never closed: its
+    ** frames were discarded without being captured (a WAL deleted or
+    ** rewritten by something other than the tde VFS). */
+    TdeRec g;
+    int rc;
+    capGapInit(s, &g, c->aSalt, c->nCkpt, c->pgsz, c->tNow);
+    tdeLog(TDE_LOG_WARNING, "%s: WAL frames were discarded before they were captured; "
+           "standbys behind sequence %llu need a base copy", s->zPath, (unsigned long long)g.seq);
+    rc = capAppend(c, &g, 0);
     if( rc ) return rc;
-    pgsz = tdeGet32(aWalHdr+8);
-    bWal = !bShort && pgsz>=512 && pgsz<=65536 && (pgsz & (pgsz-1))==0;
+    c->iStart = 1;
   }
-  if( bWal ){
-    memcpy(aSalt, aWalHdr+16, 8);
-    nCkpt = tdeGet32(aWalHdr+12);
-    if( memcmp(aSalt, s->pos.aSalt, 8)==0 ){
-      /* The same generation, even one recorded as ended: a WAL deletion
-      ** that a crash undid brings it back, and SQLite appends to it. */
-      iStart = s->pos.iFrame + 1;
-    }else if( s->pos.bClosed ){
-      iStart = 1;                  /* the previous generation ended: a new one */
-    }else{
-      /* Another generation although the last one was never closed: its
-      ** frames were discarded without being captured (a WAL deleted or
-      ** rewritten by something other than the tde VFS). */
-      TdeRec g;
-      capGapInit(s, &g, aSalt, nCkpt, pgsz, tNow);
-      tdeLog(TDE_LOG_WARNING, "%s: WAL frames were discarded before they were captured; "
-             "standbys behind sequence %llu need a base copy", s->zPath, (unsigned long long)g.seq);
-      rc = tdeSpoolAppend(s, &g, 0);
-      if( rc ) return rc;
-      (*pnNew)++;
-      iStart = 1;
-    }
-    if( iStart>1 && iStart==s->pos.iFrame+1 && s->pos.bLastFh==1 ){
-      /* The same generation: the WAL must still hold the very frame the
-      ** capture ended at.  A primary that lost commits (a power loss with
-      ** synchronous=NORMAL) and then wrote past the old end again has
-      ** another frame there, whatever the WAL index says: capturing on
-      ** from the old position would splice the tail of a new history onto
-      ** the old one. */
-      uint8_t aFh[TDE_FRAME_HDR];
-      sqlite3_int64 off = TDE_WAL_HDR + (sqlite3_int64)(iStart-2)*(TDE_FRAME_HDR + pgsz);
-      int bS = 1;
-      rc = tdeRawRead(pWal, aFh, TDE_FRAME_HDR, off, &bS);
-      if( rc ) return rc;
-      if( !bS && memcmp(aFh, s->pos.aLastFh, TDE_FRAME_HDR)!=0 ) bRewound = 1;
-    }
-    if( iStart ){
-      int iUse = -1;
-      for(int k=0; k<nEnd && iUse<0; k++){
-        if( aEnd[k].bKnown && memcmp(aEnd[k].aSalt, aSalt, 8)==0 ) iUse = k;
-      }
-      if( iUse>=0 ){
-        iEnd = aEnd[iUse].mxFrame;
-      }else{
-        /* No WAL index to ask: the last commit frame of this generation. */
-        uint8_t aFh[TDE_FRAME_HDR];
-        for(uint32_t i=iStart;; i++){
-          sqlite3_int64 off = TDE_WAL_HDR + (sqlite3_int64)(i-1)*(TDE_FRAME_HDR + pgsz);
-          int bS;
-          rc = tdeRawRead(pWal, aFh, TDE_FRAME_HDR, off, &bS);
-          if( rc ) return rc;
-          if( bS || memcmp(aFh+8, aSalt, 8)!=0 ) break;
-          {
-            uint8_t aLast;
-            rc = tdeRawRead(pWal, &aLast, 1, off + TDE_FRAME_HDR + pgsz - 1, &bS);
-            if( rc ) return rc;
-            if( bS ) break;
-          }
-          if( tdeGet32(aFh+4)!=0 ) iEnd = i;
-        }
-      }
-      if( iEnd+1<iStart || bRewound ){
-        /* The WAL ends before what was captured from this very generation,
-        ** or holds other frames where the capture ended: the primary lost
-        ** commits (a power loss with synchronous=NORMAL), and frames after
-        ** the loss are, or will be, written again with other content.
-        ** Standbys must start over from a base copy, which holds the WAL
-        ** up to iEnd; the capture goes on after it. */
-        rc = capLostCommits(s, aSalt, nCkpt, pgsz, iEnd,
-                            bRewound ? s->pos.iFrame : iStart - 1 - iEnd, tNow);
-        if( rc ) return rc;
-        (*pnNew)++;
-        iStart = iEnd + 1;
-      }
-    }
-  }
+  return TDE_OK;
+}
 
-  rc = capHeader(s, pHdrSrc, &b, &bHdr, aHash, &keySig, &bRekey);
-  iFirst = iStart;
-  for(uint32_t i=iStart; rc==TDE_OK && iStart && i<=iEnd; i++){
-    sqlite3_int64 off = TDE_WAL_HDR + (sqlite3_int64)(i-1)*(TDE_FRAME_HDR + pgsz);
-    uint8_t *f;
-    if( bSkip || b.n + TDE_FRAME_HDR + pgsz > nMax ){
-      /* A transaction too large for a record (no reader would take it):
-      ** skip to its commit frame and record a GAP there instead, so
-      ** standbys take a base copy and the records after it still ship. */
-      uint8_t aFh[TDE_FRAME_HDR];
-      if( !bSkip ){
-        tdeLog(TDE_LOG_WARNING, "%s: the transaction from WAL frame %u is larger than a record may be "
-               "(%u bytes): standbys will take a base copy", s->zPath, iFirst, nMax);
-      }
-      bSkip = 1;
-      b.n = 0;
-      bHdr = 0;               /* a header change goes with the GAP (its hash) */
-      rc = tdeRawRead(pWal, aFh, TDE_FRAME_HDR, off, &bShort);
-      if( rc ) break;
-      if( bShort || memcmp(aFh+8, aSalt, 8)!=0 ){
-        rc = tdeErr(TDE_FORMAT, "WAL frame %u (of %u committed) is missing or of another generation", i, iEnd);
-        break;
-      }
-      if( tdeGet32(aFh+4)!=0 ){
-        TdeRec g;
-        capGapInit(s, &g, aSalt, nCkpt, pgsz, tNow);
-        g.iFirst = iFirst;
-        g.iLast = i;
-        memcpy(g.aHdrHash, aHash, 32);
-        g.keySig = keySig;
-        rc = tdeSpoolAppend(s, &g, 0);
-        if( rc ) break;
-        (*pnNew)++;
-        bSkip = 0;
-        bHdr = 0;
-        iFirst = i + 1;
-      }
-      continue;
-    }
-    rc = capReserve(&b, TDE_FRAME_HDR + pgsz);
-    if( rc ) break;
-    f = b.a + b.n;
-    rc = tdeRawRead(pWal, f, (int)(TDE_FRAME_HDR + pgsz), off, &bShort);
-    if( rc ) break;
-    if( bShort || memcmp(f+8, aSalt, 8)!=0 ){
-      char zA[17], zB[17];
-      tdeHex(f+8, 8, zA);
-      tdeHex(aSalt, 8, zB);
-      rc = tdeErr(TDE_FORMAT, "WAL frame %u (of %u committed, from %u) is missing or of another generation "
-                  "(short %d, salts %s, WAL header %s, page %u, commit %u)", i, iEnd, iStart, bShort, zA, zB,
-                  tdeGet32(f), tdeGet32(f+4));
-      break;
-    }
-    b.n += TDE_FRAME_HDR + pgsz;
-    if( tdeGet32(f+4)!=0 ){
-      TdeRec r;
-      memset(&r, 0, sizeof(r));
-      r.seq = s->pos.seq + 1;
-      r.kind = TDE_REC_TXN;
-      r.flags = bHdr ? TDE_RECF_HEADER : 0;
-      r.pgsz = pgsz;
-      memcpy(r.aSalt, aSalt, 8);
-      r.nCkpt = nCkpt;
-      r.iFirst = iFirst;
-      r.iLast = i;
-      r.nFrame = i - iFirst + 1;
-      r.tCapture = tNow;
-      memcpy(r.aHdrHash, aHash, 32);
-      r.keySig = keySig;
-      r.nPayload = (uint32_t)b.n;
-      rc = tdeSpoolAppend(s, &r, b.a);
-      if( rc ) break;
-      (*pnNew)++;
-      b.n = 0;
-      bHdr = 0;
-      iFirst = i + 1;
+/* *pbRewound: the same generation, but the WAL no longer holds the very
+** frame the capture ended at.  A primary that lost commits (a power loss
+** with synchronous=NORMAL) and then wrote past the old end again has
+** another frame there, whatever the WAL index says: capturing on from the
+** old position would splice the tail of a new history onto the old one. */
+static int capCheckLastFrame(const Capture *c, int *pbRewound){
+  const TdeSpool *s = c->s;
+  uint8_t aFh[TDE_FRAME_HDR];
+  int bS = 1, rc;
+  *pbRewound = 0;
+  if( !(c->iStart>1 && c->iStart==s->pos.iFrame+1 && s->pos.bLastFh==1) ) return TDE_OK;
+  rc = tdeRawRead(c->pWal, aFh, TDE_FRAME_HDR, capFrameOffset(c, c->iStart-1), &bS);
+  if( rc ) return rc;
+  if( !bS && memcmp(aFh, s->pos.aLastFh, TDE_FRAME_HDR)!=0 ) *pbRewound = 1;
+  return TDE_OK;
+}
+
+/* The last committed frame: the WAL index's, or with no WAL index to ask,
+** the last commit frame of this generation. */
+static int capLastFrame(Capture *c, const TdeWalEnd *aEnd, int nEnd){
+  uint8_t aFh[TDE_FRAME_HDR];
+  for(int k=0; k<nEnd; k++){
+    if( aEnd[k].bKnown && memcmp(aEnd[k].aSalt, c->aSalt, 8)==0 ){
+      c->iEnd = aEnd[k].mxFrame;
+      return TDE_OK;
     }
   }
-  if( rc==TDE_OK && bHdr ){
-    /* The header region changed (rotation, rekey) with no frame to carry
-    ** it: a transaction of its own. */
+  for(uint32_t i=c->iStart;; i++){
+    sqlite3_int64 off = capFrameOffset(c, i);
+    uint8_t aLast;
+    int bS, rc;
+    rc = tdeRawRead(c->pWal, aFh, TDE_FRAME_HDR, off, &bS);
+    if( rc ) return rc;
+    if( bS || memcmp(aFh+8, c->aSalt, 8)!=0 ) break;
+    rc = tdeRawRead(c->pWal, &aLast, 1, off + TDE_FRAME_HDR + c->pgsz - 1, &bS);
+    if( rc ) return rc;
+    if( bS ) break;
+    if( tdeGet32(aFh+4)!=0 ) c->iEnd = i;
+  }
+  return TDE_OK;
+}
+
+/* Which frames of the WAL to capture (c->iStart..c->iEnd), after the
+** records that say frames were discarded or commits lost. */
+static int capLocateFrames(Capture *c, const TdeWalEnd *aEnd, int nEnd){
+  int bRewound = 0, rc;
+  if( !c->bWal ) return TDE_OK;
+  rc = capFirstFrame(c);
+  if( rc==TDE_OK ) rc = capCheckLastFrame(c, &bRewound);
+  if( rc==TDE_OK ) rc = capLastFrame(c, aEnd, nEnd);
+  if( rc ) return rc;
+  if( c->iEnd+1<c->iStart || bRewound ){
+    /* The WAL ends before what was captured from this very generation,
+    ** or holds other frames where the capture ended: the primary lost
+    ** commits (a power loss with synchronous=NORMAL), and frames after
+    ** the loss are, or will be, written again with other content.
+    ** Standbys must start over from a base copy, which holds the WAL
+    ** up to iEnd; the capture goes on after it. */
+    rc = capLostCommits(c->s, c->aSalt, c->nCkpt, c->pgsz, c->iEnd,
+                        bRewound ? c->s->pos.iFrame : c->iStart - 1 - c->iEnd, c->tNow);
+    if( rc ) return rc;
+    (*c->pnNew)++;
+    c->iStart = c->iEnd + 1;
+  }
+  return TDE_OK;
+}
+
+/* A transaction too large for a record (no reader would take it): frame i
+** is skipped; at its commit frame a GAP goes instead, so standbys take a
+** base copy and the records after it still ship.  *pbSkip: still inside
+** the transaction. */
+static int capSkipFrame(Capture *c, uint32_t i, uint32_t nMax, uint32_t *piFirst, int *pbSkip){
+  uint8_t aFh[TDE_FRAME_HDR];
+  int bShort = 0, rc;
+  if( !*pbSkip ){
+    tdeLog(TDE_LOG_WARNING, "%s: the transaction from WAL frame %u is larger than a record may be "
+           "(%u bytes): standbys will take a base copy", c->s->zPath, *piFirst, nMax);
+  }
+  *pbSkip = 1;
+  c->b.n = 0;
+  c->bHdr = 0;               /* a header change goes with the GAP (its hash) */
+  rc = tdeRawRead(c->pWal, aFh, TDE_FRAME_HDR, capFrameOffset(c, i), &bShort);
+  if( rc ) return rc;
+  if( bShort || memcmp(aFh+8, c->aSalt, 8)!=0 ){
+    return tdeErr(TDE_FORMAT, "WAL frame %u (of %u committed) is missing or of another generation", i, c->iEnd);
+  }
+  if( tdeGet32(aFh+4)!=0 ){
+    TdeRec g;
+    capGapInit(c->s, &g, c->aSalt, c->nCkpt, c->pgsz, c->tNow);
+    g.iFirst = *piFirst;
+    g.iLast = i;
+    memcpy(g.aHdrHash, c->aHash, 32);
+    g.keySig = c->keySig;
+    rc = capAppend(c, &g, 0);
+    if( rc ) return rc;
+    *pbSkip = 0;
+    *piFirst = i + 1;
+  }
+  return TDE_OK;
+}
+
+/* Frame i into the transaction being gathered; at a commit frame, the
+** transaction (iFirst..i, the changed header region first) is a record. */
+static int capTakeFrame(Capture *c, uint32_t i, uint32_t *piFirst){
+  uint8_t *f;
+  int bShort = 0, rc;
+  rc = capReserve(&c->b, TDE_FRAME_HDR + c->pgsz);
+  if( rc ) return rc;
+  f = c->b.a + c->b.n;
+  rc = tdeRawRead(c->pWal, f, (int)(TDE_FRAME_HDR + c->pgsz), capFrameOffset(c, i), &bShort);
+  if( rc ) return rc;
+  if( bShort || memcmp(f+8, c->aSalt, 8)!=0 ){
+    char zA[17], zB[17];
+    tdeHex(f+8, 8, zA);
+    tdeHex(c->aSalt, 8, zB);
+    return tdeErr(TDE_FORMAT, "WAL frame %u (of %u committed, from %u) is missing or of another generation "
+                  "(short %d, salts %s, WAL header %s, page %u, commit %u)", i, c->iEnd, c->iStart, bShort, zA,
+                  zB, tdeGet32(f), tdeGet32(f+4));
+  }
+  c->b.n += TDE_FRAME_HDR + c->pgsz;
+  if( tdeGet32(f+4)!=0 ){
     TdeRec r;
     memset(&r, 0, sizeof(r));
-    r.seq = s->pos.seq + 1;
+    r.seq = c->s->pos.seq + 1;
     r.kind = TDE_REC_TXN;
-    r.flags = TDE_RECF_HEADER;
-    r.pgsz = 0;
-    memcpy(r.aSalt, s->pos.aSalt, 8);
-    r.nCkpt = s->pos.nCkpt;
-    r.iFirst = r.iLast = s->pos.iFrame;
-    r.tCapture = tNow;
-    memcpy(r.aHdrHash, aHash, 32);
-    r.keySig = keySig;
-    r.nPayload = TDE_HEADER_BYTES;
-    if( s->pos.bClosed ) r.flags |= TDE_RECF_CLOSED;
-    rc = tdeSpoolAppend(s, &r, b.a);
-    if( rc==TDE_OK ) (*pnNew)++;
-  }
-  sqlite3_free(b.a);
-  if( rc ) return rc;
-  if( bRekey ){
-    /* A rekey began or ended: its steps rewrite pages in the database
-    ** file directly, never through the WAL, so standbys must take a base
-    ** copy rather than miss them. */
-    TdeRec g;
-    capGapInit(s, &g, s->pos.aSalt, s->pos.nCkpt, 0, tNow);
-    g.iLast = s->pos.iFrame;
-    g.flags = s->pos.bClosed ? TDE_RECF_CLOSED : 0;
-    tdeLog(TDE_LOG_INFO, "%s: the data-key versions changed (rekey): standbys take a base copy at "
-           "sequence %llu", s->zPath, (unsigned long long)g.seq);
-    rc = tdeSpoolAppend(s, &g, 0);
+    r.flags = c->bHdr ? TDE_RECF_HEADER : 0;
+    r.pgsz = c->pgsz;
+    memcpy(r.aSalt, c->aSalt, 8);
+    r.nCkpt = c->nCkpt;
+    r.iFirst = *piFirst;
+    r.iLast = i;
+    r.nFrame = i - *piFirst + 1;
+    r.tCapture = c->tNow;
+    memcpy(r.aHdrHash, c->aHash, 32);
+    r.keySig = c->keySig;
+    r.nPayload = (uint32_t)c->b.n;
+    rc = capAppend(c, &r, c->b.a);
     if( rc ) return rc;
-    (*pnNew)++;
+    c->b.n = 0;
+    c->bHdr = 0;
+    *piFirst = i + 1;
   }
+  return TDE_OK;
+}
 
+/* Every committed frame from c->iStart to c->iEnd, as records. */
+static int capFrames(Capture *c){
+  uint32_t nMax = tdeShipMaxRecord(), iFirst = c->iStart;
+  int bSkip = 0, rc = TDE_OK;
+  for(uint32_t i=c->iStart; rc==TDE_OK && c->iStart && i<=c->iEnd; i++){
+    if( bSkip || c->b.n + TDE_FRAME_HDR + c->pgsz > nMax ){
+      rc = capSkipFrame(c, i, nMax, &iFirst, &bSkip);
+    }else{
+      rc = capTakeFrame(c, i, &iFirst);
+    }
+  }
+  return rc;
+}
+
+/* The header region changed (rotation, rekey) with no frame to carry it:
+** a transaction of its own. */
+static int capHeaderAlone(Capture *c){
+  TdeSpool *s = c->s;
+  TdeRec r;
+  memset(&r, 0, sizeof(r));
+  r.seq = s->pos.seq + 1;
+  r.kind = TDE_REC_TXN;
+  r.flags = TDE_RECF_HEADER;
+  r.pgsz = 0;
+  memcpy(r.aSalt, s->pos.aSalt, 8);
+  r.nCkpt = s->pos.nCkpt;
+  r.iFirst = r.iLast = s->pos.iFrame;
+  r.tCapture = c->tNow;
+  memcpy(r.aHdrHash, c->aHash, 32);
+  r.keySig = c->keySig;
+  r.nPayload = TDE_HEADER_BYTES;
+  if( s->pos.bClosed ) r.flags |= TDE_RECF_CLOSED;
+  return capAppend(c, &r, c->b.a);
+}
+
+/* A rekey began or ended: its steps rewrite pages in the database file
+** directly, never through the WAL, so standbys must take a base copy
+** rather than miss them. */
+static int capRekeyGap(Capture *c){
+  TdeSpool *s = c->s;
+  TdeRec g;
+  capGapInit(s, &g, s->pos.aSalt, s->pos.nCkpt, 0, c->tNow);
+  g.iLast = s->pos.iFrame;
+  g.flags = s->pos.bClosed ? TDE_RECF_CLOSED : 0;
+  tdeLog(TDE_LOG_INFO, "%s: the data-key versions changed (rekey): standbys take a base copy at "
+         "sequence %llu", s->zPath, (unsigned long long)g.seq);
+  return capAppend(c, &g, 0);
+}
+
+/* The MARK a WAL restart (the new generation, from aNewHdr) or a close
+** (the generation ended) leaves. */
+static int capMark(Capture *c, int eWhy, const uint8_t *aNewHdr){
+  TdeSpool *s = c->s;
+  TdeRec m;
+  memset(&m, 0, sizeof(m));
+  m.kind = TDE_REC_MARK;
+  m.tCapture = c->tNow;
+  memcpy(m.aHdrHash, s->pos.aHdrHash, 32);
+  m.keySig = s->pos.keySig;
   if( eWhy==TDE_CAPTURE_RESTART && aNewHdr ){
-    TdeRec m;
-    memset(&m, 0, sizeof(m));
-    m.kind = TDE_REC_MARK;
     memcpy(m.aSalt, aNewHdr+16, 8);
     m.nCkpt = tdeGet32(aNewHdr+12);
     m.pgsz = tdeGet32(aNewHdr+8);
-    m.tCapture = tNow;
-    memcpy(m.aHdrHash, s->pos.aHdrHash, 32);
-    m.keySig = s->pos.keySig;
-    rc = tdeSpoolAppend(s, &m, 0);
-    if( rc==TDE_OK ) (*pnNew)++;
-  }else if( eWhy==TDE_CAPTURE_CLOSE && bWal && !s->pos.bClosed ){
-    TdeRec m;
-    memset(&m, 0, sizeof(m));
-    m.kind = TDE_REC_MARK;
+  }else if( eWhy==TDE_CAPTURE_CLOSE && c->bWal && !s->pos.bClosed ){
     m.flags = TDE_RECF_CLOSED;
-    memcpy(m.aSalt, aSalt, 8);
-    m.nCkpt = nCkpt;
-    m.pgsz = pgsz;
+    memcpy(m.aSalt, c->aSalt, 8);
+    m.nCkpt = c->nCkpt;
+    m.pgsz = c->pgsz;
     m.iLast = s->pos.iFrame;
-    m.tCapture = tNow;
-    memcpy(m.aHdrHash, s->pos.aHdrHash, 32);
-    m.keySig = s->pos.keySig;
-    rc = tdeSpoolAppend(s, &m, 0);
-    if( rc==TDE_OK ) (*pnNew)++;
+  }else{
+    return TDE_OK;
   }
+  return capAppend(c, &m, 0);
+}
+
+int tdeSpoolCapture(TdeSpool *s, const TdeRawSrc *pWal, const TdeWalEnd *aEnd, int nEnd,
+                    const TdeRawSrc *pHdrSrc, int eWhy, const uint8_t *aNewHdr, int *pnNew){
+  Capture c;
+  int rc;
+  *pnNew = 0;
+  if( !s->pos.bValid ) return TDE_OK;
+  memset(&c, 0, sizeof(c));
+  c.s = s;
+  c.pWal = pWal;
+  c.tNow = tdeNowMs();
+  c.pnNew = pnNew;
+
+  rc = capWalHeader(&c);
+  if( rc==TDE_OK ) rc = capLocateFrames(&c, aEnd, nEnd);
+  if( rc ) return rc;
+  rc = capHeader(s, pHdrSrc, &c.b, &c.bHdr, c.aHash, &c.keySig, &c.bRekey);
+  if( rc==TDE_OK ) rc = capFrames(&c);
+  if( rc==TDE_OK && c.bHdr ) rc = capHeaderAlone(&c);
+  sqlite3_free(c.b.a);
+  if( rc==TDE_OK && c.bRekey ) rc = capRekeyGap(&c);
+  if( rc==TDE_OK ) rc = capMark(&c, eWhy, aNewHdr);
   return rc;
 }
 

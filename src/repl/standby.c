@@ -515,39 +515,69 @@ static int sbDiverge(Standby *p, const char *zPeer, const char *zWhy){
 
 /* ---- base copy ---------------------------------------------------------- */
 
-static int sbReceiveBase(Standby *p, TdeConn *pConn, const uint8_t *aBegin, size_t nBegin, const uint8_t *aDbid){
-  uint64_t seq, size, tCap, got = 0;
+/* A base copy being received (sbReceiveBase): what BASE_BEGIN said, and
+** the record chain its end carries. */
+typedef struct SbBase {
+  const uint8_t *aBegin;      /* the BASE_BEGIN body */
+  size_t nBegin;
+  const uint8_t *aDbid;       /* the database the primary said hello for */
+  uint64_t seq, size, tCap;
+  int bChain;                 /* aChain came with the copy */
+  uint8_t aChain[32];
+} SbBase;
+
+/* The base copy takes back what this copy applied (another history, an
+** older sequence, or transactions the primary lost): zWhy says how; ""
+** if it does not. */
+static void sbBaseRewinds(const Standby *p, const SbBase *pB, char *zWhy, size_t nWhy){
+  const uint8_t *aBegin = pB->aBegin;
+  zWhy[0] = 0;
+  if( memcmp(aBegin+8, p->aHistory, 16)!=0 ){
+    snprintf(zWhy, nWhy, "a base copy of another history than the one this copy applied "
+             "%llu transactions of", (unsigned long long)p->applied);
+  }else if( pB->seq<p->applied ){
+    snprintf(zWhy, nWhy, "a base copy at transaction %llu, older than the %llu this copy applied",
+             (unsigned long long)pB->seq, (unsigned long long)p->applied);
+  }else if( pB->nBegin>=48 && (aBegin[40] & 1) && p->applied>=tdeGet32(aBegin+44) ){
+    snprintf(zWhy, nWhy, "the primary lost transactions from about %u on, and this copy applied "
+             "up to %llu: its base copy would take them back", tdeGet32(aBegin+44),
+             (unsigned long long)p->applied);
+  }
+}
+
+/* BASE_END: the copy's digest, and its signature if a primary key is
+** pinned (its pages, header region, sequence and chain).  Takes no
+** ownership of aBody. */
+static int sbBaseCheckEnd(Standby *p, SbBase *pB, const uint8_t *aSum, uint64_t got, const uint8_t *aBody,
+                          size_t nBody){
+  int rc = TDE_OK;
+  if( got!=pB->size || memcmp(aSum, aBody, 32)!=0 ){
+    rc = tdeErr(TDE_AUTH, "base copy damaged in transit");
+  }else if( p->pCfg->nPubKey ){
+    uint8_t aSigned[TDE_BASE_SIGNED];
+    if( nBody!=64 + TDE_SIG_BYTES ){
+      rc = tdeErr(TDE_AUTH, "refusing an unsigned base copy (repl_primary_pubkey is set)");
+    }else{
+      tdeBaseSigned(pB->aDbid, pB->aBegin+8, pB->seq, pB->size, aSum, aBody+32, pB->tCap, aSigned);
+      rc = tdeVerify(p->pCfg->apPubKey, p->pCfg->nPubKey, aSigned, sizeof(aSigned), aBody+64);
+      if( rc ) rc = tdeErr(TDE_AUTH, "refusing a base copy whose signature does not verify with the pinned "
+                           "primary key");
+      else{ memcpy(pB->aChain, aBody+32, 32); pB->bChain = 1; }
+    }
+  }else if( nBody==64 + TDE_SIG_BYTES ){
+    memcpy(pB->aChain, aBody+32, 32);      /* not verified: no key pinned */
+    pB->bChain = 1;
+  }
+  return rc;
+}
+
+/* The copy's bytes into fdOut, up to BASE_END and its checks. */
+static int sbBaseReceive(Standby *p, TdeConn *pConn, SbBase *pB, int fdOut){
+  uint64_t got = 0;
   uint8_t sum[32];
   unsigned int nSum;
-  EVP_MD_CTX *c = 0;
-  int fdOut = -1, rc = TDE_OK, bBaseChain = 0;
-  uint8_t aBaseChain[32];
-  if( nBegin<40 ) return tdeErr(TDE_FORMAT, "bad base copy header");
-  seq = tdeGet64(aBegin);
-  size = tdeGet64(aBegin+24);
-  tCap = tdeGet64(aBegin+32);
-  if( p->bHave && !p->bAcceptRewind ){
-    char zWhy[300];
-    zWhy[0] = 0;
-    if( memcmp(aBegin+8, p->aHistory, 16)!=0 ){
-      snprintf(zWhy, sizeof(zWhy), "a base copy of another history than the one this copy applied "
-               "%llu transactions of", (unsigned long long)p->applied);
-    }else if( seq<p->applied ){
-      snprintf(zWhy, sizeof(zWhy), "a base copy at transaction %llu, older than the %llu this copy applied",
-               (unsigned long long)seq, (unsigned long long)p->applied);
-    }else if( nBegin>=48 && (aBegin[40] & 1) && p->applied>=tdeGet32(aBegin+44) ){
-      snprintf(zWhy, sizeof(zWhy), "the primary lost transactions from about %u on, and this copy applied "
-               "up to %llu: its base copy would take them back", tdeGet32(aBegin+44),
-               (unsigned long long)p->applied);
-    }
-    if( zWhy[0] ) return sbDiverge(p, p->zPeer, zWhy);
-  }
-  snprintf(p->zStatus, sizeof(p->zStatus), "base copy");
-  tdeLog(TDE_LOG_INFO, "standby %s: receiving a base copy (%llu bytes, sequence %llu)", p->zDb,
-         (unsigned long long)size, (unsigned long long)seq);
-  fdOut = open(p->zBase, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  c = EVP_MD_CTX_new();
-  if( fdOut<0 ){ rc = tdeErr(TDE_IO, "%s: %s", p->zBase, strerror(errno)); goto done; }
+  EVP_MD_CTX *c = EVP_MD_CTX_new();
+  int rc = TDE_OK;
   if( !c || EVP_DigestInit_ex(c, EVP_sha256(), 0)!=1 ){ rc = TDE_CRYPTO; goto done; }
   for(;;){
     uint8_t *aBody = 0;
@@ -566,102 +596,125 @@ static int sbReceiveBase(Standby *p, TdeConn *pConn, const uint8_t *aBegin, size
     }
     if( eType==TDE_MSG_BASE_END && (nBody==32 || nBody==64 + TDE_SIG_BYTES) ){
       if( EVP_DigestFinal_ex(c, sum, &nSum)!=1 ) rc = TDE_CRYPTO;
-      else if( got!=size || memcmp(sum, aBody, 32)!=0 ) rc = tdeErr(TDE_AUTH, "base copy damaged in transit");
-      else if( p->pCfg->nPubKey ){
-        /* Its pages, header region, sequence and chain, signed by the
-        ** pinned primary key. */
-        uint8_t aSigned[TDE_BASE_SIGNED];
-        if( nBody!=64 + TDE_SIG_BYTES ){
-          rc = tdeErr(TDE_AUTH, "refusing an unsigned base copy (repl_primary_pubkey is set)");
-        }else{
-          tdeBaseSigned(aDbid, aBegin+8, seq, size, sum, aBody+32, tCap, aSigned);
-          rc = tdeVerify(p->pCfg->apPubKey, p->pCfg->nPubKey, aSigned, sizeof(aSigned), aBody+64);
-          if( rc ) rc = tdeErr(TDE_AUTH, "refusing a base copy whose signature does not verify with the pinned "
-                               "primary key");
-          else{ memcpy(aBaseChain, aBody+32, 32); bBaseChain = 1; }
-        }
-      }else if( nBody==64 + TDE_SIG_BYTES ){
-        memcpy(aBaseChain, aBody+32, 32);      /* not verified: no key pinned */
-        bBaseChain = 1;
-      }
+      else rc = sbBaseCheckEnd(p, pB, sum, got, aBody, nBody);
       sqlite3_free(aBody);
       if( rc ) tdeLog(TDE_LOG_ERROR, "standby %s: %s", p->zDb, tde_last_error());
-      break;
+      goto done;
     }
     sqlite3_free(aBody);
     rc = tdeErr(TDE_FORMAT, "unexpected message during a base copy");
     goto done;
   }
-  if( rc ) goto done;
-  /* It must be a copy of the database the primary said hello for. */
-  {
-    uint8_t *aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
-    TdeHeader *h = sqlite3_malloc(sizeof(TdeHeader));
-    TdeRawSrc src = { 0, fdOut };
-    int bShort = 1, iSlot = 0;
-    if( !aRegion || !h ) rc = TDE_NOMEM;
-    if( rc==TDE_OK && size<TDE_HEADER_BYTES ){
-      rc = tdeErr(TDE_FORMAT, "refusing a base copy of %llu bytes (no sqlite-tde header)", (unsigned long long)size);
-    }
-    if( rc==TDE_OK ) rc = tdeRawRead(&src, aRegion, TDE_HEADER_BYTES, 0, &bShort);
-    if( rc==TDE_OK && (bShort || tdeHeaderPick(aRegion, TDE_HEADER_BYTES, h, &iSlot)!=TDE_OK) ){
-      rc = tdeErr(TDE_FORMAT, "refusing a base copy whose header region does not parse");
-    }
-    if( rc==TDE_OK && memcmp(h->dbid, aDbid, 16)!=0 ){
-      rc = tdeErr(TDE_FORMAT, "refusing a base copy of another database than the primary's");
-    }
-    sqlite3_free(h);
-    sqlite3_free(aRegion);
-    if( rc ){
-      tdeLog(TDE_LOG_ERROR, "standby %s: %s", p->zDb, tde_last_error());
-      goto done;
-    }
+done:
+  EVP_MD_CTX_free(c);
+  return rc;
+}
+
+/* It must be a copy of the database the primary said hello for. */
+static int sbBaseCheckHeader(Standby *p, const SbBase *pB, int fdOut){
+  uint8_t *aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  TdeHeader *h = sqlite3_malloc(sizeof(TdeHeader));
+  TdeRawSrc src = { 0, fdOut };
+  int bShort = 1, iSlot = 0, rc = TDE_OK;
+  if( !aRegion || !h ) rc = TDE_NOMEM;
+  if( rc==TDE_OK && pB->size<TDE_HEADER_BYTES ){
+    rc = tdeErr(TDE_FORMAT, "refusing a base copy of %llu bytes (no sqlite-tde header)",
+                (unsigned long long)pB->size);
   }
-  if( fsync(fdOut)!=0 ){ rc = tdeErr(TDE_IO, "%s: fsync: %s", p->zBase, strerror(errno)); goto done; }
-  /* Replace the copy: readers holding the old file fail their next read
-  ** transaction (the shim sees the path name another file) and reopen;
-  ** a crash before the state records the new sequence replays records the
-  ** primary sends again, which converge on the same pages. */
+  if( rc==TDE_OK ) rc = tdeRawRead(&src, aRegion, TDE_HEADER_BYTES, 0, &bShort);
+  if( rc==TDE_OK && (bShort || tdeHeaderPick(aRegion, TDE_HEADER_BYTES, h, &iSlot)!=TDE_OK) ){
+    rc = tdeErr(TDE_FORMAT, "refusing a base copy whose header region does not parse");
+  }
+  if( rc==TDE_OK && memcmp(h->dbid, pB->aDbid, 16)!=0 ){
+    rc = tdeErr(TDE_FORMAT, "refusing a base copy of another database than the primary's");
+  }
+  sqlite3_free(h);
+  sqlite3_free(aRegion);
+  if( rc ) tdeLog(TDE_LOG_ERROR, "standby %s: %s", p->zDb, tde_last_error());
+  return rc;
+}
+
+/* Replace the copy with the synced base copy in *pfdOut (the standby
+** keeps it open: *pfdOut becomes -1 once it is the copy).  Readers
+** holding the old file fail their next read transaction (the shim sees
+** the path name another file) and reopen; a crash before the state
+** records the new sequence replays records the primary sends again, which
+** converge on the same pages. */
+static int sbBaseInstall(Standby *p, int *pfdOut){
+  int rc = TDE_OK;
+  if( fsync(*pfdOut)!=0 ) return tdeErr(TDE_IO, "%s: fsync: %s", p->zBase, strerror(errno));
   if( p->fdDb>=0 ){
     rc = sbLockExclusive(p);
-    if( rc ) goto done;
+    if( rc ) return rc;
   }
   if( rename(p->zBase, p->zDb)!=0 ) rc = tdeErr(TDE_IO, "%s: rename: %s", p->zBase, strerror(errno));
   if( p->fdDb>=0 ){ sbUnlock(p); close(p->fdDb); p->fdDb = -1; }
-  if( rc ) goto done;
+  if( rc ) return rc;
   rc = tdeFsyncDir(p->zDb);
-  if( rc ) goto done;
-  p->fdDb = fdOut;
-  fdOut = -1;
-  if( ftruncate(p->fdLog, 0)!=0 ){ rc = tdeErr(TDE_IO, "%s: %s", p->zLog, strerror(errno)); goto done; }
-  if( p->bHave && p->bAcceptRewind
-   && (memcmp(aBegin+8, p->aHistory, 16)!=0 || seq<p->applied || p->zDiverged[0]
-       || (nBegin>=48 && (aBegin[40] & 1) && p->applied>=tdeGet32(aBegin+44))) ){
-    char zWhy[800];
-    snprintf(zWhy, sizeof(zWhy), "rewind accepted by the operator (--accept-rewind): base copy at transaction %llu "
-             "replaces the copy at %llu%s%s", (unsigned long long)seq, (unsigned long long)p->applied,
+  if( rc ) return rc;
+  p->fdDb = *pfdOut;
+  *pfdOut = -1;
+  if( ftruncate(p->fdLog, 0)!=0 ) return tdeErr(TDE_IO, "%s: %s", p->zLog, strerror(errno));
+  return TDE_OK;
+}
+
+/* The copy is the base copy: its sequence, history and chain, recorded in
+** the state file.  A rewind the operator accepted is audited, once. */
+static int sbBaseAdopt(Standby *p, const SbBase *pB){
+  const uint8_t *aBegin = pB->aBegin;
+  char zWhy[300];
+  sbBaseRewinds(p, pB, zWhy, sizeof(zWhy));
+  if( p->bHave && p->bAcceptRewind && (zWhy[0] || p->zDiverged[0]) ){
+    char zAudit[800];
+    snprintf(zAudit, sizeof(zAudit), "rewind accepted by the operator (--accept-rewind): base copy at transaction "
+             "%llu replaces the copy at %llu%s%s", (unsigned long long)pB->seq, (unsigned long long)p->applied,
              p->zDiverged[0] ? "; was diverged: " : "", p->zDiverged);
-    tdeLog(TDE_LOG_WARNING, "standby %s: %s", p->zDb, zWhy);
-    sbAudit(p, "standby_rewind_accepted", 0, zWhy);
+    tdeLog(TDE_LOG_WARNING, "standby %s: %s", p->zDb, zAudit);
+    sbAudit(p, "standby_rewind_accepted", 0, zAudit);
     p->bAcceptRewind = 0;
   }
   p->zDiverged[0] = 0;
-  p->bChain = bBaseChain;
-  if( bBaseChain ) memcpy(p->aChain, aBaseChain, 32);
-  p->headSeq = seq;
-  memcpy(p->aDbid, aDbid, 16);
+  p->bChain = pB->bChain;
+  if( pB->bChain ) memcpy(p->aChain, pB->aChain, 32);
+  p->headSeq = pB->seq;
+  memcpy(p->aDbid, pB->aDbid, 16);
   memcpy(p->aHistory, aBegin+8, 16);
-  p->applied = p->received = seq;
-  p->appliedCapture = p->receivedCapture = tCap;
+  p->applied = p->received = pB->seq;
+  p->appliedCapture = p->receivedCapture = pB->tCap;
   /* A WAL database keeps its page size: keep the one known unless the
   ** new copy's size says otherwise (then learn it again). */
-  if( p->pgsz && (size<TDE_HEADER_BYTES || (size - TDE_HEADER_BYTES) % p->pgsz) ) p->pgsz = 0;
+  if( p->pgsz && (pB->size<TDE_HEADER_BYTES || (pB->size - TDE_HEADER_BYTES) % p->pgsz) ) p->pgsz = 0;
   p->appliedAt = tdeNowMs();
   p->bHave = 1;
   snprintf(p->zStatus, sizeof(p->zStatus), "streaming");
-  rc = sbWriteState(p, 1);
-done:
-  EVP_MD_CTX_free(c);
+  return sbWriteState(p, 1);
+}
+
+static int sbReceiveBase(Standby *p, TdeConn *pConn, const uint8_t *aBegin, size_t nBegin, const uint8_t *aDbid){
+  SbBase base;
+  int fdOut = -1, rc;
+  if( nBegin<40 ) return tdeErr(TDE_FORMAT, "bad base copy header");
+  memset(&base, 0, sizeof(base));
+  base.aBegin = aBegin;
+  base.nBegin = nBegin;
+  base.aDbid = aDbid;
+  base.seq = tdeGet64(aBegin);
+  base.size = tdeGet64(aBegin+24);
+  base.tCap = tdeGet64(aBegin+32);
+  if( p->bHave && !p->bAcceptRewind ){
+    char zWhy[300];
+    sbBaseRewinds(p, &base, zWhy, sizeof(zWhy));
+    if( zWhy[0] ) return sbDiverge(p, p->zPeer, zWhy);
+  }
+  snprintf(p->zStatus, sizeof(p->zStatus), "base copy");
+  tdeLog(TDE_LOG_INFO, "standby %s: receiving a base copy (%llu bytes, sequence %llu)", p->zDb,
+         (unsigned long long)base.size, (unsigned long long)base.seq);
+  fdOut = open(p->zBase, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if( fdOut<0 ) return tdeErr(TDE_IO, "%s: %s", p->zBase, strerror(errno));
+  rc = sbBaseReceive(p, pConn, &base, fdOut);
+  if( rc==TDE_OK ) rc = sbBaseCheckHeader(p, &base, fdOut);
+  if( rc==TDE_OK ) rc = sbBaseInstall(p, &fdOut);
+  if( rc==TDE_OK ) rc = sbBaseAdopt(p, &base);
   if( fdOut>=0 ){
     close(fdOut);
     if( rc ) unlink(p->zBase);
@@ -950,6 +1003,291 @@ static int sbApplyVerified(Standby *p, TdeConn *pConn){
   return rc;
 }
 
+/* One session with a primary (sbSession): its connection, the one that
+** replaces it, and what the stream asked for. */
+typedef struct SbSession {
+  TdeConn *pConn;
+  const uint8_t *aDbid;       /* the database the primary said hello for */
+  TdeConn *pNext;             /* out: a verified connection that replaces this one */
+  int *pbNext;
+  uint8_t *aNextDbid;         /* out: its database id */
+  uint64_t resendFor;         /* the sequence last asked for again (UINT64_MAX: none) */
+  uint64_t tResend;
+  int bDupSeen;               /* a duplicate was logged */
+  uint8_t *aPend;             /* a message read past the batch */
+  size_t nPend;
+  int ePend;
+} SbSession;
+
+/* A verified connection posted meanwhile (sbHandshakeMain) is answered at
+** once: refused if it is another database, else it replaces this session
+** (*ss->pbNext). */
+static void sbTakeOver(Standby *p, SbSession *ss){
+  TdeConn c2;
+  uint8_t *aH = 0;
+  size_t nH = 0;
+  char zPeer2[128];
+  if( !sbTakePending(p, &c2, &aH, &nH, zPeer2, sizeof(zPeer2)) ) return;
+  if( sbHello(p, &c2, aH, nH, zPeer2, ss->aNextDbid)==TDE_OK ){
+    tdeLog(TDE_LOG_INFO, "standby %s: a new verified connection from the primary (%s, %s) replaces "
+           "the current one", p->zDb, zPeer2, c2.zPeerId[0] ? c2.zPeerId : "no TLS");
+    snprintf(p->zPeer, sizeof(p->zPeer), "%s", zPeer2);
+    *ss->pNext = c2;
+    *ss->pbNext = 1;
+    sqlite3_free(aH);
+    return;
+  }
+  tdeConnClose(&c2);
+  sqlite3_free(aH);
+}
+
+/* No message: the primary sends a heartbeat every 0.5 s except while it
+** makes a base copy; after SB_SILENT_MS say so (status), keep the
+** connection (keepalive ends a dead one; a new connection from the primary
+** replaces it). */
+static void sbNoteSilence(Standby *p){
+  if( tdeNowMs()-p->tHeardMs>SB_SILENT_MS && strcmp(p->zStatus, "silent")!=0 ){
+    snprintf(p->zStatus, sizeof(p->zStatus), "silent");
+    if( p->bHave ) sbWriteState(p, 0);
+  }
+  if( p->bHave && tdeNowMs()-p->tStateMs>1000 ) sbWriteState(p, 0);
+}
+
+/* The next message, waiting up to 0.5 s (*pbGot: one came), or a
+** connection that replaces the session (*ss->pbNext). */
+static int sbWaitMessage(Standby *p, SbSession *ss, int *peType, uint8_t **paBody, size_t *pnBody, int *pbGot){
+  struct pollfd aPoll[2] = { { ss->pConn->fd, POLLIN, 0 }, { p->aWake[0], POLLIN, 0 } };
+  int rc;
+  *pbGot = 0;
+  if( !tdeConnReadable(ss->pConn, 0) ) poll(aPoll, 2, 500);
+  if( aPoll[1].revents & POLLIN ){
+    sbTakeOver(p, ss);
+    return TDE_OK;
+  }
+  rc = tdeConnRecv(ss->pConn, 0, peType, paBody, pnBody);
+  if( rc==TDE_NOTFOUND ){
+    sbNoteSilence(p);
+    return TDE_OK;
+  }
+  if( rc ) return rc;
+  p->tHeardMs = tdeNowMs();
+  if( strcmp(p->zStatus, "silent")==0 ) snprintf(p->zStatus, sizeof(p->zStatus), "streaming");
+  *pbGot = 1;
+  return TDE_OK;
+}
+
+/* A transaction already applied: acknowledge again, apply nothing. */
+static int sbDuplicate(Standby *p, SbSession *ss, uint64_t seq){
+  if( !ss->bDupSeen ){
+    tdeLog(TDE_LOG_INFO, "standby %s: transaction %llu is already applied: acknowledged again, "
+           "ignored (duplicates after this one are not logged)", p->zDb, (unsigned long long)seq);
+    ss->bDupSeen = 1;
+  }
+  return sbAck(ss->pConn, p->applied);
+}
+
+/* A transaction after a missing one: ask for `expect` again (at most once
+** a second for the same one). */
+static int sbAskResend(Standby *p, SbSession *ss, uint64_t seq, uint64_t expect){
+  uint8_t a[8];
+  int rc;
+  if( ss->resendFor==expect && tdeNowMs()-ss->tResend<=1000 ) return TDE_OK;
+  tdeLog(TDE_LOG_WARNING, "standby %s: got transaction %llu while waiting for %llu; asking to resend",
+         p->zDb, (unsigned long long)seq, (unsigned long long)expect);
+  tdePut64(a, expect);
+  rc = tdeConnSend(ss->pConn, TDE_MSG_RESEND, a, 8, 0, 0);
+  if( rc ) return rc;
+  ss->resendFor = expect;
+  ss->tResend = tdeNowMs();
+  return TDE_OK;
+}
+
+/* Verifying (repl_primary_pubkey): a transaction waits, in order, for the
+** signed head that covers it.  Takes aBody. */
+static int sbOnTxnVerified(Standby *p, SbSession *ss, uint8_t *aBody, size_t nBody){
+  TdeRec r;
+  uint64_t expect;
+  int rc;
+  if( tdeRecCheck(aBody, nBody, &r)!=TDE_OK ){
+    sqlite3_free(aBody);
+    return tdeErr(TDE_AUTH, "a transaction failed its checksum: dropping the connection");
+  }
+  if( !p->bHave ){ sqlite3_free(aBody); return TDE_OK; }
+  if( r.seq<=p->applied ){
+    sqlite3_free(aBody);
+    return sbDuplicate(p, ss, r.seq);
+  }
+  expect = p->applied + (uint64_t)p->nPend + 1;
+  if( r.seq<expect ){ sqlite3_free(aBody); return TDE_OK; }     /* already waiting for its head */
+  if( r.seq>expect ){
+    sqlite3_free(aBody);
+    return sbAskResend(p, ss, r.seq, expect);
+  }
+  if( !(p->nPend ? p->aPend[p->nPend-1].bChain : p->bChain) ){
+    sqlite3_free(aBody);
+    return tdeErr(TDE_AUTH, "this copy's record chain is not known (a version 1 state file or an unsigned "
+                  "base copy): it needs a signed base copy");
+  }
+  if( p->nPend>=SB_PEND_MAX || p->nPendBytes+nBody>SB_PEND_BYTES ){
+    sqlite3_free(aBody);
+    return tdeErr(TDE_AUTH, "%d transactions without a signed head: dropping the connection", p->nPend);
+  }
+  if( !p->aPend ){
+    p->aPend = sqlite3_malloc64(sizeof(SbRec)*SB_PEND_MAX);
+    if( !p->aPend ){ sqlite3_free(aBody); return TDE_NOMEM; }
+  }
+  p->aPend[p->nPend].a = aBody;
+  p->aPend[p->nPend].n = nBody;
+  p->aPend[p->nPend].r = r;
+  sbChainRec(p->nPend ? p->aPend[p->nPend-1].aChain : p->aChain, &p->aPend[p->nPend]);
+  p->nPend++;
+  p->nPendBytes += nBody;
+  rc = sbApplyVerified(p, ss->pConn);
+  if( rc ){
+    tdeLog(TDE_LOG_ERROR, "standby %s: from %s: %s; nothing of it applied, dropping the connection", p->zDb,
+           p->zPeer, tde_last_error());
+    return rc;
+  }
+  ss->resendFor = UINT64_MAX;
+  return TDE_OK;
+}
+
+/* A signed head (or a heartbeat carrying one).  Verifying: only what a
+** signed head says counts, lag included.  Takes aBody. */
+static int sbOnHead(Standby *p, SbSession *ss, int eType, uint8_t *aBody, size_t nBody){
+  uint64_t hs = 0;
+  uint8_t hc[32];
+  size_t off = eType==TDE_MSG_HEAD ? 0 : 32;
+  int rc;
+  if( !p->pCfg->nPubKey || !p->bHave || nBody<off + TDE_HEAD_BYTES ){
+    sqlite3_free(aBody);        /* not verifying, no copy yet, or an unsigned heartbeat: ignored */
+    return TDE_OK;
+  }
+  rc = tdeHeadCheck(p->pCfg->apPubKey, p->pCfg->nPubKey, aBody+off, nBody-off, p->aDbid, p->aHistory, &hs, hc);
+  if( rc ){
+    sqlite3_free(aBody);
+    tdeLog(TDE_LOG_ERROR, "standby %s: refusing a head from %s: %s; dropping the connection", p->zDb,
+           p->zPeer, tde_last_error());
+    return rc;
+  }
+  if( hs>p->primarySeq ){
+    p->primarySeq = hs;
+    p->primaryCapture = tdeGet64(aBody+off+80);
+  }
+  if( off ) p->primaryUnreceived = tdeGet64(aBody+24);
+  sqlite3_free(aBody);
+  sbHeadAdd(p, hs, hc);
+  rc = sbApplyVerified(p, ss->pConn);
+  if( rc ){
+    tdeLog(TDE_LOG_ERROR, "standby %s: from %s: %s; nothing of it applied, dropping the connection", p->zDb,
+           p->zPeer, tde_last_error());
+    return rc;
+  }
+  if( tdeNowMs()-p->tStateMs>500 ) sbWriteState(p, 0);
+  return TDE_OK;
+}
+
+/* The in-order transactions that have arrived after aBatch[0], up to a
+** batch; a message that does not continue it waits in ss->aPend. */
+static int sbGatherBatch(SbSession *ss, SbRec *aBatch, int *pnBatch){
+  size_t nBytes = aBatch[0].n;
+  int rc = TDE_OK;
+  while( *pnBatch<SB_BATCH_MAX && nBytes<SB_BATCH_BYTES && tdeConnReadable(ss->pConn, 0) ){
+    uint8_t *a = 0;
+    size_t n = 0;
+    int e = 0;
+    TdeRec r2;
+    rc = tdeConnRecv(ss->pConn, 0, &e, &a, &n);
+    if( rc==TDE_NOTFOUND ){ rc = TDE_OK; break; }
+    if( rc ) break;
+    if( e==TDE_MSG_TXN && tdeRecCheck(a, n, &r2)==TDE_OK && r2.seq==aBatch[*pnBatch-1].r.seq+1 ){
+      aBatch[*pnBatch].a = a; aBatch[*pnBatch].n = n; aBatch[*pnBatch].r = r2; (*pnBatch)++;
+      nBytes += n;
+      continue;
+    }
+    ss->aPend = a; ss->nPend = n; ss->ePend = e;
+    break;
+  }
+  return rc;
+}
+
+/* Not verifying: transaction r is the next one.  Gather what else has
+** arrived, validate the whole batch, then apply and acknowledge it.
+** Takes aBody. */
+static int sbApplyInOrder(Standby *p, SbSession *ss, uint8_t *aBody, size_t nBody, const TdeRec *r){
+  SbRec aBatch[SB_BATCH_MAX];
+  int nBatch = 0, rc;
+  aBatch[nBatch].a = aBody; aBatch[nBatch].n = nBody; aBatch[nBatch].r = *r; nBatch++;
+  rc = sbGatherBatch(ss, aBatch, &nBatch);
+  for(int i=0; i<nBatch; i++){
+    /* The chain is kept (not verified: no key pinned) for a later switch. */
+    aBatch[i].bChain = 0;
+    if( i ? aBatch[i-1].bChain : p->bChain ) sbChainRec(i ? aBatch[i-1].aChain : p->aChain, &aBatch[i]);
+  }
+  if( rc==TDE_OK ){
+    SbCheck chk;
+    memset(&chk, 0, sizeof(chk));
+    for(int i=0; rc==TDE_OK && i<nBatch; i++){
+      rc = sbValidate(p, &chk, &aBatch[i]);
+      if( rc ){
+        /* Not logged, not applied, not acknowledged: the primary
+        ** resends, and a fault that persists shows as this error. */
+        tdeLog(TDE_LOG_ERROR, "standby %s: rejecting transaction %llu from %s: %s; "
+               "dropping the connection", p->zDb, (unsigned long long)aBatch[i].r.seq, p->zPeer,
+               tde_last_error());
+      }
+    }
+  }
+  if( rc==TDE_OK ) rc = sbApplyBatch(p, aBatch, nBatch);
+  for(int i=0; i<nBatch; i++) sqlite3_free(aBatch[i].a);
+  if( rc==TDE_OK ) rc = sbAck(ss->pConn, p->applied);
+  if( rc ) return rc;
+  ss->resendFor = UINT64_MAX;
+  return TDE_OK;
+}
+
+/* Not verifying: a transaction, applied in order.  Takes aBody. */
+static int sbOnTxn(Standby *p, SbSession *ss, uint8_t *aBody, size_t nBody){
+  TdeRec r;
+  if( tdeRecCheck(aBody, nBody, &r)!=TDE_OK ){
+    sqlite3_free(aBody);
+    return tdeErr(TDE_AUTH, "a transaction failed its checksum: dropping the connection");
+  }
+  if( !p->bHave ){
+    sqlite3_free(aBody);
+    return TDE_OK;           /* waiting for a base copy */
+  }
+  if( r.seq<=p->applied ){
+    sqlite3_free(aBody);
+    return sbDuplicate(p, ss, r.seq);
+  }
+  if( r.seq!=p->applied+1 ){
+    sqlite3_free(aBody);
+    return sbAskResend(p, ss, r.seq, p->applied+1);
+  }
+  return sbApplyInOrder(p, ss, aBody, nBody, &r);
+}
+
+/* A base copy replaces the copy.  Takes aBody. */
+static int sbOnBase(Standby *p, SbSession *ss, uint8_t *aBody, size_t nBody){
+  int rc;
+  sbPendClear(p);
+  rc = sbReceiveBase(p, ss->pConn, aBody, nBody, ss->aDbid);
+  sqlite3_free(aBody);
+  if( rc ) return rc;
+  tdeLog(TDE_LOG_INFO, "standby %s: base copy applied at sequence %llu", p->zDb, (unsigned long long)p->applied);
+  return sbAck(ss->pConn, p->applied);
+}
+
+/* Not verifying: where the primary stands.  Takes aBody. */
+static void sbOnHeartbeat(Standby *p, uint8_t *aBody){
+  p->primarySeq = tdeGet64(aBody);
+  p->primaryCapture = tdeGet64(aBody+8);
+  p->primaryUnreceived = tdeGet64(aBody+24);
+  sqlite3_free(aBody);
+  if( p->bHave && tdeNowMs()-p->tStateMs>500 ) sbWriteState(p, 0);
+}
+
 /* A session with a primary that has said hello.  A verified connection
 ** posted meanwhile (sbHandshakeMain) is answered at once: refused if it is
 ** another database, else it replaces this one (*pNext, *pbNext, its
@@ -957,269 +1295,50 @@ static int sbApplyVerified(Standby *p, TdeConn *pConn){
 ** cut without telling us). */
 static int sbSession(Standby *p, TdeConn *pConn, const uint8_t *aDbid, TdeConn *pNext, int *pbNext,
                      uint8_t *aNextDbid){
-  uint8_t *aBody = 0;
-  size_t nBody = 0;
-  int eType = 0, rc;
-  uint64_t resendFor = UINT64_MAX, tResend = 0;
-  int bDupSeen = 0;
-  SbRec aBatch[SB_BATCH_MAX];
-  int nBatch = 0;
-  uint8_t *aPend = 0;         /* a message read past the batch */
-  size_t nPend = 0;
-  int ePend = 0;
+  SbSession ss;
+  int rc = TDE_OK;
 
+  memset(&ss, 0, sizeof(ss));
+  ss.pConn = pConn;
+  ss.aDbid = aDbid;
+  ss.pNext = pNext;
+  ss.pbNext = pbNext;
+  ss.aNextDbid = aNextDbid;
+  ss.resendFor = UINT64_MAX;
   *pbNext = 0;
   sbPendClear(p);
   p->tHeardMs = tdeNowMs();
   snprintf(p->zStatus, sizeof(p->zStatus), "streaming");
   if( p->bHave ) sbWriteState(p, 0);
 
-  while( !*p->pbStop ){
-    if( aPend ){
-      aBody = aPend; nBody = nPend; eType = ePend;
-      aPend = 0;
+  while( rc==TDE_OK && !*p->pbStop ){
+    uint8_t *aBody = 0;
+    size_t nBody = 0;
+    int eType = 0, bGot = 1;
+    if( ss.aPend ){
+      aBody = ss.aPend; nBody = ss.nPend; eType = ss.ePend;
+      ss.aPend = 0;
     }else{
-      struct pollfd aPoll[2] = { { pConn->fd, POLLIN, 0 }, { p->aWake[0], POLLIN, 0 } };
-      if( !tdeConnReadable(pConn, 0) ) poll(aPoll, 2, 500);
-      if( aPoll[1].revents & POLLIN ){
-        TdeConn c2;
-        uint8_t *aH = 0;
-        size_t nH = 0;
-        char zPeer2[128];
-        if( sbTakePending(p, &c2, &aH, &nH, zPeer2, sizeof(zPeer2)) ){
-          if( sbHello(p, &c2, aH, nH, zPeer2, aNextDbid)==TDE_OK ){
-            tdeLog(TDE_LOG_INFO, "standby %s: a new verified connection from the primary (%s, %s) replaces "
-                   "the current one", p->zDb, zPeer2, c2.zPeerId[0] ? c2.zPeerId : "no TLS");
-            snprintf(p->zPeer, sizeof(p->zPeer), "%s", zPeer2);
-            *pNext = c2;
-            *pbNext = 1;
-            sqlite3_free(aH);
-            return TDE_OK;
-          }
-          tdeConnClose(&c2);
-          sqlite3_free(aH);
-        }
-        continue;
-      }
-      rc = tdeConnRecv(pConn, 0, &eType, &aBody, &nBody);
-      if( rc==TDE_NOTFOUND ){
-        if( tdeNowMs()-p->tHeardMs>SB_SILENT_MS && strcmp(p->zStatus, "silent")!=0 ){
-          /* The primary sends a heartbeat every 0.5 s except while it makes
-          ** a base copy: say so (status), keep the connection (keepalive
-          ** ends a dead one; a new connection from the primary replaces it). */
-          snprintf(p->zStatus, sizeof(p->zStatus), "silent");
-          if( p->bHave ) sbWriteState(p, 0);
-        }
-        if( p->bHave && tdeNowMs()-p->tStateMs>1000 ) sbWriteState(p, 0);
-        continue;
-      }
-      if( rc ) return rc;
-      p->tHeardMs = tdeNowMs();
-      if( strcmp(p->zStatus, "silent")==0 ) snprintf(p->zStatus, sizeof(p->zStatus), "streaming");
+      rc = sbWaitMessage(p, &ss, &eType, &aBody, &nBody, &bGot);
+      if( rc || *pbNext ) break;
+      if( !bGot ) continue;
     }
     if( eType==TDE_MSG_TXN && p->pCfg->nPubKey ){
-      TdeRec r;
-      uint64_t expect;
-      if( tdeRecCheck(aBody, nBody, &r)!=TDE_OK ){
-        sqlite3_free(aBody);
-        return tdeErr(TDE_AUTH, "a transaction failed its checksum: dropping the connection");
-      }
-      if( !p->bHave ){ sqlite3_free(aBody); continue; }
-      if( r.seq<=p->applied ){
-        if( !bDupSeen ){
-          tdeLog(TDE_LOG_INFO, "standby %s: transaction %llu is already applied: acknowledged again, "
-                 "ignored (duplicates after this one are not logged)", p->zDb, (unsigned long long)r.seq);
-          bDupSeen = 1;
-        }
-        sqlite3_free(aBody);
-        rc = sbAck(pConn, p->applied);
-        if( rc ) return rc;
-        continue;
-      }
-      expect = p->applied + (uint64_t)p->nPend + 1;
-      if( r.seq<expect ){ sqlite3_free(aBody); continue; }     /* already waiting for its head */
-      if( r.seq>expect ){
-        sqlite3_free(aBody);
-        if( resendFor!=expect || tdeNowMs()-tResend>1000 ){
-          uint8_t a[8];
-          tdeLog(TDE_LOG_WARNING, "standby %s: got transaction %llu while waiting for %llu; asking to resend",
-                 p->zDb, (unsigned long long)r.seq, (unsigned long long)expect);
-          tdePut64(a, expect);
-          rc = tdeConnSend(pConn, TDE_MSG_RESEND, a, 8, 0, 0);
-          if( rc ) return rc;
-          resendFor = expect;
-          tResend = tdeNowMs();
-        }
-        continue;
-      }
-      if( !(p->nPend ? p->aPend[p->nPend-1].bChain : p->bChain) ){
-        sqlite3_free(aBody);
-        return tdeErr(TDE_AUTH, "this copy's record chain is not known (a version 1 state file or an unsigned "
-                      "base copy): it needs a signed base copy");
-      }
-      if( p->nPend>=SB_PEND_MAX || p->nPendBytes+nBody>SB_PEND_BYTES ){
-        sqlite3_free(aBody);
-        return tdeErr(TDE_AUTH, "%d transactions without a signed head: dropping the connection", p->nPend);
-      }
-      if( !p->aPend ){
-        p->aPend = sqlite3_malloc64(sizeof(SbRec)*SB_PEND_MAX);
-        if( !p->aPend ){ sqlite3_free(aBody); return TDE_NOMEM; }
-      }
-      p->aPend[p->nPend].a = aBody;
-      p->aPend[p->nPend].n = nBody;
-      p->aPend[p->nPend].r = r;
-      sbChainRec(p->nPend ? p->aPend[p->nPend-1].aChain : p->aChain, &p->aPend[p->nPend]);
-      p->nPend++;
-      p->nPendBytes += nBody;
-      rc = sbApplyVerified(p, pConn);
-      if( rc ){
-        tdeLog(TDE_LOG_ERROR, "standby %s: from %s: %s; nothing of it applied, dropping the connection", p->zDb,
-               p->zPeer, tde_last_error());
-        return rc;
-      }
-      resendFor = UINT64_MAX;
-      continue;
-    }
-    if( eType==TDE_MSG_HEAD || (eType==TDE_MSG_HEARTBEAT && p->pCfg->nPubKey) ){
-      /* Verifying: only what a signed head says counts, lag included. */
-      uint64_t hs = 0;
-      uint8_t hc[32];
-      size_t off = eType==TDE_MSG_HEAD ? 0 : 32;
-      if( !p->pCfg->nPubKey || !p->bHave || nBody<off + TDE_HEAD_BYTES ){
-        sqlite3_free(aBody);        /* not verifying, no copy yet, or an unsigned heartbeat: ignored */
-        continue;
-      }
-      rc = tdeHeadCheck(p->pCfg->apPubKey, p->pCfg->nPubKey, aBody+off, nBody-off, p->aDbid, p->aHistory, &hs, hc);
-      if( rc ){
-        sqlite3_free(aBody);
-        tdeLog(TDE_LOG_ERROR, "standby %s: refusing a head from %s: %s; dropping the connection", p->zDb,
-               p->zPeer, tde_last_error());
-        return rc;
-      }
-      if( hs>p->primarySeq ){
-        p->primarySeq = hs;
-        p->primaryCapture = tdeGet64(aBody+off+80);
-      }
-      if( off ) p->primaryUnreceived = tdeGet64(aBody+24);
+      rc = sbOnTxnVerified(p, &ss, aBody, nBody);
+    }else if( eType==TDE_MSG_HEAD || (eType==TDE_MSG_HEARTBEAT && p->pCfg->nPubKey) ){
+      rc = sbOnHead(p, &ss, eType, aBody, nBody);
+    }else if( eType==TDE_MSG_TXN ){
+      rc = sbOnTxn(p, &ss, aBody, nBody);
+    }else if( eType==TDE_MSG_BASE_BEGIN ){
+      rc = sbOnBase(p, &ss, aBody, nBody);
+    }else if( eType==TDE_MSG_HEARTBEAT && nBody>=32 ){
+      sbOnHeartbeat(p, aBody);
+    }else{
       sqlite3_free(aBody);
-      sbHeadAdd(p, hs, hc);
-      rc = sbApplyVerified(p, pConn);
-      if( rc ){
-        tdeLog(TDE_LOG_ERROR, "standby %s: from %s: %s; nothing of it applied, dropping the connection", p->zDb,
-               p->zPeer, tde_last_error());
-        return rc;
-      }
-      if( tdeNowMs()-p->tStateMs>500 ) sbWriteState(p, 0);
-      continue;
     }
-    if( eType==TDE_MSG_TXN ){
-      TdeRec r;
-      if( tdeRecCheck(aBody, nBody, &r)!=TDE_OK ){
-        sqlite3_free(aBody);
-        return tdeErr(TDE_AUTH, "a transaction failed its checksum: dropping the connection");
-      }
-      if( !p->bHave ){
-        sqlite3_free(aBody);
-        continue;            /* waiting for a base copy */
-      }
-      if( r.seq<=p->applied ){
-        /* A duplicate: acknowledge again, apply nothing. */
-        if( !bDupSeen ){
-          tdeLog(TDE_LOG_INFO, "standby %s: transaction %llu is already applied: acknowledged again, "
-                 "ignored (duplicates after this one are not logged)", p->zDb, (unsigned long long)r.seq);
-          bDupSeen = 1;
-        }
-        sqlite3_free(aBody);
-        rc = sbAck(pConn, p->applied);
-        if( rc ) return rc;
-        continue;
-      }
-      if( r.seq!=p->applied+1 ){
-        sqlite3_free(aBody);
-        if( resendFor!=p->applied || tdeNowMs()-tResend>1000 ){
-          uint8_t a[8];
-          tdeLog(TDE_LOG_WARNING, "standby %s: got transaction %llu while waiting for %llu; asking to resend",
-                 p->zDb, (unsigned long long)r.seq, (unsigned long long)p->applied+1);
-          tdePut64(a, p->applied+1);
-          rc = tdeConnSend(pConn, TDE_MSG_RESEND, a, 8, 0, 0);
-          if( rc ) return rc;
-          resendFor = p->applied;
-          tResend = tdeNowMs();
-        }
-        continue;
-      }
-      /* In order: gather what else has arrived, validate the whole
-      ** batch, then apply it. */
-      nBatch = 0;
-      aBatch[nBatch].a = aBody; aBatch[nBatch].n = nBody; aBatch[nBatch].r = r; nBatch++;
-      rc = TDE_OK;
-      {
-        size_t nBytes = nBody;
-        while( nBatch<SB_BATCH_MAX && nBytes<SB_BATCH_BYTES && tdeConnReadable(pConn, 0) ){
-          uint8_t *a = 0;
-          size_t n = 0;
-          int e = 0;
-          TdeRec r2;
-          rc = tdeConnRecv(pConn, 0, &e, &a, &n);
-          if( rc==TDE_NOTFOUND ){ rc = TDE_OK; break; }
-          if( rc ) break;
-          if( e==TDE_MSG_TXN && tdeRecCheck(a, n, &r2)==TDE_OK && r2.seq==aBatch[nBatch-1].r.seq+1 ){
-            aBatch[nBatch].a = a; aBatch[nBatch].n = n; aBatch[nBatch].r = r2; nBatch++;
-            nBytes += n;
-            continue;
-          }
-          aPend = a; nPend = n; ePend = e;
-          break;
-        }
-      }
-      for(int i=0; i<nBatch; i++){
-        /* The chain is kept (not verified: no key pinned) for a later switch. */
-        aBatch[i].bChain = 0;
-        if( i ? aBatch[i-1].bChain : p->bChain ) sbChainRec(i ? aBatch[i-1].aChain : p->aChain, &aBatch[i]);
-      }
-      if( rc==TDE_OK ){
-        SbCheck chk;
-        memset(&chk, 0, sizeof(chk));
-        for(int i=0; rc==TDE_OK && i<nBatch; i++){
-          rc = sbValidate(p, &chk, &aBatch[i]);
-          if( rc ){
-            /* Not logged, not applied, not acknowledged: the primary
-            ** resends, and a fault that persists shows as this error. */
-            tdeLog(TDE_LOG_ERROR, "standby %s: rejecting transaction %llu from %s: %s; "
-                   "dropping the connection", p->zDb, (unsigned long long)aBatch[i].r.seq, p->zPeer,
-                   tde_last_error());
-          }
-        }
-      }
-      if( rc==TDE_OK ) rc = sbApplyBatch(p, aBatch, nBatch);
-      for(int i=0; i<nBatch; i++) sqlite3_free(aBatch[i].a);
-      nBatch = 0;
-      if( rc==TDE_OK ) rc = sbAck(pConn, p->applied);
-      if( rc ){ sqlite3_free(aPend); return rc; }
-      resendFor = UINT64_MAX;
-      continue;
-    }
-    if( eType==TDE_MSG_BASE_BEGIN ){
-      sbPendClear(p);
-      rc = sbReceiveBase(p, pConn, aBody, nBody, aDbid);
-      sqlite3_free(aBody);
-      if( rc ) return rc;
-      tdeLog(TDE_LOG_INFO, "standby %s: base copy applied at sequence %llu", p->zDb, (unsigned long long)p->applied);
-      rc = sbAck(pConn, p->applied);
-      if( rc ) return rc;
-      continue;
-    }
-    if( eType==TDE_MSG_HEARTBEAT && nBody>=32 ){
-      p->primarySeq = tdeGet64(aBody);
-      p->primaryCapture = tdeGet64(aBody+8);
-      p->primaryUnreceived = tdeGet64(aBody+24);
-      sqlite3_free(aBody);
-      if( p->bHave && tdeNowMs()-p->tStateMs>500 ) sbWriteState(p, 0);
-      continue;
-    }
-    sqlite3_free(aBody);
   }
-  return TDE_OK;
+  sqlite3_free(ss.aPend);
+  return rc;
 }
 
 static int sbOpenFiles(Standby *p){
