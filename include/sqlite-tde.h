@@ -150,7 +150,7 @@ TDE_API int tde_keystore_passwd(const char *zConfig, const char *zOldPassword,
 /* What tde_keystore_status() reports. */
 typedef struct tde_keystore_info {
   uint32_t nSize;          /* set by the caller: sizeof(tde_keystore_info) */
-  char zType[16];          /* "wallet", "pkcs11", "kmip" */
+  char zType[16];          /* "wallet", "pkcs11", "kmip", "command" */
   char zStatus[32];        /* OPEN, CLOSED, OPEN_NO_MASTER_KEY, NOT_AVAILABLE */
   char zLocation[512];     /* wallet path, module, server */
   char zCurrentKey[TDE_KEYID_MAX + 1];  /* master key used for new databases */
