@@ -136,15 +136,28 @@ TDE_API int tde_keystore_create(const char *zConfig, const char *zPassword,
 TDE_API int tde_keystore_passwd(const char *zConfig, const char *zOldPassword,
                                 const char *zNewPassword, uint32_t kdfT, uint32_t kdfMKiB);
 
+/*
+** Structs the library fills (tde_keystore_info, tde_repl_info) may grow at
+** their end in a later version, as sqlite3_vfs does.  Their first field,
+** nSize, is set by the caller to the size of the struct it passes,
+** sizeof(tde_keystore_info) or sizeof(tde_repl_info).  The library writes
+** no byte beyond nSize: it fills the fields that fit and leaves the rest
+** alone.  A size smaller than the first layout's (TDE_KEYSTORE_INFO_SIZE_V1,
+** TDE_REPL_INFO_SIZE_V1), 0 included, is refused with TDE_MISUSE before
+** anything is written.
+*/
+
 /* What tde_keystore_status() reports. */
 typedef struct tde_keystore_info {
-  char zType[16];          /* "wallet", "pkcs11", "kmip" */
+  uint32_t nSize;          /* set by the caller: sizeof(tde_keystore_info) */
+  char zType[16];          /* "wallet", "pkcs11", "kmip", "command" */
   char zStatus[32];        /* OPEN, CLOSED, OPEN_NO_MASTER_KEY, NOT_AVAILABLE */
   char zLocation[512];     /* wallet path, module, server */
   char zCurrentKey[TDE_KEYID_MAX + 1];  /* master key used for new databases */
   int  nKeys;              /* master keys held */
   int  bAutoLogin;         /* opens without a password */
 } tde_keystore_info;
+#define TDE_KEYSTORE_INFO_SIZE_V1 (offsetof(tde_keystore_info, bAutoLogin) + sizeof(int))
 TDE_API int tde_keystore_status(const char *zConfig, tde_keystore_info *pInfo);
 
 /* List the master keys of a keystore: one callback per key.  Status is
@@ -265,40 +278,33 @@ TDE_API int tde_db_remap(const char *zDbPath, const char *zConfig);
 ** primary's committed WAL transactions are shipped as the ciphertext they
 ** are; the standby applies them to its copy without any key.
 **
-** tde_ship_run: capture committed transactions of the WAL-mode database zDb
-** (opened through the tde VFS with configuration zConfig, NULL for the
+** tde_ship_run_v2: capture committed transactions of the WAL-mode database
+** zDb (opened through the tde VFS with configuration zConfig, NULL for the
 ** default search, only to take SQLite's locks) every nCycleMs milliseconds
 ** (<= 0: 50) into the spool zDb-tdeship, and send them to each standby in
 ** azTo[0..nTo) ("host:port").  Runs until *pbStop becomes non-zero (may be
 ** NULL: forever); returns TDE_OK then, or the error that stopped it.
 **
-** tde_standby_run: listen on zListen ("host:port"), receive transactions
+** tde_standby_run_v2: listen on zListen ("host:port"), receive transactions
 ** and apply them to the copy zDb (created from a base copy the first time)
 ** until *pbStop becomes non-zero.  Never needs a key.  Only one primary
 ** database is accepted per copy; another is refused with a message.
+**
+** Transport security: zReplConfig names the replication configuration file
+** (repl_ca, repl_cert, repl_key and the optional repl_* keys); every
+** connection then runs mutual TLS.  Without one, flags must hold
+** TDE_REPL_INSECURE_NO_TLS (plaintext, for a test setup; logged as a
+** warning and shown in the status): with neither, both refuse to run.
+** TDE_REPL_ACCEPT_REWIND (standby): accept once a primary whose history
+** goes back from what this copy applied (audited).  TDE_REPL_SYNC (ship):
+** a commit returns once a standby acknowledged it, or after
+** repl_sync_timeout_ms (then async until the standbys catch up).
 **
 ** tde_standby_promote: with no standby process running on zDb, apply the
 ** last complete transaction it received and make zDb an ordinary database
 ** (its state files removed); TDE_LOCKED while a standby runs.
 **
 ** Progress and problems go to the log (tde_set_log); nothing is printed.
-*/
-TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const *azTo, int nTo,
-                         int nCycleMs, volatile int *pbStop);
-TDE_API int tde_standby_run(const char *zDb, const char *zListen, volatile int *pbStop);
-TDE_API int tde_standby_promote(const char *zDb);
-
-/*
-** The same with transport security (README "Standby"): zReplConfig names
-** the replication configuration file (repl_ca, repl_cert, repl_key and
-** the optional repl_* keys); every connection then runs mutual TLS.
-** Without one, flags must hold TDE_REPL_INSECURE_NO_TLS (plaintext, for a
-** test setup; logged as a warning and shown in the status).  The two
-** functions above are these with no configuration and no flags: they
-** refuse to run.  TDE_REPL_ACCEPT_REWIND (standby): accept once a primary
-** whose history goes back from what this copy applied (audited).
-** TDE_REPL_SYNC (ship): a commit returns once a standby acknowledged it, or
-** after repl_sync_timeout_ms (then async until the standbys catch up).
 */
 #define TDE_REPL_INSECURE_NO_TLS  0x01
 #define TDE_REPL_ACCEPT_REWIND    0x02
@@ -307,6 +313,7 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
                             const char *const *azTo, int nTo, int nCycleMs, volatile int *pbStop);
 TDE_API int tde_standby_run_v2(const char *zDb, const char *zListen, const char *zReplConfig, unsigned flags,
                                volatile int *pbStop);
+TDE_API int tde_standby_promote(const char *zDb);
 
 /*
 ** Replication status of zDb from its state files (no key needed; the
@@ -322,6 +329,7 @@ TDE_API int tde_standby_run_v2(const char *zDb, const char *zListen, const char 
 ** refused, running, stopped.
 */
 typedef struct tde_repl_info {
+  uint32_t nSize;             /* set by the caller: sizeof(tde_repl_info) */
   char zRole[16];
   char zState[64];
   char zPeer[512];
@@ -335,6 +343,7 @@ typedef struct tde_repl_info {
   ** silent for N s", "diverged: ...", the last refused peer and why. */
   char zNote[512];
 } tde_repl_info;
+#define TDE_REPL_INFO_SIZE_V1 (offsetof(tde_repl_info, zNote) + sizeof(((tde_repl_info *)0)->zNote))
 TDE_API int tde_repl_status(const char *zDb, tde_repl_info *pInfo);
 
 /* Loadable-extension entry point (".load tde"). */

@@ -18,7 +18,7 @@
 /* Whether the keystore already exists (then asking for a password would
 ** be wasted typing): a status other than NOT_AVAILABLE means it was found. */
 static int keystoreExists(Cli *pCli){
-  tde_keystore_info info;
+  tde_keystore_info info = { .nSize = sizeof(tde_keystore_info) };
   if( tde_keystore_status(pCli->zConfig, &info)!=TDE_OK ) return 0;
   return strcmp(info.zStatus, "NOT_AVAILABLE")!=0;
 }
@@ -26,7 +26,7 @@ static int keystoreExists(Cli *pCli){
 /* A keystore that takes no password (keystore = command: the key manager
 ** authenticates its helper) is never prompted for one. */
 static int keystoreTakesNoPassword(Cli *pCli){
-  tde_keystore_info info;
+  tde_keystore_info info = { .nSize = sizeof(tde_keystore_info) };
   if( tde_keystore_status(pCli->zConfig, &info)!=TDE_OK ) return 0;
   return strcmp(info.zType, "command")==0;
 }
@@ -96,7 +96,7 @@ static const char *orDash(const char *z){
 }
 
 int cliCmdKeystoreStatus(Cli *pCli, const CliArgs *pArgs){
-  tde_keystore_info info;
+  tde_keystore_info info = { .nSize = sizeof(tde_keystore_info) };
   int bOpen, trc;
   (void)pArgs;
   trc = tde_keystore_status(pCli->zConfig, &info);

@@ -203,7 +203,7 @@ int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
 /* --status: the replication figures of either side, from its state files
 ** (no keystore needed). */
 static int printReplStatus(const char *zDb){
-  tde_repl_info r;
+  tde_repl_info r = { .nSize = sizeof(tde_repl_info) };
   int rc = tde_repl_status(zDb, &r);
   if( rc ){
     cliErrDetail("cannot read the replication status", rc);

@@ -65,13 +65,13 @@ static int countKey(void *pArg, const TdeKeyInfo *pInfo){
   return 0;
 }
 
-int tde_keystore_status(const char *zConfig, tde_keystore_info *pInfo){
+/* Fill *pInfo whole (the layout this library knows). */
+static int keystoreStatus(const char *zConfig, tde_keystore_info *pInfo){
   char zPath[PATH_MAX];
   TdeKeystore *pKs;
   const TdeConfig *pCfg = 0;
   CountCtx cnt = {0};
   int rc;
-  memset(pInfo, 0, sizeof(*pInfo));
   rc = tdeConfigLocate(zConfig, zPath, sizeof(zPath));
   if( rc ) return rc;
   rc = tdeRegistryAcquire(zPath, NULL, &pKs, &pCfg);
@@ -93,6 +93,27 @@ int tde_keystore_status(const char *zConfig, tde_keystore_info *pInfo){
   snprintf(pInfo->zStatus, sizeof(pInfo->zStatus), "%s", rc==TDE_OK ? "OPEN" : "OPEN_NO_MASTER_KEY");
   tdeRegistryRelease(pKs);
   return TDE_OK;
+}
+
+/* The caller's nSize says how many bytes of *pInfo exist (include/sqlite-tde.h):
+** below the first layout's size it is refused before anything is written;
+** otherwise no byte beyond it, nor beyond this library's layout, is written. */
+int tde_keystore_status(const char *zConfig, tde_keystore_info *pInfo){
+  tde_keystore_info info;
+  size_t nCopy;
+  int rc;
+  if( !pInfo ) return tdeErr(TDE_MISUSE, "tde_keystore_status: no tde_keystore_info");
+  if( pInfo->nSize<TDE_KEYSTORE_INFO_SIZE_V1 ){
+    return tdeErr(TDE_MISUSE, "tde_keystore_status: tde_keystore_info.nSize is %u; set it to "
+                  "sizeof(tde_keystore_info) (at least %u)", (unsigned)pInfo->nSize,
+                  (unsigned)TDE_KEYSTORE_INFO_SIZE_V1);
+  }
+  memset(&info, 0, sizeof(info));
+  rc = keystoreStatus(zConfig, &info);
+  info.nSize = pInfo->nSize;
+  nCopy = pInfo->nSize<sizeof(info) ? pInfo->nSize : sizeof(info);
+  memcpy(pInfo, &info, nCopy);
+  return rc;
 }
 
 typedef struct ListCtx { tde_key_cb xCb; void *pArg; } ListCtx;

@@ -154,6 +154,9 @@ int tdeHeaderDecode(const uint8_t *a, TdeHeader *p){
       if( a[i] ) return tdeErr(TDE_FORMAT, "header slot: non-zero reserved bytes in the freshness area");
     }
   }
+  /* No flag is defined: a flag this build does not know may change how the
+  ** slot is to be read, so the slot is refused rather than read without it. */
+  if( p->flags!=0 ) return tdeErr(TDE_FORMAT, "header slot: flags 0x%08x not supported (this build knows none)", p->flags);
   if( p->cipher!=TDE_CIPHER_AES256GCM_V1 ) return tdeErr(TDE_FORMAT, "header slot: cipher %u not supported", p->cipher);
   if( p->reserve!=TDE_RESERVE_BYTES ) return tdeErr(TDE_FORMAT, "header slot: reserve %u not supported", p->reserve);
   p->nEntry = tdeGet16(a+H_NENTRY);

@@ -48,7 +48,7 @@ typedef struct TdeHeader {
   uint16_t cipher;                  /* TDE_CIPHER_AES256GCM_V1 */
   uint16_t reserve;                 /* TDE_RESERVE_BYTES */
   uint32_t curVersion;              /* data key version for new writes */
-  uint32_t flags;                   /* 0 */
+  uint32_t flags;                   /* 0: no flag is defined; a slot with any set is refused */
   uint16_t version;                 /* format version: TDE_FORMAT_V1 or _V2 (0 encodes as 1) */
   /* Version 2 only (the freshness area; zero in version 1): */
   uint64_t logEpoch;                /* L: what the current WAL generation / journal is bound to */

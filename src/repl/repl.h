@@ -10,8 +10,8 @@
 **              (DB-tdeship-state, DB-tdestandby) and the status reader;
 **   net.c      the wire protocol: checksummed messages over TCP, deadlines;
 **   tls.c      the repl_* configuration and mutual TLS;
-**   ship.c     tde_ship_run: capture cycles and one sender per standby;
-**   standby.c  tde_standby_run, tde_standby_promote: receive, apply, promote.
+**   ship.c     tde_ship_run_v2: capture cycles and one sender per standby;
+**   standby.c  tde_standby_run_v2, tde_standby_promote: receive, apply, promote.
 **
 ** Nothing here ever needs a data key or a keystore: pages and frames are
 ** copied as the ciphertext they are.  Must never: apply a partial

@@ -1,5 +1,5 @@
 /*
-** The shipper (tde_ship_run): a long-running process on the primary that
+** The shipper (tde_ship_run_v2): a long-running process on the primary that
 ** captures committed WAL transactions as ciphertext into the spool
 ** DB-tdeship and sends them, in order, to one or more standbys.
 **
@@ -1219,11 +1219,6 @@ static int shipLockInstance(Ship *p){
   return TDE_OK;
 }
 
-TDE_API int tde_ship_run(const char *zDb, const char *zConfig, const char *const *azTo, int nTo,
-                         int nCycleMs, volatile int *pbStop){
-  return tde_ship_run_v2(zDb, zConfig, 0, 0, azTo, nTo, nCycleMs, pbStop);
-}
-
 /* Say how the records are signed, and that plaintext is plaintext. */
 static int shipAnnounce(Ship *p){
   if( p->pCfg->pSignKey ){
@@ -1397,7 +1392,7 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
 
   memset(p, 0, sizeof(*p));
   p->fdDb = p->fdShm = p->fdLock = p->fdSync = -1;
-  if( !zDb || nTo<1 ) return tdeErr(TDE_MISUSE, "tde_ship_run: a database and at least one standby");
+  if( !zDb || nTo<1 ) return tdeErr(TDE_MISUSE, "tde_ship_run_v2: a database and at least one standby");
   for(i=0; i<nTo; i++){
     char zHost[256];
     int port;

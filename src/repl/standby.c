@@ -1,5 +1,5 @@
 /*
-** The standby (tde_standby_run, tde_standby_promote): receives the
+** The standby (tde_standby_run_v2, tde_standby_promote): receives the
 ** primary's transactions as ciphertext and applies them to its copy of the
 ** database without ever holding a key.
 **
@@ -1371,10 +1371,6 @@ static void sbClose(Standby *p){
   p->fdDb = p->fdLog = p->fdLock = -1;
 }
 
-TDE_API int tde_standby_run(const char *zDb, const char *zListen, volatile int *pbStop){
-  return tde_standby_run_v2(zDb, zListen, 0, 0, pbStop);
-}
-
 TDE_API int tde_standby_run_v2(const char *zDb, const char *zListen, const char *zReplConfig, unsigned flags,
                                volatile int *pbStop){
   Standby sb;
@@ -1387,7 +1383,7 @@ TDE_API int tde_standby_run_v2(const char *zDb, const char *zListen, const char 
   p->aWake[0] = p->aWake[1] = -1;
   p->zListen = zListen;
   p->pbStop = pbStop ? pbStop : &bNever;
-  if( !zDb || !zListen ) return tdeErr(TDE_MISUSE, "tde_standby_run: a database and an address");
+  if( !zDb || !zListen ) return tdeErr(TDE_MISUSE, "tde_standby_run_v2: a database and an address");
   rc = tdeReplCfgLoad(zReplConfig, flags, 1, &p->pCfg);
   if( rc ) return rc;
   pthread_mutex_init(&p->mu, 0);

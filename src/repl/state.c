@@ -420,7 +420,22 @@ int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){
   return TDE_OK;
 }
 
+/* The caller's nSize says how many bytes of *pInfo exist (include/sqlite-tde.h):
+** below the first layout's size it is refused before anything is written;
+** otherwise no byte beyond it, nor beyond this library's layout, is written. */
 TDE_API int tde_repl_status(const char *zDb, tde_repl_info *pInfo){
+  tde_repl_info info;
+  size_t nCopy;
+  int rc;
   if( !zDb || !pInfo ) return tdeErr(TDE_MISUSE, "tde_repl_status: no database");
-  return tdeReplStatusRead(zDb, pInfo);
+  if( pInfo->nSize<TDE_REPL_INFO_SIZE_V1 ){
+    return tdeErr(TDE_MISUSE, "tde_repl_status: tde_repl_info.nSize is %u; set it to "
+                  "sizeof(tde_repl_info) (at least %u)", (unsigned)pInfo->nSize,
+                  (unsigned)TDE_REPL_INFO_SIZE_V1);
+  }
+  rc = tdeReplStatusRead(zDb, &info);
+  info.nSize = pInfo->nSize;
+  nCopy = pInfo->nSize<sizeof(info) ? pInfo->nSize : sizeof(info);
+  memcpy(pInfo, &info, nCopy);
+  return rc;
 }

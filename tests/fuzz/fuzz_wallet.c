@@ -117,7 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *aData, size_t nData){
   rc = tde_keystore_open(zCfgPath, NULL);
   if( getenv("TDE_FUZZ_VERBOSE") ) fprintf(stderr, "open: %d %s\n", rc, rc ? tde_last_error() : "");
   if( rc==TDE_OK ){
-    tde_keystore_info info;
+    tde_keystore_info info = { .nSize = sizeof(tde_keystore_info) };
     int nListed = 0;
     if( tde_keystore_status(zCfgPath, &info)!=TDE_OK ) abort();
     if( tde_keystore_list(zCfgPath, fuzzListCb, &nListed)!=TDE_OK ) abort();

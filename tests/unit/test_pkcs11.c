@@ -407,7 +407,7 @@ static void test_missing_key_label(void **state){
   scratchPath("nolabel.conf", zPath);
   assert_int_equal(tde_keystore_open(zPath, 0), TDE_OK);   /* the token is there */
   {
-    tde_keystore_info info;
+    tde_keystore_info info = { .nSize = sizeof(tde_keystore_info) };
     assert_int_equal(tde_keystore_status(zPath, &info), TDE_OK);
     assert_string_equal(info.zStatus, "OPEN_NO_MASTER_KEY");
     assert_int_equal(info.nKeys, 0);
