@@ -9,7 +9,7 @@
 **       [--config CFG | --plain | --keyfile F] [--seconds S] [--seed N]
 **       [--rows N] [--scale N] [--threads N] [--journal MODE]
 **       [--synchronous MODE] [--page-size N] [--cache-size N] [--rat-rows N]
-**       [--txn-rows N] [--min-obs N]
+**       [--txn-rows N] [--min-obs N] [--suite-rows N] [--lat-txns N]
 **   sqlite-tde-bench [report options]   runs sqlite-tde-bench.py next to it
 **
 ** Modelled on SQLite's test/speedtest1.c: fixed, printed PRNG seeds, every
@@ -69,11 +69,13 @@ typedef struct Opt {
   int nCacheSize;
   int nTxnRows;             /* rows of t2: update-all, checkpoint, update-rows, delete-rows */
   int nMinObs;              /* least scans / bounces per run (0: 3 scans, 5 bounces) */
+  int64_t nSuiteRows;       /* suite: rows of its tables */
+  int nLatTxns;             /* commit-latency: transactions per synchronous setting */
 } Opt;
 
 static Opt g = {
   "run", "insert", 0, 0, 0, 2.0, 20261130, 200000, 1, 1, 10000,
-  "WAL", "NORMAL", 4096, -2000, 25000, 0
+  "WAL", "NORMAL", 4096, -2000, 25000, 0, 20000, 1000
 };
 #ifdef BENCH_SQLCIPHER
 static char g_zKey[256];     /* sqlcipher passphrase */
@@ -1387,6 +1389,510 @@ static void wDeleteSpill(void){
   outEnd();
 }
 
+/* ---- the broad SQL suite ------------------------------------------------------- */
+
+/*
+** suite: many small tests over one data set of --suite-rows rows, in the
+** spirit of SQLite's test/speedtest1.c but the kit's own tests, so that a
+** regression confined to one kind of statement (the quadratic re-scan of
+** a transaction's own spilled WAL frames was one) shows as one test's
+** ratio instead of vanishing in a few headline workloads.  The tests run
+** in order in a database of their own next to --db (<db>-suite.db, created
+** by the first test and removed at the end), with the run's journal mode,
+** synchronous and cache_size.  Per test: wall time, bytes the counting VFS
+** saw written (every file kind), syncs, the pages SQLite spilled from its
+** cache inside a transaction (SQLITE_DBSTATUS_CACHE_SPILL), and a checksum of everything the
+** test's statements returned; the checksums depend on the seed and the
+** size only, so every condition must report the same ones.  Only SQL that
+** SQLite 3.15 (the old SQLCipher peer) knows.
+*/
+
+typedef struct SuiteCtx {
+  sqlite3 *db;
+  int64_t n;                           /* --suite-rows */
+  uint64_t h;                          /* the running test's checksum */
+} SuiteCtx;
+
+/* A word of 4 to 11 lower-case letters for value v: text keys and text
+** columns that sort differently from the numbers they came from. */
+static int suiteWord(uint64_t v, char *z){
+  uint64_t x = splitmix(g.iSeed ^ (v * 0x2545f4914f6cdd1dULL));
+  int i, n = 4 + (int)(x % 8);
+  for(i=0; i<n; i++){
+    x = splitmix(x);
+    z[i] = (char)('a' + x % 26);
+  }
+  z[n] = 0;
+  return n;
+}
+/* A permutation of 1..n (the "unordered" key order), fixed by the seed. */
+static int64_t suitePerm(int64_t i, int64_t n){
+  /* i*p mod n for p prime to n, offset: a bijection of 0..n-1 */
+  int64_t p = 7919, a, b, t;
+  for(;;){                             /* p prime to n */
+    for(a=p, b=n; b; t=a%b, a=b, b=t){}
+    if( a==1 ) break;
+    p += 2;
+  }
+  return ((i - 1) * p + (int64_t)(g.iSeed % (uint64_t)n)) % n + 1;
+}
+static void suiteFold(SuiteCtx *p, sqlite3_stmt *pStmt){
+  int i, nCol = sqlite3_column_count(pStmt);
+  for(i=0; i<nCol; i++){
+    switch( sqlite3_column_type(pStmt, i) ){
+      case SQLITE_INTEGER: {
+        int64_t v = sqlite3_column_int64(pStmt, i);
+        p->h = fnv(p->h, &v, sizeof(v));
+        break;
+      }
+      case SQLITE_NULL: p->h = fnv(p->h, "N", 1); break;
+      default: {
+        const unsigned char *z = sqlite3_column_text(pStmt, i);
+        p->h = fnv(p->h, z, (size_t)sqlite3_column_bytes(pStmt, i));
+        break;
+      }
+    }
+  }
+}
+/* Run zSql (one statement) and fold every row it returns into the checksum. */
+static void suiteQuery(SuiteCtx *p, const char *zSql){
+  sqlite3_stmt *pStmt = prep(p->db, zSql);
+  int rc;
+  while( (rc = sqlite3_step(pStmt))==SQLITE_ROW ) suiteFold(p, pStmt);
+  if( rc!=SQLITE_DONE ) die("suite: %s: %s", zSql, sqlite3_errmsg(p->db));
+  check(p->db, sqlite3_finalize(pStmt), zSql);
+}
+/* Run zSql and fold the number of rows it changed. */
+static void suiteExec(SuiteCtx *p, const char *zSql){
+  int64_t n;
+  exec(p->db, zSql);
+  n = sqlite3_changes(p->db);
+  p->h = fnv(p->h, &n, sizeof(n));
+}
+/* Step a prepared statement with one integer parameter (or a text one
+** when zText), fold its rows and its change count. */
+static void suiteStep(SuiteCtx *p, sqlite3_stmt *pStmt, int64_t v, const char *zText){
+  int rc;
+  int64_t n;
+  if( zText ) sqlite3_bind_text(pStmt, 1, zText, -1, SQLITE_TRANSIENT);
+  else sqlite3_bind_int64(pStmt, 1, v);
+  while( (rc = sqlite3_step(pStmt))==SQLITE_ROW ) suiteFold(p, pStmt);
+  if( rc!=SQLITE_DONE ) die("suite: %s: %s", sqlite3_sql(pStmt), sqlite3_errmsg(p->db));
+  n = sqlite3_changes(p->db);
+  p->h = fnv(p->h, &n, sizeof(n));
+  sqlite3_reset(pStmt);
+}
+/* s1: n rows in key order, one transaction. */
+static void stInsertOrdered(SuiteCtx *p){
+  sqlite3_stmt *pIns;
+  char z[16];
+  int64_t i;
+  exec(p->db, "CREATE TABLE s1(id INTEGER PRIMARY KEY, a INTEGER NOT NULL, w TEXT NOT NULL, c INTEGER)");
+  pIns = prep(p->db, "INSERT INTO s1 VALUES(?1, ?2, ?3, ?1 % 97)");
+  exec(p->db, "BEGIN");
+  for(i=1; i<=p->n; i++){
+    sqlite3_bind_int64(pIns, 1, i);
+    sqlite3_bind_int64(pIns, 2, (int64_t)(splitmix(g.iSeed + (uint64_t)i) % 1000000));
+    sqlite3_bind_text(pIns, 3, z, suiteWord((uint64_t)i, z), SQLITE_TRANSIENT);
+    stepDone(p->db, pIns, "suite s1");
+  }
+  exec(p->db, "COMMIT");
+  check(p->db, sqlite3_finalize(pIns), "suite s1");
+  suiteQuery(p, "SELECT count(*), sum(a), sum(length(w)) FROM s1");
+}
+/* s2: n rows in a scattered key order, one transaction. */
+static void stInsertUnordered(SuiteCtx *p){
+  sqlite3_stmt *pIns;
+  char z[16];
+  int64_t i, k;
+  exec(p->db, "CREATE TABLE s2(id INTEGER PRIMARY KEY, a INTEGER NOT NULL, w TEXT NOT NULL, c INTEGER)");
+  pIns = prep(p->db, "INSERT INTO s2 VALUES(?1, ?2, ?3, ?1 % 89)");
+  exec(p->db, "BEGIN");
+  for(i=1; i<=p->n; i++){
+    k = suitePerm(i, p->n);
+    sqlite3_bind_int64(pIns, 1, k);
+    sqlite3_bind_int64(pIns, 2, (int64_t)(splitmix(g.iSeed * 3 + (uint64_t)k) % 1000000));
+    sqlite3_bind_text(pIns, 3, z, suiteWord((uint64_t)k + 17, z), SQLITE_TRANSIENT);
+    stepDone(p->db, pIns, "suite s2");
+  }
+  exec(p->db, "COMMIT");
+  check(p->db, sqlite3_finalize(pIns), "suite s2");
+  suiteQuery(p, "SELECT count(*), sum(a), max(id) FROM s2");
+}
+/* s3: text primary key (an index), keys in no particular order. */
+static void stInsertText(SuiteCtx *p){
+  sqlite3_stmt *pIns;
+  char z[48], zW[16];
+  int64_t i;
+  exec(p->db, "CREATE TABLE s3(k TEXT PRIMARY KEY, id INTEGER NOT NULL, v TEXT)");
+  pIns = prep(p->db, "INSERT INTO s3 VALUES(?1, ?2, ?3)");
+  exec(p->db, "BEGIN");
+  for(i=1; i<=p->n; i++){
+    int n;
+    suiteWord((uint64_t)i * 5, zW);
+    n = snprintf(z, sizeof(z), "%s-%lld", zW, (long long)i);
+    sqlite3_bind_text(pIns, 1, z, n, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(pIns, 2, i);
+    sqlite3_bind_text(pIns, 3, zW, -1, SQLITE_TRANSIENT);
+    stepDone(p->db, pIns, "suite s3");
+  }
+  exec(p->db, "COMMIT");
+  check(p->db, sqlite3_finalize(pIns), "suite s3");
+  suiteQuery(p, "SELECT count(*), min(k), max(k) FROM s3");
+}
+/* s4: n/100 rows, each INSERT its own transaction (a commit each: in
+** rollback mode a sync each, so fewer rows than the other tests). */
+static void stInsertSmallTxns(SuiteCtx *p){
+  sqlite3_stmt *pIns;
+  int64_t i, m = p->n / 100 + 1;
+  exec(p->db, "CREATE TABLE s4(id INTEGER PRIMARY KEY, a INTEGER, w TEXT)");
+  pIns = prep(p->db, "INSERT INTO s4 VALUES(?1, ?1 * 7, printf('row %d', ?1))");
+  for(i=1; i<=m; i++) suiteStep(p, pIns, suitePerm(i, m), 0);
+  check(p->db, sqlite3_finalize(pIns), "suite s4");
+  suiteQuery(p, "SELECT count(*), sum(a) FROM s4");
+}
+static void stIndexNumeric(SuiteCtx *p){
+  exec(p->db, "CREATE INDEX s1a ON s1(a)");
+  suiteQuery(p, "SELECT a FROM s1 ORDER BY a LIMIT 5");
+}
+static void stIndexText(SuiteCtx *p){
+  exec(p->db, "CREATE INDEX s2w ON s2(w, a)");
+  suiteQuery(p, "SELECT w, a FROM s2 ORDER BY w, a LIMIT 5");
+}
+/* Point queries by integer key, in scattered order. */
+static void stSelectByKey(SuiteCtx *p){
+  sqlite3_stmt *pSel = prep(p->db, "SELECT a, w FROM s2 WHERE id=?1");
+  int64_t i, m = p->n / 2;
+  for(i=1; i<=m; i++) suiteStep(p, pSel, suitePerm(i * 3, p->n), 0);
+  check(p->db, sqlite3_finalize(pSel), "suite select by key");
+}
+/* Point queries by text key. */
+static void stSelectByText(SuiteCtx *p){
+  sqlite3_stmt *pSel = prep(p->db, "SELECT id, v FROM s3 WHERE k=?1");
+  char z[48], zW[16];
+  int64_t i, k, m = p->n / 2;
+  for(i=1; i<=m; i++){
+    k = suitePerm(i * 5, p->n);
+    suiteWord((uint64_t)k * 5, zW);
+    snprintf(z, sizeof(z), "%s-%lld", zW, (long long)k);
+    suiteStep(p, pSel, 0, z);
+  }
+  check(p->db, sqlite3_finalize(pSel), "suite select by text");
+}
+/* Range queries on an indexed numeric column. */
+static void stSelectRange(SuiteCtx *p){
+  sqlite3_stmt *pSel = prep(p->db, "SELECT count(*), sum(c) FROM s1 WHERE a BETWEEN ?1 AND ?1 + 5000");
+  int64_t i;
+  for(i=0; i<200; i++) suiteStep(p, pSel, (int64_t)(splitmix(g.iSeed + 99 + (uint64_t)i) % 995000), 0);
+  check(p->db, sqlite3_finalize(pSel), "suite select range");
+}
+/* Full scans with a LIKE and a GROUP BY (no index helps). */
+static void stScanLike(SuiteCtx *p){
+  suiteQuery(p, "SELECT count(*), sum(a) FROM s1 WHERE w LIKE '%qu%'");
+  suiteQuery(p, "SELECT count(*) FROM s3 WHERE v LIKE 'b%' AND k LIKE '%7'");
+}
+static void stGroupBy(SuiteCtx *p){
+  suiteQuery(p, "SELECT c, count(*), sum(a), min(w) FROM s1 GROUP BY c ORDER BY c");
+  suiteQuery(p, "SELECT length(w), count(*) FROM s2 GROUP BY 1 ORDER BY 1");
+}
+static void stOrderBy(SuiteCtx *p){
+  suiteQuery(p, "SELECT id, c FROM s2 ORDER BY c DESC, w, id LIMIT 50");
+}
+/* Joins: both sides on the integer key; one side's key looked up from the
+** other's column; a text IN (subquery). */
+static void stJoinKey(SuiteCtx *p){
+  suiteQuery(p, "SELECT count(*), sum(s1.a - s2.a), sum(s1.c * s2.c) FROM s1 JOIN s2 ON s1.id=s2.id");
+}
+static void stJoinIndex(SuiteCtx *p){
+  suiteQuery(p, "SELECT s2.c, count(*), sum(s3.id) FROM s3 JOIN s2 ON s2.id=s3.id "
+                "WHERE s2.a < 300000 GROUP BY s2.c ORDER BY s2.c");
+  suiteQuery(p, "SELECT count(*) FROM s2 WHERE w IN (SELECT v FROM s3 WHERE id % 10 = 3)");
+}
+/* Updates: by key (many statements, one transaction), by range, all rows. */
+static void stUpdateByKey(SuiteCtx *p){
+  sqlite3_stmt *pUpd = prep(p->db, "UPDATE s1 SET a=a+1, c=c+1 WHERE id=?1");
+  int64_t i, m = p->n / 4;
+  exec(p->db, "BEGIN");
+  for(i=1; i<=m; i++) suiteStep(p, pUpd, suitePerm(i * 7, p->n), 0);
+  exec(p->db, "COMMIT");
+  check(p->db, sqlite3_finalize(pUpd), "suite update by key");
+  suiteQuery(p, "SELECT sum(a), sum(c) FROM s1");
+}
+static void stUpdateByRange(SuiteCtx *p){
+  sqlite3_stmt *pUpd = prep(p->db, "UPDATE s1 SET w=w || 'x' WHERE a BETWEEN ?1 AND ?1 + 2000");
+  int64_t i;
+  exec(p->db, "BEGIN");
+  for(i=0; i<100; i++) suiteStep(p, pUpd, (int64_t)(splitmix(g.iSeed + 7 + (uint64_t)i) % 998000), 0);
+  exec(p->db, "COMMIT");
+  check(p->db, sqlite3_finalize(pUpd), "suite update by range");
+  suiteQuery(p, "SELECT sum(length(w)) FROM s1");
+}
+static void stUpdateAllText(SuiteCtx *p){
+  suiteExec(p, "UPDATE s2 SET w=substr(w,2) || substr(w,1,1), a=a/2");
+  suiteQuery(p, "SELECT w, count(*) FROM s2 GROUP BY w ORDER BY count(*) DESC, w LIMIT 5");
+}
+static void stUpdateText(SuiteCtx *p){
+  suiteExec(p, "UPDATE s3 SET v=upper(v) WHERE k >= 'g' AND k < 'p'");
+  suiteQuery(p, "SELECT count(*) FROM s3 WHERE v >= 'A' AND v < 'a'");
+}
+/* INSERT ... SELECT of a whole table into a new one. */
+static void stInsertSelect(SuiteCtx *p){
+  exec(p->db, "CREATE TABLE s5(id INTEGER PRIMARY KEY, a INTEGER, w TEXT, c INTEGER)");
+  suiteExec(p, "INSERT INTO s5 SELECT id + 0, a, w, c FROM s2 ORDER BY w, id");
+  suiteQuery(p, "SELECT count(*), sum(a) FROM s5");
+}
+/* Deletes by key (one transaction) and by range. */
+static void stDeleteByKey(SuiteCtx *p){
+  sqlite3_stmt *pDel = prep(p->db, "DELETE FROM s5 WHERE id=?1");
+  int64_t i, m = p->n / 4;
+  exec(p->db, "BEGIN");
+  for(i=1; i<=m; i++) suiteStep(p, pDel, suitePerm(i * 11, p->n), 0);
+  exec(p->db, "COMMIT");
+  check(p->db, sqlite3_finalize(pDel), "suite delete by key");
+  suiteQuery(p, "SELECT count(*), sum(a) FROM s5");
+}
+static void stDeleteByRange(SuiteCtx *p){
+  suiteExec(p, "DELETE FROM s1 WHERE a BETWEEN 100000 AND 250000");
+  suiteExec(p, "DELETE FROM s3 WHERE k >= 'c' AND k < 'e'");
+  suiteQuery(p, "SELECT count(*), sum(a) FROM s1");
+}
+/* ONE transaction far larger than the page cache (cache_size=10 pages for
+** this test only, whatever the mode): single-row DELETEs of half of s2 by
+** key in scattered order, then s2 read back inside the transaction, so
+** that SQLite spills dirty pages and reads its own spilled pages back --
+** the pattern of the quadratic WAL bug. */
+static void stBigTxn(SuiteCtx *p){
+  sqlite3_stmt *pDel = prep(p->db, "DELETE FROM s2 WHERE id=?1");
+  char zSql[64];
+  int64_t i, m = p->n / 2;
+  exec(p->db, "PRAGMA cache_size=10");
+  exec(p->db, "BEGIN");
+  for(i=1; i<=m; i++) suiteStep(p, pDel, suitePerm(i * 2, p->n), 0);
+  suiteQuery(p, "SELECT count(*), sum(a), sum(length(w)) FROM s2");
+  exec(p->db, "COMMIT");
+  check(p->db, sqlite3_finalize(pDel), "suite big transaction");
+  snprintf(zSql, sizeof(zSql), "PRAGMA cache_size=%d", g.nCacheSize);
+  exec(p->db, zSql);
+}
+static void stDropIndex(SuiteCtx *p){
+  exec(p->db, "DROP INDEX s2w");
+  exec(p->db, "CREATE INDEX s2c ON s2(c, a)");
+  suiteQuery(p, "SELECT c, count(*) FROM s2 WHERE c < 10 GROUP BY c ORDER BY c");
+}
+static void stAnalyze(SuiteCtx *p){
+  exec(p->db, "ANALYZE");
+  /* what ANALYZE wrote depends on the SQLite version: fold a query's
+  ** result, not the statistics */
+  suiteQuery(p, "SELECT count(*), sum(c) FROM s1 WHERE a > 500000 AND c = 3");
+}
+static void stVacuum(SuiteCtx *p){
+  exec(p->db, "VACUUM");
+  suiteQuery(p, "SELECT count(*), sum(a), sum(length(w)) FROM s2");
+}
+static void stIntegrity(SuiteCtx *p){
+  suiteQuery(p, "PRAGMA integrity_check");
+}
+static void stDropTables(SuiteCtx *p){
+  exec(p->db, "DROP TABLE s5");
+  exec(p->db, "DROP TABLE s4");
+  suiteQuery(p, "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 's%' ORDER BY name");
+}
+
+typedef struct SuiteTest {
+  const char *zId;                     /* stable: reports compare tests by id */
+  const char *zName;
+  void (*xRun)(SuiteCtx*);
+} SuiteTest;
+static const SuiteTest g_aSuite[] = {
+  { "100", "INSERTs in key order, one transaction (N rows)", stInsertOrdered },
+  { "110", "INSERTs in scattered key order, one transaction (N rows)", stInsertUnordered },
+  { "120", "INSERTs with a text primary key, one transaction (N rows)", stInsertText },
+  { "130", "INSERTs, a transaction each (N/100 rows)", stInsertSmallTxns },
+  { "140", "CREATE INDEX on an integer column", stIndexNumeric },
+  { "150", "CREATE INDEX on a text column", stIndexText },
+  { "160", "SELECT by integer key (N/2 statements)", stSelectByKey },
+  { "170", "SELECT by text key (N/2 statements)", stSelectByText },
+  { "180", "SELECT of 200 ranges of an indexed column", stSelectRange },
+  { "190", "full scans with LIKE", stScanLike },
+  { "200", "GROUP BY over whole tables", stGroupBy },
+  { "210", "ORDER BY a column without index, LIMIT", stOrderBy },
+  { "220", "join on the integer key", stJoinKey },
+  { "230", "join through an index, IN (subquery)", stJoinIndex },
+  { "240", "UPDATEs by key, one transaction (N/4 statements)", stUpdateByKey },
+  { "250", "UPDATEs of 100 ranges of an indexed column", stUpdateByRange },
+  { "260", "UPDATE of every row (text and numbers)", stUpdateAllText },
+  { "270", "UPDATE of a range of text keys", stUpdateText },
+  { "280", "INSERT ... SELECT of a whole table", stInsertSelect },
+  { "290", "DELETEs by key, one transaction (N/4 statements)", stDeleteByKey },
+  { "300", "DELETEs of ranges (integer and text)", stDeleteByRange },
+  { "310", "DELETEs by key in ONE transaction larger than the cache (cache_size=10)", stBigTxn },
+  { "320", "DROP INDEX, CREATE INDEX", stDropIndex },
+  { "330", "ANALYZE", stAnalyze },
+  { "340", "VACUUM", stVacuum },
+  { "350", "PRAGMA integrity_check", stIntegrity },
+  { "360", "DROP TABLE", stDropTables },
+};
+#define SUITE_NTEST ((int)(sizeof(g_aSuite) / sizeof(g_aSuite[0])))
+
+static uint64_t suiteBytesWritten(void){
+  uint64_t n = 0;
+  int k;
+  for(k=0; k<IO_NKIND; k++) n += __atomic_load_n(&g_cnt.nWriteByte[k], __ATOMIC_RELAXED);
+  return n;
+}
+static void suiteRemove(const char *zPath){
+  static const char *const azSuffix[] = { "", "-wal", "-shm", "-journal", "-tdemap" };
+  char z[PATH_MAX + 16];
+  size_t i;
+  for(i=0; i<sizeof(azSuffix)/sizeof(azSuffix[0]); i++){
+    snprintf(z, sizeof(z), "%s%s", zPath, azSuffix[i]);
+    (void)unlink(z);
+  }
+}
+
+/* Pages spilled from the cache so far (-1: SQLite before 3.22 cannot say). */
+static int suiteSpills(sqlite3 *db){
+#ifdef SQLITE_DBSTATUS_CACHE_SPILL
+  int nCur = 0, nHi = 0;
+  if( sqlite3_db_status(db, SQLITE_DBSTATUS_CACHE_SPILL, &nCur, &nHi, 0)==SQLITE_OK ) return nCur;
+#else
+  (void)db;
+#endif
+  return -1;
+}
+
+static void wSuite(void){
+  char zPath[PATH_MAX + 16];
+  SuiteCtx ctx;
+  double aS[SUITE_NTEST], t0, tAll, tEnd;
+  uint64_t aBytes[SUITE_NTEST], aSync[SUITE_NTEST], aSum[SUITE_NTEST], nB, nSync;
+  int aSpill[SUITE_NTEST], nSpill, nSpill0;
+  int i;
+  snprintf(zPath, sizeof(zPath), "%s-suite.db", g.zDb);
+  suiteRemove(zPath);
+  memset(&ctx, 0, sizeof(ctx));
+  ctx.n = g.nSuiteRows;
+  ctx.db = openDb(zPath, 1);
+  ioStart();
+  tAll = now();
+  for(i=0; i<SUITE_NTEST; i++){
+    ctx.h = 0xcbf29ce484222325ULL;
+    nB = suiteBytesWritten();
+    nSync = __atomic_load_n(&g_cnt.nSync, __ATOMIC_RELAXED);
+    nSpill0 = suiteSpills(ctx.db);
+    t0 = now();
+    g_aSuite[i].xRun(&ctx);
+    aS[i] = now() - t0;
+    nSpill = suiteSpills(ctx.db);
+    aSpill[i] = nSpill0<0 ? -1 : nSpill - nSpill0;
+    aBytes[i] = suiteBytesWritten() - nB;
+    aSync[i] = __atomic_load_n(&g_cnt.nSync, __ATOMIC_RELAXED) - nSync;
+    aSum[i] = ctx.h;
+  }
+  tEnd = now();
+  ioStop(1);
+  check(ctx.db, sqlite3_close(ctx.db), "close");
+  suiteRemove(zPath);
+  outBegin();
+  outNum("suite_s", tEnd - tAll);
+  outNum("suite_rows", (double)g.nSuiteRows);
+  {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for(i=0; i<SUITE_NTEST; i++) h = fnv(h, &aSum[i], sizeof(aSum[i]));
+    outU64("checksum", h);
+  }
+  /* one object per test inside the run's object: the comma counter
+  ** restarts in each and is set again for the keys outEnd adds */
+  printf(",\"tests\":[");
+  for(i=0; i<SUITE_NTEST; i++){
+    g_nOut = 0;
+    printf("%s{", i ? "," : "");
+    outStr("id", g_aSuite[i].zId);
+    outStr("name", g_aSuite[i].zName);
+    outNum("s", aS[i]);
+    outNum("write_bytes", (double)aBytes[i]);
+    outNum("syncs", (double)aSync[i]);
+    outNum("cache_spills", aSpill[i]);
+    outU64("checksum", aSum[i]);
+    printf("}");
+  }
+  printf("]");
+  g_nOut = 1;
+  outEnd();
+}
+
+/* ---- commit latency ---------------------------------------------------------------- */
+
+/* commit-latency (WAL mode only): --lat-txns single-row INSERTs into t1
+** past the data set, each its own transaction, first with
+** synchronous=NORMAL, then as many with synchronous=FULL; each statement
+** (the whole autocommit transaction, commit included) is timed.  The
+** automatic checkpoint stays at SQLite's default (1,000 pages), so p99
+** includes the commits that ran one, as an application's would.  Every
+** inserted row is read back and checked against the generator. */
+static void wCommitLatency(void){
+  static const char *const azSync[2] = { "NORMAL", "FULL" };
+  static const char *const azKey[2][2] = {
+    { "commit_normal_ms_p50", "commit_normal_ms_p99" },
+    { "commit_full_ms_p50", "commit_full_ms_p99" },
+  };
+  sqlite3 *db;
+  sqlite3_stmt *pIns, *pSum;
+  Samples lat[2] = {{0}, {0}};
+  char z[101], zSql[64];
+  int64_t id = g.nRows + 1, nDone = 0;
+  uint64_t sumGot = 0, sumExp = 0;
+  double t0, tAll, tEnd;
+  int s, i;
+  if( sqlite3_stricmp(g.zJournal, "WAL")!=0 ) die("commit-latency: WAL mode only (--journal WAL)");
+  db = openDb(g.zDb, 0);
+  pIns = prep(db, "INSERT INTO t1(id,a,b) VALUES(?,?,?)");
+  (void)one(db, "SELECT count(*) FROM sqlite_master");
+  ioStart();
+  tAll = now();
+  for(s=0; s<2; s++){
+    snprintf(zSql, sizeof(zSql), "PRAGMA synchronous=%s", azSync[s]);
+    exec(db, zSql);
+    for(i=0; i<g.nLatTxns; i++, id++){
+      valB(id, z);
+      sqlite3_bind_int64(pIns, 1, id);
+      sqlite3_bind_int64(pIns, 2, valA(id));
+      sqlite3_bind_text(pIns, 3, z, 100, SQLITE_TRANSIENT);
+      t0 = now();
+      stepDone(db, pIns, "commit-latency");
+      samplesAdd(&lat[s], (now() - t0) * 1000);
+      nDone++;
+    }
+  }
+  tEnd = now();
+  ioStop((double)nDone);
+  check(db, sqlite3_finalize(pIns), "commit-latency");
+  for(id=g.nRows+1; id<=g.nRows+nDone; id++) sumExp += expectedRow(id);
+  pSum = prep(db, "SELECT id,a,b FROM t1 WHERE id>?");
+  sqlite3_bind_int64(pSum, 1, g.nRows);
+  while( sqlite3_step(pSum)==SQLITE_ROW ){
+    sumGot += rowHash(sqlite3_column_int64(pSum, 0), sqlite3_column_int64(pSum, 1),
+                      (const char*)sqlite3_column_text(pSum, 2), (size_t)sqlite3_column_bytes(pSum, 2));
+  }
+  check(db, sqlite3_finalize(pSum), "checksum");
+  if( sumGot!=sumExp ) die("commit-latency: checksum mismatch (%016llx != %016llx)",
+                           (unsigned long long)sumGot, (unsigned long long)sumExp);
+  check(db, sqlite3_close(db), "close");
+  outBegin();
+  for(s=0; s<2; s++){
+    outNum(azKey[s][0], pct(&lat[s], 0.5));
+    outNum(azKey[s][1], pct(&lat[s], 0.99));
+  }
+  outNum("txns", (double)nDone);
+  outNum("elapsed_s", tEnd - tAll);
+  outU64("checksum", sumGot);
+  outSamples("commit_normal_ms", &lat[0], 2000);
+  outSamples("commit_full_ms", &lat[1], 2000);
+  outEnd();
+  free(lat[0].a);
+  free(lat[1].a);
+}
+
 /* ---- main ------------------------------------------------------------------------ */
 
 #ifdef BENCH_SQLCIPHER
@@ -1466,6 +1972,8 @@ static int driver(int argc, char **argv){
     else if( ARG("--rat-rows") ) g.nRatRows = atoi(v);
     else if( ARG("--txn-rows") ) g.nTxnRows = atoi(v);
     else if( ARG("--min-obs") ) g.nMinObs = atoi(v);
+    else if( ARG("--suite-rows") ) g.nSuiteRows = atoll(v);
+    else if( ARG("--lat-txns") ) g.nLatTxns = atoi(v);
     else if( ARG("--journal") ) g.zJournal = v;
     else if( ARG("--synchronous") ) g.zSync = v;
     else if( ARG("--page-size") ) g.nPageSize = atoi(v);
@@ -1476,7 +1984,8 @@ static int driver(int argc, char **argv){
   }
   if( strcmp(g.zOp, "versions")==0 ){ versions(); return 0; }
   if( !g.zDb ) die("--db is required");
-  if( g.nRows < 1 || g.nScale < 1 || g.nThreads < 1 || g.nRatRows < 1 || g.nTxnRows < 1 || g.nMinObs < 0 ) die("sizes must be >= 1");
+  if( g.nRows < 1 || g.nScale < 1 || g.nThreads < 1 || g.nRatRows < 1 || g.nTxnRows < 1 || g.nMinObs < 0
+      || g.nSuiteRows < 20 || g.nLatTxns < 1 ) die("sizes must be >= 1 (--suite-rows >= 20)");
 #ifdef BENCH_SQLCIPHER
   if( !g.zKeyFile ) die("--keyfile is required for sqlcipher");
   readKeyFile();
@@ -1509,6 +2018,8 @@ static int driver(int argc, char **argv){
   else if( strcmp(g.zWorkload, "update-rows")==0 ) wRowTxns(0);
   else if( strcmp(g.zWorkload, "delete-rows")==0 ) wRowTxns(1);
   else if( strcmp(g.zWorkload, "delete-spill")==0 ) wDeleteSpill();
+  else if( strcmp(g.zWorkload, "suite")==0 ) wSuite();
+  else if( strcmp(g.zWorkload, "commit-latency")==0 ) wCommitLatency();
   else die("unknown workload %s", g.zWorkload);
   return 0;
 }

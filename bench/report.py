@@ -325,6 +325,91 @@ def standby_rows(res):
     return rows
 
 
+# ---- the broad SQL suite and commit latency ----------------------------------------------
+
+SUITE_TEXT = ("The broad SQL suite: small tests run in order over one data set (--suite-rows rows per "
+              "table) in a database of their own, each timed and checksummed (every condition must "
+              "return the same checksum per test). Time ratio = median over repeats of the ratio to "
+              "plain within one repeat (runs of a repeat are interleaved); bytes = bytes written by "
+              "the test, every file kind, ratio of medians to plain. Tests that take under a "
+              "millisecond have noisy ratios.")
+WORST_TEXT = ("Per condition and journal mode, the five suite tests with the highest time ratio to "
+              "plain, with their bytes-written ratio.")
+LATENCY_TEXT = ("Single-row INSERT transactions in WAL mode (--lat-txns each with synchronous=NORMAL, "
+                "then FULL), each statement timed with its commit; automatic checkpoints stay on "
+                "(SQLite's 1,000 pages), so p99 includes the commits that ran one. Medians over runs "
+                "of each run's percentile; in brackets the ratio of medians to plain.")
+LATENCY_HEAD = ["condition", "p50 NORMAL (ms)", "p99 NORMAL (ms)", "p50 FULL (ms)", "p99 FULL (ms)"]
+
+
+def suite_conditions(res):
+    """The conditions the suite tables show beside plain: the auto-login
+    wallet and the current peers, or what ran instead."""
+    live = [c for c in live_conditions(res) if c != "plain"]
+    show = [c for c in ("wallet", "sqlcipher4", "sqlite3mc") if c in live]
+    return show or live[:3]
+
+
+def suite_head(res):
+    head = ["test", "what", "mode", "plain (s)", "plain bytes"]
+    for c in suite_conditions(res):
+        head += ["%s: time" % c, "%s: bytes" % c]
+    return head
+
+
+def suite_rows(res):
+    """Per suite test and mode: plain's median time and bytes, each shown
+    condition's time and bytes ratios to plain."""
+    su = res.get("suite")
+    if not su:
+        return []
+    by = {(r["mode"], r["test"], r["condition"]): r for r in su["rows"]}
+    rows = []
+    for mn in modes(res):
+        for t in su["tests"]:
+            p = by.get((mn, t["id"], "plain"))
+            if not p:
+                continue
+            row = [t["id"], t["name"], mn, num(p["median_s"]), num(p["write_bytes"])]
+            for c in suite_conditions(res):
+                r = by.get((mn, t["id"], c))
+                row += [ratio_text(r.get("ratio")) if r else "n/a",
+                        ratio_text(r.get("bytes_ratio")) if r else "n/a"]
+            rows.append(row)
+    return rows
+
+
+def worst_rows(res):
+    """(mode, condition, rank, test, what, time ratio, bytes ratio) of the
+    five worst tests of every condition that is not plain."""
+    su = res.get("suite")
+    rows = []
+    for w in (su or {}).get("worst", []):
+        for i, t in enumerate(w["tests"]):
+            rows.append((w["mode"], w["condition"], i + 1, t["test"], t["name"], ratio_text(t["ratio"]),
+                         ratio_text(t.get("bytes_ratio"))))
+    return rows
+
+
+def latency_rows(res):
+    S = index(res)
+    rows = []
+    for mn in modes(res):
+        for c in live_conditions(res):
+            cells = []
+            for m in ("commit_normal_ms_p50", "commit_normal_ms_p99", "commit_full_ms_p50", "commit_full_ms_p99"):
+                r = S.get(("commit-latency", mn, m, c))
+                if not r:
+                    cells.append("n/a")
+                elif c == "plain":
+                    cells.append(num(r["median"]))
+                else:
+                    cells.append("%s (%s)" % (num(r["median"]), ratio_text(r.get("ratio"))))
+            if cells != ["n/a"] * 4:
+                rows.append(["%s, %s" % (c, mn)] + cells)
+    return rows
+
+
 def conditions_text(res):
     return [(c["name"], ("not measured: " + c["skipped"]) if c["skipped"] else c["label"])
             for c in res["conditions"]]
@@ -476,6 +561,13 @@ def md_report(res):
             cells.append("n/a" if not r else "%s (%s)" % (num(r["median"]), ratio_text(r.get("ratio"))))
         rows.append([w, mn, c] + cells)
     L += md_table(IO_HEAD, rows) + [""]
+    if suite_rows(res):
+        L += ["## Broad SQL suite", "", SUITE_TEXT, ""] + md_table(suite_head(res), suite_rows(res)) + [""]
+        L += ["## Five worst suite tests", "", WORST_TEXT, ""]
+        L += md_table(["mode", "condition", "rank", "test", "what", "time ratio", "bytes ratio"],
+                      worst_rows(res)) + [""]
+    if latency_rows(res):
+        L += ["## Commit latency", "", LATENCY_TEXT, ""] + md_table(LATENCY_HEAD, latency_rows(res)) + [""]
     sl = standby_latency_rows(res)
     if sl:
         L += ["## Standby commit latency", "", STANDBY_LAT_TEXT, ""] + md_table(STANDBY_LAT_HEAD, sl) + [""]
@@ -721,6 +813,15 @@ def html_report(res):
         rows.append([w, mn, c] + ["n/a" if not r else "%s (%s)" % (num(r["median"]), ratio_text(r.get("ratio")))
                                   for r in rr])
     P.append(h_table(IO_HEAD, rows, left=3))
+    if suite_rows(res):
+        P.append("<h2>Broad SQL suite</h2><p>%s</p>" % e(SUITE_TEXT))
+        P.append(h_table(suite_head(res), suite_rows(res), left=3))
+        P.append("<h2>Five worst suite tests</h2><p>%s</p>" % e(WORST_TEXT))
+        P.append(h_table(["mode", "condition", "rank", "test", "what", "time ratio", "bytes ratio"],
+                         worst_rows(res), left=5))
+    if latency_rows(res):
+        P.append("<h2>Commit latency</h2><p>%s</p>" % e(LATENCY_TEXT))
+        P.append(h_table(LATENCY_HEAD, latency_rows(res), left=1))
     sl = standby_latency_rows(res)
     if sl:
         P.append("<h2>Standby commit latency</h2><p>%s</p>" % e(STANDBY_LAT_TEXT))

@@ -75,6 +75,11 @@ METRICS = {
                      ("txn_s", "the delete-spill transaction", "s", LOWER)],
     "delete-rows": [("rows_per_s", "single-row DELETEs, a transaction each", "rows/s", HIGHER),
                     ("txn_ms_p50", "single-row DELETE transaction p50", "ms", LOWER)],
+    "suite": [("suite_s", "broad SQL suite: total time of its tests", "s", LOWER)],
+    "commit-latency": [("commit_normal_ms_p50", "single-row transaction p50, synchronous=NORMAL", "ms", LOWER),
+                       ("commit_normal_ms_p99", "single-row transaction p99, synchronous=NORMAL", "ms", LOWER),
+                       ("commit_full_ms_p50", "single-row transaction p50, synchronous=FULL", "ms", LOWER),
+                       ("commit_full_ms_p99", "single-row transaction p99, synchronous=FULL", "ms", LOWER)],
 }
 # What each workload does, for --help and the report.
 DESCRIPTIONS = {
@@ -93,6 +98,12 @@ DESCRIPTIONS = {
     "delete-rows": "single-row DELETEs from t2 by key, each its own transaction, up to --txn-rows or --seconds",
     "delete-spill": "single-row DELETEs of half of t2 by key in ONE transaction, cache_size=100 (SQLite "
                     "spills pages and reads them back), then t2 read inside the transaction, COMMIT",
+    "suite": "the broad SQL suite: 27 small tests over one data set of --suite-rows rows (inserts "
+             "ordered, scattered and by text key, indexes, point and range queries, joins, updates and "
+             "deletes by key and by range, one transaction larger than the cache, ANALYZE, VACUUM), "
+             "each timed and checksummed, bytes written per test",
+    "commit-latency": "WAL only: --lat-txns single-row INSERT transactions with synchronous=NORMAL, "
+                      "then as many with synchronous=FULL: p50 and p99 of each",
 }
 # Per-run I/O of the timed part, per unit of work (see "I/O accounting" in
 # bench.c): derived from the driver's counters by io_per_op().
@@ -107,19 +118,21 @@ IO_METRICS = [("wchar_per_op", "bytes written (wchar)", "B/op", LOWER),
 OP_UNIT = {"insert": "row", "delete-replenish": "row", "cold-scan": "scan", "warm-scan": "scan",
            "bounce": "open", "row-at-a-time": "row", "tpcb-select": "txn", "tpcb-rw": "txn",
            "vacuum": "VACUUM", "update-all": "row", "checkpoint": "checkpoint", "update-rows": "row",
-           "delete-rows": "row", "delete-spill": "row"}
+           "delete-rows": "row", "delete-spill": "row", "suite": "suite run", "commit-latency": "txn"}
 BASE_WORKLOADS = ["insert", "delete-replenish", "cold-scan", "warm-scan", "bounce",
                   "row-at-a-time", "tpcb-select", "tpcb-rw", "vacuum", "update-all",
-                  "checkpoint", "update-rows", "delete-rows", "delete-spill"]
+                  "checkpoint", "update-rows", "delete-rows", "delete-spill", "suite",
+                  "commit-latency"]
 # Workloads whose checksum must be the same in every run of every condition.
 DETERMINISTIC = {"delete-replenish", "cold-scan", "warm-scan", "bounce", "row-at-a-time",
-                 "vacuum", "update-all", "checkpoint", "delete-spill"}
+                 "vacuum", "update-all", "checkpoint", "delete-spill", "suite", "commit-latency"}
 WRITE_WORKLOADS = {"insert", "delete-replenish", "row-at-a-time", "tpcb-rw", "vacuum",
-                   "update-all", "checkpoint", "update-rows", "delete-rows", "delete-spill"}
+                   "update-all", "checkpoint", "update-rows", "delete-rows", "delete-spill", "suite",
+                   "commit-latency"}
 # Workloads that exist in some journal modes only: not run elsewhere, listed
 # in results.json (options.not_applicable) and shown as "-" in the reports.
 # A checkpoint is a WAL operation (a rollback journal has none).
-JOURNALS_OF = {"checkpoint": ("WAL",)}
+JOURNALS_OF = {"checkpoint": ("WAL",), "commit-latency": ("WAL",)}
 ALL_CONDITIONS = ["plain", "wallet", "wallet-password", "pkcs11", "kmip", "sqlcipher",
                   "sqlcipher4", "sqlite3mc"]
 PEER_CONDITIONS = ["sqlcipher", "sqlcipher4", "sqlite3mc"]
@@ -531,7 +544,8 @@ def common_args(opt, mode):
     return ["--seed", str(opt.seed), "--rows", str(opt.rows), "--scale", str(opt.scale),
             "--journal", mode["journal"], "--synchronous", opt.synchronous,
             "--page-size", str(opt.page_size), "--cache-size", str(mode_cache(opt, mode)),
-            "--rat-rows", str(opt.rat_rows), "--txn-rows", str(opt.txn_rows)] + \
+            "--rat-rows", str(opt.rat_rows), "--txn-rows", str(opt.txn_rows),
+            "--suite-rows", str(opt.suite_rows), "--lat-txns", str(opt.lat_txns)] + \
         (["--min-obs", "2"] if opt.quick else [])
 
 
@@ -1098,6 +1112,114 @@ def targets(rows, vals, conds, workloads, modes, opt):
     return out
 
 
+# ---- the broad SQL suite -----------------------------------------------------------
+
+def suite_mismatches(obs):
+    """Suite test ids whose checksum is not the same in every run of every
+    condition and journal mode (each test's result depends on the seed and
+    --suite-rows only)."""
+    sums = {}
+    for o in obs:
+        if o["workload"] == "suite" and "result" in o:
+            for t in o["result"].get("tests", []):
+                sums.setdefault(t["id"], set()).add(t["checksum"])
+    return sorted(t for t, v in sums.items() if len(v) > 1)
+
+
+def suite_analysis(obs, conds, modes):
+    """Per suite test, mode and condition: median time, the median of the
+    per-repeat ratios to plain (runs of one repeat are interleaved, so a
+    ratio within a repeat pairs runs made under the same load), median
+    bytes written and their ratio to plain; per condition and mode the
+    five tests with the worst time ratio.  None when the suite did not run."""
+    runs = {}
+    names = {}
+    for o in obs:
+        if o["workload"] != "suite" or "result" not in o:
+            continue
+        for t in o["result"].get("tests", []):
+            names.setdefault(t["id"], t["name"])
+            runs.setdefault((o["mode"], t["id"], o["condition"]), {})[o["repeat"]] = t
+    if not runs:
+        return None
+    tests = sorted(names)
+    rows, worst = [], []
+    for mode in modes:
+        mn = mode["name"]
+        for c in conds:
+            crow = []
+            for tid in tests:
+                mine = runs.get((mn, tid, c.name), {})
+                base = runs.get((mn, tid, "plain"), {})
+                if not mine:
+                    continue
+                r = {"mode": mn, "test": tid, "name": names[tid], "condition": c.name, "n": len(mine),
+                     "median_s": median([t["s"] for t in mine.values()]),
+                     "write_bytes": median([t["write_bytes"] for t in mine.values()]),
+                     "syncs": median([t["syncs"] for t in mine.values()]),
+                     "checksum": sorted(t["checksum"] for t in mine.values())[0]}
+                if c.name == "plain":
+                    r.update({"ratio": 1.0, "ratio_min": 1.0, "ratio_max": 1.0, "bytes_ratio": 1.0})
+                else:
+                    rs = [mine[k]["s"] / base[k]["s"] for k in mine if k in base and base[k]["s"] > 0]
+                    pb = median([t["write_bytes"] for t in base.values()]) if base else float("nan")
+                    r["ratio"] = median(rs)
+                    r["ratio_min"] = min(rs) if rs else float("nan")
+                    r["ratio_max"] = max(rs) if rs else float("nan")
+                    r["bytes_ratio"] = r["write_bytes"] / pb if pb and pb == pb else \
+                        (1.0 if pb == 0 and r["write_bytes"] == 0 else float("nan"))
+                    crow.append(r)
+                rows.append(r)
+            if crow:
+                ranked = sorted((r for r in crow if r["ratio"] == r["ratio"]), key=lambda r: -r["ratio"])
+                worst.append({"mode": mn, "condition": c.name,
+                              "tests": [{"test": r["test"], "name": r["name"], "ratio": r["ratio"],
+                                         "bytes_ratio": r["bytes_ratio"], "median_s": r["median_s"]}
+                                        for r in ranked[:5]]})
+    return {"tests": [{"id": t, "name": names[t]} for t in tests], "rows": rows, "worst": worst}
+
+
+SUITE_LIMIT = 1.10          # issue: no suite test and no commit latency beyond 1.10x plain
+
+
+def suite_targets(summary, suite, conds, opt):
+    """The breadth targets, per sqlite-tde condition and mode: every suite
+    test within 1.10x plain (judged on the worst test's median per-repeat
+    ratio), the suite's total time within 1.10x plain (its 95% interval),
+    and in WAL mode the commit latency p50 and p99 with synchronous=NORMAL
+    and FULL within 1.10x plain."""
+    out = []
+    names = [c.name for c in conds if c.name in TDE_CONDITIONS]
+    by = {(r["workload"], r["mode"], r["metric"], r["condition"]): r for r in summary}
+    few = opt.repeats < 3
+
+    def ci(r):
+        return "%.2f [%.2f, %.2f]" % (r["ratio"], r["ci_low"], r["ci_high"])
+
+    for w in (suite or {}).get("worst", []):
+        if w["condition"] not in names or not w["tests"]:
+            continue
+        t = w["tests"][0]
+        st = "undecided" if few else ("met" if t["ratio"] <= SUITE_LIMIT else "missed")
+        out.append({"group": "broad SQL suite", "target": "every suite test <= %.2fx plain's time" % SUITE_LIMIT,
+                    "condition": w["condition"], "workload": "suite", "mode": w["mode"],
+                    "figure": "worst: test %s (%s) %.2fx" % (t["test"], t["name"], t["ratio"]), "status": st})
+    for (wl, mn, m, cn), r in sorted(by.items()):
+        if cn not in names or r.get("ratio") is None:
+            continue
+        if wl == "suite" and m == "suite_s":
+            out.append({"group": "broad SQL suite", "target": "suite total time <= %.2fx plain" % SUITE_LIMIT,
+                        "condition": cn, "workload": wl, "mode": mn, "figure": ci(r),
+                        "status": ("undecided" if few else judge(r["ci_low"], r["ci_high"], SUITE_LIMIT, LOWER))
+                        or "not measured"})
+        if wl == "commit-latency" and m in dict((x[0], 1) for x in METRICS["commit-latency"]):
+            out.append({"group": "commit latency (WAL)", "target": "%s ratio <= %.2f" % (m, SUITE_LIMIT),
+                        "condition": cn, "workload": wl, "mode": mn, "figure": ci(r),
+                        "status": ("undecided" if few else judge(r["ci_low"], r["ci_high"], SUITE_LIMIT, LOWER))
+                        or "not measured"})
+    return out
+
+
 def baseline_targets(rows, opt, wal):
     """Nothing slower in WAL mode: the wallet/plain ratio of each headline
     figure against the same figure in an earlier results.json."""
@@ -1260,7 +1382,8 @@ def bench_main(argv):
     ap.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
     ap.add_argument("--build", default=HERE, help="folder with sqlite-tde and the sqlite-tde-bench* drivers")
     ap.add_argument("--quick", action="store_true", help="smallest run (tests, demo): seconds 0.1, "
-                    "2 repeats, 5,000 rows, 300 row-at-a-time and t2 rows, threads 1, at least 2 "
+                    "2 repeats, 5,000 rows, 300 row-at-a-time and t2 rows, 500 suite rows, 20 "
+                    "commit-latency transactions, threads 1, at least 2 "
                     "scans and bounces per run (not 3 and 5); figures only show that the kit works")
     ap.add_argument("--seconds", type=float, default=2.0, help="duration of each timed workload (default 2; 10 or 300 for a steadier figure)")
     ap.add_argument("--repeats", type=int, default=5, help="runs per condition, workload and mode (default 5)")
@@ -1271,6 +1394,10 @@ def bench_main(argv):
     ap.add_argument("--rat-rows", type=int, default=10000, help="row-at-a-time rows (default 10,000)")
     ap.add_argument("--txn-rows", type=int, default=25000, help="rows of t2 for update-all, update-rows, "
                     "delete-rows and delete-spill (default 25,000)")
+    ap.add_argument("--suite-rows", type=int, default=20000, help="rows of each table of the broad SQL "
+                    "suite (default 20,000)")
+    ap.add_argument("--lat-txns", type=int, default=1000, help="commit-latency: transactions per "
+                    "synchronous setting (default 1,000)")
     ap.add_argument("--journal", default=DEFAULT_MODES, help="journal modes, comma-separated, run in "
                     "this order (default %s)" % DEFAULT_MODES)
     ap.add_argument("--cached", action="store_true", help="also run DELETE+cached: rollback mode with "
@@ -1288,13 +1415,15 @@ def bench_main(argv):
     opt = ap.parse_args(argv)
     if opt.quick:
         for k, v in (("seconds", 0.1), ("repeats", 2), ("rows", 5000), ("rat_rows", 300),
-                     ("txn_rows", 300)):
+                     ("txn_rows", 300), ("suite_rows", 500), ("lat_txns", 20)):
             if getattr(opt, k) == ap.get_default(k):
                 setattr(opt, k, v)
         if opt.threads == ap.get_default("threads"):
             opt.threads = "1"
     if opt.repeats < 1:
         ap.error("--repeats must be >= 1")
+    if opt.suite_rows < 20 or opt.lat_txns < 1:
+        ap.error("--suite-rows must be >= 20 and --lat-txns >= 1")
     if opt.cached and "DELETE+cached" not in opt.journal.split(","):
         opt.journal += ",DELETE+cached"
     try:
@@ -1401,17 +1530,20 @@ def bench_main(argv):
             sums = {o["result"].get("checksum") for o in obs if o["workload"] == w and "result" in o}
             if len(sums) > 1:
                 bad.append(w)
+    bad += ["suite test %s" % t for t in suite_mismatches(obs)]
     checks = ("all checksums verified in the driver; deterministic workloads (%s) agree across "
               "every run, journal mode and condition" % ", ".join(sorted(DETERMINISTIC)) if not bad else
               "MISMATCH between conditions in %s" % ", ".join(bad))
     summary, vals = analyse(obs, live, workloads, opt.modes, opt)
+    suite = suite_analysis(obs, live, opt.modes)
     res = {
         "schema_version": SCHEMA_VERSION,
         "generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "command": "sqlite-tde bench " + " ".join(argv),
         "options": {"seed": opt.seed, "repeats": opt.repeats, "seconds": opt.seconds,
                     "rows": opt.rows, "scale": opt.scale, "threads": opt.threads,
-                    "rat_rows": opt.rat_rows, "txn_rows": opt.txn_rows, "journal": opt.journal,
+                    "rat_rows": opt.rat_rows, "txn_rows": opt.txn_rows, "suite_rows": opt.suite_rows,
+                    "lat_txns": opt.lat_txns, "journal": opt.journal,
                     "modes": opt.modes, "synchronous": opt.synchronous,
                     "page_size": opt.page_size, "cache_size": opt.cache_size,
                     "cache_size_cached": opt.cache_all, "workloads": workloads, "quick": opt.quick,
@@ -1424,7 +1556,10 @@ def bench_main(argv):
                       "condition": f["condition"], "error": f["error"]} for f in failures],
         "summary": summary,
     }
-    res["targets"] = targets(summary, vals, live, workloads, opt.modes, opt)
+    if suite:
+        res["suite"] = suite
+    res["targets"] = targets(summary, vals, live, workloads, opt.modes, opt) + \
+        suite_targets(summary, suite, live, opt)
     res["limitations"] = report.limitations(res)
     res = no_nan(res)
     with open(os.path.join(opt.out, "results.json"), "w") as f:

@@ -31,7 +31,7 @@ bad() { NFAIL=$((NFAIL+1)); echo "  FAIL  $*"; }
 "$TDE_BUILD/sqlite-tde" bench --help >"$WORK/help.txt" 2>&1
 MISSING=""
 for w in insert delete-replenish cold-scan warm-scan bounce row-at-a-time tpcb-select tpcb-rw \
-         vacuum update-all checkpoint update-rows delete-rows delete-spill plain wallet wallet-password pkcs11 kmip \
+         vacuum update-all checkpoint update-rows delete-rows delete-spill suite commit-latency plain wallet wallet-password pkcs11 kmip \
          sqlcipher sqlcipher4 sqlite3mc standby standby-sync; do
   grep -qE "^  $w " "$WORK/help.txt" || MISSING="$MISSING $w"
 done
@@ -112,10 +112,11 @@ if r["failures"]:
     errs.append("%d failed runs: %s" % (len(r["failures"]), r["failures"][0]["error"][:200]))
 if "MISMATCH" in r["checksums"]:
     errs.append(r["checksums"])
-# every workload in every mode, but those not applicable there (checkpoint: WAL only)
+# every workload in every mode, but those not applicable there (checkpoint
+# and commit-latency: WAL only)
 na = {(x["workload"], x["mode"]) for x in r["options"].get("not_applicable", [])}
-if na != {("checkpoint", "DELETE")}:
-    errs.append("not applicable %s, expected checkpoint in DELETE only" % sorted(na))
+if na != {("checkpoint", "DELETE"), ("commit-latency", "DELETE")}:
+    errs.append("not applicable %s, expected checkpoint and commit-latency in DELETE only" % sorted(na))
 want = r["options"]["repeats"] * len(live) * sum(
     1 for w in r["options"]["workloads"] for m in modes if (w, m) not in na)
 if len(r["observations"]) != want:
