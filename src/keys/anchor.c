@@ -1,7 +1,7 @@
 /*
 ** Freshness anchor records: build, MAC, check, compare (keys/anchor.h,
 ** docs/FORMAT.md "External anchor").  The store that keeps them is
-** reached through keystore/anchor.c; the VFS calls only this file.
+** reached through keystore/anchor_store.c; the VFS calls only this file.
 */
 #include "tde_int.h"
 #include "keys/anchor.h"

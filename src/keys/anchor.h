@@ -3,7 +3,7 @@
 ** layer's side of whole-file rollback detection.  A record names the
 ** database and the state its header had at the last anchor update (anchor
 ** counter A, log epoch L, sequence number), MACed with a key derived from
-** a data key, and is kept by an anchor store (keystore/anchor.c) that
+** a data key, and is kept by an anchor store (keystore/anchor_store.c) that
 ** never interprets it.  This module builds, checks and compares records;
 ** it never reads a database file and never sees a page.
 */
