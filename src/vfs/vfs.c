@@ -172,14 +172,19 @@ static int tdeInstallKeys(TdeFile *p, TdeDbKeys *k){
 }
 
 /* Make k the keys of main file p: its own sealing session, a reference
-** on the keystore, ownership (*pk becomes NULL on success). */
-static int tdeAdoptKeys(TdeFile *p, TdeDbKeys **pk){
+** on the keystore, ownership (*pk becomes NULL on success).  Then the
+** features' checks at load (the xLoaded hook, raised here only: the
+** freshness anchor; bNew: a database just created); if one refuses, k
+** goes back to the caller (*pk) and p holds no keys. */
+static int tdeAdoptKeys(TdeFile *p, TdeDbKeys **pk, int bNew){
   TdeDbKeys *k = *pk;
   int rc = tdeInstallKeys(p, k);
   if( rc ) return rc;
   p->pKeys = k;               /* with the reference tdeRegistryAcquire took */
   *pk = 0;
-  return SQLITE_OK;
+  rc = tdeMainHookLoaded(p, bNew);
+  if( rc ){ *pk = k; p->pKeys = 0; }
+  return rc;
 }
 
 /*
@@ -240,9 +245,7 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
     sqlite3_free(pOther);
     tdeErrClear();
   }
-  rc = tdeAdoptKeys(p, &k);
-  /* The features' checks at load (hooks.c: the freshness anchor). */
-  if( rc==SQLITE_OK && (rc = tdeMainHookLoaded(p, 0))!=SQLITE_OK ){ k = p->pKeys; p->pKeys = 0; }
+  rc = tdeAdoptKeys(p, &k, 0);
 
 done:
   if( rc && rc!=SQLITE_NOMEM ){
@@ -306,8 +309,7 @@ static int tdeMainCreate(TdeFile *p){
   if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
   if( rc ) goto done;
   tdeKeysNoteMasterKey(k);
-  rc = tdeAdoptKeys(p, &k);
-  if( rc==SQLITE_OK && (rc = tdeMainHookLoaded(p, 1))!=SQLITE_OK ){ k = p->pKeys; p->pKeys = 0; }
+  rc = tdeAdoptKeys(p, &k, 1);
 
 done:
   if( rc && rc!=SQLITE_NOMEM ){
