@@ -7,8 +7,10 @@
 ** header through keyops.c, and calls the keys layer (keys/anchor.c) for
 ** the record, which reaches the store through keystore/anchor.c.  It never
 ** speaks a keystore protocol itself.  Without `freshness_anchor` in the
-** configuration (or on a version-1 database) k->eAnchor is 0 and the
-** hooks in vfs.c cost one test per lock change.
+** configuration (or on a version-1 database) k->anchor.eKind is 0 and its
+** hooks (tdeAnchorHook, raised through hooks.c) cost one test per lock
+** change.  It sits above the page map and below vfs.c; the rekey's finish
+** reaches it only through the xBeforeKeyDrop hook.
 */
 #include "vfs/vfs_int.h"
 #include "keys/anchor.h"
@@ -144,11 +146,11 @@ static int anchorPlaceCheck(TdeFile *p, int bNew){
                   "VACUUM INTO or another database was put here. Restored on purpose? run "
                   "`sqlite-tde reanchor %s`", anchorDbName(p), zWas, zIs, anchorDbName(p));
   }
-  k->bPlaceOk = 1;
+  k->anchor.bPlaceOk = 1;
   return TDE_OK;
 }
 
-int tdeMainAnchorCheck(TdeFile *p, int bNew){
+static int anchorCheck(TdeFile *p, int bNew){
   TdeDbKeys *k = p->pKeys;
   TdeAnchorRec rec;
   long long nIv = 0;
@@ -173,8 +175,8 @@ int tdeMainAnchorCheck(TdeFile *p, int bNew){
            anchorDbName(p));
     return SQLITE_OK;
   }
-  k->eAnchor = eKind;
-  k->nAnchorInterval = nIv;
+  k->anchor.eKind = eKind;
+  k->anchor.nInterval = nIv;
   if( p->mBypass & TDE_BYPASS_ANCHOR ) return SQLITE_OK;
 
   trc = anchorPlaceCheck(p, bNew);
@@ -189,7 +191,7 @@ int tdeMainAnchorCheck(TdeFile *p, int bNew){
                    (unsigned long long)k->hdr.anchorCounter, anchorKindName(eKind), anchorDbName(p));
       break;
     }
-    k->tAnchorRecord = rec.t;
+    k->anchor.tRecord = rec.t;
     if( !tdeAnchorIsStale(&rec, k->hdr.anchorCounter, k->hdr.logEpoch, k->hdr.seq) ) break;
     if( nTry==0 ){
       /* Another connection may be between its header update and its store
@@ -276,41 +278,45 @@ static int anchorUpdate(TdeFile *p, uint64_t floor){
   d = tdeKeysFind(k, rec.version);
   if( !d ) return SQLITE_ERROR;
   trc = tdeAnchorPut(k->pCfg, k->pKs, &rec, d->aDek);
-  k->tAnchorLast = rec.t;
-  if( trc==TDE_OK && !k->bPlaceOk ){
+  k->anchor.tLast = rec.t;
+  if( trc==TDE_OK && !k->anchor.bPlaceOk ){
     /* After the record: a crash between the two leaves the place
     ** unrecorded (as before the first update), never naming a database
     ** whose record is missing. */
     char zPlace[PATH_MAX];
     anchorPlace(p, zPlace);
     trc = tdePlacePut(k->pCfg, k->pKs, zPlace, k->hdr.dbid, rec.t);
-    if( trc==TDE_OK ) k->bPlaceOk = 1;
+    if( trc==TDE_OK ) k->anchor.bPlaceOk = 1;
   }
   if( trc ) return tdeSqliteRc(trc);
-  k->anchorVersion = rec.version;
-  k->tAnchorRecord = rec.t;
+  k->anchor.version = rec.version;
+  k->anchor.tRecord = rec.t;
   return SQLITE_OK;
 }
 
-void tdeMainAnchorTick(TdeFile *p){
+/* The update when due, at the end of a write transaction (xWriteEnd):
+** in rollback mode when the main file's lock drops to SHARED or below
+** after a write lock (anchor.bWrite, set by anchorWriteLock), in WAL mode
+** when the WAL write lock is released. */
+static void anchorWriteEnd(TdeFile *p, int bWal){
   TdeDbKeys *k = p->pKeys;
   int64_t now;
   int rc;
-  if( !k || !k->eAnchor ) return;
-  k->bAnchorWrite = 0;
+  if( !k || !k->anchor.eKind || (!bWal && !k->anchor.bWrite) ) return;
+  k->anchor.bWrite = 0;
   if( p->bReadOnly ) return;
   now = (int64_t)time(0);
-  if( k->tAnchorLast && now - k->tAnchorLast < k->nAnchorInterval
-   && k->anchorVersion==k->hdr.curVersion ) return;
+  if( k->anchor.tLast && now - k->anchor.tLast < k->anchor.nInterval
+   && k->anchor.version==k->hdr.curVersion ) return;
   tdeErrClear();
   rc = anchorUpdate(p, 0);
   if( rc ){
     /* The transaction is committed; the anchor lags until the next try,
     ** which waits for the interval (a store that is down costs one round
     ** trip per interval, not one per transaction). */
-    k->tAnchorLast = now;
+    k->anchor.tLast = now;
     tdeLog(TDE_LOG_WARNING, "%s: freshness anchor update failed (retried after %lld s): %s",
-           anchorDbName(p), k->nAnchorInterval, tde_last_error());
+           anchorDbName(p), k->anchor.nInterval, tde_last_error());
     tdeErrClear();
   }
 }
@@ -323,12 +329,12 @@ void tdeMainAnchorTick(TdeFile *p){
 ** update now; if that fails, so does the finish (the rekey is resumable:
 ** run it again once the store can be written).
 */
-int tdeMainAnchorBeforeDrop(TdeFile *p){
+static int anchorBeforeKeyDrop(TdeFile *p){
   TdeDbKeys *k = p->pKeys;
   char zDetail[512];
   int rc;
-  if( !k || !k->eAnchor || (p->mBypass & TDE_BYPASS_ANCHOR) ) return SQLITE_OK;
-  if( k->anchorVersion==k->hdr.curVersion ) return SQLITE_OK;
+  if( !k || !k->anchor.eKind || (p->mBypass & TDE_BYPASS_ANCHOR) ) return SQLITE_OK;
+  if( k->anchor.version==k->hdr.curVersion ) return SQLITE_OK;
   tdeErrClear();
   rc = anchorUpdate(p, 0);
   if( rc==SQLITE_OK ) return SQLITE_OK;
@@ -340,6 +346,21 @@ int tdeMainAnchorBeforeDrop(TdeFile *p){
   tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
   return rc;
 }
+
+/* A write lock taken on the main file (RESERVED, after its header
+** check): the end of the transaction may update the anchor. */
+static void anchorWriteLock(TdeFile *p){
+  if( p->pKeys ) p->pKeys->anchor.bWrite = p->pKeys->anchor.eKind!=0;
+}
+
+const TdeMainHook tdeAnchorHook = {
+  "anchor",
+  anchorCheck,                /* xLoaded */
+  anchorWriteLock,            /* xWriteLock */
+  anchorWriteEnd,             /* xWriteEnd */
+  anchorBeforeKeyDrop,        /* xBeforeKeyDrop */
+  0,                          /* xPageRescue */
+};
 
 /* ---- tde_db_reanchor ------------------------------------------------------ */
 
@@ -442,7 +463,7 @@ int tde_db_reanchor(const char *zDbPath, const char *zConfig, unsigned long long
                  "run `sqlite-tde upgrade` first", zDbPath);
     goto done;
   }
-  if( !k->eAnchor ){
+  if( !k->anchor.eKind ){
     trc = tdeErr(TDE_CONFIG, "reanchor: %s configures no freshness_anchor", zCfg);
     goto done;
   }
@@ -466,7 +487,7 @@ done:
     p = tdeMainOfDb(db, "main");
     if( p && p->pKeys ){
       snprintf(zDetail, sizeof(zDetail), "%s anchor: A %llu (file %llu) -> %llu",
-               anchorKindName(p->pKeys->eAnchor), (unsigned long long)(bFound ? rec.A : 0),
+               anchorKindName(p->pKeys->anchor.eKind), (unsigned long long)(bFound ? rec.A : 0),
                (unsigned long long)oldA, (unsigned long long)p->pKeys->hdr.anchorCounter);
     }
     freshEndAudited(db, "reanchor", trc, zDetail);
@@ -527,8 +548,8 @@ int tdeMainAnchorInfo(TdeFile *p, const char **pzKind, uint64_t *pA, int64_t *pt
   *pt = 0;
   if( !k ) return SQLITE_OK;
   *pA = k->hdr.anchorCounter;
-  *pt = k->tAnchorRecord;
-  if( k->eAnchor ) *pzKind = anchorKindName(k->eAnchor);
+  *pt = k->anchor.tRecord;
+  if( k->anchor.eKind ) *pzKind = anchorKindName(k->anchor.eKind);
   else if( k->hdr.version<TDE_FORMAT_V2 && k->pCfg && tdeConfigGet(k->pCfg, "freshness_anchor") ){
     *pzKind = "off (format version 1)";
   }

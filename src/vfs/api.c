@@ -352,9 +352,15 @@ static int tdeUnderWriteLock(sqlite3 *db, const char *zSchema,
   return trc;
 }
 
+/* Rotation and migration write the header (keyops.c), then seal page 1
+** again under a hot journal (journal.c), so the old header region put
+** back is refused at the open. */
 static int opRewrap(TdeFile *p, void *pArg){
+  int rc;
   TDE_UNUSED(pArg);
-  return tdeMainRewrapAudited(p, "master_key_rotate", "data key re-wrapped; header only");
+  rc = tdeMainRewrapAudited(p, "master_key_rotate", "data key re-wrapped; header only");
+  if( rc==SQLITE_OK ) tdeJournalResealPage1(p);
+  return rc;
 }
 
 int tde_db_rewrap(sqlite3 *db, const char *zSchema){
@@ -364,7 +370,9 @@ int tde_db_rewrap(sqlite3 *db, const char *zSchema){
 typedef struct MigrateArg { TdeKeystore *pKs; const TdeConfig *pCfg; int bDrop; } MigrateArg;
 static int opMigrate(TdeFile *p, void *pArg){
   MigrateArg *a = pArg;
-  return tdeMainMigrate(p, a->pKs, a->pCfg, a->bDrop);
+  int rc = tdeMainMigrate(p, a->pKs, a->pCfg, a->bDrop);
+  if( rc==SQLITE_OK ) tdeJournalResealPage1(p);
+  return rc;
 }
 
 int tde_db_migrate(sqlite3 *db, const char *zSchema, const char *zNewConfig, int bDropOld){

@@ -1406,7 +1406,7 @@ static int jOldRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
 ** page 1 comes back with the same content.  Rollback mode only; the caller
 ** holds SQLite's RESERVED lock and the connection has no journal open.
 */
-int tdeJournalResealPage1(TdeFile *pMain){
+static int jResealPage1(TdeFile *pMain){
   sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
   TdeFile jf;
   uint8_t *aPage = 0, *aSealed = 0, aHdr[512], a4[4];
@@ -1503,4 +1503,25 @@ done:
   sqlite3_free(aSealed);
   sqlite3_free(zJ);
   return rc;
+}
+
+/*
+** The caller's entry (api.c, after a rotation or migration -- a header
+** update to sequence s -- that keyops.c wrote): on a version-2 database in
+** rollback mode, seal page 1 again, so that the header region saved before
+** the update, put back, is refused at the open.  Skipped, with a log line,
+** when a journal file is kept (PERSIST, TRUNCATE); nothing to do in WAL
+** mode.  Never fails the key operation: the header update is already
+** durable.
+*/
+void tdeJournalResealPage1(TdeFile *pMain){
+  int rc;
+  if( !pMain->pKeys || pMain->pKeys->hdr.version<TDE_FORMAT_V2 || pMain->pWalFile || pMain->pShm0 ) return;
+  rc = jResealPage1(pMain);
+  if( rc ){
+    tdeLog(TDE_LOG_WARNING, "%s: header updated, but page 1 was not sealed again (%s): a header "
+           "region put back now is detected from the next write of a page on",
+           pMain->zName ? pMain->zName : "", rc==SQLITE_BUSY ? "a journal file is kept" : sqlite3_errstr(rc));
+    tdeErrClear();
+  }
 }

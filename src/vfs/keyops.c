@@ -12,6 +12,11 @@
 ** update re-reads the header from disk (another process may have changed
 ** it), writes the new header into the slot not in force, syncs, then
 ** copies it into the other slot and syncs again (docs/FORMAT.md).
+**
+** The generic header writer: it writes the header region and nothing
+** else -- no page, no journal.  A caller that needs page 1 sealed again
+** after its update (rotation, migration: api.c) does that itself
+** (tdeJournalResealPage1), so this file calls only down (dek, fileio).
 */
 #include "vfs/vfs_int.h"
 #include "keystore/keystore.h"
@@ -208,27 +213,6 @@ int tdeEditRewrap(TdeFile *p, TdeHeader *h, void *pArg){
   return SQLITE_OK;
 }
 
-/*
-** Version 2, after a rotation or migration (a header update to sequence
-** s): seal page 1 again, so that the header region saved before the
-** update, put back, is refused at the open (docs/FORMAT.md "Header
-** rollback after a rekey").  Rollback mode only, protected by a hot
-** journal (tdeJournalResealPage1); skipped, with a log line, when a
-** journal file is kept (PERSIST, TRUNCATE) and in WAL mode.  Never fails
-** the key operation: the header update is already durable.
-*/
-static void keyopResealPage1(TdeFile *p){
-  int rc;
-  if( p->pKeys->hdr.version<TDE_FORMAT_V2 || p->pWalFile || p->pShm0 ) return;
-  rc = tdeJournalResealPage1(p);
-  if( rc ){
-    tdeLog(TDE_LOG_WARNING, "%s: header updated, but page 1 was not sealed again (%s): a header "
-           "region put back now is detected from the next write of a page on",
-           p->zName ? p->zName : "", rc==SQLITE_BUSY ? "a journal file is kept" : sqlite3_errstr(rc));
-    tdeErrClear();
-  }
-}
-
 /* Re-wrap the data key under the keystore's current master key (header
 ** only) and leave one audit line zOp; zDetail on success, the error
 ** otherwise.  Used by rotation (tde_db_rewrap) and by the re-wrap at the
@@ -249,9 +233,6 @@ int tdeMainRewrapAudited(TdeFile *p, const char *zOp, const char *zDetail){
   r.keyVersion = p->pKeys->hdr.curVersion;
   r.zDetail = rc==SQLITE_OK ? zDetail : tde_last_error();
   tdeAudit(p->pKeys->pCfg, &r);
-  /* An explicit rotation seals page 1 again; the re-wrap at a write
-  ** ("header_rewrap") is followed by that write, whose pages record s. */
-  if( rc==SQLITE_OK && strcmp(zOp, "header_rewrap")!=0 ) keyopResealPage1(p);
   return rc;
 }
 
@@ -380,6 +361,5 @@ int tdeMainMigrate(TdeFile *p, TdeKeystore *pNew, const TdeConfig *pNewCfg, int 
     tdeAudit(p->pKeys->pCfg, &r);
     if( pNewCfg!=p->pKeys->pCfg && !sameAuditLog(pNewCfg, p->pKeys->pCfg) ) tdeAudit(pNewCfg, &r);
   }
-  if( rc==SQLITE_OK ) keyopResealPage1(p);
   return rc;
 }

@@ -12,6 +12,11 @@
 ** page sealed again has another trailer -- and the bytes come from memory.
 ** Otherwise the page is read and opened again and kept.
 **
+** Also here: the page-size probe (tdeMainDiscoverPgsz), which finds the
+** size page 1 authenticates at; its last resort, a page 1 torn by an
+** interrupted rekey, comes through the rescue hook (hooks.c), so this file
+** calls only down (dek, fileio, hooks).
+**
 ** Must never: return bytes that did not authenticate (a page that fails is
 ** left to the caller's full path, which logs and fails it); keep the copy
 ** after close (wiped and freed in tdePage1Free).
@@ -94,4 +99,50 @@ int tdePage1Read(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   memcpy(zBuf, p->aBuf + iOfst, (size_t)iAmt);
   tdeWipe(p->aBuf, pgsz);
   return SQLITE_OK;
+}
+
+/* ---- page size discovery -------------------------------------------------- */
+
+/*
+** Find the page size of a database whose page 1 this handle has not yet
+** seen in a full-page read: try each size until page 1 authenticates (the
+** page size is in the associated data, so only the right one can).  A
+** page 1 torn by an interrupted rekey is then looked for through the
+** rescue hook (rekey.c keeps its old copy, at the database's page size):
+** the one stage of rescue, after which the caller's checks all run.
+** SQLITE_OK (p->pgsz set), SQLITE_IOERR_SHORT_READ (no whole page yet:
+** the database is empty), SQLITE_IOERR_AUTH (logged, counted once), or an
+** I/O error.  Uses p->aBuf (the caller made it, tdeScratch).
+*/
+int tdeMainDiscoverPgsz(TdeFile *p){
+  sqlite3_int64 sz = 0;
+  int rc, bShort;
+  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  if( rc ) return rc;
+  sz -= TDE_HEADER_BYTES;
+  /* No whole page yet (the header was written, page 1 not): nothing to
+  ** authenticate, the database is empty. */
+  if( sz < 512 ) return SQLITE_IOERR_SHORT_READ;
+  for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
+    uint32_t n = tdeProbePgsz[i];
+    if( sz < n ) continue;
+    rc = tdeRealRead(p, p->aBuf, (int)n, TDE_HEADER_BYTES, &bShort);
+    if( rc ) return rc;
+    if( tdeOpenPage(p, p->aBuf, n, 1, 0)==SQLITE_OK ){
+      p->pgsz = n;
+      return SQLITE_OK;
+    }
+    p->nAuthFail--;   /* a wrong guess is not a failure */
+  }
+  for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
+    uint8_t aTag[16];           /* size discovery only: the read checks the page */
+    if( sz < tdeProbePgsz[i] ) continue;
+    if( tdeMainHookPageRescue(p, 1, tdeProbePgsz[i], p->aBuf, aTag)==SQLITE_OK ){
+      p->pgsz = tdeProbePgsz[i];
+      return SQLITE_OK;
+    }
+  }
+  tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", (p->zName ? p->zName : ""));
+  p->nAuthFail++;
+  return SQLITE_IOERR_AUTH;
 }

@@ -6,10 +6,11 @@
 ** Layout, reader rule, folds and builds: docs/FORMAT.md "Page rollback:
 ** the page map".
 **
-** This file sits beside keyops.c: it calls the header update (keyops) and
+** This file sits above rekey.c and keyops.c: it calls the header update
+** (keyops), the rekey's state (rekey), the page-size probe (page1) and
 ** the raw I/O of fileio.c, and is called by vfs.c (the reader check, the
 ** drop before a write outside the WAL), wal.c (folds at restart and
-** truncation) and journal.c / rekey.c (drops).
+** truncation), journal.c and anchor.c (drops).
 */
 #include "vfs/vfs_int.h"
 
@@ -27,6 +28,7 @@ struct TdeMap {
   uint8_t *aSlot;             /* per map page: slot in force (0/1) */
   uint64_t *aOther;           /* per map page: g of the other slot if valid, else 0 */
   uint8_t (*aHash)[16];       /* per map page: hash field of the slot in force */
+  char *zPath;                /* DB-tdemap while it is open (mapOpen .. mapClose) */
 };
 
 static const char *mapDbName(TdeFile *p){ return p->zName ? p->zName : "(database)"; }
@@ -49,6 +51,7 @@ void tdeMapFree(TdeFile *p){
   sqlite3_free(m->aSlot);
   sqlite3_free(m->aOther);
   sqlite3_free(m->aHash);
+  sqlite3_free(m->zPath);
   sqlite3_free(m);
   p->pMap = 0;
 }
@@ -138,10 +141,10 @@ static int mapOpen(TdeFile *p, int bCreate, sqlite3_file **ppFd){
     return rc;
   }
   *ppFd = pFd;
-  /* Freed with the file by mapClose: stash it after the VFS's bytes is
-  ** not possible, so keep it in a small registry of one. */
-  sqlite3_free(p->zMapPath);
-  p->zMapPath = zPath;
+  /* Freed with the file by mapClose (the map in memory exists while the
+  ** file is open: mapLoad and mapFoldWrite make it first). */
+  sqlite3_free(p->pMap->zPath);
+  p->pMap->zPath = zPath;
   return SQLITE_OK;
 }
 
@@ -150,8 +153,10 @@ static void mapClose(TdeFile *p, sqlite3_file *pFd){
     if( pFd->pMethods ) pFd->pMethods->xClose(pFd);
     sqlite3_free(pFd);
   }
-  sqlite3_free(p->zMapPath);
-  p->zMapPath = 0;
+  if( p->pMap ){
+    sqlite3_free(p->pMap->zPath);
+    p->pMap->zPath = 0;
+  }
 }
 
 /* Log and record a map that cannot be used. */
@@ -339,70 +344,49 @@ static int mapReadFileTags(TdeFile *p, struct TdeMap *m, uint32_t nPage){
   return SQLITE_OK;
 }
 
-/*
-** Fold a generation's frames into the map (docs/FORMAT.md "Folding"):
-** aPgno[i], aTag[i*8..] for the committed frames in order (the newest of
-** a page last), nDb the database size its last commit frame records (0:
-** no frame).  Under a zero root the map is built from the database file
-** first.  Caller holds the WAL write lock or the EXCLUSIVE lock.
-*/
-int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb){
-  TdeDbKeys *k = p->pKeys;
+/* The map a fold starts from: the one on disk (not the copy held: another
+** process's fold that failed may have left slots of the next generation,
+** aOther), or under a zero root (bBuild) one built from the database
+** file's tags.  On failure the caller frees p->pMap. */
+static int mapFoldBase(TdeFile *p, int bBuild){
   struct TdeMap *m;
-  sqlite3_file *pFd = 0;
-  uint8_t *aDirty = 0, *aBuf = 0;
-  uint8_t aRoot[16];
-  uint32_t nNew, nOld;
-  int bBuild, rc;
-  MapEdit e;
-
-  if( !k || k->hdr.version<TDE_FORMAT_V2 || p->bStandby || p->bReadOnly ) return SQLITE_OK;
-  rc = tdeMainRefreshIfChanged(p);
+  sqlite3_int64 sz = 0;
+  uint32_t nFile;
+  int rc;
+  if( !bBuild ) return mapLoad(p);
+  tdeMapFree(p);
+  m = sqlite3_malloc(sizeof(*m));
+  if( !m ) return SQLITE_NOMEM;
+  memset(m, 0, sizeof(*m));
+  p->pMap = m;
+  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   if( rc ) return rc;
-  if( tdeRekeyInProgress(k) ) return SQLITE_OK;   /* the rekey rewrites pages outside the WAL */
-  if( !p->pgsz ){
-    rc = tdeScratch(p);
-    if( rc==SQLITE_OK ) rc = tdeMainDiscoverPgsz(p);
-    if( rc==SQLITE_IOERR_SHORT_READ ) return SQLITE_OK;   /* nothing in the file yet */
-    if( rc ) return rc;
-  }
-  bBuild = mapZero16(k->hdr.aMapRoot);
-  if( !bBuild && nFrame==0 ) return SQLITE_OK;   /* nothing changed */
-  if( !bBuild ){
-    /* From disk, not the copy held: another process's fold that failed
-    ** may have left slots of the next generation (aOther). */
-    rc = mapLoad(p);
-    if( rc ) return rc;
-  }
-  if( bBuild ){
-    sqlite3_int64 sz = 0;
-    uint32_t nFile;
-    tdeMapFree(p);
-    m = sqlite3_malloc(sizeof(*m));
-    if( !m ) return SQLITE_NOMEM;
-    memset(m, 0, sizeof(*m));
-    p->pMap = m;
-    rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
-    if( rc ) goto done;
-    nFile = sz>TDE_HEADER_BYTES ? (uint32_t)((sz - TDE_HEADER_BYTES) / p->pgsz) : 0;
-    rc = mapRoom(m, (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE);
-    if( rc ) goto done;
-    m->n = (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE;
-    rc = mapReadFileTags(p, m, nFile);
-    if( rc ) goto done;
-  }
-  m = p->pMap;
-  nOld = bBuild ? 0 : m->n;
+  nFile = sz>TDE_HEADER_BYTES ? (uint32_t)((sz - TDE_HEADER_BYTES) / p->pgsz) : 0;
+  rc = mapRoom(m, (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE);
+  if( rc ) return rc;
+  m->n = (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE;
+  return mapReadFileTags(p, m, nFile);
+}
+
+/* The generation's frames into p->pMap (see tdeMapFold), and which map
+** pages changed: *paDirty (sqlite3_malloc'd, one byte per map page), *pbAny
+** set if any did. */
+static int mapFoldApply(TdeFile *p, int bBuild, const uint32_t *aPgno, const uint8_t *aTag,
+                        uint32_t nFrame, uint32_t nDb, uint8_t **paDirty, int *pbAny){
+  struct TdeMap *m = p->pMap;
+  uint32_t nOld = bBuild ? 0 : m->n, nNew = m->n;
+  uint8_t *aDirty;
+  int rc;
+  *pbAny = 0;
   /* Room for the pages the generation reaches. */
-  nNew = m->n;
   for(uint32_t i=0; i<nFrame; i++){
     uint32_t need = (aPgno[i] + MAP_PER_PAGE - 1) / MAP_PER_PAGE;
     if( need>nNew ) nNew = need;
   }
   rc = mapRoom(m, nNew);
-  if( rc ) goto done;
-  aDirty = sqlite3_malloc64((sqlite3_uint64)nNew + 1);
-  if( !aDirty ){ rc = SQLITE_NOMEM; goto done; }
+  if( rc ) return rc;
+  *paDirty = aDirty = sqlite3_malloc64((sqlite3_uint64)nNew + 1);
+  if( !aDirty ) return SQLITE_NOMEM;
   memset(aDirty, bBuild ? 1 : 0, (size_t)nNew + 1);
   for(uint32_t kk=nOld; kk<nNew; kk++){ aDirty[kk] = 1; m->aSlot[kk] = 1; m->aOther[kk] = 0; }
   m->n = nNew;
@@ -425,11 +409,21 @@ int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t 
   /* A slot not in force that a fold which did not finish wrote with the
   ** generation about to be used would compete with the one in force. */
   for(uint32_t kk=0; kk<nOld; kk++) if( m->aOther[kk] > m->G ) aDirty[kk] = 1;
-  {
-    int bAny = 0;
-    for(uint32_t kk=0; kk<m->n; kk++) if( aDirty[kk] ){ bAny = 1; break; }
-    if( !bAny && !bBuild ){ rc = SQLITE_OK; goto done; }
-  }
+  for(uint32_t kk=0; kk<m->n && !*pbAny; kk++) if( aDirty[kk] ) *pbAny = 1;
+  return SQLITE_OK;
+}
+
+/* The changed map pages written as generation G + 1 into their slots not
+** in force (slot 0 of a new file when building), synced, then the new
+** root into the header (a freshness update). */
+static int mapFoldWrite(TdeFile *p, int bBuild, const uint8_t *aDirty){
+  TdeDbKeys *k = p->pKeys;
+  struct TdeMap *m = p->pMap;
+  sqlite3_file *pFd = 0;
+  uint8_t *aBuf = 0;
+  uint8_t aRoot[16];
+  MapEdit e;
+  int rc;
   e.G = k->hdr.mapGen + 1;
   rc = mapOpen(p, 1, &pFd);
   if( rc ) goto done;
@@ -465,11 +459,40 @@ int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t 
   if( rc ) goto done;
   m->G = e.G;
   memcpy(m->aRoot, aRoot, 16);
-
 done:
   sqlite3_free(aBuf);
-  sqlite3_free(aDirty);
   mapClose(p, pFd);
+  return rc;
+}
+
+/*
+** Fold a generation's frames into the map (docs/FORMAT.md "Folding"):
+** aPgno[i], aTag[i*8..] for the committed frames in order (the newest of
+** a page last), nDb the database size its last commit frame records (0:
+** no frame).  Under a zero root the map is built from the database file
+** first.  Caller holds the WAL write lock or the EXCLUSIVE lock.
+*/
+int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb){
+  TdeDbKeys *k = p->pKeys;
+  uint8_t *aDirty = 0;
+  int bBuild, bAny = 0, rc;
+
+  if( !k || k->hdr.version<TDE_FORMAT_V2 || p->bStandby || p->bReadOnly ) return SQLITE_OK;
+  rc = tdeMainRefreshIfChanged(p);
+  if( rc ) return rc;
+  if( tdeRekeyInProgress(k) ) return SQLITE_OK;   /* the rekey rewrites pages outside the WAL */
+  if( !p->pgsz ){
+    rc = tdeScratch(p);
+    if( rc==SQLITE_OK ) rc = tdeMainDiscoverPgsz(p);
+    if( rc==SQLITE_IOERR_SHORT_READ ) return SQLITE_OK;   /* nothing in the file yet */
+    if( rc ) return rc;
+  }
+  bBuild = mapZero16(k->hdr.aMapRoot);
+  if( !bBuild && nFrame==0 ) return SQLITE_OK;   /* nothing changed */
+  rc = mapFoldBase(p, bBuild);
+  if( rc==SQLITE_OK ) rc = mapFoldApply(p, bBuild, aPgno, aTag, nFrame, nDb, &aDirty, &bAny);
+  if( rc==SQLITE_OK && (bAny || bBuild) ) rc = mapFoldWrite(p, bBuild, aDirty);
+  sqlite3_free(aDirty);
   /* Whatever failed, the map in memory may not be what is on disk. */
   if( rc ) tdeMapFree(p);
   return rc;

@@ -177,9 +177,11 @@ int tdeRekeyRecover(TdeFile *p){
   return rc;
 }
 
-/* A page that fails authentication may be torn by an interrupted rekey:
-** if the rekey journal holds its old copy, decrypt that into aOut. */
-int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]){
+/* The rescue hook (xPageRescue, hooks.c): a page that fails
+** authentication may be torn by an interrupted rekey: if the rekey journal
+** holds its old copy, decrypt that into aOut and its stored tag into aTag
+** (the caller checks it against the page map like any page's). */
+static int rekeyRescue(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]){
   RekeyJournal j;
   uint8_t *a = 0;
   uint32_t n = 0, jPgsz = 0;
@@ -205,6 +207,15 @@ int tdeRekeyLookup(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint
   rjClose(&j);
   return found;
 }
+
+const TdeMainHook tdeRekeyHook = {
+  "rekey",
+  0,                          /* xLoaded */
+  0,                          /* xWriteLock */
+  0,                          /* xWriteEnd */
+  0,                          /* xBeforeKeyDrop */
+  rekeyRescue,                /* xPageRescue */
+};
 
 /* ---- begin / step / finish ---------------------------------------------- */
 
@@ -292,6 +303,37 @@ static int allZero(const uint8_t *a, uint32_t n){
   return i==n;
 }
 
+/* The rekey journal holding the old ciphertext of nBatch pages (aOld,
+** page numbers aPgno), MACed, written and synced: before any of them is
+** rewritten (tdeMainRekeyStep). */
+static int rjWriteBatch(TdeFile *p, RekeyJournal *j, const uint8_t *aOld, const uint32_t *aPgno,
+                        int nBatch, uint32_t pgsz){
+  sqlite3_int64 nJ = RJ_HDR + (sqlite3_int64)nBatch*(4+pgsz) + RJ_SUM;
+  uint8_t *aJ = sqlite3_malloc64((sqlite3_uint64)nJ);
+  int rc;
+  if( !aJ ) return SQLITE_NOMEM;
+  memcpy(aJ, RJ_MAGIC, 8);
+  memcpy(aJ+8, p->dbid, TDE_DBID_BYTES);
+  tdePut32(aJ+24, pgsz);
+  tdePut32(aJ+28, (uint32_t)nBatch);
+  for(int i=0; i<nBatch; i++){
+    uint8_t *e = aJ + RJ_HDR + (size_t)i*(4+pgsz);
+    tdePut32(e, aPgno[i]);
+    memcpy(e+4, aOld + (size_t)i*pgsz, pgsz);
+  }
+  rc = rjMac(p, aJ, (size_t)nJ - RJ_SUM, aJ + nJ - RJ_SUM) ? SQLITE_IOERR : SQLITE_OK;
+  if( rc==SQLITE_OK ) rc = j->pFd->pMethods->xTruncate(j->pFd, 0);
+  /* In pieces of at most 64 KiB: VFSes (unix among them) take no more
+  ** in one write, as SQLite never asks them to. */
+  for(sqlite3_int64 off=0; rc==SQLITE_OK && off<nJ; off+=65536){
+    int n = (int)(nJ-off < 65536 ? nJ-off : 65536);
+    rc = j->pFd->pMethods->xWrite(j->pFd, aJ+off, n, off);
+  }
+  if( rc==SQLITE_OK ) rc = j->pFd->pMethods->xSync(j->pFd, SQLITE_SYNC_NORMAL);
+  sqlite3_free(aJ);
+  return rc;
+}
+
 /*
 ** One step: rewrite up to nMax pages that still carry an old version,
 ** scanning on from the cursor (wrapping around once).  *pbClean is set
@@ -356,32 +398,8 @@ int tdeMainRekeyStep(TdeFile *p, int nMax, sqlite3_int64 *pnRewritten,
 
   /* 1. Old ciphertext to the journal, durable. */
   rc = rjOpen(p, 1, &j);
+  if( rc==SQLITE_OK ) rc = rjWriteBatch(p, &j, aOld, aPgno, nBatch, pgsz);
   if( rc ) goto done;
-  {
-    sqlite3_int64 nJ = RJ_HDR + (sqlite3_int64)nBatch*(4+pgsz) + RJ_SUM;
-    uint8_t *aJ = sqlite3_malloc64((sqlite3_uint64)nJ);
-    if( !aJ ){ rc = SQLITE_NOMEM; goto done; }
-    memcpy(aJ, RJ_MAGIC, 8);
-    memcpy(aJ+8, p->dbid, TDE_DBID_BYTES);
-    tdePut32(aJ+24, pgsz);
-    tdePut32(aJ+28, (uint32_t)nBatch);
-    for(int i=0; i<nBatch; i++){
-      uint8_t *e = aJ + RJ_HDR + (size_t)i*(4+pgsz);
-      tdePut32(e, aPgno[i]);
-      memcpy(e+4, aOld + (size_t)i*pgsz, pgsz);
-    }
-    rc = rjMac(p, aJ, (size_t)nJ - RJ_SUM, aJ + nJ - RJ_SUM) ? SQLITE_IOERR : SQLITE_OK;
-    if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
-    /* In pieces of at most 64 KiB: VFSes (unix among them) take no more
-    ** in one write, as SQLite never asks them to. */
-    for(sqlite3_int64 off=0; rc==SQLITE_OK && off<nJ; off+=65536){
-      int n = (int)(nJ-off < 65536 ? nJ-off : 65536);
-      rc = j.pFd->pMethods->xWrite(j.pFd, aJ+off, n, off);
-    }
-    if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xSync(j.pFd, SQLITE_SYNC_NORMAL);
-    sqlite3_free(aJ);
-    if( rc ) goto done;
-  }
   /* 2. New pages, durable.  3. Empty the journal. */
   for(int i=0; rc==SQLITE_OK && i<nBatch; i++){
     rc = p->pReal->pMethods->xWrite(p->pReal, aNew + (size_t)i*pgsz, (int)pgsz,
@@ -436,7 +454,7 @@ static int editFinish(TdeFile *p, TdeHeader *h, void *pArg){
 ** which would bring the old data key back -- is refused when SQLite reads
 ** page 1 (docs/FORMAT.md "Header rollback after a rekey").  Crash-safe as
 ** a step: the old ciphertext goes to DB-tderekey and is synced first (a
-** page 1 torn by a crash is then read from there, tdeRekeyLookup, until
+** page 1 torn by a crash is then read from there, rekeyRescue, until
 ** SQLite writes page 1 again; the next rekey's first step empties the
 ** journal, tdeRekeyRecover).  The caller holds
 ** the write lock, and in WAL mode the checkpoint lock.  (Rotation and
@@ -491,7 +509,7 @@ int tdeMainRekeyFinish(TdeFile *p){
   int rc;
   c.bUpgrade = p->pKeys->hdr.version<TDE_FORMAT_V2 && tdeUpgradeWalEmpty(p);
   c.bUpgraded = 0;
-  rc = tdeMainAnchorBeforeDrop(p);
+  rc = tdeMainHookBeforeKeyDrop(p);   /* the anchor: a record MACed by the key kept */
   if( rc==SQLITE_OK ) rc = tdeMainHeaderUpdate(p, editFinish, &c);
   if( c.bUpgraded ){
     tdeUpgradeAudit(p, rc, "format version 1 -> 2 (freshness checks on) at the finish of a rekey");
@@ -549,48 +567,4 @@ int tdeMainCountVersions(TdeFile *p, uint32_t *aVersion, sqlite3_int64 *anPages,
   }
   *pnFound = nFound;
   return rc;
-}
-
-/* ---- page size discovery -------------------------------------------------- */
-
-/* Here rather than in vfs.c because its last resort is the rekey journal:
-** vfs.c calls down into rekey.c, never the other way round. */
-/*
-** Find the page size of a database whose page 1 we have not yet seen in a
-** full-page read: try each size until page 1 authenticates (the page size
-** is in the associated data, so only the right one can).
-*/
-int tdeMainDiscoverPgsz(TdeFile *p){
-  sqlite3_int64 sz = 0;
-  int rc, bShort;
-  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
-  if( rc ) return rc;
-  sz -= TDE_HEADER_BYTES;
-  /* No whole page yet (the header was written, page 1 not): nothing to
-  ** authenticate, the database is empty. */
-  if( sz < 512 ) return SQLITE_IOERR_SHORT_READ;
-  for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
-    uint32_t n = tdeProbePgsz[i];
-    if( sz < n ) continue;
-    rc = tdeRealRead(p, p->aBuf, (int)n, TDE_HEADER_BYTES, &bShort);
-    if( rc ) return rc;
-    if( tdeOpenPage(p, p->aBuf, n, 1, 0)==SQLITE_OK ){
-      p->pgsz = n;
-      return SQLITE_OK;
-    }
-    p->nAuthFail--;   /* a wrong guess is not a failure */
-  }
-  /* Page 1 torn by an interrupted rekey: its old copy is in the rekey
-  ** journal, at the database's page size. */
-  for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
-    uint8_t aTag[16];           /* size discovery only: the read checks the page */
-    if( sz < tdeProbePgsz[i] ) continue;
-    if( tdeRekeyLookup(p, 1, tdeProbePgsz[i], p->aBuf, aTag)==SQLITE_OK ){
-      p->pgsz = tdeProbePgsz[i];
-      return SQLITE_OK;
-    }
-  }
-  tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", (p->zName ? p->zName : ""));
-  p->nAuthFail++;
-  return SQLITE_IOERR_AUTH;
 }

@@ -172,14 +172,19 @@ static int tdeInstallKeys(TdeFile *p, TdeDbKeys *k){
 }
 
 /* Make k the keys of main file p: its own sealing session, a reference
-** on the keystore, ownership (*pk becomes NULL on success). */
-static int tdeAdoptKeys(TdeFile *p, TdeDbKeys **pk){
+** on the keystore, ownership (*pk becomes NULL on success).  Then the
+** features' checks at load (the xLoaded hook, raised here only: the
+** freshness anchor; bNew: a database just created); if one refuses, k
+** goes back to the caller (*pk) and p holds no keys. */
+static int tdeAdoptKeys(TdeFile *p, TdeDbKeys **pk, int bNew){
   TdeDbKeys *k = *pk;
   int rc = tdeInstallKeys(p, k);
   if( rc ) return rc;
   p->pKeys = k;               /* with the reference tdeRegistryAcquire took */
   *pk = 0;
-  return SQLITE_OK;
+  rc = tdeMainHookLoaded(p, bNew);
+  if( rc ){ *pk = k; p->pKeys = 0; }
+  return rc;
 }
 
 /*
@@ -240,9 +245,7 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
     sqlite3_free(pOther);
     tdeErrClear();
   }
-  rc = tdeAdoptKeys(p, &k);
-  /* The external freshness anchor, if configured (vfs/anchor.c). */
-  if( rc==SQLITE_OK && (rc = tdeMainAnchorCheck(p, 0))!=SQLITE_OK ){ k = p->pKeys; p->pKeys = 0; }
+  rc = tdeAdoptKeys(p, &k, 0);
 
 done:
   if( rc && rc!=SQLITE_NOMEM ){
@@ -306,8 +309,7 @@ static int tdeMainCreate(TdeFile *p){
   if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
   if( rc ) goto done;
   tdeKeysNoteMasterKey(k);
-  rc = tdeAdoptKeys(p, &k);
-  if( rc==SQLITE_OK && (rc = tdeMainAnchorCheck(p, 1))!=SQLITE_OK ){ k = p->pKeys; p->pKeys = 0; }
+  rc = tdeAdoptKeys(p, &k, 1);
 
 done:
   if( rc && rc!=SQLITE_NOMEM ){
@@ -472,7 +474,7 @@ static int tdeMainCommittedPages(TdeFile *p, uint32_t pgsz, uint32_t *pn){
   }else{
     uint8_t aTag[16];
     p->nAuthFail--;   /* reported, if at all, by the read of page 1 itself */
-    n = tdeRekeyLookup(p, 1, pgsz, p->aBuf, aTag)==SQLITE_OK && memcmp(p->aBuf+24, p->aBuf+92, 4)==0
+    n = tdeMainHookPageRescue(p, 1, pgsz, p->aBuf, aTag)==SQLITE_OK && memcmp(p->aBuf+24, p->aBuf+92, 4)==0
         ? tdeGet32(p->aBuf+28) : UINT32_MAX;
   }
   if( n!=UINT32_MAX && p->pShm0 ){
@@ -549,13 +551,16 @@ static uint32_t tdeMainReadBound(TdeFile *p, uint8_t aSalt[8], int *pbSalt){
 }
 
 /*
-** Version 2, page map: may database page pgno, whose trailer tag is aTag
-** (16 bytes, as stored), be served?  The map's entry, else the newest
-** frame for it at or below this reader's bound; the header (and map) read
-** again once before a refusal.  aPage (iAmt bytes) is wiped on refusal.
+** The check stage (version 2, page map): may database page pgno, whose
+** trailer tag is aTag (16 bytes, as stored), be served?  The map's entry,
+** else the newest frame for it at or below this reader's bound; the
+** header (and map) read again once before a refusal.  aPage (iAmt bytes)
+** is wiped on refusal.  Every page a read returns passes here, rescued
+** or not.
 */
-static int tdeMainMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag, uint8_t *aPage, int iAmt){
+static int tdeMainCheckPage(TdeFile *p, uint32_t pgno, const uint8_t *aTag, uint8_t *aPage, int iAmt){
   int rc;
+  if( !tdeMapActive(p) ) return SQLITE_OK;
   /* No lock held: SQLite's header peek at open (sqlite3PagerReadFileheader),
   ** outside any read transaction and before the WAL is open, so the rule
   ** has no read mark to go by; a checkpoint may have copied page 1 from
@@ -585,168 +590,194 @@ static int tdeMainMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag, uint8
   return rc;
 }
 
+/* Returned by the read stages below (never to SQLite): the page size is
+** not the one SQLite asked with; read in pieces of the real one. */
+#define MAIN_BY_PIECES (-1)
+/* ... a page SQLite left as a hole (all zeros, beyond the committed size). */
+#define MAIN_HOLE      (-2)
+
+/* An all-zero page read from inside the file: a hole SQLite left
+** (MAIN_HOLE), or damage (SQLITE_IOERR_AUTH, logged and counted). */
+static int tdeMainZeroPage(TdeFile *p, uint32_t pgno, uint32_t pgsz){
+  int bHole = 0;
+  int rc = tdeMainIsHole(p, pgno, pgsz, &bHole);
+  if( rc ) return rc;
+  if( bHole ) return MAIN_HOLE;
+  p->nAuthFail++;
+  return SQLITE_IOERR_AUTH;
+}
+
+/* A whole-page read came back short.  Page 1 at a size the file is not
+** written in: another connection created the database (or changed its
+** page size) after this one assumed SQLite's default, so find the real
+** size (MAIN_BY_PIECES: serve what is there, as the unix VFS does; SQLite
+** reads the real size from the header).  Otherwise tdeMainShortPage. */
+static int tdeMainShortWhole(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t pgsz){
+  if( pgno==1 && p->pgsz!=pgsz ){
+    int rc = tdeScratch(p);
+    if( rc ) return rc;
+    rc = tdeMainDiscoverPgsz(p);
+    if( rc==SQLITE_OK && p->pgsz!=pgsz ) return MAIN_BY_PIECES;
+    if( rc!=SQLITE_OK && rc!=SQLITE_IOERR_SHORT_READ ){ memset(zBuf, 0, pgsz); return rc; }
+  }
+  return tdeMainShortPage(p, zBuf, (int)pgsz, pgno, pgsz);
+}
+
+/*
+** The rescue stage, after a whole page failed to open: one stage for every
+** way an authentic page can still be had, whose result goes through the
+** check stage like any page.  In order: read once more (a read racing
+** another process's write of the same page, a checkpoint, sees a mix of
+** both); the rescue hook (a page torn by an interrupted rekey: its old
+** copy, rekey.c); and, when the page size was not known, the size found
+** again (SQLite reads page 1 with its default size after a hot journal
+** rollback: MAIN_BY_PIECES).  SQLITE_OK: plaintext in zBuf, its stored tag
+** in aTag.  Failures are counted once.
+*/
+static int tdeMainRescue(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t pgsz, uint8_t aTag[16]){
+  int bShort, rc;
+  p->nAuthFail--;
+  rc = tdeRealRead(p, zBuf, (int)pgsz, TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz, &bShort);
+  if( rc ) return rc;
+  if( bShort ) return tdeMainShortPage(p, zBuf, (int)pgsz, pgno, pgsz);
+  memcpy(aTag, zBuf + pgsz - 24, 16);
+  rc = tdeOpenPage(p, zBuf, pgsz, pgno, p->pgsz ? "database" : 0);
+  if( rc==SQLITE_IOERR_AUTH && p->pgsz==pgsz
+   && tdeMainHookPageRescue(p, pgno, pgsz, zBuf, aTag)==SQLITE_OK ){
+    p->nAuthFail--;
+    rc = SQLITE_OK;
+  }
+  if( rc==SQLITE_IOERR_AUTH && p->pgsz==0 ){
+    p->nAuthFail--;
+    rc = tdeScratch(p);
+    if( rc ) return rc;
+    rc = tdeMainDiscoverPgsz(p);
+    if( rc==SQLITE_OK && p->pgsz!=pgsz ) return MAIN_BY_PIECES;
+    if( rc==SQLITE_OK ) rc = SQLITE_IOERR_AUTH;
+    memset(zBuf, 0, pgsz);
+  }
+  return rc;
+}
+
+/* A whole page of the size known (or the first one seen), decrypted in
+** place in SQLite's buffer: locate, read, open, rescue, check. */
+static int tdeMainReadWhole(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
+  uint32_t pgsz = (uint32_t)iAmt, pgno = (uint32_t)(iOfst/iAmt) + 1;     /* locate */
+  uint8_t aTrailer1[TDE_TRAILER_SIZE], aTag[16];
+  int bShort, rc;
+  rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);   /* read */
+  if( rc ) return rc;
+  if( bShort ) return tdeMainShortWhole(p, zBuf, pgno, pgsz);
+  if( p->pgsz==pgsz && tdeIsZero(zBuf, pgsz) ){
+    rc = tdeMainZeroPage(p, pgno, pgsz);
+    return rc==MAIN_HOLE ? SQLITE_OK : rc;      /* zeros, as SQLite left them */
+  }
+  if( pgno==1 ) memcpy(aTrailer1, zBuf + pgsz - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
+  memcpy(aTag, zBuf + pgsz - 24, 16);
+  rc = tdeOpenPage(p, zBuf, pgsz, pgno, 0);                              /* open */
+  if( rc==SQLITE_OK && pgno==1 ) tdePage1Keep(p, zBuf, pgsz, aTrailer1);
+  if( rc==SQLITE_IOERR_AUTH ) rc = tdeMainRescue(p, zBuf, pgno, pgsz, aTag);   /* rescue */
+  if( rc ) return rc;
+  p->pgsz = pgsz;
+  rc = tdeMainCheckPage(p, pgno, aTag, zBuf, iAmt);                       /* check */
+  if( rc && pgno==1 ) tdePage1Forget(p);
+  return rc;
+}
+
+/*
+** One page of a read in pieces, into p->aBuf: read, open, rescue (the
+** hook), check.  SQLITE_OK (plaintext in p->aBuf), MAIN_HOLE, or an error:
+** *pbFinal 1 when it is the read's answer as it stands (zBuf wiped as the
+** case requires), 0 when the page failed to open (the caller may find the
+** page size again, or let SQLite recover from a journal).
+*/
+static int tdeMainReadPiece(TdeFile *p, uint8_t *zBuf, int iAmt, int nDone, uint32_t pgno,
+                            int bRetried, int *pbFinal){
+  uint32_t pgsz = p->pgsz;
+  uint8_t aTag[16];
+  int bShort, rc;
+  *pbFinal = 1;
+  rc = tdeRealRead(p, p->aBuf, (int)pgsz, (sqlite3_int64)(pgno-1)*pgsz + TDE_HEADER_BYTES, &bShort);
+  if( rc ) return rc;
+  if( bShort ){
+    /* Past the last whole page: what was read stays, the rest is zero; a
+    ** page the file ends inside of fails (tdeMainShortPage). */
+    rc = tdeMainShortPage(p, p->aBuf, (int)pgsz, pgno, pgsz);
+    memset(zBuf+nDone, 0, (size_t)(iAmt-nDone));
+    if( rc==SQLITE_IOERR_AUTH ) memset(zBuf, 0, (size_t)iAmt);
+    return rc;
+  }
+  if( pgno>1 && tdeIsZero(p->aBuf, pgsz) ){
+    rc = tdeMainZeroPage(p, pgno, pgsz);
+    if( rc!=MAIN_HOLE ) memset(zBuf, 0, (size_t)iAmt);
+    return rc;
+  }
+  memcpy(aTag, p->aBuf + pgsz - 24, 16);
+  rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, bRetried || pgno!=1 ? "database" : 0);
+  if( rc==SQLITE_IOERR_AUTH && tdeMainHookPageRescue(p, pgno, pgsz, p->aBuf, aTag)==SQLITE_OK ){
+    p->nAuthFail--;
+    rc = SQLITE_OK;
+  }
+  if( rc ){ *pbFinal = 0; return rc; }
+  rc = tdeMainCheckPage(p, pgno, aTag, p->aBuf, (int)pgsz);
+  if( rc ) memset(zBuf, 0, (size_t)iAmt);
+  return rc;
+}
+
+/* Part of a page (SQLite reads bits of the page 1 header this way), or a
+** read whose size is not the page size: decrypt the pages it covers into
+** scratch and copy. */
+static int tdeMainReadPieces(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
+  int nDone = 0, bRetried = 0, bFinal, rc;
+  rc = tdeScratch(p);
+  if( rc ) return rc;
+  if( !p->pgsz ){
+    rc = tdeMainDiscoverPgsz(p);
+    if( rc==SQLITE_IOERR_AUTH || rc==SQLITE_IOERR_SHORT_READ ) memset(zBuf, 0, (size_t)iAmt);
+    if( rc==SQLITE_IOERR_AUTH ) return tdeHeaderReadFailed(p, iOfst, iAmt);
+    if( rc ) return rc;
+  }
+  while( nDone<iAmt ){
+    sqlite3_int64 off = iOfst + nDone;
+    uint32_t pgno = (uint32_t)(off/p->pgsz) + 1;
+    int iIn = (int)(off % p->pgsz);
+    int n = (int)p->pgsz - iIn;
+    if( n > iAmt-nDone ) n = iAmt-nDone;
+    rc = tdeMainReadPiece(p, zBuf, iAmt, nDone, pgno, bRetried, &bFinal);
+    if( rc==MAIN_HOLE ){ memset(zBuf+nDone, 0, (size_t)n); nDone += n; continue; }
+    if( rc && bFinal ) return rc;
+    if( rc && pgno==1 && !bRetried ){
+      /* The page size may have changed under us (VACUUM elsewhere). */
+      p->nAuthFail--;
+      bRetried = 1;
+      rc = tdeMainDiscoverPgsz(p);
+      if( rc==SQLITE_OK ) continue;
+    }
+    if( rc ) memset(zBuf, 0, (size_t)iAmt);
+    if( rc==SQLITE_IOERR_AUTH ) return tdeHeaderReadFailed(p, iOfst, iAmt);
+    if( rc ) return rc;
+    memcpy(zBuf+nDone, p->aBuf+iIn, (size_t)n);
+    nDone += n;
+  }
+  return SQLITE_OK;
+}
+
+/* xRead of the main database: a whole page, or the kept page 1 (the
+** change counter and header reads), else the pages covered, in pieces. */
 static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
-  int rc, bShort;
-  rc = tdeMainEnsureKeys(p, 0);
+  int rc = tdeMainEnsureKeys(p, 0);
   if( rc ) return rc;
   if( !p->pKeys ){
     memset(zBuf, 0, (size_t)iAmt);
     return SQLITE_IOERR_SHORT_READ;
   }
-  /* Whole page of the size we know (or the first one we see): decrypt in
-  ** place in SQLite's buffer. */
   if( tdeValidPgsz(iAmt) && iOfst%iAmt==0 && (p->pgsz==0 || p->pgsz==(uint32_t)iAmt) ){
-    uint32_t pgno = (uint32_t)(iOfst/iAmt) + 1;
-    uint8_t aTrailer1[TDE_TRAILER_SIZE];
-    uint8_t aTag[16];
-    rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);
-    if( rc ) return rc;
-    if( bShort && pgno==1 && p->pgsz!=(uint32_t)iAmt ){
-      /* Page 1 asked for at a size the file is not written in: another
-      ** connection created the database (or changed its page size) after
-      ** this one assumed SQLite's default.  Serve what is there, as the
-      ** unix VFS does; SQLite reads the real size from the header. */
-      rc = tdeScratch(p);
-      if( rc ) return rc;
-      rc = tdeMainDiscoverPgsz(p);
-      if( rc==SQLITE_OK && p->pgsz!=(uint32_t)iAmt ) goto by_page;
-      if( rc!=SQLITE_OK && rc!=SQLITE_IOERR_SHORT_READ ){ memset(zBuf, 0, (size_t)iAmt); return rc; }
-    }
-    if( bShort ) return tdeMainShortPage(p, zBuf, iAmt, pgno, (uint32_t)iAmt);
-    if( p->pgsz==(uint32_t)iAmt && tdeIsZero(zBuf, (uint32_t)iAmt) ){
-      int bHole = 0;
-      rc = tdeMainIsHole(p, pgno, (uint32_t)iAmt, &bHole);
-      if( rc ) return rc;
-      if( bHole ) return SQLITE_OK;   /* zeros, as SQLite left them */
-      p->nAuthFail++;
-      return SQLITE_IOERR_AUTH;
-    }
-    if( pgno==1 ) memcpy(aTrailer1, zBuf + iAmt - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
-    memcpy(aTag, zBuf + iAmt - 24, 16);
-    rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, 0);
-    if( rc==SQLITE_OK && pgno==1 ) tdePage1Keep(p, zBuf, (uint32_t)iAmt, aTrailer1);
-    if( rc==SQLITE_IOERR_AUTH ){
-      /* Read once more before reporting: a read racing another process's
-      ** write of the same page (a checkpoint) can see a mix of both. */
-      p->nAuthFail--;
-      rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);
-      if( rc ) return rc;
-      if( bShort ) return tdeMainShortPage(p, zBuf, iAmt, pgno, (uint32_t)iAmt);
-      memcpy(aTag, zBuf + iAmt - 24, 16);
-      rc = tdeOpenPage(p, zBuf, (uint32_t)iAmt, pgno, p->pgsz ? "database" : 0);
-      if( rc==SQLITE_IOERR_AUTH && p->pgsz==(uint32_t)iAmt
-       && tdeRekeyLookup(p, pgno, (uint32_t)iAmt, zBuf, aTag)==SQLITE_OK ){
-        /* Torn by an interrupted rekey: its old copy is in the journal.
-        ** It goes through the page-map check below like any page (a
-        ** journal put back must not bring an older page in). */
-        p->nAuthFail--;
-        rc = SQLITE_OK;
-      }
-      if( rc==SQLITE_IOERR_AUTH && p->pgsz==0 ){
-        /* We did not know the page size: SQLite may be asking with the
-        ** wrong one (it reads page 1 with its default size after a hot
-        ** journal rollback).  Find the real one and read pages of it. */
-        p->nAuthFail--;
-        rc = tdeScratch(p);
-        if( rc ) return rc;
-        rc = tdeMainDiscoverPgsz(p);
-        if( rc==SQLITE_OK && p->pgsz!=(uint32_t)iAmt ) goto by_page;
-        if( rc==SQLITE_OK ) rc = SQLITE_IOERR_AUTH;
-        memset(zBuf, 0, (size_t)iAmt);
-        return rc;
-      }
-    }
-    if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
-    if( rc==SQLITE_OK && tdeMapActive(p) ){
-      rc = tdeMainMapCheck(p, pgno, aTag, zBuf, iAmt);
-      if( rc && pgno==1 ) tdePage1Forget(p);
-    }
-    return rc;
+    rc = tdeMainReadWhole(p, zBuf, iAmt, iOfst);
+  }else{
+    rc = tdePage1Read(p, zBuf, iAmt, iOfst);
+    if( rc==SQLITE_NOTFOUND ) rc = MAIN_BY_PIECES;
   }
-  /* The change counter and header reads of page 1: from the kept copy. */
-  rc = tdePage1Read(p, zBuf, iAmt, iOfst);
-  if( rc!=SQLITE_NOTFOUND ) return rc;
-by_page:
-  /* Part of a page (SQLite reads bits of the page 1 header this way), or
-  ** a read whose size is not the page size: decrypt the pages it covers
-  ** into scratch and copy. */
-  rc = tdeScratch(p);
-  if( rc ) return rc;
-  if( !p->pgsz ){
-    rc = tdeMainDiscoverPgsz(p);
-    if( rc==SQLITE_IOERR_AUTH ){
-      memset(zBuf, 0, (size_t)iAmt);
-      return tdeHeaderReadFailed(p, iOfst, iAmt);
-    }
-    if( rc==SQLITE_IOERR_SHORT_READ ){
-      memset(zBuf, 0, (size_t)iAmt);
-      return rc;
-    }
-    if( rc ) return rc;
-  }
-  {
-    int nDone = 0;
-    int bRetried = 0;
-    while( nDone<iAmt ){
-      sqlite3_int64 off = iOfst + nDone;
-      uint32_t pgsz = p->pgsz;
-      uint32_t pgno = (uint32_t)(off/pgsz) + 1;
-      int iIn = (int)(off % pgsz);
-      int n = (int)pgsz - iIn;
-      if( n > iAmt-nDone ) n = iAmt-nDone;
-      rc = tdeRealRead(p, p->aBuf, (int)pgsz, (sqlite3_int64)(pgno-1)*pgsz + TDE_HEADER_BYTES, &bShort);
-      if( rc ) return rc;
-      if( bShort ){
-        /* Past the last whole page: what was read stays, the rest is zero;
-        ** a page the file ends inside of fails (tdeMainShortPage). */
-        rc = tdeMainShortPage(p, p->aBuf, (int)pgsz, pgno, pgsz);
-        memset(zBuf+nDone, 0, (size_t)(iAmt-nDone));
-        if( rc==SQLITE_IOERR_AUTH ) memset(zBuf, 0, (size_t)iAmt);
-        return rc;
-      }
-      if( pgno>1 && tdeIsZero(p->aBuf, pgsz) ){
-        int bHole = 0;
-        rc = tdeMainIsHole(p, pgno, pgsz, &bHole);
-        if( rc==SQLITE_OK && bHole ){
-          memset(zBuf+nDone, 0, (size_t)n);
-          nDone += n;
-          continue;
-        }
-        memset(zBuf, 0, (size_t)iAmt);
-        if( rc ) return rc;
-        p->nAuthFail++;
-        return SQLITE_IOERR_AUTH;
-      }
-      {
-        uint8_t aTag[16];
-        memcpy(aTag, p->aBuf + pgsz - 24, 16);
-        rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, bRetried || pgno!=1 ? "database" : 0);
-        if( rc==SQLITE_IOERR_AUTH && tdeRekeyLookup(p, pgno, pgsz, p->aBuf, aTag)==SQLITE_OK ){
-          p->nAuthFail--;
-          rc = SQLITE_OK;
-        }
-        if( rc==SQLITE_OK && tdeMapActive(p) ){
-          rc = tdeMainMapCheck(p, pgno, aTag, p->aBuf, (int)pgsz);
-          if( rc ){ memset(zBuf, 0, (size_t)iAmt); return rc; }
-        }
-      }
-      if( rc && pgno==1 && !bRetried ){
-        /* The page size may have changed under us (VACUUM elsewhere). */
-        p->nAuthFail--;
-        bRetried = 1;
-        rc = tdeMainDiscoverPgsz(p);
-        if( rc==SQLITE_OK ) continue;
-      }
-      if( rc==SQLITE_IOERR_AUTH ){
-        memset(zBuf, 0, (size_t)iAmt);
-        return tdeHeaderReadFailed(p, iOfst, iAmt);
-      }
-      if( rc ){ memset(zBuf, 0, (size_t)iAmt); return rc; }
-      memcpy(zBuf+nDone, p->aBuf+iIn, (size_t)n);
-      nDone += n;
-    }
-  }
-  return SQLITE_OK;
+  return rc==MAIN_BY_PIECES ? tdeMainReadPieces(p, zBuf, iAmt, iOfst) : rc;
 }
 
 static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
@@ -1130,7 +1161,7 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
    && !(eLock==SQLITE_LOCK_EXCLUSIVE && p->bLockChecked) ){
     int rc2 = tdeMainLockCheck(p);
     if( rc2==SQLITE_OK && eLock==SQLITE_LOCK_RESERVED ) p->bLockChecked = 1;
-    if( rc2==SQLITE_OK && p->pKeys ) p->pKeys->bAnchorWrite = p->pKeys->eAnchor!=0;
+    if( rc2==SQLITE_OK && p->pKeys ) tdeMainHookWriteLock(p);
     if( rc2 ){
       /* Could not learn the current data key: do not write with an old one.
       ** RESERVED was taken from SHARED, so drop back to it; a failed
@@ -1144,8 +1175,8 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
 }
 static int tdeUnlock(sqlite3_file *pFile, int eLock){
   ((TdeFile*)pFile)->bTxnBase = 0;
-  /* End of a rollback-mode write transaction: the freshness anchor, when due. */
-  if( eLock<=SQLITE_LOCK_SHARED && ((TdeFile*)pFile)->pKeys && ((TdeFile*)pFile)->pKeys->bAnchorWrite ) tdeMainAnchorTick((TdeFile*)pFile);
+  /* End of a rollback-mode write transaction (hooks.c: the anchor). */
+  if( eLock<=SQLITE_LOCK_SHARED && ((TdeFile*)pFile)->pKeys ) tdeMainHookWriteEnd((TdeFile*)pFile, 0);
   if( eLock<SQLITE_LOCK_RESERVED ) ((TdeFile*)pFile)->bLockChecked = 0;
   ((TdeFile*)pFile)->eLockHeld = eLock;
   return REALFILE(pFile)->pMethods->xUnlock(REALFILE(pFile), eLock);
@@ -1245,8 +1276,8 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
     tdeShmHeaderEnd(p->pShm0, &syncEnd);
     bSyncWait = syncEnd.bKnown && (syncEnd.mxFrame!=p->shipEnd.mxFrame || memcmp(syncEnd.aSalt, p->shipEnd.aSalt, 8));
   }
-  /* End of a WAL write transaction: the freshness anchor, when due. */
-  if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->pKeys && p->pKeys->eAnchor ) tdeMainAnchorTick(p);
+  /* End of a WAL write transaction (hooks.c: the anchor). */
+  if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->pKeys ) tdeMainHookWriteEnd(p, 1);
   rc = p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
   /* The read mark this connection reads under (WAL_READ_LOCK(k) is slot
   ** 3 + k): the page map's bound (tdeMainReadBound). */

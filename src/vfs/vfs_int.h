@@ -10,14 +10,24 @@
 **   api.c        registration, extension entry point, public C API;
 **   dek.c        data keys by version, ciphers, header refresh, page
 **                seal/open (tdeSealPage, tdeOpenPage*);
-**   keyops.c     header updates; rekey.c rekey and page-size discovery;
 **   anchor.c     the external freshness anchor (check at load, updates);
 **   pagemap.c    the page map DB-tdemap (reader check, folds, drops);
+**   rekey.c      rekey: begin, steps, finish, the rekey journal;
+**   upgrade.c    format version 1 -> 2;
+**   keyops.c     the generic header writer (rotation, migration, epoch and
+**                freshness updates): writes the header region only;
+**   page1.c      page 1 kept per handle, and the page-size probe;
+**   hooks.c      the list of a main database's feature hooks (TdeMainHook)
+**                and their dispatchers: calls only through the pointers;
 **   fileio.c     the lowest layer: raw reads, scratch, result codes, the
 **                registry of main files -- calls nothing else here.
-** Calls go down this list's layers (api/status -> vfs -> anchor -> wal,
-** journal, blockfile, rekey -> pagemap, keyops -> dek -> fileio), never back
-** up into vfs.c.
+** Calls between these files go down one order, checked by
+** scripts/callgraph.py (no circle):
+**   api, status -> vfs -> anchor -> wal, journal, blockfile -> pagemap
+**   -> rekey -> upgrade -> keyops -> page1 -> dek -> hooks, fileio.
+** A feature below its caller that must tell one above it (the rekey's
+** finish asking the anchor for a record under the key it keeps) raises a
+** hook (hooks.c) instead of calling it.
 ** File layouts are specified in docs/FORMAT.md.
 */
 #ifndef TDE_VFS_INT_H
@@ -76,16 +86,18 @@ typedef struct TdeDbKeys {
   uint64_t nSessions;         /* sealing sessions this connection's handles started */
   uint32_t nSessionsVersion;  /* ... under this data-key version (tde_status) */
   /* External freshness anchor (vfs/anchor.c, docs/FORMAT.md "External
-  ** anchor"): eAnchor TDE_ANCHOR_* when one is configured and the database
-  ** is version 2 (else 0: no cost per transaction but one test). */
-  int eAnchor;
-  long long nAnchorInterval;  /* seconds between updates */
-  int64_t tAnchorLast;        /* this connection's last update try (0: none yet) */
-  int64_t tAnchorRecord;      /* time in the newest record read or written (status) */
-  uint32_t anchorVersion;     /* data-key version that MACed it */
-  int bAnchorWrite;           /* rollback mode: the main file holds RESERVED or more */
-  int bPlaceOk;               /* the store's place record for this path names this
+  ** anchor"): its state, touched by anchor.c alone. */
+  struct TdeAnchorState {
+    int eKind;                /* TDE_ANCHOR_* when one is configured and the database is
+                              ** version 2, else 0: no cost per transaction but one test */
+    long long nInterval;      /* seconds between updates */
+    int64_t tLast;            /* this connection's last update try (0: none yet) */
+    int64_t tRecord;          /* time in the newest record read or written (status) */
+    uint32_t version;         /* data-key version that MACed it */
+    int bWrite;               /* rollback mode: the main file holds RESERVED or more */
+    int bPlaceOk;             /* the store's place record for this path names this
                               ** database (checked at load or written by an update) */
+  } anchor;
 } TdeDbKeys;
 
 typedef struct TdeWal {
@@ -218,12 +230,11 @@ struct TdeFile {
   ** this handle writes nothing more -- in particular no checkpoint of a
   ** stale WAL at close -- so the refusal modifies nothing. */
   int bHdrRolledBack;
-  /* main, version 2: the page map as last loaded (pagemap.c), and the
-  ** path of DB-tdemap while it is open; the WAL index read-lock slot this
+  /* main, version 2: the page map as last loaded (pagemap.c, its own
+  ** struct: tags, slots, the path of DB-tdemap while open); the WAL index read-lock slot this
   ** connection holds, plus one (0: none), and whether SQLite is inside a
   ** checkpoint (SQLITE_FCNTL_CKPT_START .. CKPT_DONE). */
   struct TdeMap *pMap;
-  char *zMapPath;
   int iReadSlot1;
   int bInCkpt;
   int bWalWrite;              /* main: this connection holds the WAL write lock */
@@ -290,7 +301,6 @@ int tdeScratch(TdeFile *p);
 int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort);
 int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn);
 int tdeMainCheckHeader(TdeFile *p, int *piBad);
-int tdeMainDiscoverPgsz(TdeFile *p);
 
 /* dek.c: data keys by version, cipher choice, header refresh. */
 const TdeDekVer *tdeKeysFind(const TdeDbKeys *k, uint32_t version);
@@ -333,10 +343,11 @@ int tdeJournalFileSize(TdeFile *p, sqlite3_int64 *pSize);
 int tdeJournalSync(TdeFile *p, int flags);
 int tdeJournalFlush(TdeFile *p);     /* write a record held in memory (before close) */
 int tdeJournalProbeRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
-/* Version 2, rollback mode, under RESERVED with no journal open: seal page
-** 1 again under the header in force, protected by a one-record hot
-** journal (rotation, migration).  SQLITE_BUSY: a journal file exists. */
-int tdeJournalResealPage1(TdeFile *pMain);
+/* After a rotation or migration (api.c), under RESERVED with no journal
+** open: on a version-2 database in rollback mode, seal page 1 again under
+** the header in force, protected by a one-record hot journal.  Never
+** fails: a journal file kept, or an error, leaves a log line. */
+void tdeJournalResealPage1(TdeFile *pMain);
 void tdeJournalFree(TdeFile *p);
 
 /* page1.c: page 1 kept per handle, for SQLite's partial reads of it. */
@@ -344,6 +355,10 @@ int tdePage1Read(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst);
 void tdePage1Keep(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, const uint8_t *aTrailer);
 void tdePage1Forget(TdeFile *p);
 void tdePage1Free(TdeFile *p);
+/* page1.c: the page size, from page 1 authenticated at each size SQLite
+** can use (then the rescue hook).  SQLITE_OK (p->pgsz set),
+** SQLITE_IOERR_SHORT_READ (no whole page yet), SQLITE_IOERR_AUTH (logged). */
+int tdeMainDiscoverPgsz(TdeFile *p);
 
 /* Temporary files (blockfile.c) */
 int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
@@ -376,16 +391,42 @@ void tdeAuditKeys(TdeDbKeys *k, const char *zDbPath, const char *zOp, int trc);
 ** sector per slot, as an epoch update) with the caller's edit. */
 int tdeMainFreshnessUpdate(TdeFile *pMain, TdeHeaderEdit xEdit, void *pArg);
 
-/* anchor.c: the external freshness anchor.  Check at load (after the
-** header is authenticated and the keys adopted): SQLITE_OK, or
-** SQLITE_IOERR_AUTH (older than the anchor, forged record) / SQLITE_AUTH
-** (store unreachable) with the message logged.  Tick at the end of a
-** write transaction, under the write lock: updates the anchor when due. */
-int tdeMainAnchorCheck(TdeFile *pMain, int bNew);   /* bNew: just created */
-void tdeMainAnchorTick(TdeFile *pMain);
-/* Before a rekey's finish drops older data keys: the record MACed by the
-** current one (an update if needed); else the finish must not run. */
-int tdeMainAnchorBeforeDrop(TdeFile *pMain);
+/*
+** hooks.c: the features of a main database as hooks.  A feature fills one
+** static const TdeMainHook in its own file (NULL for events it ignores);
+** hooks.c lists them; the pipeline raises each event from one place:
+**   xLoaded        header authenticated and keys adopted (vfs.c, load and
+**                  create): SQLITE_OK or the refusal of the open, logged;
+**   xWriteLock     the main file's write lock taken, header checked (tdeLock);
+**   xWriteEnd      a write transaction ended: bWal 0 when the rollback-mode
+**                  lock drops to SHARED or below, 1 when the WAL write lock
+**                  is released (tdeUnlock, tdeShmLock);
+**   xBeforeKeyDrop a rekey's finish is about to drop older data keys
+**                  (rekey.c): an error stops the finish;
+**   xPageRescue    a database page failed authentication: SQLITE_OK with an
+**                  authentic copy in aOut and its stored tag in aTag (the
+**                  caller's later checks, the page map's, still run), else
+**                  SQLITE_IOERR_AUTH, nothing counted.
+** Dispatchers stop at the first error (xLoaded, xBeforeKeyDrop) or the
+** first rescue.
+*/
+typedef struct TdeMainHook {
+  const char *zName;
+  int  (*xLoaded)(TdeFile *pMain, int bNew);
+  void (*xWriteLock)(TdeFile *pMain);
+  void (*xWriteEnd)(TdeFile *pMain, int bWal);
+  int  (*xBeforeKeyDrop)(TdeFile *pMain);
+  int  (*xPageRescue)(TdeFile *pMain, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]);
+} TdeMainHook;
+extern const TdeMainHook tdeAnchorHook;   /* anchor.c */
+extern const TdeMainHook tdeRekeyHook;    /* rekey.c */
+int tdeMainHookLoaded(TdeFile *pMain, int bNew);
+void tdeMainHookWriteLock(TdeFile *pMain);
+void tdeMainHookWriteEnd(TdeFile *pMain, int bWal);
+int tdeMainHookBeforeKeyDrop(TdeFile *pMain);
+int tdeMainHookPageRescue(TdeFile *pMain, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]);
+
+/* anchor.c: the external freshness anchor (its hooks: tdeAnchorHook). */
 /* For tde_status: anchor kind ("off", "file", "pkcs11", "off (format
 ** version 1)"), the header's anchor counter, the time of the newest anchor
 ** record this connection read or wrote (0: none). */
@@ -436,9 +477,6 @@ int tdeMainRekeyStep(TdeFile *pMain, int nMax, sqlite3_int64 *pnRewritten,
                      sqlite3_int64 *pnPages, int *pbClean);
 int tdeMainRekeyFinish(TdeFile *pMain);
 int tdeRekeyRecover(TdeFile *pMain);
-/* The journal's copy of pgno, opened into aOut, its stored tag in aTag
-** (the caller checks it against the page map like any page's). */
-int tdeRekeyLookup(TdeFile *pMain, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]);
 int tdeMainCountVersions(TdeFile *pMain, uint32_t *aVersion, sqlite3_int64 *anPages, int nMax,
                          int *pnFound);
 

@@ -1,0 +1,55 @@
+/*
+** The features of a main database as hooks (issue 23): one list, one
+** dispatcher per event.  A feature (the external anchor, the rekey
+** journal's rescue of a torn page) fills a static const TdeMainHook in its
+** own file and is named once in aHook below; the pipeline (vfs.c, rekey.c)
+** raises each event from exactly one place through the functions here.
+**
+** This file is the lowest layer of the feature wiring: it calls no
+** function of another file by name, only the pointers the features
+** registered, so a feature below its caller in the layer order (rekey.c
+** reporting to anchor.c) never calls up.  Must never: keep state (it lives
+** with each feature), or call a hook the feature left NULL.
+*/
+#include "vfs/vfs_int.h"
+
+static const TdeMainHook *const aHook[] = {
+  &tdeAnchorHook,           /* anchor.c: check at load, update at the end of a write */
+  &tdeRekeyHook,            /* rekey.c: a page torn by an interrupted rekey, from its journal */
+};
+
+int tdeMainHookLoaded(TdeFile *p, int bNew){
+  int rc = SQLITE_OK;
+  for(size_t i=0; i<TDE_ARRAY_SIZE(aHook) && rc==SQLITE_OK; i++){
+    if( aHook[i]->xLoaded ) rc = aHook[i]->xLoaded(p, bNew);
+  }
+  return rc;
+}
+
+void tdeMainHookWriteLock(TdeFile *p){
+  for(size_t i=0; i<TDE_ARRAY_SIZE(aHook); i++){
+    if( aHook[i]->xWriteLock ) aHook[i]->xWriteLock(p);
+  }
+}
+
+void tdeMainHookWriteEnd(TdeFile *p, int bWal){
+  for(size_t i=0; i<TDE_ARRAY_SIZE(aHook); i++){
+    if( aHook[i]->xWriteEnd ) aHook[i]->xWriteEnd(p, bWal);
+  }
+}
+
+int tdeMainHookBeforeKeyDrop(TdeFile *p){
+  int rc = SQLITE_OK;
+  for(size_t i=0; i<TDE_ARRAY_SIZE(aHook) && rc==SQLITE_OK; i++){
+    if( aHook[i]->xBeforeKeyDrop ) rc = aHook[i]->xBeforeKeyDrop(p);
+  }
+  return rc;
+}
+
+int tdeMainHookPageRescue(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]){
+  int rc = SQLITE_IOERR_AUTH;
+  for(size_t i=0; i<TDE_ARRAY_SIZE(aHook) && rc==SQLITE_IOERR_AUTH; i++){
+    if( aHook[i]->xPageRescue ) rc = aHook[i]->xPageRescue(p, pgno, pgsz, aOut, aTag);
+  }
+  return rc;
+}
