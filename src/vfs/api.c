@@ -158,16 +158,155 @@ static sqlite3_int64 tdePragmaInt(sqlite3 *db, const char *zSchema, const char *
   return v;
 }
 
+/*
+** tde_verify's stages, each returning a tde_rc: the header (keys, page
+** size, header slots), the size (no page partly present), the pages (each
+** authenticated, holes excepted), the WAL (its frames).  *pBadPage names
+** what failed (see tde.h).
+*/
+
+/* Header: keys loaded, the page size known, the header slots checked.
+** *pbNothing: nothing to check (an empty database, or no complete page 1
+** on disk yet). */
+static int verifyHeader(TdeFile *p, sqlite3_int64 nPageSize, const char *zSchema, int64_t *pBadPage,
+                        int *pbNothing){
+  int iBadSlot = -1, trc;
+  int rc = tdeMainEnsureKeys(p, 0);
+  *pbNothing = 0;
+  if( rc ) return tdeErr(TDE_ERROR, "cannot read the header of '%s' (SQLite error %d)", zSchema, rc);
+  if( !p->pKeys ){ *pbNothing = 1; return TDE_OK; }
+  if( !p->pgsz ){
+    if( tdeValidPgsz(nPageSize) ){
+      p->pgsz = (uint32_t)nPageSize;
+    }else{
+      if( tdeScratch(p)!=SQLITE_OK ) return TDE_NOMEM;
+      rc = tdeMainDiscoverPgsz(p);
+      if( rc==SQLITE_IOERR_AUTH ){
+        if( pBadPage ) *pBadPage = 1;
+        return tdeErr(TDE_AUTH, "page 1 failed authentication");
+      }
+      if( rc ){ *pbNothing = 1; return TDE_OK; }
+    }
+  }
+  trc = tdeMainCheckHeader(p, &iBadSlot);
+  if( trc && pBadPage && iBadSlot>=0 ) *pBadPage = TDE_VERIFY_HEADER_SLOT(iBadSlot);
+  return trc;
+}
+
+/* Size: the number of pages, and no bytes past the last whole page (a
+** page cut short by a truncated file, or junk appended: SQLite never
+** writes part of a page). */
+static int verifySize(TdeFile *p, const char *zSchema, sqlite3_int64 *pnPage, int64_t *pBadPage){
+  sqlite3_int64 sz = 0, nPage = 0;
+  int rc = tdeMainPageCount(p, &nPage);
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  if( rc ) return tdeErr(TDE_IO, "cannot read the size of '%s' (SQLite error %d)", zSchema, rc);
+  *pnPage = nPage;
+  if( sz>TDE_HEADER_BYTES && (sz-TDE_HEADER_BYTES)%p->pgsz!=0 ){
+    if( pBadPage ) *pBadPage = nPage+1;
+    return tdeErr(TDE_AUTH, "page %lld is only partly present (%lld of %u bytes: the file was "
+                  "truncated, or has junk appended after its last page)", (long long)(nPage+1),
+                  (long long)((sz-TDE_HEADER_BYTES)%p->pgsz), p->pgsz);
+  }
+  return TDE_OK;
+}
+
+/* The pages a WAL frame not yet checkpointed holds newer (*paPgno
+** sqlite3_malloc'd, 0 without a WAL). */
+static int verifyWalPages(TdeFile *p, uint32_t **paPgno, uint32_t *pnPgno){
+  uint32_t mx, nBackfill;
+  int rc;
+  if( !p->pWalFile ) return TDE_OK;
+  mx = tdeWalIndexMxFrame(p);
+  nBackfill = tdeWalIndexBackfill(p);
+  if( nBackfill>=mx ) return TDE_OK;
+  rc = tdeWalPageList(p->pWalFile, nBackfill+1, mx, paPgno, pnPgno);
+  if( rc ) return tdeErr(TDE_IO, "reading the WAL's page list failed (SQLite error %d)", rc);
+  return TDE_OK;
+}
+
+/* Pages, one: page i read from the file and authenticated.  *pbHole: an
+** all-zero page never written: beyond the database's size (with
+** SQLITE_FCNTL_CHUNK_SIZE the file is zero-padded past the last page), or
+** in WAL mode a page whose newest version is still in a frame not yet
+** checkpointed (bNewer: a checkpoint may write page N+1 before page N).
+** Any other all-zero page is damage, as it is for SQLite's reads. */
+static int verifyPage(TdeFile *p, uint8_t *aPage, sqlite3_int64 i, sqlite3_int64 nPageCount,
+                      int bNewer, int64_t *pBadPage, int *pbHole){
+  int bShort = 0;
+  int rc = tdeRealRead(p, aPage, (int)p->pgsz, TDE_HEADER_BYTES + (i-1)*p->pgsz, &bShort);
+  if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
+  *pbHole = rc==SQLITE_OK && ((nPageCount>=0 && i>nPageCount) || bNewer) && tdeAllZero(aPage, p->pgsz);
+  if( *pbHole ) return TDE_OK;
+  if( rc==SQLITE_OK ) rc = tdeOpenPage(p, aPage, p->pgsz, (uint32_t)i, 0);
+  if( rc==SQLITE_IOERR_AUTH && bNewer ){
+    /* Still a failure (damage must never pass unseen, and a bit flip
+    ** here looks like a torn write), but say what it means: a WAL
+    ** frame not yet checkpointed holds a newer copy, SQLite reads that
+    ** one, and the next checkpoint overwrites this one -- after a
+    ** crash during a checkpoint this is expected (recovery restarts
+    ** the checkpoint, so every frame counts again). */
+    if( pBadPage ) *pBadPage = i;
+    return tdeErr(TDE_AUTH, "page %lld failed authentication in the database file, but a WAL "
+                  "frame not yet checkpointed holds a newer copy (harmless: SQLite reads that one; "
+                  "after a crash during a checkpoint this is expected -- run PRAGMA wal_checkpoint "
+                  "and verify again)", (long long)i);
+  }
+  if( rc==SQLITE_IOERR_AUTH ){
+    tdeLog(TDE_LOG_ERROR, "%s: database page %lld failed authentication",
+           p->zName ? p->zName : "", (long long)i);
+    if( pBadPage ) *pBadPage = i;
+    return tdeErr(TDE_AUTH, "page %lld failed authentication", (long long)i);
+  }
+  if( rc ) return tdeErr(TDE_IO, "reading page %lld failed (SQLite error %d)", (long long)i, rc);
+  return TDE_OK;
+}
+
+/* Pages: 1..nPage but the lock-byte page, which SQLite never writes. */
+static int verifyPages(TdeFile *p, sqlite3_int64 nPage, sqlite3_int64 nPageCount,
+                       const uint32_t *aWalPg, uint32_t nWalPg, int64_t *pnChecked,
+                       int64_t *pBadPage, tde_progress_fn xProgress, void *pArg){
+  sqlite3_int64 i, iLockPage = (sqlite3_int64)(0x40000000 / p->pgsz) + 1;
+  uint8_t *aPage = sqlite3_malloc((int)p->pgsz);
+  int trc = TDE_OK, bHole = 0;
+  if( !aPage ) return TDE_NOMEM;
+  for(i=1; i<=nPage && trc==TDE_OK; i++){
+    if( i==iLockPage ) continue;
+    trc = verifyPage(p, aPage, i, nPageCount, tdeInList(aWalPg, nWalPg, (uint32_t)i), pBadPage, &bHole);
+    if( trc || bHole ) continue;
+    if( pnChecked ) (*pnChecked)++;
+    if( xProgress && (i%256==0 || i==nPage) && xProgress(pArg, i, nPage) ){
+      trc = tdeErr(TDE_ERROR, "verify interrupted");
+    }
+  }
+  tdeWipe(aPage, p->pgsz);
+  sqlite3_free(aPage);
+  return trc;
+}
+
+/* WAL: the frames of the current generation, as SQLite's index counts them. */
+static int verifyWal(TdeFile *p, int64_t *pnChecked, int64_t *pBadPage){
+  sqlite3_int64 nFrames = 0, iBad = 0;
+  int rc;
+  if( !p->pWalFile ) return TDE_OK;
+  rc = tdeWalVerify(p->pWalFile, tdeWalIndexMxFrame(p), &nFrames, &iBad);
+  if( pnChecked ) *pnChecked += nFrames;
+  if( rc==SQLITE_IOERR_AUTH ){
+    if( pBadPage ) *pBadPage = iBad<0 ? TDE_VERIFY_WAL_HEADER : TDE_VERIFY_WAL_FRAME(iBad);
+    return tdeErr(TDE_AUTH, "WAL %s %lld failed authentication",
+                  iBad<0 ? "header" : "frame", (long long)(iBad<0 ? 0 : iBad));
+  }
+  if( rc ) return tdeErr(TDE_IO, "reading the WAL failed (SQLite error %d)", rc);
+  return TDE_OK;
+}
+
 int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pBadPage,
                tde_progress_fn xProgress, void *pArg){
   sqlite3_file *pFile = 0;
   TdeFile *p;
-  sqlite3_int64 nPage = 0, i, nFrames = 0, iBad = 0, iLockPage;
-  sqlite3_int64 nPageCount, nPageSize;
+  sqlite3_int64 nPage = 0, nPageCount, nPageSize;
   uint32_t *aWalPg = 0, nWalPg = 0;
-  int bWal = 0;
-  uint8_t *aPage = 0;
-  int rc, trc = TDE_OK;
+  int rc, trc, bNothing = 0;
 
   if( pnChecked ) *pnChecked = 0;
   if( pBadPage ) *pBadPage = 0;
@@ -185,124 +324,14 @@ int tde_verify(sqlite3 *db, const char *zSchema, int64_t *pnChecked, int64_t *pB
   if( rc ) return tdeErr(TDE_ERROR, "cannot begin a read transaction: %s", sqlite3_errmsg(db));
   nPageCount = tdePragmaInt(db, zSchema, "page_count");
   nPageSize = tdePragmaInt(db, zSchema, "page_size");
-  rc = tdeMainEnsureKeys(p, 0);
-  if( rc ){
-    trc = tdeErr(TDE_ERROR, "cannot read the header of '%s' (SQLite error %d)", zSchema, rc);
-    goto done;
+  trc = verifyHeader(p, nPageSize, zSchema, pBadPage, &bNothing);
+  if( trc==TDE_OK && !bNothing ) trc = verifySize(p, zSchema, &nPage, pBadPage);
+  if( trc==TDE_OK && !bNothing ) trc = verifyWalPages(p, &aWalPg, &nWalPg);
+  if( trc==TDE_OK && !bNothing ){
+    trc = verifyPages(p, nPage, nPageCount, aWalPg, nWalPg, pnChecked, pBadPage, xProgress, pArg);
   }
-  if( !p->pKeys ) goto done;     /* empty database: nothing to check */
-  if( !p->pgsz ){
-    if( tdeValidPgsz(nPageSize) ){
-      p->pgsz = (uint32_t)nPageSize;
-    }else{
-      if( tdeScratch(p)!=SQLITE_OK ){ trc = TDE_NOMEM; goto done; }
-      rc = tdeMainDiscoverPgsz(p);
-      if( rc==SQLITE_IOERR_AUTH ){
-        if( pBadPage ) *pBadPage = 1;
-        trc = tdeErr(TDE_AUTH, "page 1 failed authentication");
-        goto done;
-      }
-      if( rc ) goto done;      /* no complete page 1 on disk yet */
-    }
-  }
-  {
-    int iBadSlot = -1;
-    trc = tdeMainCheckHeader(p, &iBadSlot);
-    if( trc ){
-      if( pBadPage && iBadSlot>=0 ) *pBadPage = TDE_VERIFY_HEADER_SLOT(iBadSlot);
-      goto done;
-    }
-  }
-  rc = tdeMainPageCount(p, &nPage);
-  if( rc ){ trc = tdeErr(TDE_IO, "cannot read the size of '%s' (SQLite error %d)", zSchema, rc); goto done; }
-  {
-    /* Bytes past the last whole page: a page cut short (a truncated file)
-    ** or junk appended.  SQLite never writes part of a page. */
-    sqlite3_int64 sz = 0;
-    rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
-    if( rc ){ trc = tdeErr(TDE_IO, "cannot read the size of '%s' (SQLite error %d)", zSchema, rc); goto done; }
-    if( sz>TDE_HEADER_BYTES && (sz-TDE_HEADER_BYTES)%p->pgsz!=0 ){
-      if( pBadPage ) *pBadPage = nPage+1;
-      trc = tdeErr(TDE_AUTH, "page %lld is only partly present (%lld of %u bytes: the file was "
-                   "truncated, or has junk appended after its last page)", (long long)(nPage+1),
-                   (long long)((sz-TDE_HEADER_BYTES)%p->pgsz), p->pgsz);
-      goto done;
-    }
-  }
-  aPage = sqlite3_malloc((int)p->pgsz);
-  if( !aPage ){ trc = TDE_NOMEM; goto done; }
-  bWal = p->pWalFile!=0;
-  if( bWal ){
-    uint32_t mx = tdeWalIndexMxFrame(p), nBackfill = tdeWalIndexBackfill(p);
-    if( nBackfill<mx ){
-      rc = tdeWalPageList(p->pWalFile, nBackfill+1, mx, &aWalPg, &nWalPg);
-      if( rc ){ trc = tdeErr(TDE_IO, "reading the WAL's page list failed (SQLite error %d)", rc); goto done; }
-    }
-  }
-  iLockPage = (sqlite3_int64)(0x40000000 / p->pgsz) + 1;
-  for(i=1; i<=nPage; i++){
-    if( i==iLockPage ) continue;          /* SQLite never writes the lock-byte page */
-    {
-      int bShort = 0;
-      rc = tdeRealRead(p, aPage, (int)p->pgsz, TDE_HEADER_BYTES + (i-1)*p->pgsz, &bShort);
-      if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
-    }
-    /* Pages never written: beyond the database's size (with
-    ** SQLITE_FCNTL_CHUNK_SIZE the file is zero-padded past the last page),
-    ** and in WAL mode a page whose newest version is still in a frame not
-    ** yet checkpointed (a checkpoint may write page N+1 before page N).
-    ** Any other all-zero page is damage, as it is for SQLite's reads. */
-    if( rc==SQLITE_OK && ((nPageCount>=0 && i>nPageCount) || (bWal && tdeInList(aWalPg, nWalPg, (uint32_t)i)))
-     && tdeAllZero(aPage, p->pgsz) ){
-      continue;
-    }
-    if( rc==SQLITE_OK ){
-      rc = tdeOpenPage(p, aPage, p->pgsz, (uint32_t)i, 0);
-      if( rc==SQLITE_IOERR_AUTH && bWal && tdeInList(aWalPg, nWalPg, (uint32_t)i) ){
-        /* Still a failure (damage must never pass unseen, and a bit flip
-        ** here looks like a torn write), but say what it means: a WAL
-        ** frame not yet checkpointed holds a newer copy, SQLite reads that
-        ** one, and the next checkpoint overwrites this one -- after a
-        ** crash during a checkpoint this is expected (recovery restarts
-        ** the checkpoint, so every frame counts again). */
-        if( pBadPage ) *pBadPage = i;
-        trc = tdeErr(TDE_AUTH, "page %lld failed authentication in the database file, but a WAL "
-                     "frame not yet checkpointed holds a newer copy (harmless: SQLite reads that one; "
-                     "after a crash during a checkpoint this is expected -- run PRAGMA wal_checkpoint "
-                     "and verify again)", (long long)i);
-        goto done;
-      }
-      if( rc==SQLITE_IOERR_AUTH ) tdeLog(TDE_LOG_ERROR, "%s: database page %lld failed authentication",
-                                         p->zName ? p->zName : "", (long long)i);
-    }
-    if( rc==SQLITE_IOERR_AUTH ){
-      if( pBadPage ) *pBadPage = i;
-      trc = tdeErr(TDE_AUTH, "page %lld failed authentication", (long long)i);
-      goto done;
-    }
-    if( rc ){ trc = tdeErr(TDE_IO, "reading page %lld failed (SQLite error %d)", (long long)i, rc); goto done; }
-    if( pnChecked ) (*pnChecked)++;
-    if( xProgress && (i%256==0 || i==nPage) && xProgress(pArg, i, nPage) ){
-      trc = tdeErr(TDE_ERROR, "verify interrupted");
-      goto done;
-    }
-  }
-  {
-    if( p->pWalFile ){
-      rc = tdeWalVerify(p->pWalFile, tdeWalIndexMxFrame(p), &nFrames, &iBad);
-      if( pnChecked ) *pnChecked += nFrames;
-      if( rc==SQLITE_IOERR_AUTH ){
-        trc = tdeErr(TDE_AUTH, "WAL %s %lld failed authentication",
-                     iBad<0 ? "header" : "frame", (long long)(iBad<0 ? 0 : iBad));
-        if( pBadPage ) *pBadPage = iBad<0 ? TDE_VERIFY_WAL_HEADER : TDE_VERIFY_WAL_FRAME(iBad);
-      }else if( rc ){
-        trc = tdeErr(TDE_IO, "reading the WAL failed (SQLite error %d)", rc);
-      }
-    }
-  }
-done:
+  if( trc==TDE_OK && !bNothing ) trc = verifyWal(p, pnChecked, pBadPage);
   sqlite3_free(aWalPg);
-  if( aPage ){ tdeWipe(aPage, p->pgsz); sqlite3_free(aPage); }
   sqlite3_exec(db, "COMMIT", 0, 0, 0);
   return trc;
 }

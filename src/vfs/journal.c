@@ -751,48 +751,105 @@ static int jDetect(TdeFile *p, struct TdeJrnl *j){
   return SQLITE_OK;
 }
 
+/* A record's page, its page number held (ePend 1): sealed into aBuf
+** beside the page number, held in turn until SQLite's checksum comes. */
+static int jRecPage(TdeFile *p, struct TdeJrnl *j, const uint8_t *z){
+  uint32_t pgno = tdeGet32(p->aBuf);
+  uint32_t n = j->pgsz - TDE_TRAILER_SIZE;
+  uint8_t aad[JR_AAD];
+  int rc;
+  jRecAad(p, j->aId, j->iPend, pgno, j->pgsz, aad);
+  rc = tdeSeal(jKeys(p), aad, sizeof(aad), z, n, p->aBuf+4, p->aBuf+4+n);
+  if( rc ){
+    j->ePend = 0;
+    tdeLog(TDE_LOG_ERROR, "%s: sealing journal record at %lld failed: %s", jName(p),
+           (long long)j->iPend, tde_last_error());
+    return SQLITE_IOERR_WRITE;
+  }
+  j->pendCk = jCksum(tdeGet32(j->aSeg[j->nSeg-1].a+12), z, j->pgsz);
+  j->ePend = 2;
+  return SQLITE_OK;
+}
+
+/* A record's checksum (ePend 2): checked against the one the shim
+** computes, stored as the tag prefix, and the record out in one write. */
+static int jRecChecksum(TdeFile *p, struct TdeJrnl *j, const uint8_t *z, sqlite3_int64 iOfst){
+  uint8_t *aCk = p->aBuf + 4 + j->pgsz;
+  int n = (int)(8 + j->pgsz);
+  int rc;
+  j->ePend = 0;
+  if( tdeGet32(z)!=j->pendCk ){
+    tdeLog(TDE_LOG_ERROR, "%s: SQLite's journal checksum at %lld is not the one the shim "
+           "computes (layout mismatch); refusing the write", jName(p), (long long)iOfst);
+    return SQLITE_IOERR_WRITE;
+  }
+  /* (What is held is ciphertext, a page number and a tag: nothing to wipe.) */
+  memcpy(aCk, aCk - TDE_TRAILER_SIZE + 24, 4);
+  j->bDirty = 1;
+  rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, n, j->iPend);
+  if( rc==SQLITE_OK && j->iPend + n > j->iOwnEnd ) j->iOwnEnd = j->iPend + n;
+  return rc;
+}
+
+/* A write inside segment i (found by jSegFind): an edit of its header, the
+** padding of its header sector, a record's page number (held until its
+** page comes), or a checksum after its record. */
+static int jWriteInSegment(TdeFile *p, struct TdeJrnl *j, int i, const uint8_t *z, int iAmt,
+                           sqlite3_int64 iOfst){
+  JHdr *h = &j->aSeg[i];
+  sqlite3_int64 H = j->nSector;
+  sqlite3_int64 iIn = iOfst - h->iOff;
+  int rc;
+  if( iIn<H ){
+    if( iIn+iAmt<=JHDR ) return jWriteHeaderEdit(p, j, i, z, iAmt, (int)iIn);
+    if( iIn>=JSLOTS && iIn+iAmt<=H ){
+      /* Later chunks of a header sector (past the slots): padding SQLite
+      ** never reads. */
+      memset(p->aBuf, 0, (size_t)iAmt);
+      rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, iAmt, iOfst);
+      if( rc==SQLITE_OK && j->bOwn && iOfst+iAmt > j->iOwnEnd ) j->iOwnEnd = iOfst+iAmt;
+      return rc;
+    }
+  }else if( iAmt==4 && i==j->nSeg-1 && h->eState==JH_OK
+         && (iIn-H) % (sqlite3_int64)(j->pgsz+8)==0 ){
+    /* A record's page number: held until its page arrives. */
+    memcpy(p->aBuf, z, 4);
+    j->iPend = iOfst;
+    j->ePend = 1;
+    return SQLITE_OK;
+  }else if( iAmt==4 && i==j->nSeg-1 && h->eState==JH_OK && iIn-H>=j->pgsz+4
+         && (iIn-H-4-j->pgsz) % (sqlite3_int64)(j->pgsz+8)==0 ){
+    /* A checksum arriving after its record was written (never seen from
+    ** SQLite, which writes the three parts in a row): the tag prefix. */
+    uint8_t aTag[4];
+    int bShort;
+    rc = tdeRealRead(p, aTag, 4, iOfst - TDE_TRAILER_SIZE + 24, &bShort);
+    if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_WRITE;
+    j->bDirty = 1;
+    if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aTag, 4, iOfst);
+    if( rc==SQLITE_OK && j->bOwn && iOfst+4 > j->iOwnEnd ) j->iOwnEnd = iOfst+4;
+    return rc;
+  }
+  tdeLog(TDE_LOG_ERROR, "%s: unexpected journal write of %d bytes at offset %lld",
+         jName(p), iAmt, (long long)iOfst);
+  return SQLITE_IOERR_WRITE;
+}
+
+/*
+** xWrite of a rollback journal: the held parts of a record first (its
+** page, its checksum) or of a super-journal record; else complete what is
+** held, and one stage per kind of write: a new header (at 0 or at a sector
+** boundary), the start of a super-journal record, a write inside a segment.
+*/
 int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   const uint8_t *z = zBuf;
   struct TdeJrnl *j;
-  sqlite3_int64 H;
   int i, rc = jState(p, &j);
   if( rc ) return rc;
   j->iCache = -1;
 
-  /* The page of a record whose page number is held. */
-  if( j->ePend==1 && iOfst==j->iPend+4 && (uint32_t)iAmt==j->pgsz ){
-    uint32_t pgno = tdeGet32(p->aBuf);
-    uint32_t n = j->pgsz - TDE_TRAILER_SIZE;
-    uint8_t aad[JR_AAD];
-    jRecAad(p, j->aId, j->iPend, pgno, j->pgsz, aad);
-    rc = tdeSeal(jKeys(p), aad, sizeof(aad), z, n, p->aBuf+4, p->aBuf+4+n);
-    if( rc ){
-      j->ePend = 0;
-      tdeLog(TDE_LOG_ERROR, "%s: sealing journal record at %lld failed: %s", jName(p),
-             (long long)j->iPend, tde_last_error());
-      return SQLITE_IOERR_WRITE;
-    }
-    j->pendCk = jCksum(tdeGet32(j->aSeg[j->nSeg-1].a+12), z, j->pgsz);
-    j->ePend = 2;
-    return SQLITE_OK;
-  }
-  /* Its checksum: store the tag prefix instead, and the record at once. */
-  if( j->ePend==2 && iOfst==j->iPend+4+j->pgsz && iAmt==4 ){
-    uint8_t *aCk = p->aBuf + 4 + j->pgsz;
-    int n = (int)(8 + j->pgsz);
-    j->ePend = 0;
-    if( tdeGet32(z)!=j->pendCk ){
-      tdeLog(TDE_LOG_ERROR, "%s: SQLite's journal checksum at %lld is not the one the shim "
-             "computes (layout mismatch); refusing the write", jName(p), (long long)iOfst);
-      return SQLITE_IOERR_WRITE;
-    }
-    /* (What is held is ciphertext, a page number and a tag: nothing to wipe.) */
-    memcpy(aCk, aCk - TDE_TRAILER_SIZE + 24, 4);
-    j->bDirty = 1;
-    rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, n, j->iPend);
-    if( rc==SQLITE_OK && j->iPend + n > j->iOwnEnd ) j->iOwnEnd = j->iPend + n;
-    return rc;
-  }
+  if( j->ePend==1 && iOfst==j->iPend+4 && (uint32_t)iAmt==j->pgsz ) return jRecPage(p, j, z);
+  if( j->ePend==2 && iOfst==j->iPend+4+j->pgsz && iAmt==4 ) return jRecChecksum(p, j, z, iOfst);
   if( j->ePend==3 ) return jSupWrite(p, j, z, iAmt, iOfst);
   rc = jFlush(p, j);
   if( rc ) return rc;
@@ -825,7 +882,6 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
            jName(p), iAmt, (long long)iOfst);
     return j->aSeg[0].eState==JH_DAMAGED ? SQLITE_IOERR_AUTH : SQLITE_IOERR_WRITE;
   }
-  H = j->nSector;
   if( iAmt==4 && j->bOwn && iOfst>=j->iOwnEnd && tdeGet32(z)==jLockPgno(j) ){
     /* The lock page is never journaled: this starts the super-journal
     ** record, held until complete and stored with one write. */
@@ -836,48 +892,12 @@ int tdeJournalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst)
     j->iSupStage = 1;
     return SQLITE_OK;
   }
-  if( iOfst%H==0 && iAmt>JHDR && (uint32_t)iAmt<=j->nSector ){
+  if( iOfst%j->nSector==0 && iAmt>JHDR && (uint32_t)iAmt<=j->nSector ){
     return jWriteNewHeader(p, j, z, iAmt, iOfst);
   }
   rc = jSegFind(p, j, iOfst, &i);
   if( rc ) return rc;
-  {
-    JHdr *h = &j->aSeg[i];
-    sqlite3_int64 iIn = iOfst - h->iOff;
-    if( iIn<H ){
-      if( iIn+iAmt<=JHDR ) return jWriteHeaderEdit(p, j, i, z, iAmt, (int)iIn);
-      if( iIn>=JSLOTS && iIn+iAmt<=H ){
-        /* Later chunks of a header sector (past the slots): padding SQLite
-        ** never reads. */
-        memset(p->aBuf, 0, (size_t)iAmt);
-        rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, iAmt, iOfst);
-        if( rc==SQLITE_OK && j->bOwn && iOfst+iAmt > j->iOwnEnd ) j->iOwnEnd = iOfst+iAmt;
-        return rc;
-      }
-    }else if( iAmt==4 && i==j->nSeg-1 && h->eState==JH_OK
-           && (iIn-H) % (sqlite3_int64)(j->pgsz+8)==0 ){
-      /* A record's page number: held until its page arrives. */
-      memcpy(p->aBuf, z, 4);
-      j->iPend = iOfst;
-      j->ePend = 1;
-      return SQLITE_OK;
-    }else if( iAmt==4 && i==j->nSeg-1 && h->eState==JH_OK && iIn-H>=j->pgsz+4
-           && (iIn-H-4-j->pgsz) % (sqlite3_int64)(j->pgsz+8)==0 ){
-      /* A checksum arriving after its record was written (never seen from
-      ** SQLite, which writes the three parts in a row): the tag prefix. */
-      uint8_t aTag[4];
-      int bShort;
-      rc = tdeRealRead(p, aTag, 4, iOfst - TDE_TRAILER_SIZE + 24, &bShort);
-      if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_WRITE;
-      j->bDirty = 1;
-      if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aTag, 4, iOfst);
-      if( rc==SQLITE_OK && j->bOwn && iOfst+4 > j->iOwnEnd ) j->iOwnEnd = iOfst+4;
-      return rc;
-    }
-  }
-  tdeLog(TDE_LOG_ERROR, "%s: unexpected journal write of %d bytes at offset %lld",
-         jName(p), iAmt, (long long)iOfst);
-  return SQLITE_IOERR_WRITE;
+  return jWriteInSegment(p, j, i, z, iAmt, iOfst);
 }
 
 /* ---- reading ----------------------------------------------------------- */

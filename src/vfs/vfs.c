@@ -1477,6 +1477,88 @@ static int tdeStandbyPlaceCheck(const char *zName){
   return SQLITE_AUTH;
 }
 
+/* A main database that is a standby copy: checked for its place, served
+** read-only, and refused (bReplaced) if the file named before the open
+** (dev0, ino0; bStat0: named at all) is not the one opened. */
+static int tdeOpenStandbyCopy(TdeFile *p, const char *zName, int bStat0, uint64_t dev0,
+                              uint64_t ino0, int *pOutFlags, int *pbReplaced){
+  uint64_t seq;
+  uint8_t aDbid[16];
+  int rc;
+  if( !tdeStandbyIsCopy(zName, tdeStandbyDbid(p, aDbid) ? aDbid : 0, &seq) ) return SQLITE_OK;
+  rc = tdeStandbyPlaceCheck(zName);
+  /* Served read-only while the standby applies it (see above).  The
+  ** file is named before and after the open: a base copy renamed in
+  ** between would leave the handle on the old file. */
+  if( rc==SQLITE_OK && (!bStat0 || !tdeStandbyStat(zName, &p->standbyDev, &p->standbyIno)
+                        || dev0!=p->standbyDev || ino0!=p->standbyIno) ){
+    *pbReplaced = 1;
+  }
+  p->bStandby = 1;
+  *pOutFlags = (*pOutFlags & ~SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
+  return rc;
+}
+
+/* A main database: its header loaded; a new or empty one checks now that
+** its keystore opens, so a wrong password fails the open rather than the
+** first write. */
+static int tdeOpenMain(TdeFile *p, const char *zName){
+  char zCfg[PATH_MAX];
+  TdeKeystore *pKs;
+  const char *zUriCfg;
+  sqlite3_int64 sz = 0;
+  int rc, trc;
+  if( zName ) tdeBypassFromUri(p, zName);
+  rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  if( rc ) return rc;
+  if( sz>0 ){
+    rc = tdeMainLoad(p, sz);
+    if( rc==SQLITE_NOTADB && sz<=TDE_HEADER_BYTES && tdeTornCreation(p, sz) ){
+      rc = SQLITE_OK;   /* keys are created at the first write */
+    }
+    return rc;
+  }
+  zUriCfg = zName ? sqlite3_uri_parameter(zName, "tde_config") : 0;
+  trc = tdeConfigLocate(zUriCfg, zCfg, sizeof(zCfg));
+  if( trc==TDE_OK ) trc = tdeRegistryAcquire(zCfg, NULL, &pKs, NULL);
+  if( trc==TDE_OK ) tdeRegistryRelease(pKs);
+  if( trc ){
+    tdeLog(TDE_LOG_ERROR, "%s: cannot open encrypted database: %s", zName, tde_last_error());
+    return tdeSqliteRc(trc);
+  }
+  return SQLITE_OK;
+}
+
+/* A failed open: a main database file it created goes, the file below is
+** closed, and whatever the per-kind setup allocated is freed. */
+static void tdeOpenUndo(TdeFile *p, sqlite3_vfs *pOrig, const char *zName, int bExisted){
+  if( p->eKind==TDE_KIND_MAIN && !bExisted && zName ){
+    /* A failed open leaves no file it created.  Only while it is still
+    ** empty and no other connection holds it (an exclusive lock): then
+    ** nobody has begun to create a database in it. */
+    sqlite3_int64 sz = -1;
+    if( p->pReal->pMethods->xLock(p->pReal, SQLITE_LOCK_SHARED)==SQLITE_OK ){
+      if( p->pReal->pMethods->xLock(p->pReal, SQLITE_LOCK_EXCLUSIVE)==SQLITE_OK
+       && p->pReal->pMethods->xFileSize(p->pReal, &sz)==SQLITE_OK && sz==0 ){
+        (void)pOrig->xDelete(pOrig, zName, 0);
+      }
+      p->pReal->pMethods->xUnlock(p->pReal, SQLITE_LOCK_NONE);
+    }
+  }
+  p->pReal->pMethods->xClose(p->pReal);
+  tdeWalFree(p);
+  tdeJournalFree(p);
+  tdeCiphersFree(p);
+  tdeKeysFree(p->pKeys);
+  p->pKeys = 0;
+}
+
+/*
+** xOpen: the kind of file, the open below (a main database that is a
+** standby copy is checked and served read-only), the per-kind setup
+** (main: header and keys; WAL and journal: keys from the main database;
+** temp: a random key), then the method table.  One exit for failure.
+*/
 static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
                       int flags, int *pOutFlags){
   TdeFile *p = (TdeFile*)pFile;
@@ -1492,6 +1574,7 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   p->eKind = tdeKindOf(flags, zName);
   p->openFlags = flags;
   p->zName = zName;
+  p->nBlock = TDE_BLOCK_TEMP;
   if( p->eKind==TDE_KIND_MAIN && zName ){
     rc = pOrig->xAccess(pOrig, zName, SQLITE_ACCESS_EXISTS, &bExisted);
     if( rc ) bExisted = 1;
@@ -1500,91 +1583,26 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   rc = pOrig->xOpen(pOrig, zName, p->pReal, flags, &outFlags);
   if( rc ) goto fail;
   if( p->eKind==TDE_KIND_MAIN && zName ){
-    uint64_t seq;
-    uint8_t aDbid[16];
-    if( tdeStandbyIsCopy(zName, tdeStandbyDbid(p, aDbid) ? aDbid : 0, &seq) ){
-      rc = tdeStandbyPlaceCheck(zName);
-      /* Served read-only while the standby applies it (see above).  The
-      ** file is named before and after the open: a base copy renamed in
-      ** between would leave the handle on the old file. */
-      if( rc==SQLITE_OK && (!bStat0 || !tdeStandbyStat(zName, &p->standbyDev, &p->standbyIno)
-                            || dev0!=p->standbyDev || ino0!=p->standbyIno) ){
-        bReplaced = 1;
-      }
-      p->bStandby = 1;
-      outFlags = (outFlags & ~SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
-    }
+    rc = tdeOpenStandbyCopy(p, zName, bStat0, dev0, ino0, &outFlags, &bReplaced);
   }
   if( pOutFlags ) *pOutFlags = outFlags;
   p->bReadOnly = (outFlags & SQLITE_OPEN_READONLY)!=0;
-  if( rc==SQLITE_OK ) tdeErrClear();
-
-  p->nBlock = TDE_BLOCK_TEMP;
-  if( rc ){
-    /* refused above: nothing more to open */
-  }else switch( p->eKind ){
-    case TDE_KIND_MAIN: {
-      sqlite3_int64 sz = 0;
-      if( zName ) tdeBypassFromUri(p, zName);
-      rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
-      if( rc ) break;
-      if( sz>0 ){
-        rc = tdeMainLoad(p, sz);
-        if( rc==SQLITE_NOTADB && sz<=TDE_HEADER_BYTES && tdeTornCreation(p, sz) ){
-          rc = SQLITE_OK;   /* keys are created at the first write */
-        }
-      }else{
-        /* New or empty database: check now that its keystore opens, so a
-        ** wrong password fails the open rather than the first write. */
-        char zCfg[PATH_MAX];
-        TdeKeystore *pKs;
-        const char *zUriCfg = zName ? sqlite3_uri_parameter(zName, "tde_config") : 0;
-        int trc = tdeConfigLocate(zUriCfg, zCfg, sizeof(zCfg));
-        if( trc==TDE_OK ) trc = tdeRegistryAcquire(zCfg, NULL, &pKs, NULL);
-        if( trc==TDE_OK ) tdeRegistryRelease(pKs);
-        if( trc ){
-          tdeLog(TDE_LOG_ERROR, "%s: cannot open encrypted database: %s", zName, tde_last_error());
-          rc = tdeSqliteRc(trc);
-        }
-      }
-      break;
+  if( rc==SQLITE_OK ){
+    tdeErrClear();
+    switch( p->eKind ){
+      case TDE_KIND_MAIN:    rc = tdeOpenMain(p, zName);       break;
+      case TDE_KIND_WAL:
+      case TDE_KIND_JOURNAL: rc = tdeOpenDependent(p, zName);  break;
+      case TDE_KIND_TEMP:    rc = tdeOpenTemp(p);              break;
+      default:               break;
     }
-    case TDE_KIND_WAL:
-    case TDE_KIND_JOURNAL:
-      rc = tdeOpenDependent(p, zName);
-      break;
-    case TDE_KIND_TEMP:
-      rc = tdeOpenTemp(p);
-      break;
-    default:
-      break;
   }
   if( rc==SQLITE_OK && bReplaced ){
     tdeLog(TDE_LOG_ERROR, "%s: the standby copy was replaced (a base copy) while it was opened: retry", zName);
     rc = SQLITE_BUSY;
   }
   if( rc ){
-    int bRemove = 0;
-    if( p->eKind==TDE_KIND_MAIN && !bExisted && zName ){
-      /* A failed open leaves no file it created.  Only while it is still
-      ** empty and no other connection holds it (an exclusive lock): then
-      ** nobody has begun to create a database in it. */
-      sqlite3_int64 sz = -1;
-      if( p->pReal->pMethods->xLock(p->pReal, SQLITE_LOCK_SHARED)==SQLITE_OK ){
-        if( p->pReal->pMethods->xLock(p->pReal, SQLITE_LOCK_EXCLUSIVE)==SQLITE_OK
-         && p->pReal->pMethods->xFileSize(p->pReal, &sz)==SQLITE_OK && sz==0 ){
-          bRemove = pOrig->xDelete(pOrig, zName, 0)==SQLITE_OK;
-        }
-        p->pReal->pMethods->xUnlock(p->pReal, SQLITE_LOCK_NONE);
-      }
-    }
-    p->pReal->pMethods->xClose(p->pReal);
-    tdeWalFree(p);
-    tdeJournalFree(p);
-    tdeCiphersFree(p);
-    tdeKeysFree(p->pKeys);
-    p->pKeys = 0;
-    TDE_UNUSED(bRemove);
+    tdeOpenUndo(p, pOrig, zName, bExisted);
     goto fail;
   }
   pFile->pMethods = &tdeIoMethods;

@@ -889,6 +889,42 @@ static int walOtherGeneration(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, i
   }
 }
 
+/* Check, a frame of the current generation that failed authentication
+** (recovery's whole-frame read): damage in mid-log if a later committed
+** transaction authenticates, else the torn end of the log, handed to
+** SQLite with a checksum that cannot match.  The salts are under the MAC:
+** a frame whose salts were altered lands here too, so that damage in
+** mid-log cannot pass for its end.  A frame with a sector of zeros was
+** never completely written (a power loss that kept a later write): the
+** torn end, as SQLite treats it. */
+static int walBadFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
+  uint32_t ck[2];
+  int rc, bCommit = 0;
+  if( !walHasZeroSector(p, idx) ){
+    rc = walCommitFollows(p, idx+1, &bCommit);
+    if( rc ){ memset(aOut, 0, FRAME_HDR + p->wal.pgsz); return rc; }
+  }
+  if( bCommit ){
+    tdeErr(TDE_AUTH, "%s: frame %u failed authentication and a later committed transaction "
+           "authenticates: the WAL was tampered with", walName(p), idx);
+    tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+    memset(aOut, 0, FRAME_HDR + p->wal.pgsz);
+    return SQLITE_IOERR_AUTH;
+  }
+  tdeLog(TDE_LOG_WARNING, "%s: frame %u failed authentication at the end of the log; "
+         "treating it as a torn write (the transaction it belongs to was not committed durably)",
+         walName(p), idx);
+  memset(aOut+FRAME_HDR, 0, p->wal.pgsz);
+  rc = walCkAfter(p, idx-1, ck);
+  if( rc ) return rc;
+  tdePut32(aOut+16, ~ck[0]);   /* guaranteed checksum mismatch */
+  tdePut32(aOut+20, ~ck[1]);
+  return SQLITE_OK;
+}
+
+/* A whole frame as SQLite wrote it (recovery and checksum reads): read and
+** authenticated (walLoadFrame), its generation checked, SQLite's running
+** checksum recomputed into it. */
 static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
   uint32_t ck[2];
   int state, rc;
@@ -918,33 +954,7 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
     memset(aOut+16, 0, FRAME_HDR-16 + p->wal.pgsz);
     return SQLITE_OK;
   }
-  if( state==FRAME_BAD ){
-    /* The salts are under the MAC: a frame whose salts were altered lands
-    ** here too, so that damage in mid-log cannot pass for its end.  A frame
-    ** with a sector of zeros was never completely written (a power loss
-    ** that kept a later write): the torn end, as SQLite treats it. */
-    int bCommit = 0;
-    if( !walHasZeroSector(p, idx) ){
-      rc = walCommitFollows(p, idx+1, &bCommit);
-      if( rc ){ memset(aOut, 0, FRAME_HDR + p->wal.pgsz); return rc; }
-    }
-    if( bCommit ){
-      tdeErr(TDE_AUTH, "%s: frame %u failed authentication and a later committed transaction "
-             "authenticates: the WAL was tampered with", walName(p), idx);
-      tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
-      memset(aOut, 0, FRAME_HDR + p->wal.pgsz);
-      return SQLITE_IOERR_AUTH;
-    }
-    tdeLog(TDE_LOG_WARNING, "%s: frame %u failed authentication at the end of the log; "
-           "treating it as a torn write (the transaction it belongs to was not committed durably)",
-           walName(p), idx);
-    memset(aOut+FRAME_HDR, 0, p->wal.pgsz);
-    rc = walCkAfter(p, idx-1, ck);
-    if( rc ) return rc;
-    tdePut32(aOut+16, ~ck[0]);   /* guaranteed checksum mismatch */
-    tdePut32(aOut+20, ~ck[1]);
-    return SQLITE_OK;
-  }
+  if( state==FRAME_BAD ) return walBadFrame(p, idx, aOut);
   rc = walCkAfter(p, idx-1, ck);
   if( rc ){ memset(aOut, 0, FRAME_HDR + p->wal.pgsz); return rc; }
   walChecksum(walBigEndian(p), aOut, 8, ck, ck);
@@ -958,12 +968,106 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
   return SQLITE_OK;
 }
 
+/*
+** The WAL frame read path: locate (tdeWalRead: which frame, which part),
+** read (the frame as stored), check (the frame is of the current
+** generation and authentic: salts, then the chained MAC or, in version 1,
+** the frame MAC), open (the page), return.
+*/
+
+/* Check, generation: frames of the current generation carry its salts;
+** frames of an uncommitted transaction whose checksums SQLite will rewrite
+** carry zero salts.  Anything else is foreign, unless the header on disk
+** changed (re-read here). */
+static int walFrameOfGeneration(TdeFile *p, uint32_t idx, const uint8_t *aFrame){
+  static const uint8_t aZero[8];
+  uint8_t aHdr[WAL_HDR];
+  uint64_t w = 0;
+  int state, rc;
+  if( memcmp(aFrame+8, p->wal.aHdr+16, 8)==0 || memcmp(aFrame+8, aZero, 8)==0 ) return SQLITE_OK;
+  rc = walLoadHeaderW(p, aHdr, &state, &w);
+  if( rc ) return rc;
+  if( state==FRAME_STALE ) return walStale(p, w);
+  if( state!=FRAME_OK || memcmp(aFrame+8, p->wal.aHdr+16, 8)!=0 ){
+    tdeLog(TDE_LOG_ERROR, "%s: frame %u belongs to another WAL generation or was tampered with",
+           walName(p), idx);
+    p->nAuthFail++;
+    return SQLITE_IOERR_AUTH;
+  }
+  return SQLITE_OK;
+}
+
+/* Check, version 2: frame idx is part of an authentic committed
+** transaction (the chain of frame MACs from the WAL header reaches it). */
+static int walFrameChained(TdeFile *p, uint32_t idx, const uint8_t *aFrame){
+  int bOk = 0;
+  int rc = walFrameCurrent(p, idx, aFrame, &bOk);
+  if( rc==SQLITE_OK && !bOk ){
+    /* The WAL header may have been rewritten with the same salts (a
+    ** restart whose first transaction rolled back, then the next one):
+    ** read it again, and if it changed, check against the new chain.
+    ** (Or the chain could not start before: an allocation failed.) */
+    uint8_t aHdr[WAL_HDR], aOld[MAC_BYTES];
+    uint64_t w = 0;
+    int state, bHadChain = p->wal.bChain;
+    memcpy(aOld, p->wal.aHdrMac, MAC_BYTES);
+    rc = walLoadHeaderW(p, aHdr, &state, &w);
+    if( rc==SQLITE_OK && state==FRAME_STALE ) return walStale(p, w);
+    if( rc==SQLITE_OK && state==FRAME_OK
+     && (memcmp(aOld, p->wal.aHdrMac, MAC_BYTES)!=0 || (!bHadChain && p->wal.bChain)) ){
+      rc = walFrameCurrent(p, idx, aFrame, &bOk);
+    }
+  }
+  if( rc ) return rc;
+  if( !bOk ){
+    tdeErr(TDE_AUTH, "%s: frame %u is not part of an authentic committed transaction of this "
+           "WAL (the chain of frame MACs from the WAL header breaks after frame %u): frames "
+           "were spliced in, damaged or rolled back", walName(p), idx, p->wal.iChain);
+    tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+    p->nAuthFail++;
+    return SQLITE_IOERR_AUTH;
+  }
+  return SQLITE_OK;
+}
+
+/* Check, version 1: the frame header's own MAC. */
+static int walFrameMacOk(TdeFile *p, uint32_t idx, const uint8_t *aFrame){
+  uint8_t mac[MAC_BYTES];
+  int rc = walFrameMac(p, idx, aFrame, aFrame + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE, 0, mac);
+  if( rc && rc!=SQLITE_NOTFOUND ) return rc;
+  if( rc==SQLITE_NOTFOUND || !tdeCtEqual(mac, aFrame+16, MAC_BYTES) ){
+    tdeLog(TDE_LOG_ERROR, "%s: frame %u header failed authentication", walName(p), idx);
+    p->nAuthFail++;
+    return SQLITE_IOERR_AUTH;
+  }
+  return SQLITE_OK;
+}
+
+/* After the page opened: a checkpoint in progress remembers it for its
+** write of the same page to the database (vfs.c), if sealed under the
+** current key version. */
+static void walCkptRemember(TdeFile *p, const uint8_t *aFrame, const uint8_t *zPlain){
+  uint32_t pgsz = p->wal.pgsz;
+  TdeFile *m = p->pMain;
+  if( !m || !(m->bCkpt || m->bInCkpt) || !m->pKeys ) return;
+  if( tdeTrailerVersion(aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE)!=m->pKeys->hdr.curVersion ) return;
+  if( !m->aCkptPlain ) m->aCkptPlain = sqlite3_malloc(TDE_MAX_PAGE);
+  if( !m->aCkptCipher ) m->aCkptCipher = sqlite3_malloc(TDE_MAX_PAGE);
+  if( m->aCkptPlain && m->aCkptCipher ){
+    memcpy(m->aCkptPlain, zPlain, pgsz);
+    memcpy(m->aCkptCipher, aFrame+FRAME_HDR, pgsz);
+    m->ckptPgno = tdeGet32(aFrame);
+    m->ckptPgsz = pgsz;
+    m->bCkptValid = 1;
+  }
+}
+
 /* The page of frame idx, for SQLite's page reads (walReadFrame and the
-** checkpointer).  Strict: any failure is an error. */
+** checkpointer): read, check, open.  Strict: any failure is an error, and
+** zBuf is zeros after one. */
 static int walReadPage(TdeFile *p, uint32_t idx, uint8_t *zBuf){
   uint32_t pgsz = p->wal.pgsz;
   uint8_t *aFrame = p->aBuf;
-  uint8_t mac[MAC_BYTES];
   int bShort, rc;
   rc = tdeRealRead(p, aFrame, (int)(FRAME_HDR + pgsz), walFrameOffset(p, idx), &bShort);
   if( rc ) return rc;
@@ -971,145 +1075,95 @@ static int walReadPage(TdeFile *p, uint32_t idx, uint8_t *zBuf){
     memset(zBuf, 0, pgsz);
     return SQLITE_IOERR_SHORT_READ;
   }
-  /* Frames of the current generation carry its salts; frames of an
-  ** uncommitted transaction whose checksums SQLite will rewrite carry
-  ** zero salts.  Anything else is foreign. */
-  if( memcmp(aFrame+8, p->wal.aHdr+16, 8)!=0 ){
-    static const uint8_t aZero[8];
-    if( memcmp(aFrame+8, aZero, 8)!=0 ){
-      uint8_t aHdr[WAL_HDR];
-      uint64_t w = 0;
-      int state;
-      rc = walLoadHeaderW(p, aHdr, &state, &w);
-      if( rc ) return rc;
-      if( state==FRAME_STALE ){ memset(zBuf, 0, pgsz); return walStale(p, w); }
-      if( state!=FRAME_OK || memcmp(aFrame+8, p->wal.aHdr+16, 8)!=0 ){
-        tdeLog(TDE_LOG_ERROR, "%s: frame %u belongs to another WAL generation or was tampered with",
-               walName(p), idx);
-        p->nAuthFail++;
-        memset(zBuf, 0, pgsz);
-        return SQLITE_IOERR_AUTH;
-      }
-    }
-  }
-  if( walV2(p) ){
-    int bOk = 0;
-    rc = walFrameCurrent(p, idx, aFrame, &bOk);
-    if( rc==SQLITE_OK && !bOk ){
-      /* The WAL header may have been rewritten with the same salts (a
-      ** restart whose first transaction rolled back, then the next one):
-      ** read it again, and if it changed, check against the new chain. */
-      uint8_t aHdr[WAL_HDR], aOld[MAC_BYTES];
-      uint64_t w = 0;
-      int state, bHadChain = p->wal.bChain;
-      memcpy(aOld, p->wal.aHdrMac, MAC_BYTES);
-      rc = walLoadHeaderW(p, aHdr, &state, &w);
-      if( rc==SQLITE_OK && state==FRAME_STALE ){ memset(zBuf, 0, pgsz); return walStale(p, w); }
-      /* (Or the chain could not start before: an allocation failed.) */
-      if( rc==SQLITE_OK && state==FRAME_OK
-       && (memcmp(aOld, p->wal.aHdrMac, MAC_BYTES)!=0 || (!bHadChain && p->wal.bChain)) ){
-        rc = walFrameCurrent(p, idx, aFrame, &bOk);
-      }
-    }
-    if( rc ){ memset(zBuf, 0, pgsz); return rc; }
-    if( !bOk ){
-      tdeErr(TDE_AUTH, "%s: frame %u is not part of an authentic committed transaction of this "
-             "WAL (the chain of frame MACs from the WAL header breaks after frame %u): frames "
-             "were spliced in, damaged or rolled back", walName(p), idx, p->wal.iChain);
-      tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
-      p->nAuthFail++;
-      memset(zBuf, 0, pgsz);
-      return SQLITE_IOERR_AUTH;
-    }
-  }else{
-    rc = walFrameMac(p, idx, aFrame, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, 0, mac);
-    if( rc && rc!=SQLITE_NOTFOUND ) return rc;
-    if( rc==SQLITE_NOTFOUND || !tdeCtEqual(mac, aFrame+16, MAC_BYTES) ){
-      tdeLog(TDE_LOG_ERROR, "%s: frame %u header failed authentication", walName(p), idx);
-      p->nAuthFail++;
-      memset(zBuf, 0, pgsz);
-      return SQLITE_IOERR_AUTH;
-    }
+  rc = walFrameOfGeneration(p, idx, aFrame);
+  if( rc==SQLITE_OK ) rc = walV2(p) ? walFrameChained(p, idx, aFrame) : walFrameMacOk(p, idx, aFrame);
+  if( rc ){
+    memset(zBuf, 0, pgsz);
+    return rc;
   }
   rc = tdeOpenPageTo(p, aFrame+FRAME_HDR, zBuf, pgsz, tdeGet32(aFrame), "WAL frame");
-  if( rc==SQLITE_OK && p->pMain && (p->pMain->bCkpt || p->pMain->bInCkpt) && p->pMain->pKeys
-   && tdeTrailerVersion(aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE)==p->pMain->pKeys->hdr.curVersion ){
-    /* Checkpoint in progress: remember the page for its write (vfs.c). */
-    TdeFile *m = p->pMain;
-    if( !m->aCkptPlain ) m->aCkptPlain = sqlite3_malloc(TDE_MAX_PAGE);
-    if( !m->aCkptCipher ) m->aCkptCipher = sqlite3_malloc(TDE_MAX_PAGE);
-    if( m->aCkptPlain && m->aCkptCipher ){
-      memcpy(m->aCkptPlain, zBuf, pgsz);
-      memcpy(m->aCkptCipher, aFrame+FRAME_HDR, pgsz);
-      m->ckptPgno = tdeGet32(aFrame);
-      m->ckptPgsz = pgsz;
-      m->bCkptValid = 1;
-    }
-  }
+  if( rc==SQLITE_OK ) walCkptRemember(p, aFrame, zBuf);
   return rc;
 }
 
+/* A read of the WAL header (or part of it): as SQLite wrote it, checked. */
+static int walReadHeaderRange(TdeFile *p, uint8_t *z, int iAmt, sqlite3_int64 iOfst){
+  uint8_t aHdr[WAL_HDR];
+  uint64_t w = 0;
+  int state, bFound = 0;
+  int rc = walLoadHeaderW(p, aHdr, &state, &w);
+  if( rc ) return rc;
+  if( state==FRAME_STALE ){
+    memset(z, 0, (size_t)iAmt);
+    return walStale(p, w);
+  }
+  if( state==FRAME_SHORT ){
+    memset(z, 0, (size_t)iAmt);
+    return SQLITE_IOERR_SHORT_READ;
+  }
+  if( state==FRAME_BAD ){
+    /* A header that fails authentication while the log holds an
+    ** authentic first frame was tampered with: refuse, or SQLite would
+    ** silently ignore committed transactions.  (SQLite writes the
+    ** 32-byte header in one sector-sized write, so a crash does not tear
+    ** it.)  Without an authentic frame the log is empty to SQLite. */
+    rc = walFirstFrameAuthentic(p, &bFound);
+    if( rc ){ memset(z, 0, (size_t)iAmt); return rc; }
+    if( bFound ){
+      tdeLog(TDE_LOG_ERROR, "%s: WAL header failed authentication: tampered with", walName(p));
+      memset(z, 0, (size_t)iAmt);
+      return SQLITE_IOERR_AUTH;
+    }
+    tdeLog(TDE_LOG_WARNING, "%s: WAL header failed authentication and no authentic frame "
+           "follows; treating the log as empty", walName(p));
+    p->wal.bHdr = 0;
+    aHdr[24] ^= 0xff;    /* SQLite's header check fails: log ignored */
+  }
+  memcpy(z, aHdr+iOfst, (size_t)iAmt);
+  return SQLITE_OK;
+}
+
+/* Any other range inside one frame: the whole frame, assembled. */
+static int walReadRange(TdeFile *p, uint32_t idx, uint32_t within, uint8_t *z, int iAmt){
+  uint32_t szFrame = FRAME_HDR + p->wal.pgsz;
+  uint8_t *aFrame;
+  int rc;
+  if( within + (uint32_t)iAmt > szFrame ) return SQLITE_IOERR_READ;
+  aFrame = sqlite3_malloc((int)szFrame);
+  if( !aFrame ) return SQLITE_NOMEM;
+  rc = walReadFullFrame(p, idx, aFrame);
+  if( rc==SQLITE_OK || rc==SQLITE_IOERR_SHORT_READ ) memcpy(z, aFrame+within, (size_t)iAmt);
+  tdeWipe(aFrame, szFrame);
+  sqlite3_free(aFrame);
+  return rc;
+}
+
+/*
+** xRead of a -wal: locate the part SQLite asks for and hand it to its
+** reader: the header, a frame's page (the hot path), a whole frame
+** (recovery), a frame's running checksum, or any other range of a frame.
+*/
 int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   uint8_t *z = zBuf;
   uint32_t szFrame, idx, within;
-  int rc, state;
+  int rc;
 
   rc = tdeWalFlush(p);
   if( rc ) return rc;
   rc = tdeScratch(p);
   if( rc ) return rc;
-
   if( iOfst<WAL_HDR ){
-    uint8_t aHdr[WAL_HDR];
-    uint64_t w = 0;
     if( iOfst+iAmt>WAL_HDR ) return SQLITE_IOERR_READ;
-    rc = walLoadHeaderW(p, aHdr, &state, &w);
-    if( rc ) return rc;
-    if( state==FRAME_STALE ){
-      memset(z, 0, (size_t)iAmt);
-      return walStale(p, w);
-    }
-    if( state==FRAME_SHORT ){
-      memset(z, 0, (size_t)iAmt);
-      return SQLITE_IOERR_SHORT_READ;
-    }
-    if( state==FRAME_BAD ){
-      /* A header that fails authentication while the log holds an
-      ** authentic first frame was tampered with: refuse, or SQLite would
-      ** silently ignore committed transactions.  (SQLite writes the
-      ** 32-byte header in one sector-sized write, so a crash does not tear
-      ** it.)  Without an authentic frame the log is empty to SQLite. */
-      int bFound = 0;
-      rc = walFirstFrameAuthentic(p, &bFound);
-      if( rc ){ memset(z, 0, (size_t)iAmt); return rc; }
-      if( bFound ){
-        tdeLog(TDE_LOG_ERROR, "%s: WAL header failed authentication: tampered with", walName(p));
-        memset(z, 0, (size_t)iAmt);
-        return SQLITE_IOERR_AUTH;
-      }
-      tdeLog(TDE_LOG_WARNING, "%s: WAL header failed authentication and no authentic frame "
-             "follows; treating the log as empty", walName(p));
-      p->wal.bHdr = 0;
-      aHdr[24] ^= 0xff;    /* SQLite's header check fails: log ignored */
-      memcpy(z, aHdr+iOfst, (size_t)iAmt);
-      return SQLITE_OK;
-    }
-    memcpy(z, aHdr+iOfst, (size_t)iAmt);
-    return SQLITE_OK;
+    return walReadHeaderRange(p, z, iAmt, iOfst);
   }
-
   rc = walNeedHeader(p);
   if( rc ){ memset(z, 0, (size_t)iAmt); return rc; }
   szFrame = FRAME_HDR + p->wal.pgsz;
   idx = (uint32_t)((iOfst - WAL_HDR) / szFrame) + 1;
   within = (uint32_t)((iOfst - WAL_HDR) % szFrame);
 
-  if( within==FRAME_HDR && (uint32_t)iAmt==p->wal.pgsz ){
-    return walReadPage(p, idx, z);
-  }
-  if( within==0 && (uint32_t)iAmt==szFrame ){
-    return walReadFullFrame(p, idx, z);
-  }
+  if( within==FRAME_HDR && (uint32_t)iAmt==p->wal.pgsz ) return walReadPage(p, idx, z);
+  if( within==0 && (uint32_t)iAmt==szFrame ) return walReadFullFrame(p, idx, z);
   if( within==16 && iAmt==8 ){
     uint32_t ck[2];
     rc = walCkAfter(p, idx, ck);
@@ -1118,17 +1172,7 @@ int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
     tdePut32(z+4, ck[1]);
     return SQLITE_OK;
   }
-  /* Any other range inside one frame: assemble the whole frame. */
-  if( within + (uint32_t)iAmt > szFrame ) return SQLITE_IOERR_READ;
-  {
-    uint8_t *aFrame = sqlite3_malloc((int)szFrame);
-    if( !aFrame ) return SQLITE_NOMEM;
-    rc = walReadFullFrame(p, idx, aFrame);
-    if( rc==SQLITE_OK || rc==SQLITE_IOERR_SHORT_READ ) memcpy(z, aFrame+within, (size_t)iAmt);
-    tdeWipe(aFrame, szFrame);
-    sqlite3_free(aFrame);
-    return rc;
-  }
+  return walReadRange(p, idx, within, z, iAmt);
 }
 
 /*
@@ -1418,20 +1462,221 @@ static int walSplitHeld(TdeFile *p){
   return walSplitBegin(p, idx, p->wal.aPending, FRAME_HDR, 1, 0, 0);
 }
 
+/*
+** tdeWalWrite's stages.  SQLite writes a -wal as: the 32-byte header at a
+** restart, then per frame its 24-byte header and its page (or, with sector
+** padding, a frame in pieces).  Each stage below is one of those writes.
+*/
+
+/* The held frame header: a page write at the offset after it takes it
+** (aJoin), whatever becomes of this write (after a failure SQLite writes
+** both again), so no later call flushes a header whose page never came. */
+static int walTakeHeld(TdeFile *p, sqlite3_int64 iOfst, uint8_t *aJoin){
+  if( !p->wal.bPending || iOfst!=p->wal.iPendingOff+FRAME_HDR ) return 0;
+  memcpy(aJoin, p->wal.aPending, FRAME_HDR);
+  p->wal.bPending = 0;
+  return 1;
+}
+
+/* Restart, first stage: the generation ends.  A split frame is given up,
+** a held header completed, the generation's pages folded into the page map
+** and the ship hook told, before the new header replaces the old. */
+static int walGenerationEnds(TdeFile *p, const uint8_t *z){
+  int rc;
+  walSplitDrop(p);
+  rc = tdeWalFlush(p);
+  if( rc ) return rc;
+  rc = tdeWalFoldMap(p);
+  if( rc ) return rc;
+  if( p->pMain ) p->pMain->bWalSyncFailed = 0;   /* a new generation */
+  walShipHook(p, TDE_CAPTURE_RESTART, z);
+  return SQLITE_OK;
+}
+
+/* Restart, epoch binding: version 2 binds the new generation to L + 1 (the
+** database header was re-read when this connection took the write lock;
+** refreshed here whatever the lock path). */
+static int walHeaderEpoch(TdeFile *p, int *pbV2, uint64_t *pw){
+  int rc;
+  *pw = 0;
+  *pbV2 = walV2(p);
+  if( !*pbV2 ) return SQLITE_OK;
+  rc = tdeMainRefreshIfChanged(p->pMain);
+  if( rc ) return rc;
+  *pw = p->pMain->pKeys->hdr.logEpoch + 1;
+  return SQLITE_OK;
+}
+
+/* Restart, seal: SQLite's first 24 bytes, their MAC, zeros to WAL_HDR. */
+static int walHeaderSeal(TdeFile *p, const uint8_t *z, int bV2, uint64_t w, uint8_t *aHdr){
+  const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
+  const TdeDekVer *d = k ? tdeKeysFind(k, k->hdr.curVersion) : 0;
+  int rc;
+  memcpy(aHdr, z, 24);
+  rc = walHdrMac(d ? d->pWalHmac : 0, aHdr, bV2, w, aHdr+24);
+  if( rc ) return rc;
+  memset(aHdr+24+MAC_BYTES, 0, WAL_HDR-24-MAC_BYTES);
+  return SQLITE_OK;
+}
+
+/* Restart, last stage: the header is on disk; this handle's view of the
+** generation starts, and (version 2) the epoch update falls due. */
+static void walHeaderWritten(TdeFile *p, const uint8_t *z, const uint8_t *aHdr, int bV2, uint64_t w){
+  memcpy(p->wal.aHdr, z, WAL_HDR);
+  memcpy(p->wal.aHdrMac, aHdr+24, MAC_BYTES);
+  p->wal.w = w;
+  p->wal.bHdr = 1;
+  p->wal.pgsz = tdeValidPgsz(tdeGet32(z+8)) ? tdeGet32(z+8) : 0;
+  p->wal.iMaxWritten = 0;     /* a new generation */
+  /* A chain that cannot start for want of memory starts when aMac is
+  ** first allocated (walMacRoom) or at the next header load, so the write
+  ** itself stands. */
+  (void)walCkForget(p);
+  if( bV2 ){
+    /* The WAL header durable first, then the epoch update, both before
+    ** the first frame: a crash in between leaves a header bound to L + 1,
+    ** which readers accept (the generation has no frame yet); never a
+    ** database header bound to a WAL header that is not on disk.  The
+    ** sync is SQLite's own of this header when it makes one (tdeWalSync),
+    ** else the shim's (tdeWalFlush).  (docs/FORMAT.md "Restart") */
+    p->wal.bEpochDue = 1;
+    p->wal.wDue = w;
+    memcpy(p->wal.aDueSalt, z+16, 8);
+  }
+}
+
+/* The WAL header write of a restart: end, bind, seal, write, note. */
+static int walWriteHeader(TdeFile *p, const uint8_t *z){
+  uint8_t aHdr[WAL_HDR];
+  uint64_t w = 0;
+  int bV2 = 0, rc;
+  rc = walGenerationEnds(p, z);
+  if( rc==SQLITE_OK ) rc = walHeaderEpoch(p, &bV2, &w);
+  if( rc==SQLITE_OK ) rc = walHeaderSeal(p, z, bV2, w, aHdr);
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aHdr, WAL_HDR, 0);
+  if( rc ) return rc;
+  walHeaderWritten(p, z, aHdr, bV2, w);
+  return SQLITE_OK;
+}
+
+/* The stored header fields of frame idx, for a page write whose header
+** went out at once (locking_mode=EXCLUSIVE after a rollback: SQLite
+** rewrites a frame this handle wrote before). */
+static int walStoredFrameHeader(TdeFile *p, uint32_t idx, sqlite3_int64 iOfst, uint8_t *aHdr){
+  int bShort = 0;
+  int rc = tdeWalFlush(p);
+  if( rc==SQLITE_OK ) rc = tdeRealRead(p, aHdr, FRAME_HDR, iOfst-FRAME_HDR, &bShort);
+  if( rc ) return rc;
+  if( bShort ){
+    tdeLog(TDE_LOG_ERROR, "%s: frame %u page written without a header", walName(p), idx);
+    return SQLITE_IOERR_WRITE;
+  }
+  return SQLITE_OK;
+}
+
+/* A frame written in pieces (sector padding): a piece of the header or,
+** after the header, of the page. */
+static int walIsPiece(TdeFile *p, uint32_t within, int iAmt){
+  if( iAmt<=0 ) return 0;
+  if( within==0 ) return iAmt<FRAME_HDR;
+  return within==FRAME_HDR && (uint32_t)iAmt<p->wal.pgsz;
+}
+
+/* The next piece of the frame in pieces, or the first piece of one. */
+static int walWritePiece(TdeFile *p, uint32_t idx, uint32_t within, const uint8_t *z, int iAmt,
+                         sqlite3_int64 iOfst, const uint8_t *aJoin){
+  uint8_t aHdr[FRAME_HDR];
+  int rc;
+  if( p->wal.iSplit ) return walSplitNext(p, z, iAmt, within);
+  if( within==0 ){
+    rc = tdeWalFlush(p);
+    if( rc ) return rc;
+    return walSplitBegin(p, idx, z, (uint32_t)iAmt, 1, 0, 0);
+  }
+  if( aJoin ) return walSplitBegin(p, idx, aJoin, FRAME_HDR, 1, z, (uint32_t)iAmt);
+  rc = walStoredFrameHeader(p, idx, iOfst, aHdr);
+  if( rc ) return rc;
+  return walSplitBegin(p, idx, aHdr, FRAME_HDR, 0, z, (uint32_t)iAmt);
+}
+
+/* A frame header write: version 2 first checks that this handle's chain
+** still starts from the header on disk (another connection may have
+** restarted the WAL since this handle read it), then holds the header
+** until its page comes. */
+static int walHoldFrameHeader(TdeFile *p, uint32_t idx, const uint8_t *z, sqlite3_int64 iOfst){
+  static const uint8_t aZero[8];
+  int rc;
+  if( walV2(p) && memcmp(z+8, aZero, 8)!=0 && memcmp(z+8, p->wal.aHdr+16, 8)!=0 ){
+    uint8_t aHdr[WAL_HDR];
+    uint64_t w = 0;
+    int state;
+    rc = tdeWalFlush(p);
+    if( rc==SQLITE_OK ) rc = walLoadHeaderW(p, aHdr, &state, &w);
+    if( rc ) return rc;
+    if( state==FRAME_STALE ) return walStale(p, w);
+  }
+  rc = tdeWalFlush(p);
+  if( rc ) return rc;
+  memcpy(p->wal.aPending, z, FRAME_HDR);
+  p->wal.iPendingOff = iOfst;
+  p->wal.bPending = 1;
+  /* A frame this handle already wrote (SQLite rewriting the checksums of
+  ** a transaction that spilled, up to its commit frame): its page is on
+  ** disk and no page write follows -- complete it now, or the commit
+  ** would wait in memory for the next I/O call. */
+  if( idx<=p->wal.iMaxWritten && memcmp(z+8, p->wal.aMaxSalt, 8)==0 ) return tdeWalFlush(p);
+  return SQLITE_OK;
+}
+
+/* A whole page with its held header (aJoin): seal with the chained MAC,
+** then one write of the frame. */
+static int walWriteJoined(TdeFile *p, uint32_t idx, const uint8_t *z, sqlite3_int64 iOfst,
+                          const uint8_t *aJoin){
+  uint8_t *aFrame = p->aBuf;
+  int rc;
+  memcpy(aFrame, aJoin, FRAME_HDR);
+  rc = walSealFrame(p, idx, aFrame, z);
+  if( rc ) return rc;
+  rc = p->pReal->pMethods->xWrite(p->pReal, aFrame, (int)(FRAME_HDR + p->wal.pgsz), iOfst-FRAME_HDR);
+  if( rc ){
+    walWriteFailed(p, idx);
+    return rc;
+  }
+  walCkRemember(p, idx, aFrame+16, aJoin+16);
+  walNoteWritten(p, idx, aFrame+8);
+  return SQLITE_OK;
+}
+
+/* A whole page rewritten in place (a frame of the open transaction, whose
+** headers SQLite rewrites at commit): the header fields as stored, the
+** header's new MAC and the page out in one write. */
+static int walWriteRewrite(TdeFile *p, uint32_t idx, const uint8_t *z, int iAmt, sqlite3_int64 iOfst){
+  uint8_t *aFrame = p->aBuf;
+  int rc = walStoredFrameHeader(p, idx, iOfst, aFrame);
+  if( rc==SQLITE_OK ) rc = walSealFrame(p, idx, aFrame, z);
+  if( rc ) return rc;
+  if( idx<p->wal.nCk ) p->wal.aCk[idx].bValid = 0;
+  rc = p->pReal->pMethods->xWrite(p->pReal, aFrame+16, MAC_BYTES + iAmt, iOfst-FRAME_HDR+16);
+  if( rc ){
+    walWriteFailed(p, idx);
+    return rc;
+  }
+  walNoteWritten(p, idx, aFrame+8);
+  return SQLITE_OK;
+}
+
+/*
+** xWrite of a -wal: take a held frame header, let the main database
+** rewrite a header that is due, then one stage per kind of write: the WAL
+** header (restart), a piece of a frame, a frame header (held), a page.
+*/
 int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   const uint8_t *z = zBuf;
-  uint32_t szFrame, idx, within;
   uint8_t aJoin[FRAME_HDR];
-  int rc, bJoin = 0;
+  uint32_t szFrame, idx, within;
+  int bJoin, rc;
 
-  /* The page of the frame header held back: the header goes with it,
-  ** whatever becomes of this write (after a failure SQLite writes both
-  ** again), so no later call flushes a header whose page never came. */
-  if( p->wal.bPending && iOfst==p->wal.iPendingOff+FRAME_HDR ){
-    memcpy(aJoin, p->wal.aPending, FRAME_HDR);
-    p->wal.bPending = 0;
-    bJoin = 1;
-  }
+  bJoin = walTakeHeld(p, iOfst, aJoin);
   rc = tdeScratch(p);
   if( rc ) return rc;
   /* WAL writes happen inside a write transaction: re-wrap a header left
@@ -1441,59 +1686,7 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     rc = tdeMainHeaderDue(p->pMain);
     if( rc ) return rc;
   }
-  if( iOfst==0 && iAmt==WAL_HDR ){
-    uint8_t aHdr[WAL_HDR];
-    walSplitDrop(p);
-    rc = tdeWalFlush(p);
-    if( rc ) return rc;
-    /* The generation ends: its pages into the page map first. */
-    rc = tdeWalFoldMap(p);
-    if( rc ) return rc;
-    if( p->pMain ) p->pMain->bWalSyncFailed = 0;   /* a new generation */
-    uint64_t w = 0;
-    int bV2;
-    walShipHook(p, TDE_CAPTURE_RESTART, z);
-    memcpy(aHdr, z, 24);
-    /* Version 2: the new generation is bound to L + 1 (the database
-    ** header was re-read when this connection took the write lock). */
-    bV2 = walV2(p);
-    if( bV2 ){
-      rc = tdeMainRefreshIfChanged(p->pMain);   /* the current L, whatever the lock path */
-      if( rc ) return rc;
-      w = p->pMain->pKeys->hdr.logEpoch + 1;
-    }
-    {
-      const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
-      const TdeDekVer *d = k ? tdeKeysFind(k, k->hdr.curVersion) : 0;
-      rc = walHdrMac(d ? d->pWalHmac : 0, aHdr, bV2, w, aHdr+24);
-    }
-    if( rc ) return rc;
-    memset(aHdr+24+MAC_BYTES, 0, WAL_HDR-24-MAC_BYTES);
-    rc = p->pReal->pMethods->xWrite(p->pReal, aHdr, WAL_HDR, 0);
-    if( rc ) return rc;
-    memcpy(p->wal.aHdr, z, WAL_HDR);
-    memcpy(p->wal.aHdrMac, aHdr+24, MAC_BYTES);
-    p->wal.w = w;
-    p->wal.bHdr = 1;
-    p->wal.pgsz = tdeValidPgsz(tdeGet32(z+8)) ? tdeGet32(z+8) : 0;
-    p->wal.iMaxWritten = 0;     /* a new generation */
-    /* The header is on disk: a chain that cannot start for want of
-    ** memory starts when aMac is first allocated (walMacRoom) or at the
-    ** next header load, so the write itself stands. */
-    (void)walCkForget(p);
-    if( bV2 ){
-      /* The WAL header durable first, then the epoch update, both before
-      ** the first frame: a crash in between leaves a header bound to L + 1,
-      ** which readers accept (the generation has no frame yet); never a
-      ** database header bound to a WAL header that is not on disk.  The
-      ** sync is SQLite's own of this header when it makes one (tdeWalSync),
-      ** else the shim's (tdeWalFlush).  (docs/FORMAT.md "Restart") */
-      p->wal.bEpochDue = 1;
-      p->wal.wDue = w;
-      memcpy(p->wal.aDueSalt, z+16, 8);
-    }
-    return SQLITE_OK;
-  }
+  if( iOfst==0 && iAmt==WAL_HDR ) return walWriteHeader(p, z);
   if( iOfst<WAL_HDR ){
     tdeLog(TDE_LOG_ERROR, "%s: unexpected partial WAL header write", walName(p));
     return SQLITE_IOERR_WRITE;
@@ -1504,99 +1697,16 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   idx = (uint32_t)((iOfst - WAL_HDR) / szFrame) + 1;
   within = (uint32_t)((iOfst - WAL_HDR) % szFrame);
 
-  /* A frame written in pieces (sector padding): its next piece, or the
-  ** first piece of one, in the header or (after the header) in the page. */
-  if( p->wal.iSplit ){
-    if( idx==p->wal.iSplit && within==p->wal.nSplitDone ) return walSplitNext(p, z, iAmt, within);
+  if( p->wal.iSplit && (idx!=p->wal.iSplit || within!=p->wal.nSplitDone) ){
     walSplitDrop(p);            /* SQLite gave the frame up (an error between its pieces) */
   }
-  if( within==0 && iAmt>0 && iAmt<FRAME_HDR ){
-    rc = tdeWalFlush(p);
-    if( rc ) return rc;
-    return walSplitBegin(p, idx, z, (uint32_t)iAmt, 1, 0, 0);
+  if( p->wal.iSplit || walIsPiece(p, within, iAmt) ){
+    return walWritePiece(p, idx, within, z, iAmt, iOfst, bJoin ? aJoin : 0);
   }
-  if( within==FRAME_HDR && iAmt>0 && (uint32_t)iAmt<p->wal.pgsz ){
-    uint8_t aHdr[FRAME_HDR];
-    int bShort = 0;
-    if( bJoin ) return walSplitBegin(p, idx, aJoin, FRAME_HDR, 1, z, (uint32_t)iAmt);
-    /* Its header went out at once, taken for the rewrite of a frame this
-    ** handle wrote before (locking_mode=EXCLUSIVE after a rollback): the
-    ** header fields as stored. */
-    rc = tdeWalFlush(p);
-    if( rc==SQLITE_OK ) rc = tdeRealRead(p, aHdr, FRAME_HDR, iOfst-FRAME_HDR, &bShort);
-    if( rc ) return rc;
-    if( bShort ){
-      tdeLog(TDE_LOG_ERROR, "%s: frame %u page written without a header", walName(p), idx);
-      return SQLITE_IOERR_WRITE;
-    }
-    return walSplitBegin(p, idx, aHdr, FRAME_HDR, 0, z, (uint32_t)iAmt);
-  }
-
-  if( within==0 && iAmt==FRAME_HDR && walV2(p) ){
-    static const uint8_t aZero[8];
-    if( memcmp(z+8, aZero, 8)!=0 && memcmp(z+8, p->wal.aHdr+16, 8)!=0 ){
-      /* Another connection restarted the WAL since this handle last read
-      ** its header: the chain starts from the header on disk. */
-      uint8_t aHdr[WAL_HDR];
-      uint64_t w = 0;
-      int state;
-      rc = tdeWalFlush(p);
-      if( rc==SQLITE_OK ) rc = walLoadHeaderW(p, aHdr, &state, &w);
-      if( rc ) return rc;
-      if( state==FRAME_STALE ) return walStale(p, w);
-    }
-  }
-  if( within==0 && iAmt==FRAME_HDR ){
-    rc = tdeWalFlush(p);
-    if( rc ) return rc;
-    memcpy(p->wal.aPending, z, FRAME_HDR);
-    p->wal.iPendingOff = iOfst;
-    p->wal.bPending = 1;
-    /* A frame this handle already wrote (SQLite rewriting the checksums of
-    ** a transaction that spilled, up to its commit frame): its page is on
-    ** disk and no page write follows -- complete it now, or the commit
-    ** would wait in memory for the next I/O call. */
-    if( idx<=p->wal.iMaxWritten && memcmp(z+8, p->wal.aMaxSalt, 8)==0 ) return tdeWalFlush(p);
-    return SQLITE_OK;
-  }
+  if( within==0 && iAmt==FRAME_HDR ) return walHoldFrameHeader(p, idx, z, iOfst);
   if( within==FRAME_HDR && (uint32_t)iAmt==p->wal.pgsz ){
-    uint8_t *aFrame = p->aBuf;
-    if( !bJoin ){
-      int bShort;
-      rc = tdeWalFlush(p);
-      if( rc ) return rc;
-      rc = tdeRealRead(p, aFrame, FRAME_HDR, iOfst-FRAME_HDR, &bShort);
-      if( rc ) return rc;
-      if( bShort ){
-        tdeLog(TDE_LOG_ERROR, "%s: frame %u page written without a header", walName(p), idx);
-        return SQLITE_IOERR_WRITE;
-      }
-    }else{
-      memcpy(aFrame, aJoin, FRAME_HDR);
-    }
-    rc = walSealFrame(p, idx, aFrame, z);
-    if( rc ) return rc;
-    if( bJoin ){
-      rc = p->pReal->pMethods->xWrite(p->pReal, aFrame, (int)szFrame, iOfst-FRAME_HDR);
-      if( rc ){
-        walWriteFailed(p, idx);
-        return rc;
-      }
-      walCkRemember(p, idx, aFrame+16, aJoin+16);
-      walNoteWritten(p, idx, aFrame+8);
-      return SQLITE_OK;
-    }
-    /* A page rewritten in place (a frame of the open transaction, whose
-    ** headers SQLite rewrites at commit): the header's new MAC and the
-    ** page go out in one write, the header fields are left as they are. */
-    if( idx<p->wal.nCk ) p->wal.aCk[idx].bValid = 0;
-    rc = p->pReal->pMethods->xWrite(p->pReal, aFrame+16, MAC_BYTES + iAmt, iOfst-FRAME_HDR+16);
-    if( rc ){
-      walWriteFailed(p, idx);
-      return rc;
-    }
-    walNoteWritten(p, idx, aFrame+8);
-    return SQLITE_OK;
+    if( bJoin ) return walWriteJoined(p, idx, z, iOfst, aJoin);
+    return walWriteRewrite(p, idx, z, iAmt, iOfst);
   }
   tdeLog(TDE_LOG_ERROR, "%s: unexpected WAL write of %d bytes at offset %lld",
          walName(p), iAmt, (long long)iOfst);
