@@ -5,7 +5,7 @@
 **
 ** Data flows as everywhere in src/vfs: this file reads and writes the
 ** header through keyops.c, and calls the keys layer (keys/anchor.c) for
-** the record, which reaches the store through keystore/anchor.c.  It never
+** the record, which reaches the store through keystore/anchor_store.c.  It never
 ** speaks a keystore protocol itself.  Without `freshness_anchor` in the
 ** configuration (or on a version-1 database) k->anchor.eKind is 0 and its
 ** hooks (tdeAnchorHook, raised through hooks.c) cost one test per lock
