@@ -5,7 +5,6 @@
 **   wal.c        WAL files: encrypted frame pages, authenticated headers;
 **   journal.c    rollback journals: SQLite's layout, records sealed in place;
 **   blockfile.c  temporary files: fixed-size encrypted blocks;
-**   page1.c      page 1 kept authenticated per handle (change-counter reads);
 **   status.c     PRAGMA tde_status, the tde_status table, SQL functions;
 **   api.c        registration, extension entry point, public C API;
 **   dek.c        data keys by version, ciphers, header refresh, page

@@ -255,8 +255,23 @@ def start_standby(d, db, port, log="standby.log", conf=None, extra=()):
     """conf: a replication configuration (default CERTS/standby.conf), or
     "insecure" for --insecure-no-tls."""
     tls = ["--insecure-no-tls"] if conf == "insecure" else ["--repl-config", conf or os.path.join(CERTS, "standby.conf")]
-    return subprocess.Popen([CLI, "standby", "--listen", "127.0.0.1:%d" % port] + tls + list(extra) + [db],
-                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, log), "a"))
+    p = subprocess.Popen([CLI, "standby", "--listen", "127.0.0.1:%d" % port] + tls + list(extra) + [db],
+                         stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, log), "a"))
+    wait_listening(p, port)
+    return p
+
+
+def wait_listening(p, port, limit=300):
+    """Until process p listens on 127.0.0.1:port (ss, no connection made: a
+    probe would be a peer in the standby's log) or has ended.  A loaded
+    machine (ASan, busy loops beside the suite) may take seconds to start
+    it; no test decides anything by how long this took."""
+    t0 = time.time()
+    while p.poll() is None and time.time() - t0 < limit:
+        out = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout
+        if any(f.endswith(":%d" % port) for ln in out.splitlines() for f in ln.split()[3:4]):
+            return
+        time.sleep(0.05)
 
 
 def start_ship(d, db, cfg, ports, log="ship.log", cycle=20, env=None, conf=None, extra=()):
