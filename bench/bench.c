@@ -1609,14 +1609,21 @@ static void stJoinIndex(SuiteCtx *p){
   suiteQuery(p, "SELECT count(*) FROM s2 WHERE w IN (SELECT v FROM s3 WHERE id % 10 = 3)");
 }
 /* Updates: by key (many statements, one transaction), by range, all rows. */
-static void stUpdateByKey(SuiteCtx *p){
-  sqlite3_stmt *pUpd = prep(p->db, "UPDATE s1 SET a=a+1, c=c+1 WHERE id=?1");
+/* One statement by key for a quarter of the rows, in one transaction, keys
+** in the order suitePerm(i * nStride) gives; then zQuery's checksum. */
+static void suiteByKey(SuiteCtx *p, const char *zSql, int64_t nStride, const char *zWhat,
+                       const char *zQuery){
+  sqlite3_stmt *pStmt = prep(p->db, zSql);
   int64_t i, m = p->n / 4;
   exec(p->db, "BEGIN");
-  for(i=1; i<=m; i++) suiteStep(p, pUpd, suitePerm(i * 7, p->n), 0);
+  for(i=1; i<=m; i++) suiteStep(p, pStmt, suitePerm(i * nStride, p->n), 0);
   exec(p->db, "COMMIT");
-  check(p->db, sqlite3_finalize(pUpd), "suite update by key");
-  suiteQuery(p, "SELECT sum(a), sum(c) FROM s1");
+  check(p->db, sqlite3_finalize(pStmt), zWhat);
+  suiteQuery(p, zQuery);
+}
+static void stUpdateByKey(SuiteCtx *p){
+  suiteByKey(p, "UPDATE s1 SET a=a+1, c=c+1 WHERE id=?1", 7, "suite update by key",
+             "SELECT sum(a), sum(c) FROM s1");
 }
 static void stUpdateByRange(SuiteCtx *p){
   sqlite3_stmt *pUpd = prep(p->db, "UPDATE s1 SET w=w || 'x' WHERE a BETWEEN ?1 AND ?1 + 2000");
@@ -1643,13 +1650,7 @@ static void stInsertSelect(SuiteCtx *p){
 }
 /* Deletes by key (one transaction) and by range. */
 static void stDeleteByKey(SuiteCtx *p){
-  sqlite3_stmt *pDel = prep(p->db, "DELETE FROM s5 WHERE id=?1");
-  int64_t i, m = p->n / 4;
-  exec(p->db, "BEGIN");
-  for(i=1; i<=m; i++) suiteStep(p, pDel, suitePerm(i * 11, p->n), 0);
-  exec(p->db, "COMMIT");
-  check(p->db, sqlite3_finalize(pDel), "suite delete by key");
-  suiteQuery(p, "SELECT count(*), sum(a) FROM s5");
+  suiteByKey(p, "DELETE FROM s5 WHERE id=?1", 11, "suite delete by key", "SELECT count(*), sum(a) FROM s5");
 }
 static void stDeleteByRange(SuiteCtx *p){
   suiteExec(p, "DELETE FROM s1 WHERE a BETWEEN 100000 AND 250000");
