@@ -273,16 +273,28 @@ static void shipShmEnd(int fdShm, TdeWalEnd *pEnd){
 typedef struct ShipWal {
   sqlite3_vfs *pVfs;
   sqlite3_file *pFile;
-  char zName[4200];           /* outlives pFile: the VFS keeps a pointer to it */
+  const char *zBlock;         /* sqlite3_create_filename(): outlives pFile */
+  const char *zName;          /* the -wal name inside it, laid out as SQLite's own */
 } ShipWal;
 
 static void shipWalOpen(Ship *p, ShipWal *w){
   sqlite3_vfs *pTde = sqlite3_vfs_find(TDE_VFS_NAME);
   int bExists = 0, flagsOut = 0;
+  char *zWal, *zJrnl;
   w->pVfs = pTde && pTde->pAppData ? (sqlite3_vfs*)pTde->pAppData : sqlite3_vfs_find(0);
   w->pFile = 0;
-  snprintf(w->zName, sizeof(w->zName), "%s-wal", p->zDb);
+  w->zBlock = 0;
   if( !w->pVfs ) return;
+  /* The name laid out SQLite's way (database, journal and WAL names in one
+  ** block), so that a VFS below may call sqlite3_filename_database() or
+  ** sqlite3_uri_parameter() on it as on SQLite's own. */
+  zWal = sqlite3_mprintf("%s-wal", p->zDb);
+  zJrnl = sqlite3_mprintf("%s-journal", p->zDb);
+  if( zWal && zJrnl ) w->zBlock = sqlite3_create_filename(p->zDb, zJrnl, zWal, 0, 0);
+  sqlite3_free(zWal);
+  sqlite3_free(zJrnl);
+  if( !w->zBlock ) return;
+  w->zName = sqlite3_filename_wal(w->zBlock);
   /* Not there: no xOpen, whose failure SQLite would log. */
   if( w->pVfs->xAccess(w->pVfs, w->zName, SQLITE_ACCESS_EXISTS, &bExists)!=SQLITE_OK || !bExists ) return;
   w->pFile = sqlite3_malloc(w->pVfs->szOsFile);
@@ -296,10 +308,13 @@ static void shipWalOpen(Ship *p, ShipWal *w){
 }
 
 static void shipWalClose(ShipWal *w){
-  if( !w->pFile ) return;
-  w->pFile->pMethods->xClose(w->pFile);
-  sqlite3_free(w->pFile);
-  w->pFile = 0;
+  if( w->pFile ){
+    w->pFile->pMethods->xClose(w->pFile);
+    sqlite3_free(w->pFile);
+    w->pFile = 0;
+  }
+  sqlite3_free_filename(w->zBlock);
+  w->zBlock = 0;
 }
 
 /*
@@ -307,7 +322,7 @@ static void shipWalClose(ShipWal *w){
 ** spool.  *pEnd gets the WAL index end used; *pHoldMs the lock hold time.
 */
 static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
-  ShipWal w;
+  ShipWal w = { 0, 0, 0, 0 };
   int fdDb, fdShm, rc;
   *pnNew = 0;
   rc = tdeSpoolScan(s, 1);
@@ -369,7 +384,7 @@ static void shipEnd(sqlite3 *db){
 ** net): start over at the WAL's current end with a GAP, so standbys take a
 ** base copy instead of missing a transaction.  Caller holds the lock. */
 static int shipGapLocked(Ship *p, TdeSpool *s, const TdeWalEnd *pEnd){
-  ShipWal w;
+  ShipWal w = { 0, 0, 0, 0 };
   uint8_t aWalHdr[TDE_WAL_HDR];
   int bShort = 1, rc = TDE_OK;
   TdeRec g;
@@ -378,8 +393,8 @@ static int shipGapLocked(Ship *p, TdeSpool *s, const TdeWalEnd *pEnd){
   if( w.pFile ){
     TdeRawSrc wal = { w.pFile, -1 };
     rc = tdeRawRead(&wal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
-    shipWalClose(&w);
   }
+  shipWalClose(&w);
   if( rc ) return rc;
   g.seq = s->pos.seq + 1;
   g.kind = TDE_REC_GAP;
@@ -699,7 +714,7 @@ static void peerNoteAck(ShipPeer *q, uint64_t seq){
 */
 static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pSeq, uint64_t *pCapture){
   Ship *p = q->pShip;
-  ShipWal w;
+  ShipWal w = { 0, 0, 0, 0 };
   TdeWalEnd end;
   int fdDb = -1, fdOut = -1, nNew = 0, rc;
   uint8_t *aBuf = 0;
