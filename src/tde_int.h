@@ -69,7 +69,7 @@ int tdeTrustedFile(int rc, const char *zWhat, const char *zPath, int fd);
 
 /* Fail an SQL function call with zMsg (never a secret) and code sqlRc,
 ** logging it at ERROR level so that SQL tde_last_error() returns it
-** (keys/sqlfunc.c).  Every failing SQL function of the library uses it. */
+** (keystore/sql.c).  Every failing SQL function of the library uses it. */
 void tdeSqlResultError(sqlite3_context *ctx, const char *zMsg, int sqlRc);
 
 /* The last ERROR-level message tdeLog() logged on this thread ("" if

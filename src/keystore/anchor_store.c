@@ -5,7 +5,7 @@
 ** keystore provider (xAnchorGet / xAnchorSet, a data object on the token).
 **
 ** A store keeps an opaque value: it never parses the record, never sees a
-** page or a key, and never logs the value.  The keys layer (keys/anchor.c)
+** page or a key, and never logs the value.  The keys layer (keys/anchor_record.c)
 ** builds and checks records; the VFS never calls this file directly.
 */
 #include "tde_int.h"

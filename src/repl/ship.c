@@ -24,7 +24,7 @@
 #include "repl/repl.h"
 #include "cipher/cipher.h"
 #include "keys/keys.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1184,7 +1184,7 @@ static void shipSyncCheck(Ship *p){
   }
 }
 
-/* One audit line (keys/audit.h format) in the shipper's audit log
+/* One audit line (audit/audit.h format) in the shipper's audit log
 ** (repl_audit_log, default DB-tdeship-audit). */
 static void shipAudit(Ship *p, const char *zOp, const char *zDetail){
   TdeAuditRec r;

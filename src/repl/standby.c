@@ -31,7 +31,7 @@
 #include "repl/repl.h"
 #include "cipher/cipher.h"
 #include "keys/keys.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -483,7 +483,7 @@ static int sbReplayLog(Standby *p, int *pnApplied){
   return rc;
 }
 
-/* One audit line (keys/audit.h format) in the standby's audit log. */
+/* One audit line (audit/audit.h format) in the standby's audit log. */
 static void sbAudit(Standby *p, const char *zOp, int bFailure, const char *zDetail){
   TdeAuditRec r;
   char zLine[1024];

@@ -4,7 +4,7 @@
 ** transaction, and tde_db_reanchor().
 **
 ** Data flows as everywhere in src/vfs: this file reads and writes the
-** header through keyops.c, and calls the keys layer (keys/anchor.c) for
+** header through keyops.c, and calls the keys layer (keys/anchor_record.c) for
 ** the record, which reaches the store through keystore/anchor_store.c.  It never
 ** speaks a keystore protocol itself.  Without `freshness_anchor` in the
 ** configuration (or on a version-1 database) k->anchor.eKind is 0 and its
@@ -13,7 +13,7 @@
 ** reaches it only through the xBeforeKeyDrop hook.
 */
 #include "vfs/vfs_int.h"
-#include "keys/anchor.h"
+#include "keys/anchor_record.h"
 #include "audit/audit.h"
 #include "config.h"
 

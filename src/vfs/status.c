@@ -381,7 +381,7 @@ static void fnLastError(sqlite3_context *ctx, int argc, sqlite3_value **argv){
   else sqlite3_result_null(ctx);
 }
 
-int tdeSqlFuncRegister(sqlite3 *db);   /* keys/sqlfunc.c: tde_keystore_open() */
+int tdeSqlFuncRegister(sqlite3 *db);   /* keystore/sql.c: tde_keystore_open() */
 
 int tdeStatusRegister(sqlite3 *db){
   int rc = sqlite3_create_module(db, "tde_status", &tdeStatusModule, 0);

@@ -20,7 +20,7 @@
 ** header.
 */
 #include "vfs/vfs_int.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 
 void tdeUpgradeEdit(TdeHeader *h){
   h->version = TDE_FORMAT_V2;

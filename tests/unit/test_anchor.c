@@ -1,5 +1,5 @@
 /*
-** Unit tests for freshness anchor records (src/keys/anchor.c) and the
+** Unit tests for freshness anchor records (src/keys/anchor_record.c) and the
 ** file:DIR anchor store (src/keystore/anchor_store.c), docs/FORMAT.md "External
 ** anchor": a record written and read back; every byte of a stored record
 ** changed is refused (MAC, magic, database id, reserved bytes); a wrong
@@ -27,7 +27,7 @@
 #include "tde_int.h"
 #include "config.h"
 #include "keystore/keystore.h"
-#include "keys/anchor.h"
+#include "keys/anchor_record.h"
 #include "cipher/cipher.h"
 
 static char zScratch[1024];

@@ -28,7 +28,7 @@
 
 #include "tde_int.h"
 #include "config.h"
-#include "keys/audit.h"
+#include "audit/audit.h"
 
 static char zScratch[1024];
 

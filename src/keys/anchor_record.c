@@ -1,10 +1,10 @@
 /*
-** Freshness anchor records: build, MAC, check, compare (keys/anchor.h,
+** Freshness anchor records: build, MAC, check, compare (keys/anchor_record.h,
 ** docs/FORMAT.md "External anchor").  The store that keeps them is
 ** reached through keystore/anchor_store.c; the VFS calls only this file.
 */
 #include "tde_int.h"
-#include "keys/anchor.h"
+#include "keys/anchor_record.h"
 #include "cipher/cipher.h"
 
 #include <stdio.h>

@@ -7,8 +7,8 @@
 ** never interprets it.  This module builds, checks and compares records;
 ** it never reads a database file and never sees a page.
 */
-#ifndef TDE_KEYS_ANCHOR_H
-#define TDE_KEYS_ANCHOR_H
+#ifndef TDE_KEYS_ANCHOR_RECORD_H
+#define TDE_KEYS_ANCHOR_RECORD_H
 
 #include <stdint.h>
 
@@ -65,4 +65,4 @@ int tdePlaceFetch(const TdeConfig *cfg, TdeKeystore *ks, const char *zPlace,
 int tdePlacePut(const TdeConfig *cfg, TdeKeystore *ks, const char *zPlace,
                 const uint8_t dbid[TDE_DBID_BYTES], int64_t t);
 
-#endif /* TDE_KEYS_ANCHOR_H */
+#endif /* TDE_KEYS_ANCHOR_RECORD_H */
