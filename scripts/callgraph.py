@@ -121,7 +121,7 @@ def main():
     for path in files:
         lines = strip(open(path, errors="replace").read()).split("\n")
         for f in (g for g in funcs if g["file"] == path):
-            body = "\n".join(lines[f["line"]:f["end"]])
+            body = "\n".join(lines[f["line"] - 1:f["end"]])
             for name in set(call.findall(body)):
                 if name in statics[path]:
                     continue
