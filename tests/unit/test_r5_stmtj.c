@@ -18,7 +18,8 @@
 **    them; and a statement rolled back after SQLITE_FULL (its journal read
 **    back through tde) leaves the transaction's other changes and nothing
 **    of the statement.
-** Fixed seeds; figures as "# ..." lines.
+** Fixed seeds; figures as "# ..." lines.  With STMTJ_TRACE set, the
+** bytes test lists each statement-journal write below on stderr.
 */
 #include "tdetest.h"
 
