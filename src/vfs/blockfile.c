@@ -16,7 +16,21 @@
 ** Writes that cover part of a block read, decrypt, merge and re-seal it.
 ** A block of all zero bytes is a hole SQLite skipped over.
 **
-** Must never: return a block that failed authentication; write plaintext.
+** The held block: a write that leaves a block partly written (a statement
+** journal appends 4-byte page numbers and P-byte pages, so nearly every
+** write ends inside a block) keeps that block's plaintext in memory
+** (aHeld) instead of sealing it; the writes that follow into the same
+** block only update it.  It is sealed and written once, when a write
+** reaches its end, when a write goes to another block, and before xSync,
+** xTruncate and xClose (not for a DELETEONCLOSE file: its bytes are
+** gone anyway).  Reads of it are served from memory and xFileSize counts
+** it, so SQLite sees the same file as if every write had gone to disk;
+** the blocks on disk are the same as before, only written less often.
+** A failed seal or write leaves the block held (nothing lost) and its
+** error goes to the operation that flushed.
+**
+** Must never: return a block that failed authentication; write plaintext;
+** drop a held block that SQLite may still read.
 */
 #include "vfs/vfs_int.h"
 
@@ -95,11 +109,106 @@ static int blockStore(TdeFile *p, sqlite3_int64 iBlock, const uint8_t *aPlain, u
                                     iBlock * BSTORED(p));
 }
 
+/* ---- the held block ---------------------------------------------------- */
+
+/* Seal nLen bytes of aPlain as block iBlock, write it, and move *pPhys
+** (the size of the file below, as this call knows it) past it. */
+static int blockStoreAt(TdeFile *p, sqlite3_int64 iBlock, const uint8_t *aPlain,
+                        uint32_t nLen, sqlite3_int64 *pPhys){
+  int rc = blockStore(p, iBlock, aPlain, nLen);
+  sqlite3_int64 end = iBlock*BSTORED(p) + nLen + TDE_TRAILER_SIZE;
+  if( rc==SQLITE_OK && end>*pPhys ) *pPhys = end;
+  return rc;
+}
+
+/* The logical size: the file below's, or the held block's end if later. */
+static sqlite3_int64 blockSize(TdeFile *p, sqlite3_int64 phys){
+  sqlite3_int64 n = blockLogicalSize(p, phys);
+  if( p->bHeld && p->iHeld*BSIZE(p) + p->nHeld > n ) n = p->iHeld*BSIZE(p) + p->nHeld;
+  return n;
+}
+
+/* Forget the held block (its plaintext is wiped). */
+static void blockDrop(TdeFile *p){
+  if( p->bHeld ) tdeWipe(p->aHeld, BSIZE(p));
+  p->bHeld = 0;
+}
+
+/*
+** Seal and write the held block, if any, and forget it.  On failure it
+** stays held: reads still see it and the next flush tries again.  Needs
+** tdeScratch.  *pPhys as for blockStoreAt.
+*/
+static int blockFlushAt(TdeFile *p, sqlite3_int64 *pPhys){
+  int rc;
+  if( !p->bHeld ) return SQLITE_OK;
+  rc = blockStoreAt(p, p->iHeld, p->aHeld, p->nHeld, pPhys);
+  if( rc ) return rc;
+  blockDrop(p);
+  return SQLITE_OK;
+}
+
+/*
+** Make block iBlock the held block, after flushing the one held before:
+** loaded from the file below unless bFresh (the caller overwrites all its
+** nExist bytes).  The buffer is zero beyond nExist.
+*/
+static int blockHold(TdeFile *p, sqlite3_int64 iBlock, uint32_t nExist, int bFresh,
+                     sqlite3_int64 *pPhys){
+  int rc = blockFlushAt(p, pPhys);
+  if( rc ) return rc;
+  if( !p->aHeld ){
+    p->aHeld = sqlite3_malloc((int)BSIZE(p));
+    if( !p->aHeld ) return SQLITE_NOMEM;
+  }
+  if( bFresh ){
+    memset(p->aHeld, 0, BSIZE(p));
+  }else{
+    uint32_t nLen;
+    rc = blockLoad(p, iBlock, *pPhys, p->aHeld, &nLen);
+    if( rc ){ tdeWipe(p->aHeld, BSIZE(p)); return rc; }
+  }
+  p->bHeld = 1;
+  p->iHeld = iBlock;
+  p->nHeld = nExist;
+  return SQLITE_OK;
+}
+
+/* Write n bytes at iIn into the held block; a write that reaches the
+** block's end seals it (SQLite has moved past it). */
+static int blockHeldPut(TdeFile *p, uint32_t iIn, const uint8_t *z, uint32_t n,
+                        sqlite3_int64 *pPhys){
+  memcpy(p->aHeld + iIn, z, n);
+  if( iIn + n > p->nHeld ) p->nHeld = iIn + n;
+  if( iIn + n==BSIZE(p) ) return blockFlushAt(p, pPhys);
+  return SQLITE_OK;
+}
+
+int tdeBlockFlush(TdeFile *p){
+  sqlite3_int64 phys = 0;
+  int rc;
+  if( !p->bHeld ) return SQLITE_OK;
+  rc = tdeScratch(p);
+  if( rc==SQLITE_OK ) rc = blockFlushAt(p, &phys);
+  return rc;
+}
+
+int tdeBlockClose(TdeFile *p){
+  int rc = SQLITE_OK;
+  if( (p->openFlags & SQLITE_OPEN_DELETEONCLOSE)==0 ) rc = tdeBlockFlush(p);
+  blockDrop(p);
+  sqlite3_free(p->aHeld);
+  p->aHeld = 0;
+  return rc;
+}
+
+/* ---- methods ------------------------------------------------------------ */
+
 int tdeBlockFileSize(TdeFile *p, sqlite3_int64 *pSize){
   sqlite3_int64 phys = 0;
   int rc = blockPhysSize(p, &phys);
   if( rc ) return rc;
-  *pSize = blockLogicalSize(p, phys);
+  *pSize = blockSize(p, phys);
   return SQLITE_OK;
 }
 
@@ -108,12 +217,19 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   uint8_t *aPlain;
   sqlite3_int64 phys = 0, size;
   int nDone = 0;
-  int rc = tdeScratch(p);
+  int rc;
+  if( p->bHeld && iOfst>=p->iHeld*BSIZE(p) && iOfst+iAmt<=(p->iHeld+1)*BSIZE(p)
+   && iOfst - p->iHeld*BSIZE(p) < p->nHeld ){
+    /* All of it in the held block (as below: bytes past the end read as zero). */
+    memcpy(z, p->aHeld + (iOfst - p->iHeld*BSIZE(p)), (size_t)iAmt);
+    return SQLITE_OK;
+  }
+  rc = tdeScratch(p);
   if( rc ) return rc;
   aPlain = p->aBuf;
   rc = blockPhysSize(p, &phys);
   if( rc ) return rc;
-  size = blockLogicalSize(p, phys);
+  size = blockSize(p, phys);
   while( nDone<iAmt ){
     sqlite3_int64 off = iOfst + nDone;
     sqlite3_int64 iBlock = off / BSIZE(p);
@@ -121,9 +237,13 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
     uint32_t n = BSIZE(p) - iIn, nLen;
     if( n > (uint32_t)(iAmt-nDone) ) n = (uint32_t)(iAmt-nDone);
     if( off>=size ) break;
-    rc = blockLoad(p, iBlock, phys, aPlain, &nLen);
-    if( rc ){ memset(z, 0, (size_t)iAmt); return rc==SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_READ : rc; }
-    memcpy(z+nDone, aPlain+iIn, n);
+    if( p->bHeld && iBlock==p->iHeld ){
+      memcpy(z+nDone, p->aHeld+iIn, n);
+    }else{
+      rc = blockLoad(p, iBlock, phys, aPlain, &nLen);
+      if( rc ){ memset(z, 0, (size_t)iAmt); return rc==SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_READ : rc; }
+      memcpy(z+nDone, aPlain+iIn, n);
+    }
     nDone += (int)n;
   }
   tdeWipe(aPlain, BSIZE(p));
@@ -153,31 +273,44 @@ static void blockChooseSize(TdeFile *p, int iAmt, sqlite3_int64 iOfst, sqlite3_i
   }
 }
 
+/*
+** Only the last block may be short: before a write goes past a partial
+** last block, that block is padded to its full size (held: in memory).
+*/
+static int blockPadLast(TdeFile *p, sqlite3_int64 iLast, sqlite3_int64 *pPhys){
+  uint32_t nLen;
+  int rc;
+  if( p->bHeld && p->iHeld==iLast ){
+    p->nHeld = BSIZE(p);
+    return SQLITE_OK;
+  }
+  rc = blockLoad(p, iLast, *pPhys, p->aBuf, &nLen);
+  if( rc==SQLITE_OK ) rc = blockStoreAt(p, iLast, p->aBuf, BSIZE(p), pPhys);
+  tdeWipe(p->aBuf, BSIZE(p));
+  return rc;
+}
+
 int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   const uint8_t *z = zBuf;
-  uint8_t *aPlain;
   sqlite3_int64 phys = 0, size, iLast;
   uint32_t nLastLen;
   int nDone = 0;
   int rc = tdeScratch(p);
   if( rc ) return rc;
-  aPlain = p->aBuf;
+  if( p->bHeld && iOfst>=p->iHeld*BSIZE(p) && iOfst+iAmt<=(p->iHeld+1)*BSIZE(p) ){
+    /* All of it in the held block: no read, no seal, no system call. */
+    return blockHeldPut(p, (uint32_t)(iOfst - p->iHeld*BSIZE(p)), z, (uint32_t)iAmt, &phys);
+  }
   rc = blockPhysSize(p, &phys);
   if( rc ) return rc;
   blockChooseSize(p, iAmt, iOfst, phys);
-  size = blockLogicalSize(p, phys);
+  size = blockSize(p, phys);
   iLast = size ? (size-1) / BSIZE(p) : -1;
   nLastLen = size ? (uint32_t)(size - iLast*BSIZE(p)) : 0;
-
-  /* Writing past a partial last block: pad that block to full size first,
-  ** since only the last block may be short. */
   if( iLast>=0 && nLastLen<BSIZE(p) && iOfst/BSIZE(p) > iLast ){
-    uint32_t nLen;
-    rc = blockLoad(p, iLast, phys, aPlain, &nLen);
-    if( rc==SQLITE_OK ) rc = blockStore(p, iLast, aPlain, BSIZE(p));
-    if( rc ) goto done;
+    rc = blockPadLast(p, iLast, &phys);
+    if( rc ) return rc;
     nLastLen = BSIZE(p);
-    phys = (iLast+1) * BSTORED(p);
   }
 
   while( nDone<iAmt ){
@@ -189,28 +322,24 @@ int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     if( n > (uint32_t)(iAmt-nDone) ) n = (uint32_t)(iAmt-nDone);
     nExist = iBlock<iLast ? BSIZE(p) : iBlock==iLast ? nLastLen : 0;
     nNew = iIn + n > nExist ? iIn + n : nExist;
-    if( iIn==0 && n>=nExist ){
-      memcpy(aPlain, z+nDone, n);
+    if( p->bHeld && p->iHeld==iBlock ){
+      rc = blockHeldPut(p, iIn, z+nDone, n, &phys);
+    }else if( n==BSIZE(p) ){
+      /* A whole block (a temp database's page): sealed where it is. */
+      rc = blockStoreAt(p, iBlock, z+nDone, n, &phys);
     }else{
-      uint32_t nLen;
-      rc = blockLoad(p, iBlock, phys, aPlain, &nLen);
-      if( rc ) goto done;
-      memcpy(aPlain+iIn, z+nDone, n);
+      rc = blockHold(p, iBlock, nExist, iIn==0 && n>=nExist, &phys);
+      if( rc==SQLITE_OK ) rc = blockHeldPut(p, iIn, z+nDone, n, &phys);
     }
-    rc = blockStore(p, iBlock, aPlain, nNew);
-    if( rc ) goto done;
+    if( rc ) return rc;
     if( iBlock>=iLast ){
       /* Blocks between the old last block and this one stay holes. */
       iLast = iBlock;
       nLastLen = nNew;
-      phys = iBlock*BSTORED(p) + nNew + TDE_TRAILER_SIZE;
     }
     nDone += (int)n;
   }
-
-done:
-  tdeWipe(aPlain, BSIZE(p));
-  return rc;
+  return SQLITE_OK;
 }
 
 int tdeBlockTruncate(TdeFile *p, sqlite3_int64 size){
@@ -218,6 +347,12 @@ int tdeBlockTruncate(TdeFile *p, sqlite3_int64 size){
   uint32_t nLen, nKeep;
   int rc = tdeScratch(p);
   if( rc ) return rc;
+  if( p->bHeld && size<=p->iHeld*BSIZE(p) ){
+    blockDrop(p);             /* cut away whole */
+  }else{
+    rc = blockFlushAt(p, &phys);
+    if( rc ) return rc;
+  }
   rc = blockPhysSize(p, &phys);
   if( rc ) return rc;
   cur = blockLogicalSize(p, phys);
@@ -232,7 +367,7 @@ int tdeBlockTruncate(TdeFile *p, sqlite3_int64 size){
         if( rc ) return rc;
         cur += n;
       }
-      return SQLITE_OK;
+      return tdeBlockFlush(p);
     }
   }
   if( size==0 ) return p->pReal->pMethods->xTruncate(p->pReal, 0);

@@ -943,6 +943,7 @@ static int tdeClose(sqlite3_file *pFile){
     tdeWalFree(p);
   }
   if( p->eKind==TDE_KIND_JOURNAL ) rc = tdeJournalFlush(p);
+  if( p->eKind==TDE_KIND_TEMP ) rc = tdeBlockClose(p);
   tdeJournalFree(p);
   if( p->pReal->pMethods ){
     int rc2 = p->pReal->pMethods->xClose(p->pReal);
@@ -1020,6 +1021,10 @@ static int tdeSync(sqlite3_file *pFile, int flags){
   TdeFile *p = (TdeFile*)pFile;
   if( p->eKind==TDE_KIND_JOURNAL ) return tdeJournalSync(p, flags);
   if( p->eKind==TDE_KIND_WAL ) return tdeWalSync(p, flags);
+  if( p->eKind==TDE_KIND_TEMP ){
+    int rc = tdeBlockFlush(p);
+    if( rc ) return rc;
+  }
   return p->pReal->pMethods->xSync(p->pReal, flags);
 }
 

@@ -168,6 +168,14 @@ struct TdeFile {
   uint32_t pgsz;              /* main: page size last seen, 0 if unknown */
   uint32_t nBlock;            /* block files: plaintext bytes per block */
   int bBlockSized;            /* block files: nBlock fixed by the first write */
+  /* block files: the block written last while SQLite is still inside it,
+  ** as plaintext not yet sealed (blockfile.c, "the held block"): aHeld
+  ** (nBlock bytes, sqlite3_malloc'd, zero beyond nHeld, wiped when
+  ** dropped), its number and logical length; bHeld 0: none. */
+  uint8_t *aHeld;
+  int bHeld;
+  sqlite3_int64 iHeld;
+  uint32_t nHeld;
   struct TdeJrnl *pJrnl;      /* journal: layout state (journal.c), NULL until used */
   uint8_t *aBuf;              /* scratch: TDE_MAX_PAGE + 2 blocks */
   TdeWal wal;                 /* WAL only */
@@ -364,6 +372,10 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst);
 int tdeBlockTruncate(TdeFile *p, sqlite3_int64 size);
 int tdeBlockFileSize(TdeFile *p, sqlite3_int64 *pSize);
+/* Seal and write the held block (before xSync); tdeBlockClose also frees
+** it, writing it first unless the file is DELETEONCLOSE. */
+int tdeBlockFlush(TdeFile *p);
+int tdeBlockClose(TdeFile *p);
 
 /* keyops.c: header updates (caller holds SQLite's write lock). */
 typedef int (*TdeHeaderEdit)(TdeFile *pMain, TdeHeader *pNew, void *pArg);
