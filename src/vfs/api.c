@@ -234,6 +234,7 @@ static int verifyPage(TdeFile *p, uint8_t *aPage, sqlite3_int64 i, sqlite3_int64
          && tdePageIsHole((uint32_t)i, nPageCount>=0 && nPageCount<UINT32_MAX ? (uint32_t)nPageCount : UINT32_MAX, bNewer);
   if( *pbHole ) return TDE_OK;
   if( rc==SQLITE_OK ) rc = tdeOpenPage(p, aPage, p->pgsz, (uint32_t)i, 0);
+  if( rc==SQLITE_IOERR_AUTH ) tdeAuthFail(p, (uint32_t)i, 0, -1);   /* logged below */
   if( rc==SQLITE_IOERR_AUTH && bNewer ){
     /* Still a failure (damage must never pass unseen, and a bit flip
     ** here looks like a torn write), but say what it means: a WAL

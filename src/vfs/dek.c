@@ -380,15 +380,16 @@ int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno,
   return SQLITE_OK;
 }
 
-int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, const char *zWhat){
-  return tdeOpenPageTo(p, aPage, aPage, pgsz, pgno, zWhat);
+int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, int64_t *pvNoKey){
+  return tdeOpenPageTo(p, aPage, aPage, pgsz, pgno, pvNoKey);
 }
 
-int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, const char *zWhat){
+int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, int64_t *pvNoKey){
   uint8_t aad[TDE_PAGE_AAD_BYTES];
   uint8_t trailer[TDE_TRAILER_SIZE];
   uint32_t n = pgsz - TDE_TRAILER_SIZE;
   int rc;
+  if( pvNoKey ) *pvNoKey = -1;
   tdePageAad(p->dbid, pgno, pgsz, aad);
   memcpy(trailer, aIn+n, TDE_TRAILER_SIZE);
   rc = tdeOpen(p, aad, sizeof(aad), aIn, n, trailer, aOut);
@@ -403,18 +404,29 @@ int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, 
   }
   if( rc ){
     tdeWipe(aOut, pgsz);
-    p->nAuthFail++;
-    if( zWhat && rc==TDE_NOKEY ){
-      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (its trailer names "
-             "data-key version %u, which this database does not have: damaged or not a page)",
-             dekFileName(p), zWhat, pgno, tdeTrailerVersion(trailer));
-    }else if( zWhat ){
-      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (tampered with, damaged, "
-             "or moved from another position or database)", dekFileName(p), zWhat, pgno);
-    }
+    if( pvNoKey && rc==TDE_NOKEY ) *pvNoKey = tdeTrailerVersion(trailer);
     return SQLITE_IOERR_AUTH;
   }
   return SQLITE_OK;
+}
+
+/*
+** Page (or frame page) pgno failed to open (SQLITE_IOERR_AUTH from
+** tdeOpenPage*) and the caller decided that is damage, not a probe's
+** wrong guess: count it (tde_status auth_failures) and, when zWhat names
+** what it is ("database", "WAL frame"), log it.  vNoKey: what the open
+** said of the trailer's data-key version (-1: the tag did not match).
+*/
+void tdeAuthFail(TdeFile *p, uint32_t pgno, const char *zWhat, int64_t vNoKey){
+  p->nAuthFail++;
+  if( zWhat && vNoKey>=0 ){
+    tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (its trailer names "
+           "data-key version %u, which this database does not have: damaged or not a page)",
+           dekFileName(p), zWhat, pgno, (uint32_t)vNoKey);
+  }else if( zWhat ){
+    tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (tampered with, damaged, "
+           "or moved from another position or database)", dekFileName(p), zWhat, pgno);
+  }
 }
 
 /* All pgsz bytes of aPage zero: the page reads as SQLite's hole would. */

@@ -469,8 +469,7 @@ static int tdeMainCommittedPages(TdeFile *p, uint32_t pgsz, uint32_t *pn){
   }else if( tdeOpenPage(p, p->aBuf, pgsz, 1, 0)==SQLITE_OK ){
     n = memcmp(p->aBuf+24, p->aBuf+92, 4)==0 ? tdeGet32(p->aBuf+28) : UINT32_MAX;
   }else{
-    uint8_t aTag[16];
-    p->nAuthFail--;   /* reported, if at all, by the read of page 1 itself */
+    uint8_t aTag[16];           /* reported, if at all, by the read of page 1 itself */
     n = tdeMainHookPageRescue(p, 1, pgsz, p->aBuf, aTag)==SQLITE_OK && memcmp(p->aBuf+24, p->aBuf+92, 4)==0
         ? tdeGet32(p->aBuf+28) : UINT32_MAX;
   }
@@ -631,23 +630,22 @@ static int tdeMainShortWhole(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t 
 ** copy, rekey.c); and, when the page size was not known, the size found
 ** again (SQLite reads page 1 with its default size after a hot journal
 ** rollback: MAIN_BY_PIECES).  SQLITE_OK: plaintext in zBuf, its stored tag
-** in aTag.  Failures are counted once.
+** in aTag.  A failure is counted and logged once, here, when final.
 */
 static int tdeMainRescue(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t pgsz, uint8_t aTag[16]){
+  int64_t vNoKey = -1;
   int bShort, rc;
-  p->nAuthFail--;
   rc = tdeRealRead(p, zBuf, (int)pgsz, TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz, &bShort);
   if( rc ) return rc;
   if( bShort ) return tdeMainShortPage(p, zBuf, (int)pgsz, pgno, pgsz);
   memcpy(aTag, zBuf + pgsz - 24, 16);
-  rc = tdeOpenPage(p, zBuf, pgsz, pgno, p->pgsz ? "database" : 0);
+  rc = tdeOpenPage(p, zBuf, pgsz, pgno, &vNoKey);
   if( rc==SQLITE_IOERR_AUTH && p->pgsz==pgsz
    && tdeMainHookPageRescue(p, pgno, pgsz, zBuf, aTag)==SQLITE_OK ){
-    p->nAuthFail--;
     rc = SQLITE_OK;
   }
+  if( rc==SQLITE_IOERR_AUTH && p->pgsz ) tdeAuthFail(p, pgno, "database", vNoKey);
   if( rc==SQLITE_IOERR_AUTH && p->pgsz==0 ){
-    p->nAuthFail--;
     rc = tdeScratch(p);
     if( rc ) return rc;
     rc = tdeMainDiscoverPgsz(p);
@@ -673,7 +671,7 @@ static int tdeMainReadWhole(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 i
   }
   if( pgno==1 ) memcpy(aTrailer1, zBuf + pgsz - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
   memcpy(aTag, zBuf + pgsz - 24, 16);
-  rc = tdeOpenPage(p, zBuf, pgsz, pgno, 0);                              /* open */
+  rc = tdeOpenPage(p, zBuf, pgsz, pgno, 0);                              /* open (pure) */
   if( rc==SQLITE_OK && pgno==1 ) tdePage1Keep(p, zBuf, pgsz, aTrailer1);
   if( rc==SQLITE_IOERR_AUTH ) rc = tdeMainRescue(p, zBuf, pgno, pgsz, aTag);   /* rescue */
   if( rc ) return rc;
@@ -694,6 +692,7 @@ static int tdeMainReadPiece(TdeFile *p, uint8_t *zBuf, int iAmt, int nDone, uint
                             int bRetried, int *pbFinal){
   uint32_t pgsz = p->pgsz;
   uint8_t aTag[16];
+  int64_t vNoKey = -1;
   int bShort, rc;
   *pbFinal = 1;
   rc = tdeRealRead(p, p->aBuf, (int)pgsz, (sqlite3_int64)(pgno-1)*pgsz + TDE_HEADER_BYTES, &bShort);
@@ -712,11 +711,13 @@ static int tdeMainReadPiece(TdeFile *p, uint8_t *zBuf, int iAmt, int nDone, uint
     return rc;
   }
   memcpy(aTag, p->aBuf + pgsz - 24, 16);
-  rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, bRetried || pgno!=1 ? "database" : 0);
+  rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, &vNoKey);
   if( rc==SQLITE_IOERR_AUTH && tdeMainHookPageRescue(p, pgno, pgsz, p->aBuf, aTag)==SQLITE_OK ){
-    p->nAuthFail--;
     rc = SQLITE_OK;
   }
+  /* Page 1 on the first try may be read at a stale page size: the caller
+  ** finds the size again before calling it damage. */
+  if( rc==SQLITE_IOERR_AUTH && (bRetried || pgno!=1) ) tdeAuthFail(p, pgno, "database", vNoKey);
   if( rc ){ *pbFinal = 0; return rc; }
   rc = tdeMainCheckPage(p, pgno, aTag, p->aBuf, (int)pgsz);
   if( rc ) memset(zBuf, 0, (size_t)iAmt);
@@ -747,7 +748,6 @@ static int tdeMainReadPieces(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 
     if( rc && bFinal ) return rc;
     if( rc && pgno==1 && !bRetried ){
       /* The page size may have changed under us (VACUUM elsewhere). */
-      p->nAuthFail--;
       bRetried = 1;
       rc = tdeMainDiscoverPgsz(p);
       if( rc==SQLITE_OK ) continue;

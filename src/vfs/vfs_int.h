@@ -8,7 +8,8 @@
 **   status.c     PRAGMA tde_status, the tde_status table, SQL functions;
 **   api.c        registration, extension entry point, public C API;
 **   dek.c        data keys by version, ciphers, header refresh, page
-**                seal/open (tdeSealPage, tdeOpenPage*);
+**                seal/open (tdeSealPage, tdeOpenPage*: pure), the one
+**                report of a failed open (tdeAuthFail), the hole rule;
 **   anchor.c     the external freshness anchor (check at load, updates);
 **   pagemap.c    the page map DB-tdemap (reader check, folds, drops);
 **   rekey.c      rekey: begin, steps, finish, the rekey journal;
@@ -276,12 +277,16 @@ extern sqlite3_vfs tdeVfs;
 void tdePageAad(const uint8_t dbid[16], uint32_t pgno, uint32_t pgsz, uint8_t *aad);
 
 /* Decrypt one stored page in place (aPage holds pgsz bytes read from disk);
-** on success the trailer region is zeroed. On failure the page is wiped,
-** the failure logged naming file and page, and SQLITE_IOERR_AUTH returned. */
-int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, const char *zWhat);
+** on success the trailer region is zeroed.  Pure: on failure the page is
+** wiped and SQLITE_IOERR_AUTH returned, nothing counted or logged (a probe
+** may fail); *pvNoKey (may be NULL) gets the trailer's data-key version
+** when this database does not have it, else -1.  A caller that decides
+** the failure is damage reports it once with tdeAuthFail. */
+int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, int64_t *pvNoKey);
 /* Same, reading the stored page from aIn and writing plaintext to aOut
 ** (may be the same buffer). */
-int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, const char *zWhat);
+int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, int64_t *pvNoKey);
+void tdeAuthFail(TdeFile *p, uint32_t pgno, const char *zWhat, int64_t vNoKey);
 /* Seal a plaintext page into aOut (pgsz bytes). */
 int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno, uint8_t *aOut);
 
