@@ -113,13 +113,6 @@ static int tdeInList(const uint32_t *a, uint32_t n, uint32_t v){
   return 0;
 }
 
-/* All zero bytes: a page never written. */
-static int tdeAllZero(const uint8_t *a, uint32_t n){
-  uint32_t j;
-  for(j=0; j<n && a[j]==0; j++){}
-  return j==n;
-}
-
 /*
 ** The number of valid WAL frames according to SQLite's WAL index (the
 ** -shm file), read from the index header as the WAL format documents it:
@@ -230,15 +223,18 @@ static int verifyWalPages(TdeFile *p, uint32_t **paPgno, uint32_t *pnPgno){
 ** SQLITE_FCNTL_CHUNK_SIZE the file is zero-padded past the last page), or
 ** in WAL mode a page whose newest version is still in a frame not yet
 ** checkpointed (bNewer: a checkpoint may write page N+1 before page N).
-** Any other all-zero page is damage, as it is for SQLite's reads. */
+** Any other all-zero page is damage, as it is for SQLite's reads (the
+** hole rule, tdePageIsHole, with SQLite's page count as the size). */
 static int verifyPage(TdeFile *p, uint8_t *aPage, sqlite3_int64 i, sqlite3_int64 nPageCount,
                       int bNewer, int64_t *pBadPage, int *pbHole){
   int bShort = 0;
   int rc = tdeRealRead(p, aPage, (int)p->pgsz, TDE_HEADER_BYTES + (i-1)*p->pgsz, &bShort);
   if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
-  *pbHole = rc==SQLITE_OK && ((nPageCount>=0 && i>nPageCount) || bNewer) && tdeAllZero(aPage, p->pgsz);
+  *pbHole = rc==SQLITE_OK && tdePageIsZero(aPage, p->pgsz)
+         && tdePageIsHole((uint32_t)i, nPageCount>=0 && nPageCount<UINT32_MAX ? (uint32_t)nPageCount : UINT32_MAX, bNewer);
   if( *pbHole ) return TDE_OK;
   if( rc==SQLITE_OK ) rc = tdeOpenPage(p, aPage, p->pgsz, (uint32_t)i, 0);
+  if( rc==SQLITE_IOERR_AUTH ) tdeAuthFail(p, (uint32_t)i, 0, -1);   /* logged below */
   if( rc==SQLITE_IOERR_AUTH && bNewer ){
     /* Still a failure (damage must never pass unseen, and a bit flip
     ** here looks like a torn write), but say what it means: a WAL

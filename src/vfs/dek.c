@@ -301,34 +301,34 @@ int tdeMainRefreshIfChanged(TdeFile *p){
   return SQLITE_OK;
 }
 
+/* Returned by refreshKey: the header on disk is not newer than the one
+** held (never go back; version 2: nor to an older freshness area). */
+#define REFRESH_UNCHANGED (-1)
+
+/* The refresh's key (tdeHdrRead): the keystore unwraps the new header's
+** current data key, so its MAC is checked before anything of it is
+** installed; an unchanged header stops before the keystore is asked. */
+static int refreshKey(TdeFile *p, const TdeHeader *pHdr, void *pArg, uint8_t *aDek){
+  (void)pArg;
+  if( !tdeHeaderNewer(pHdr, &p->pKeys->hdr) ) return REFRESH_UNCHANGED;
+  return tdeKeyringUnlock(p->pKeys->pKs, pHdr, pHdr->curVersion, aDek);
+}
+
 int tdeMainRefresh(TdeFile *p){
   TdeDbKeys *k = p->pKeys;
-  uint8_t *aRegion;
+  TdeHdrRead r;
   TdeHeader *pHdr;
-  uint8_t macKey[32];
-  int iSlot = 0, bShort, rc = SQLITE_OK, trc;
+  int rc = SQLITE_OK, trc;
   if( !k ) return SQLITE_OK;
-  aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  memset(&r, 0, sizeof(r));
   pHdr = sqlite3_malloc(sizeof(*pHdr));
-  if( !aRegion || !pHdr ){ rc = SQLITE_NOMEM; goto done; }
-  rc = tdeRealRead(p, aRegion, TDE_HEADER_BYTES, 0, &bShort);
-  if( rc ) goto done;
-  trc = tdeHeaderPick(aRegion, TDE_HEADER_BYTES, pHdr, &iSlot);
-  if( trc==TDE_OK && memcmp(pHdr->dbid, k->hdr.dbid, TDE_DBID_BYTES)!=0 ){
-    trc = tdeErr(TDE_FORMAT, "the header names another database");
-  }
-  if( trc==TDE_OK && !tdeHeaderNewer(pHdr, &k->hdr) ){
-    goto done;                  /* unchanged (never go back; version 2: nor to an older freshness area) */
-  }
-  if( trc==TDE_OK ){
-    /* Verify first, then swap: the new header's MAC is checked with its
-    ** current data key before anything of it is installed. */
-    uint8_t *aDek = tdeSecureAlloc(32);
-    trc = aDek ? tdeKeyringUnlock(k->pKs, pHdr, pHdr->curVersion, aDek) : TDE_NOMEM;
-    if( trc==TDE_OK ) trc = tdeHeaderMacKey(aDek, pHdr->dbid, macKey);
-    if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + iSlot*TDE_SLOT_SIZE, macKey);
-    tdeSecureFree(aDek, 32);
-  }
+  if( !pHdr ){ rc = SQLITE_NOMEM; goto done; }
+  r.nRead = TDE_HEADER_BYTES;
+  r.aDbid = k->hdr.dbid;
+  r.xKey = refreshKey;
+  r.pHdr = pHdr;
+  rc = tdeHdrRead(p, &r, &trc);
+  if( rc || trc==REFRESH_UNCHANGED ) goto done;
   if( trc==TDE_OK ){
     TdeHeader save = k->hdr;
     k->hdr = *pHdr;
@@ -337,7 +337,7 @@ int tdeMainRefresh(TdeFile *p){
       k->hdr = save;
       tdeKeysUnlockAll(k);
     }else{
-      k->iSlot = iSlot;
+      k->iSlot = r.iSlot;
       tdeKeysNoteMasterKey(k);
       tdeKeysCheckStale(k);
     }
@@ -348,9 +348,8 @@ int tdeMainRefresh(TdeFile *p){
     rc = tdeSqliteRc(trc);
   }
 done:
-  tdeWipe(macKey, sizeof(macKey));
   if( pHdr ){ tdeWipe(pHdr, sizeof(*pHdr)); sqlite3_free(pHdr); }
-  sqlite3_free(aRegion);
+  tdeHdrReadDone(&r);
   return rc;
 }
 
@@ -381,15 +380,16 @@ int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno,
   return SQLITE_OK;
 }
 
-int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, const char *zWhat){
-  return tdeOpenPageTo(p, aPage, aPage, pgsz, pgno, zWhat);
+int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, int64_t *pvNoKey){
+  return tdeOpenPageTo(p, aPage, aPage, pgsz, pgno, pvNoKey);
 }
 
-int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, const char *zWhat){
+int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, int64_t *pvNoKey){
   uint8_t aad[TDE_PAGE_AAD_BYTES];
   uint8_t trailer[TDE_TRAILER_SIZE];
   uint32_t n = pgsz - TDE_TRAILER_SIZE;
   int rc;
+  if( pvNoKey ) *pvNoKey = -1;
   tdePageAad(p->dbid, pgno, pgsz, aad);
   memcpy(trailer, aIn+n, TDE_TRAILER_SIZE);
   rc = tdeOpen(p, aad, sizeof(aad), aIn, n, trailer, aOut);
@@ -404,18 +404,54 @@ int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, 
   }
   if( rc ){
     tdeWipe(aOut, pgsz);
-    p->nAuthFail++;
-    if( zWhat && rc==TDE_NOKEY ){
-      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (its trailer names "
-             "data-key version %u, which this database does not have: damaged or not a page)",
-             dekFileName(p), zWhat, pgno, tdeTrailerVersion(trailer));
-    }else if( zWhat ){
-      tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (tampered with, damaged, "
-             "or moved from another position or database)", dekFileName(p), zWhat, pgno);
-    }
+    if( pvNoKey && rc==TDE_NOKEY ) *pvNoKey = tdeTrailerVersion(trailer);
     return SQLITE_IOERR_AUTH;
   }
   return SQLITE_OK;
+}
+
+/*
+** Page (or frame page) pgno failed to open (SQLITE_IOERR_AUTH from
+** tdeOpenPage*) and the caller decided that is damage, not a probe's
+** wrong guess: count it (tde_status auth_failures) and, when zWhat names
+** what it is ("database", "WAL frame"), log it.  vNoKey: what the open
+** said of the trailer's data-key version (-1: the tag did not match).
+*/
+void tdeAuthFail(TdeFile *p, uint32_t pgno, const char *zWhat, int64_t vNoKey){
+  p->nAuthFail++;
+  if( zWhat && vNoKey>=0 ){
+    tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (its trailer names "
+           "data-key version %u, which this database does not have: damaged or not a page)",
+           dekFileName(p), zWhat, pgno, (uint32_t)vNoKey);
+  }else if( zWhat ){
+    tdeLog(TDE_LOG_ERROR, "%s: %s page %u failed authentication (tampered with, damaged, "
+           "or moved from another position or database)", dekFileName(p), zWhat, pgno);
+  }
+}
+
+/* All pgsz bytes of aPage zero: the page reads as SQLite's hole would. */
+int tdePageIsZero(const uint8_t *aPage, uint32_t pgsz){
+  uint32_t i;
+  for(i=0; i<pgsz && aPage[i]==0; i++){}
+  return i==pgsz;
+}
+
+/*
+** The hole rule: is page pgno, read as all zeros (tdePageIsZero) from
+** inside the database file, a page SQLite never wrote?  Only if
+**   - pgno is beyond nCommitted, the database size in pages committed
+**     before the write that extended the file (a spilled transaction, or
+**     SQLITE_FCNTL_CHUNK_SIZE padding); UINT32_MAX when not known, so no
+**     page is beyond it; or
+**   - bNewer: a WAL frame not yet checkpointed holds a newer copy of the
+**     page (a checkpoint may write page N+1 before page N).  Only for a
+**     check that returns no page data (tde_verify): a read serving SQLite
+**     passes 0, as SQLite may be reading the file's copy.
+** Any other all-zero page is damage.  Used by the main database's read
+** (vfs.c) and by tde_verify (api.c), each with its own nCommitted.
+*/
+int tdePageIsHole(uint32_t pgno, uint32_t nCommitted, int bNewer){
+  return pgno>nCommitted || bNewer;
 }
 
 /* Which master key (of the header entries for the current version) the

@@ -1434,6 +1434,7 @@ static int jResealPage1(TdeFile *pMain){
   sqlite3_int64 sz = 0;
   char *zJ = 0;
   int bExists = 0, bShort = 0, bCreated = 0, bHot = 0, rc, outFlags = 0;
+  int64_t vNoKey = -1;
 
   memset(&jf, 0, sizeof(jf));
   if( !pMain->zName || !tdeValidPgsz(P) ) return SQLITE_OK;
@@ -1460,7 +1461,8 @@ static int jResealPage1(TdeFile *pMain){
   if( sz < TDE_HEADER_BYTES + (sqlite3_int64)P ) goto done;        /* no page 1 yet */
   rc = tdeRealRead(pMain, aPage, (int)P, TDE_HEADER_BYTES, &bShort);
   if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
-  if( rc==SQLITE_OK ) rc = tdeOpenPage(pMain, aPage, P, 1, "database");
+  if( rc==SQLITE_OK ) rc = tdeOpenPage(pMain, aPage, P, 1, &vNoKey);
+  if( rc==SQLITE_IOERR_AUTH ) tdeAuthFail(pMain, 1, "database", vNoKey);
   if( rc ) goto done;
 
   jf.eKind = TDE_KIND_JOURNAL;

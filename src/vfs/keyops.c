@@ -36,39 +36,43 @@ static void keyringFilter(TdeHeader *h, int (*xDrop)(const TdeWrapEntry*, void*)
   h->nEntry = j;
 }
 
+/* The header update's key (tdeHdrRead): the data key this handle holds,
+** which must still be the header's current one. */
+static int updateKey(TdeFile *p, const TdeHeader *pHdr, void *pArg, uint8_t *aDek){
+  (void)pArg;
+  if( pHdr->curVersion!=p->pKeys->hdr.curVersion ){
+    return tdeErr(TDE_UNSUPPORTED, "the data key changed under this connection (a rekey); reopen it");
+  }
+  memcpy(aDek, p->pKeys->aDek, 32);
+  return TDE_OK;
+}
+
 /*
 ** The header update: re-read, check, edit, seal, write both slots (the
-** one not in force first), syncing after each.  bEpoch (a version-2 epoch
-** update, docs/FORMAT.md "Epoch updates"): the sequence number stays, and
-** only the last 512-byte sector of each slot changes (log epoch, WAL
-** salts, MAC, checksum), so each write is one aligned sector that a power
-** loss cannot tear; a slot whose other bytes differ (after a torn update
-** or damage) is written whole.
+** one not in force first), syncing after each (tdeHdrWrite).  bEpoch (a
+** version-2 epoch update, docs/FORMAT.md "Epoch updates"): the sequence
+** number stays, and only the last 512-byte sector of each slot changes
+** (log epoch, WAL salts, MAC, checksum), so each write is one aligned
+** sector that a power loss cannot tear; a slot whose other bytes differ
+** (after a torn update or damage) is written whole.
 */
-#define EPOCH_SECTOR (TDE_SLOT_SIZE - 512)
 static int headerUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg, int bEpoch){
   TdeDbKeys *k = p->pKeys;
-  uint8_t *aRegion = 0;
+  TdeHdrRead r;
   TdeHeader *pCur = 0;
-  uint8_t macKey[32];
-  int iSlot = 0, bShort, rc = SQLITE_OK, trc;
+  int rc = SQLITE_OK, trc;
 
   if( !k ) return SQLITE_MISUSE;
   if( p->bReadOnly ) return SQLITE_READONLY;
-  aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  memset(&r, 0, sizeof(r));
   pCur = sqlite3_malloc(sizeof(*pCur));
-  if( !aRegion || !pCur ){ rc = SQLITE_NOMEM; goto done; }
-  rc = tdeRealRead(p, aRegion, TDE_HEADER_BYTES, 0, &bShort);
+  if( !pCur ){ rc = SQLITE_NOMEM; goto done; }
+  r.nRead = TDE_HEADER_BYTES;
+  r.aDbid = k->hdr.dbid;
+  r.xKey = updateKey;
+  r.pHdr = pCur;
+  rc = tdeHdrRead(p, &r, &trc);
   if( rc ) goto done;
-  trc = tdeHeaderPick(aRegion, TDE_HEADER_BYTES, pCur, &iSlot);
-  if( trc==TDE_OK && memcmp(pCur->dbid, k->hdr.dbid, TDE_DBID_BYTES)!=0 ){
-    trc = tdeErr(TDE_FORMAT, "the header names another database");
-  }
-  if( trc==TDE_OK && pCur->curVersion!=k->hdr.curVersion ){
-    trc = tdeErr(TDE_UNSUPPORTED, "the data key changed under this connection (a rekey); reopen it");
-  }
-  if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
-  if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + iSlot*TDE_SLOT_SIZE, macKey);
   if( trc ){ rc = tdeSqliteRc(trc); goto done; }
   if( !bEpoch ) pCur->seq++;
   rc = xEdit(p, pCur, pArg);
@@ -78,37 +82,11 @@ static int headerUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg, int bEpoch)
   {
     const TdeDekVer *d = tdeKeysFind(k, pCur->curVersion);
     if( !d ){ rc = SQLITE_ERROR; goto done; }
-    trc = tdeHeaderMacKey(d->aDek, pCur->dbid, macKey);
-  }
-  if( trc==TDE_OK && bEpoch ){
-    uint8_t *aSlot = sqlite3_malloc(TDE_SLOT_SIZE);
-    if( !aSlot ){ rc = SQLITE_NOMEM; goto done; }
-    trc = tdeHeaderEncode(pCur, macKey, aSlot);
-    /* New header into the slot not in force, durable, then into the other:
-    ** one sector each when the rest of the slot is already the same. */
-    for(int i=0; i<2 && trc==TDE_OK && rc==SQLITE_OK; i++){
-      int iTo = i==0 ? 1-iSlot : iSlot;
-      int bSame = memcmp(aRegion + iTo*TDE_SLOT_SIZE, aSlot, EPOCH_SECTOR)==0;
-      int iFrom = bSame ? EPOCH_SECTOR : 0;
-      rc = p->pReal->pMethods->xWrite(p->pReal, aSlot+iFrom, TDE_SLOT_SIZE-iFrom,
-                                      (sqlite3_int64)iTo*TDE_SLOT_SIZE + iFrom);
-      if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
-    }
-    sqlite3_free(aSlot);
-    if( trc ){ rc = tdeSqliteRc(trc); goto done; }
-    if( rc ) goto done;
-  }else{
-    if( trc==TDE_OK ) trc = tdeHeaderEncode(pCur, macKey, aRegion);
-    if( trc ){ rc = tdeSqliteRc(trc); goto done; }
-    /* New header into the slot not in force, durable, then into the other. */
-    rc = p->pReal->pMethods->xWrite(p->pReal, aRegion, TDE_SLOT_SIZE, (1-iSlot)*TDE_SLOT_SIZE);
-    if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
-    if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aRegion, TDE_SLOT_SIZE, iSlot*TDE_SLOT_SIZE);
-    if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+    rc = tdeHdrWrite(p, &r, pCur, d->aDek, bEpoch);
     if( rc ) goto done;
   }
   k->hdr = *pCur;
-  k->iSlot = 1 - iSlot;
+  k->iSlot = 1 - r.iSlot;
   k->bSlotDamaged = 0;
   {
     /* Forget versions no longer listed, unwrap new ones, alias the current
@@ -138,9 +116,8 @@ done:
     tdeErrClear();
   }
 done_keep:
-  tdeWipe(macKey, sizeof(macKey));
   if( pCur ){ tdeWipe(pCur, sizeof(*pCur)); sqlite3_free(pCur); }
-  sqlite3_free(aRegion);
+  tdeHdrReadDone(&r);
   return rc;
 }
 

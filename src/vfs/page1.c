@@ -92,8 +92,7 @@ int tdePage1Read(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   if( bShort ) return SQLITE_NOTFOUND;
   memcpy(aTrailer, p->aBuf + pgsz - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
   if( tdeOpenPage(p, p->aBuf, pgsz, 1, 0)!=SQLITE_OK ){
-    p->nAuthFail--;                     /* counted by the caller's full path */
-    return SQLITE_NOTFOUND;
+    return SQLITE_NOTFOUND;             /* reported by the caller's full path */
   }
   tdePage1Keep(p, p->aBuf, pgsz, aTrailer);
   memcpy(zBuf, p->aBuf + iOfst, (size_t)iAmt);
@@ -131,8 +130,7 @@ int tdeMainDiscoverPgsz(TdeFile *p){
     if( tdeOpenPage(p, p->aBuf, n, 1, 0)==SQLITE_OK ){
       p->pgsz = n;
       return SQLITE_OK;
-    }
-    p->nAuthFail--;   /* a wrong guess is not a failure */
+    }                 /* a wrong guess is not a failure */
   }
   for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
     uint8_t aTag[16];           /* size discovery only: the read checks the page */
@@ -143,6 +141,6 @@ int tdeMainDiscoverPgsz(TdeFile *p){
     }
   }
   tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", (p->zName ? p->zName : ""));
-  p->nAuthFail++;
+  tdeAuthFail(p, 1, 0, -1);
   return SQLITE_IOERR_AUTH;
 }

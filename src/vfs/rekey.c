@@ -159,9 +159,8 @@ int tdeRekeyRecover(TdeFile *p){
     if( rc ) break;
     if( bShort ) continue;      /* the file no longer reaches it (truncated since) */
     if( tdeOpenPage(p, aPage, pgsz, pgno, 0)==SQLITE_OK ) continue;   /* intact */
-    p->nAuthFail--;
     memcpy(aPage, e+4, pgsz);
-    if( tdeOpenPage(p, aPage, pgsz, pgno, 0)!=SQLITE_OK ){ p->nAuthFail--; continue; }
+    if( tdeOpenPage(p, aPage, pgsz, pgno, 0)!=SQLITE_OK ) continue;
     rc = p->pReal->pMethods->xWrite(p->pReal, e+4, (int)pgsz, TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz);
     nRestored++;
   }
@@ -198,8 +197,7 @@ static int rekeyRescue(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, 
       if( tdeGet32(e)!=pgno ) continue;
       memcpy(aOut, e+4, pgsz);
       memcpy(aTag, aOut + pgsz - 24, 16);     /* for the page-map check, as for any page */
-      found = tdeOpenPage(p, aOut, pgsz, pgno, 0);
-      if( found ) p->nAuthFail--;
+      found = tdeOpenPage(p, aOut, pgsz, pgno, 0);   /* the caller reports a failure */
       break;
     }
   }
@@ -382,7 +380,9 @@ int tdeMainRekeyStep(TdeFile *p, int nMax, sqlite3_int64 *pnRewritten,
     v = tdeTrailerVersion(aPage + pgsz - TDE_TRAILER_SIZE);
     if( !bShort && v!=target && !allZero(aPage, pgsz) ){
       memcpy(aTmp, aPage, pgsz);
-      rc = tdeOpenPage(p, aTmp, pgsz, (uint32_t)iPg, "database");
+      int64_t vNoKey = -1;
+      rc = tdeOpenPage(p, aTmp, pgsz, (uint32_t)iPg, &vNoKey);
+      if( rc==SQLITE_IOERR_AUTH ) tdeAuthFail(p, (uint32_t)iPg, "database", vNoKey);
       if( rc ) goto done;          /* a damaged page: stop, change nothing */
       rc = tdeSealPage(p, aTmp, pgsz, (uint32_t)iPg, aNew + (size_t)nBatch*pgsz);
       if( rc ) goto done;
@@ -464,6 +464,7 @@ static int rekeyResealPage1(TdeFile *p){
   uint32_t pgsz = p->pgsz;
   uint8_t *aOld = 0, *aNew = 0, *aJ = 0;
   RekeyJournal j;
+  int64_t vNoKey = -1;
   int bShort = 0, rc;
   memset(&j, 0, sizeof(j));
   if( p->pKeys->hdr.version<TDE_FORMAT_V2 || !tdeValidPgsz(pgsz) ) return SQLITE_OK;
@@ -474,7 +475,8 @@ static int rekeyResealPage1(TdeFile *p){
   rc = tdeRealRead(p, aOld, (int)pgsz, TDE_HEADER_BYTES, &bShort);
   if( rc || bShort || allZero(aOld, pgsz) ) goto done;     /* no page 1 on disk */
   memcpy(aNew, aOld, pgsz);
-  rc = tdeOpenPage(p, aNew, pgsz, 1, "database");
+  rc = tdeOpenPage(p, aNew, pgsz, 1, &vNoKey);
+  if( rc==SQLITE_IOERR_AUTH ) tdeAuthFail(p, 1, "database", vNoKey);
   if( rc==SQLITE_OK ) rc = tdeSealPage(p, aNew, pgsz, 1, aNew);
   if( rc ) goto done;
   memcpy(aJ, RJ_MAGIC, 8);

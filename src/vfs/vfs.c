@@ -187,30 +187,15 @@ static int tdeAdoptKeys(TdeFile *p, TdeDbKeys **pk, int bNew){
   return rc;
 }
 
-/*
-** Read the header region of a non-empty main file, pick the newest valid
-** slot, unwrap the data key, check the header MAC.  On success p->pKeys is
-** set.  Errors: SQLITE_NOTADB (plaintext, foreign, damaged), SQLITE_AUTH
-** (keystore or key unavailable), with the detail in tde_last_error() and
-** the log.
-*/
-static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
-  uint8_t *aRegion = 0;
-  TdeDbKeys *k = 0;
-  uint8_t macKey[32];
-  int rc = SQLITE_OK, trc, bShort;
+/* The load's key (tdeHdrRead): open the keystore the configuration
+** names (the handle's URI may name the configuration), unwrap every data
+** key version the picked header lists into the new keyring k (pArg; its
+** header is the one picked), audited, and answer the current one. */
+static int loadKey(TdeFile *p, const TdeHeader *pHdr, void *pArg, uint8_t *aDek){
+  TdeDbKeys *k = pArg;
   const char *zUriCfg = p->zName ? sqlite3_uri_parameter(p->zName, "tde_config") : 0;
-  int nRead = nSize < TDE_HEADER_BYTES ? (int)nSize : TDE_HEADER_BYTES;
-
-  aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
-  k = tdeKeysAlloc();
-  if( !aRegion || !k ){ rc = SQLITE_NOMEM; goto done; }
-  memset(aRegion, 0, TDE_HEADER_BYTES);
-  rc = tdeRealRead(p, aRegion, nRead, 0, &bShort);
-  if( rc ) goto done;
-  trc = tdeHeaderPick(aRegion, (size_t)nRead, &k->hdr, &k->iSlot);
-  if( trc ){ rc = tdeSqliteRc(trc); goto done; }
-  trc = tdeConfigLocate(zUriCfg, k->zConfig, sizeof(k->zConfig));
+  int trc = tdeConfigLocate(zUriCfg, k->zConfig, sizeof(k->zConfig));
+  (void)pHdr;
   if( trc==TDE_OK ) trc = tdeRegistryAcquire(k->zConfig, NULL, &k->pKs, &k->pCfg);
   if( trc==TDE_OK ) k->bRetained = 1;     /* tdeKeysFree releases it */
   if( trc==TDE_OK ){
@@ -218,9 +203,32 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
     if( trc==TDE_OK ) tdeKeysNoteMasterKey(k);
     tdeAuditKeys(k, p->zName, "dek_unwrap", trc);
   }
-  if( trc==TDE_OK ) trc = tdeHeaderMacKey(k->aDek, k->hdr.dbid, macKey);
-  if( trc==TDE_OK ) trc = tdeHeaderCheckMac(aRegion + k->iSlot*TDE_SLOT_SIZE, macKey);
-  tdeWipe(macKey, sizeof(macKey));
+  if( trc==TDE_OK ) memcpy(aDek, k->aDek, 32);
+  return trc;
+}
+
+/*
+** Read the header region of a non-empty main file, pick the newest valid
+** slot, unwrap the data key, check the header MAC (tdeHdrRead, loadKey).
+** On success p->pKeys is set.  Errors: SQLITE_NOTADB (plaintext, foreign,
+** damaged), SQLITE_AUTH (keystore or key unavailable), with the detail in
+** tde_last_error() and the log.
+*/
+static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
+  TdeHdrRead r;
+  TdeDbKeys *k = 0;
+  int rc = SQLITE_OK, trc;
+
+  memset(&r, 0, sizeof(r));
+  k = tdeKeysAlloc();
+  if( !k ){ rc = SQLITE_NOMEM; goto done; }
+  r.nRead = nSize < TDE_HEADER_BYTES ? (int)nSize : TDE_HEADER_BYTES;
+  r.xKey = loadKey;
+  r.pArg = k;
+  r.pHdr = &k->hdr;
+  rc = tdeHdrRead(p, &r, &trc);
+  if( rc ) goto done;
+  k->iSlot = r.iSlot;
   if( trc ){
     rc = trc==TDE_AUTH ? SQLITE_NOTADB : tdeSqliteRc(trc);
     goto done;
@@ -235,8 +243,8 @@ static int tdeMainLoad(TdeFile *p, sqlite3_int64 nSize){
     TdeHeader *pOther = sqlite3_malloc(sizeof(TdeHeader));
     int iOther = 1 - k->iSlot;
     if( !pOther ){ rc = SQLITE_NOMEM; goto done; }
-    if( nRead < (iOther+1)*TDE_SLOT_SIZE
-     || tdeHeaderDecode(aRegion + iOther*TDE_SLOT_SIZE, pOther)!=TDE_OK ){
+    if( r.nRead < (iOther+1)*TDE_SLOT_SIZE
+     || tdeHeaderDecode(r.aRegion + iOther*TDE_SLOT_SIZE, pOther)!=TDE_OK ){
       tdeLog(TDE_LOG_WARNING, "%s: header slot %d is damaged; using slot %d "
              "(the next write transaction rewrites slot %d)",
              tdeFileName(p), iOther, k->iSlot, iOther);
@@ -252,7 +260,7 @@ done:
     tdeLog(TDE_LOG_ERROR, "%s: cannot open encrypted database: %s", tdeFileName(p), tde_last_error());
   }
   tdeKeysFree(k);
-  sqlite3_free(aRegion);
+  tdeHdrReadDone(&r);
   return rc;
 }
 
@@ -372,39 +380,35 @@ int tdeMainEnsureKeys(TdeFile *p, int bCreate){
 ** with this database's key.  *piBad gets the first damaged slot (-1 if
 ** none).  Used by tde_verify; an open only needs one good slot.
 */
+/* tde_verify's key for a slot (tdeHdrRead): the keystore unwraps the
+** slot's current data key. */
+static int checkKey(TdeFile *p, const TdeHeader *pHdr, void *pArg, uint8_t *aDek){
+  (void)pArg;
+  return tdeKeyringUnlock(p->pKeys->pKs, pHdr, pHdr->curVersion, aDek);
+}
+
 int tdeMainCheckHeader(TdeFile *p, int *piBad){
-  uint8_t *aRegion;
+  TdeHdrRead r;
   TdeHeader *pHdr;
-  uint8_t *aDek = 0;
-  uint8_t macKey[32];
-  int rc = TDE_OK, bShort;
+  int rc, trc;
   *piBad = -1;
   if( !p->pKeys ) return TDE_OK;
-  aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  memset(&r, 0, sizeof(r));
   pHdr = sqlite3_malloc(sizeof(TdeHeader));
-  aDek = tdeSecureAlloc(32);
-  if( !aRegion || !pHdr || !aDek ){ rc = TDE_NOMEM; goto done; }
-  if( tdeRealRead(p, aRegion, TDE_HEADER_BYTES, 0, &bShort) || bShort ){
-    rc = tdeErr(TDE_IO, "cannot read the header");
-    goto done;
-  }
-  for(int i=0; i<2 && *piBad<0; i++){
-    const uint8_t *aSlot = aRegion + i*TDE_SLOT_SIZE;
-    if( tdeHeaderDecode(aSlot, pHdr)!=TDE_OK
-     || memcmp(pHdr->dbid, p->pKeys->hdr.dbid, TDE_DBID_BYTES)!=0
-     || tdeKeyringUnlock(p->pKeys->pKs, pHdr, pHdr->curVersion, aDek)!=TDE_OK
-     || tdeHeaderMacKey(aDek, pHdr->dbid, macKey)!=TDE_OK
-     || tdeHeaderCheckMac(aSlot, macKey)!=TDE_OK ){
-      *piBad = i;
-    }
-  }
-  tdeWipe(macKey, sizeof(macKey));
-  if( *piBad>=0 ) rc = tdeErr(TDE_AUTH, "header slot %d is damaged or was tampered with", *piBad);
-done:
-  tdeSecureFree(aDek, 32);
+  if( !pHdr ) return TDE_NOMEM;
+  r.nRead = TDE_HEADER_BYTES;
+  r.bEach = 1;
+  r.aDbid = p->pKeys->hdr.dbid;
+  r.xKey = checkKey;
+  r.pHdr = pHdr;
+  rc = tdeHdrRead(p, &r, &trc);
+  if( rc==SQLITE_NOMEM ) trc = TDE_NOMEM;
+  else if( rc ) trc = tdeErr(TDE_IO, "cannot read the header");
+  else if( trc==TDE_AUTH ) *piBad = r.iSlot;
+  tdeWipe(pHdr, sizeof(TdeHeader));
   sqlite3_free(pHdr);
-  sqlite3_free(aRegion);
-  return rc;
+  tdeHdrReadDone(&r);
+  return trc;
 }
 
 
@@ -442,13 +446,6 @@ static int tdeHeaderReadFailed(TdeFile *p, sqlite3_int64 iOfst, int iAmt){
   return SQLITE_IOERR_AUTH;
 }
 
-/* All n bytes zero. */
-static int tdeIsZero(const uint8_t *a, uint32_t n){
-  uint32_t i;
-  for(i=0; i<n && a[i]==0; i++){}
-  return i==n;
-}
-
 /*
 ** The database size in pages committed on disk, into *pn: the in-header
 ** size of the authenticated page 1 (offset 28, valid when the
@@ -472,8 +469,7 @@ static int tdeMainCommittedPages(TdeFile *p, uint32_t pgsz, uint32_t *pn){
   }else if( tdeOpenPage(p, p->aBuf, pgsz, 1, 0)==SQLITE_OK ){
     n = memcmp(p->aBuf+24, p->aBuf+92, 4)==0 ? tdeGet32(p->aBuf+28) : UINT32_MAX;
   }else{
-    uint8_t aTag[16];
-    p->nAuthFail--;   /* reported, if at all, by the read of page 1 itself */
+    uint8_t aTag[16];           /* reported, if at all, by the read of page 1 itself */
     n = tdeMainHookPageRescue(p, 1, pgsz, p->aBuf, aTag)==SQLITE_OK && memcmp(p->aBuf+24, p->aBuf+92, 4)==0
         ? tdeGet32(p->aBuf+28) : UINT32_MAX;
   }
@@ -492,8 +488,10 @@ static int tdeMainCommittedPages(TdeFile *p, uint32_t pgsz, uint32_t *pn){
 ** reads such a page when a spilled transaction extended the file past a
 ** page it has not written yet: that is exactly a page beyond the size
 ** committed before the transaction's first write (or, outside a write,
-** beyond the size committed on disk now).  *pbHole set if so; anywhere
-** else the page is damage and fails authentication as usual.
+** beyond the size committed on disk now): the hole rule (tdePageIsHole)
+** with that size and no WAL exemption, as the page is returned.  *pbHole
+** set if so; anywhere else the page is damage and fails authentication as
+** usual.
 */
 static int tdeMainIsHole(TdeFile *p, uint32_t pgno, uint32_t pgsz, int *pbHole){
   uint32_t nCommitted;
@@ -505,7 +503,7 @@ static int tdeMainIsHole(TdeFile *p, uint32_t pgno, uint32_t pgsz, int *pbHole){
     rc = tdeMainCommittedPages(p, pgsz, &nCommitted);
     if( rc ) return rc;
   }
-  if( pgno>nCommitted ){
+  if( tdePageIsHole(pgno, nCommitted, 0) ){
     *pbHole = 1;
   }else{
     tdeLog(TDE_LOG_ERROR, "%s: database page %u is all zeros inside the committed database "
@@ -632,23 +630,22 @@ static int tdeMainShortWhole(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t 
 ** copy, rekey.c); and, when the page size was not known, the size found
 ** again (SQLite reads page 1 with its default size after a hot journal
 ** rollback: MAIN_BY_PIECES).  SQLITE_OK: plaintext in zBuf, its stored tag
-** in aTag.  Failures are counted once.
+** in aTag.  A failure is counted and logged once, here, when final.
 */
 static int tdeMainRescue(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t pgsz, uint8_t aTag[16]){
+  int64_t vNoKey = -1;
   int bShort, rc;
-  p->nAuthFail--;
   rc = tdeRealRead(p, zBuf, (int)pgsz, TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz, &bShort);
   if( rc ) return rc;
   if( bShort ) return tdeMainShortPage(p, zBuf, (int)pgsz, pgno, pgsz);
   memcpy(aTag, zBuf + pgsz - 24, 16);
-  rc = tdeOpenPage(p, zBuf, pgsz, pgno, p->pgsz ? "database" : 0);
+  rc = tdeOpenPage(p, zBuf, pgsz, pgno, &vNoKey);
   if( rc==SQLITE_IOERR_AUTH && p->pgsz==pgsz
    && tdeMainHookPageRescue(p, pgno, pgsz, zBuf, aTag)==SQLITE_OK ){
-    p->nAuthFail--;
     rc = SQLITE_OK;
   }
+  if( rc==SQLITE_IOERR_AUTH && p->pgsz ) tdeAuthFail(p, pgno, "database", vNoKey);
   if( rc==SQLITE_IOERR_AUTH && p->pgsz==0 ){
-    p->nAuthFail--;
     rc = tdeScratch(p);
     if( rc ) return rc;
     rc = tdeMainDiscoverPgsz(p);
@@ -668,13 +665,13 @@ static int tdeMainReadWhole(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 i
   rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);   /* read */
   if( rc ) return rc;
   if( bShort ) return tdeMainShortWhole(p, zBuf, pgno, pgsz);
-  if( p->pgsz==pgsz && tdeIsZero(zBuf, pgsz) ){
+  if( p->pgsz==pgsz && tdePageIsZero(zBuf, pgsz) ){
     rc = tdeMainZeroPage(p, pgno, pgsz);
     return rc==MAIN_HOLE ? SQLITE_OK : rc;      /* zeros, as SQLite left them */
   }
   if( pgno==1 ) memcpy(aTrailer1, zBuf + pgsz - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
   memcpy(aTag, zBuf + pgsz - 24, 16);
-  rc = tdeOpenPage(p, zBuf, pgsz, pgno, 0);                              /* open */
+  rc = tdeOpenPage(p, zBuf, pgsz, pgno, 0);                              /* open (pure) */
   if( rc==SQLITE_OK && pgno==1 ) tdePage1Keep(p, zBuf, pgsz, aTrailer1);
   if( rc==SQLITE_IOERR_AUTH ) rc = tdeMainRescue(p, zBuf, pgno, pgsz, aTag);   /* rescue */
   if( rc ) return rc;
@@ -695,6 +692,7 @@ static int tdeMainReadPiece(TdeFile *p, uint8_t *zBuf, int iAmt, int nDone, uint
                             int bRetried, int *pbFinal){
   uint32_t pgsz = p->pgsz;
   uint8_t aTag[16];
+  int64_t vNoKey = -1;
   int bShort, rc;
   *pbFinal = 1;
   rc = tdeRealRead(p, p->aBuf, (int)pgsz, (sqlite3_int64)(pgno-1)*pgsz + TDE_HEADER_BYTES, &bShort);
@@ -707,17 +705,19 @@ static int tdeMainReadPiece(TdeFile *p, uint8_t *zBuf, int iAmt, int nDone, uint
     if( rc==SQLITE_IOERR_AUTH ) memset(zBuf, 0, (size_t)iAmt);
     return rc;
   }
-  if( pgno>1 && tdeIsZero(p->aBuf, pgsz) ){
+  if( pgno>1 && tdePageIsZero(p->aBuf, pgsz) ){
     rc = tdeMainZeroPage(p, pgno, pgsz);
     if( rc!=MAIN_HOLE ) memset(zBuf, 0, (size_t)iAmt);
     return rc;
   }
   memcpy(aTag, p->aBuf + pgsz - 24, 16);
-  rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, bRetried || pgno!=1 ? "database" : 0);
+  rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, &vNoKey);
   if( rc==SQLITE_IOERR_AUTH && tdeMainHookPageRescue(p, pgno, pgsz, p->aBuf, aTag)==SQLITE_OK ){
-    p->nAuthFail--;
     rc = SQLITE_OK;
   }
+  /* Page 1 on the first try may be read at a stale page size: the caller
+  ** finds the size again before calling it damage. */
+  if( rc==SQLITE_IOERR_AUTH && (bRetried || pgno!=1) ) tdeAuthFail(p, pgno, "database", vNoKey);
   if( rc ){ *pbFinal = 0; return rc; }
   rc = tdeMainCheckPage(p, pgno, aTag, p->aBuf, (int)pgsz);
   if( rc ) memset(zBuf, 0, (size_t)iAmt);
@@ -748,7 +748,6 @@ static int tdeMainReadPieces(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 
     if( rc && bFinal ) return rc;
     if( rc && pgno==1 && !bRetried ){
       /* The page size may have changed under us (VACUUM elsewhere). */
-      p->nAuthFail--;
       bRetried = 1;
       rc = tdeMainDiscoverPgsz(p);
       if( rc==SQLITE_OK ) continue;

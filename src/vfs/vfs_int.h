@@ -8,7 +8,8 @@
 **   status.c     PRAGMA tde_status, the tde_status table, SQL functions;
 **   api.c        registration, extension entry point, public C API;
 **   dek.c        data keys by version, ciphers, header refresh, page
-**                seal/open (tdeSealPage, tdeOpenPage*);
+**                seal/open (tdeSealPage, tdeOpenPage*: pure), the one
+**                report of a failed open (tdeAuthFail), the hole rule;
 **   anchor.c     the external freshness anchor (check at load, updates);
 **   pagemap.c    the page map DB-tdemap (reader check, folds, drops);
 **   rekey.c      rekey: begin, steps, finish, the rekey journal;
@@ -16,6 +17,9 @@
 **   keyops.c     the generic header writer (rotation, migration, epoch and
 **                freshness updates): writes the header region only;
 **   page1.c      page 1 kept per handle, and the page-size probe;
+**   header_io.c  the header region on disk: its one reader (read, pick,
+**                unwrap, verify) and its one writer (slot not in force,
+**                sync, switch); keys/header.c is the byte codec;
 **   hooks.c      the list of a main database's feature hooks (TdeMainHook)
 **                and their dispatchers: calls only through the pointers;
 **   fileio.c     the lowest layer: raw reads, scratch, result codes, the
@@ -23,7 +27,8 @@
 ** Calls between these files go down one order, checked by
 ** scripts/callgraph.py (no circle):
 **   api, status -> vfs -> anchor -> wal, journal, blockfile -> pagemap
-**   -> rekey -> upgrade -> keyops -> page1 -> dek -> hooks, fileio.
+**   -> rekey -> upgrade -> keyops -> page1 -> dek -> header_io -> hooks,
+**   fileio.
 ** A feature below its caller that must tell one above it (the rekey's
 ** finish asking the anchor for a record under the key it keeps) raises a
 ** hook (hooks.c) instead of calling it.
@@ -280,12 +285,16 @@ extern sqlite3_vfs tdeVfs;
 void tdePageAad(const uint8_t dbid[16], uint32_t pgno, uint32_t pgsz, uint8_t *aad);
 
 /* Decrypt one stored page in place (aPage holds pgsz bytes read from disk);
-** on success the trailer region is zeroed. On failure the page is wiped,
-** the failure logged naming file and page, and SQLITE_IOERR_AUTH returned. */
-int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, const char *zWhat);
+** on success the trailer region is zeroed.  Pure: on failure the page is
+** wiped and SQLITE_IOERR_AUTH returned, nothing counted or logged (a probe
+** may fail); *pvNoKey (may be NULL) gets the trailer's data-key version
+** when this database does not have it, else -1.  A caller that decides
+** the failure is damage reports it once with tdeAuthFail. */
+int tdeOpenPage(TdeFile *p, uint8_t *aPage, uint32_t pgsz, uint32_t pgno, int64_t *pvNoKey);
 /* Same, reading the stored page from aIn and writing plaintext to aOut
 ** (may be the same buffer). */
-int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, const char *zWhat);
+int tdeOpenPageTo(TdeFile *p, const uint8_t *aIn, uint8_t *aOut, uint32_t pgsz, uint32_t pgno, int64_t *pvNoKey);
+void tdeAuthFail(TdeFile *p, uint32_t pgno, const char *zWhat, int64_t vNoKey);
 /* Seal a plaintext page into aOut (pgsz bytes). */
 int tdeSealPage(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, uint32_t pgno, uint8_t *aOut);
 
@@ -325,8 +334,33 @@ int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size
 ** to report as such, never to treat as absent or damaged data). */
 int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size_t n,
             const uint8_t *trailer, uint8_t *pt);
+int tdePageIsZero(const uint8_t *aPage, uint32_t pgsz);
+int tdePageIsHole(uint32_t pgno, uint32_t nCommitted, int bNewer);
 int tdeMainRefresh(TdeFile *pMain);
 int tdeMainRefreshIfChanged(TdeFile *pMain);
+
+/* header_io.c: one read of a main database's header region.  The caller
+** fills the inputs; tdeHdrRead returns an SQLite code for the read itself
+** (I/O, memory) and puts the verdict on the header in *pTrc (a tde_rc,
+** the detail in tde_last_error()).  tdeHdrReadDone frees the region. */
+typedef int (*TdeHdrKey)(TdeFile *pMain, const TdeHeader *pHdr, void *pArg, uint8_t *aDek);
+typedef struct TdeHdrRead {
+  int nRead;                 /* in: bytes of the region to read (the file may be shorter) */
+  int bEach;                 /* in: verify both slots (tde_verify; a short region fails) */
+  const uint8_t *aDbid;      /* in: the database id a slot must name; NULL: any */
+  TdeHdrKey xKey;            /* in: the data key that checks the slot's MAC (its
+                             ** current version), or an error: stop before the MAC */
+  void *pArg;                /* in: for xKey */
+  TdeHeader *pHdr;           /* in: where the slot is decoded */
+  uint8_t *aRegion;          /* out: the region, TDE_HEADER_BYTES, zero past nRead */
+  int iSlot;                 /* out: the slot picked; bEach: the first that fails, or -1 */
+} TdeHdrRead;
+int tdeHdrRead(TdeFile *pMain, TdeHdrRead *r, int *pTrc);
+void tdeHdrReadDone(TdeHdrRead *r);
+/* Bytes of a slot before its last 512-byte sector (log epoch, salts, MAC,
+** checksum): what an epoch update leaves alone when it can. */
+#define TDE_HDR_EPOCH_SECTOR (TDE_SLOT_SIZE - 512)
+int tdeHdrWrite(TdeFile *pMain, TdeHdrRead *r, const TdeHeader *pNew, const uint8_t *aDek, int bEpoch);
 
 /* WAL (wal.c) */
 int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);

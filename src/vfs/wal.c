@@ -586,12 +586,41 @@ static int walOwnFrame(TdeFile *p, uint32_t idx, const uint8_t *aFrame, int *pbO
   return SQLITE_OK;
 }
 
+/* Why walLoadFrame found a frame FRAME_BAD, for the caller that decides
+** it is damage (walFrameFail). */
+typedef struct WalBad {
+  int eWhy;                  /* WAL_BAD_PREV, WAL_BAD_MAC or WAL_BAD_PAGE */
+  uint32_t pgno;             /* WAL_BAD_PAGE: the page the header names */
+  int64_t vNoKey;            /* WAL_BAD_PAGE: as tdeOpenPage says */
+} WalBad;
+#define WAL_BAD_PREV 0       /* the frame before it could not be read */
+#define WAL_BAD_MAC  1       /* the frame header's MAC */
+#define WAL_BAD_PAGE 2       /* its page */
+#define WAL_BAD_NONE 3       /* its page could not be checked (memory): no damage */
+
+/* Frame idx, found FRAME_BAD (b), is damage: count it once and, when
+** zWhat names what it is, log it. */
+static void walFrameFail(TdeFile *p, uint32_t idx, const WalBad *b, const char *zWhat){
+  if( b->eWhy==WAL_BAD_NONE ) return;
+  if( b->eWhy==WAL_BAD_PAGE ){
+    tdeAuthFail(p, b->pgno, zWhat, b->vNoKey);
+    return;
+  }
+  if( zWhat && b->eWhy==WAL_BAD_MAC ){
+    tdeLog(TDE_LOG_ERROR, "%s: frame %u header failed authentication", walName(p), idx);
+  }
+  tdeAuthFail(p, idx, 0, -1);
+}
+
 /*
 ** Load frame idx into aFrame (FRAME_HDR + pgsz bytes): verify its MAC and
 ** decrypt its page in place.  The header bytes are returned as stored
-** (MAC in the checksum field).  zWhat non-NULL: log a failure.
+** (MAC in the checksum field).  Pure: a failure (FRAME_BAD) is counted
+** and logged by the caller that decides it is damage (walFrameFail, with
+** *pBad, which may be NULL for a probe).
 */
-static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, const char *zWhat){
+static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, WalBad *pBad){
+  WalBad bad;
   uint32_t pgsz = p->wal.pgsz;
   uint8_t mac[MAC_BYTES];
   int bShort, rc;
@@ -605,7 +634,11 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
     ** the MAC stored in frame idx-1 (the torn-or-tampered scans past a
     ** bad frame). */
     rc = walPrevMac(p, idx, aPrev, &bChain);
-    if( rc==SQLITE_IOERR_SHORT_READ ){ *pState = FRAME_BAD; p->nAuthFail++; return SQLITE_OK; }
+    if( rc==SQLITE_IOERR_SHORT_READ ){
+      *pState = FRAME_BAD;
+      if( pBad ) pBad->eWhy = WAL_BAD_PREV;
+      return SQLITE_OK;
+    }
     if( rc ) return rc;
   }
   rc = walFrameMac(p, idx, aFrame, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, bV2 ? aPrev : 0, mac);
@@ -631,8 +664,7 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
     }
   }
   if( rc==SQLITE_NOTFOUND || !tdeCtEqual(mac, aFrame+16, MAC_BYTES) ){
-    if( zWhat ) tdeLog(TDE_LOG_ERROR, "%s: frame %u header failed authentication", walName(p), idx);
-    p->nAuthFail++;
+    if( pBad ) pBad->eWhy = WAL_BAD_MAC;
     tdeWipe(aFrame+FRAME_HDR, pgsz);
     *pState = FRAME_BAD;
     return SQLITE_OK;
@@ -640,7 +672,11 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
   {
     uint8_t aTrl[TDE_TRAILER_SIZE];
     memcpy(aTrl, aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
-    rc = tdeOpenPage(p, aFrame+FRAME_HDR, pgsz, tdeGet32(aFrame), zWhat);
+    bad.eWhy = WAL_BAD_PAGE;
+    bad.pgno = tdeGet32(aFrame);
+    rc = tdeOpenPage(p, aFrame+FRAME_HDR, pgsz, bad.pgno, &bad.vNoKey);
+    if( rc && rc!=SQLITE_IOERR_AUTH ) bad.eWhy = WAL_BAD_NONE;
+    if( pBad ) *pBad = bad;
     *pState = rc==SQLITE_OK ? FRAME_OK : FRAME_BAD;
     if( rc==SQLITE_OK && bChain ) return walChainNote(p, idx, aFrame, aTrl, mac);
   }
@@ -744,7 +780,7 @@ static int walCommitFollows(TdeFile *p, uint32_t idx, int *pbCommit){
   for(;; idx++){
     rc = walLoadFrame(p, idx, aTmp, &state, 0);
     if( rc || state==FRAME_SHORT ) break;
-    if( state==FRAME_BAD ){ p->nAuthFail--; continue; }
+    if( state==FRAME_BAD ) continue;
     if( memcmp(aTmp+8, p->wal.aHdr+16, 8)!=0 ) continue;
     if( tdeGet32(aTmp+4)!=0 ){ *pbCommit = 1; break; }
   }
@@ -782,7 +818,6 @@ static int walFirstFrameAuthentic(TdeFile *p, int *pbFound){
     int state = FRAME_SHORT;
     p->wal.pgsz = tdeProbePgsz[i];
     if( walLoadFrame(p, 1, aTmp, &state, 0)==SQLITE_OK && state==FRAME_OK ) *pbFound = 1;
-    else if( state==FRAME_BAD ) p->nAuthFail--;   /* a wrong guess */
   }
   p->wal.pgsz = savePgsz;
   tdeWipe(aTmp, FRAME_HDR + TDE_MAX_PAGE);
@@ -821,8 +856,10 @@ static int walCkAfter(TdeFile *p, uint32_t k, uint32_t *aCk){
   if( !aTmp ) return SQLITE_NOMEM;
   walCkAfter(p, 0, aCk);
   for(j=1; j<=k; j++){
-    rc = walLoadFrame(p, j, aTmp, &state, "WAL");
+    WalBad bad;
+    rc = walLoadFrame(p, j, aTmp, &state, &bad);
     if( rc ) break;
+    if( state==FRAME_BAD ) walFrameFail(p, j, &bad, "WAL");
     if( state!=FRAME_OK ){ rc = SQLITE_IOERR_AUTH; break; }
     walChecksum(walBigEndian(p), aTmp, 8, aCk, aCk);
     walChecksum(walBigEndian(p), aTmp+FRAME_HDR, (int)p->wal.pgsz, aCk, aCk);
@@ -879,7 +916,6 @@ static int walOtherGeneration(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, i
     if( tdeRealRead(p, aTmp, (int)(FRAME_HDR + p->wal.pgsz), walFrameOffset(p, idx), &bShort)==SQLITE_OK && !bShort ){
       uint32_t ivHigh = tdeGet32(aTmp + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE + 12);
       bPage = tdeOpenPage(p, aTmp+FRAME_HDR, p->wal.pgsz, tdeGet32(aTmp), 0)==SQLITE_OK;
-      if( !bPage ) p->nAuthFail--;
       bPage = bPage && ivHigh==idx;       /* at its own index: not moved */
     }
     tdeWipe(aTmp, FRAME_HDR + p->wal.pgsz);
@@ -927,8 +963,9 @@ static int walBadFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
 ** checksum recomputed into it. */
 static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
   uint32_t ck[2];
+  WalBad bad;
   int state, rc;
-  rc = walLoadFrame(p, idx, aOut, &state, 0);
+  rc = walLoadFrame(p, idx, aOut, &state, &bad);
   if( rc ) return rc;
   if( state==FRAME_SHORT ){
     memset(aOut, 0, FRAME_HDR + p->wal.pgsz);
@@ -937,6 +974,7 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
   if( state==FRAME_BAD ){
     int bOther = 0;
     rc = walOtherGeneration(p, idx, aOut, &bOther);
+    if( rc || !bOther ) walFrameFail(p, idx, &bad, 0);
     if( rc ){ memset(aOut, 0, FRAME_HDR + p->wal.pgsz); return rc; }
     if( bOther ){
       /* Version 2: a frame of another generation cannot be authenticated
@@ -945,7 +983,6 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
       ** under synchronous=NORMAL can leave one before later frames, and
       ** altering a frame's salts only cuts the log short, as deleting
       ** frames does. */
-      p->nAuthFail--;
       state = FRAME_OK;
     }
   }
@@ -1081,7 +1118,11 @@ static int walReadPage(TdeFile *p, uint32_t idx, uint8_t *zBuf){
     memset(zBuf, 0, pgsz);
     return rc;
   }
-  rc = tdeOpenPageTo(p, aFrame+FRAME_HDR, zBuf, pgsz, tdeGet32(aFrame), "WAL frame");
+  {
+    int64_t vNoKey = -1;
+    rc = tdeOpenPageTo(p, aFrame+FRAME_HDR, zBuf, pgsz, tdeGet32(aFrame), &vNoKey);
+    if( rc==SQLITE_IOERR_AUTH ) tdeAuthFail(p, tdeGet32(aFrame), "WAL frame", vNoKey);
+  }
   if( rc==SQLITE_OK ) walCkptRemember(p, aFrame, zBuf);
   return rc;
 }
@@ -1355,6 +1396,7 @@ static int walSplitBegin(TdeFile *p, uint32_t idx, const uint8_t *aHdr, uint32_t
   sqlite3_int64 iOff = walFrameOffset(p, idx);
   uint8_t *aSealed, *aPlain, *aSql;
   const char *zWhy = 0;
+  int64_t vNoKey = -1;
   int bShort = 0, rc = SQLITE_IOERR_WRITE;
   walSplitDrop(p);
   if( idx<2 || nHdr>FRAME_HDR || (nPage>0 && nHdr!=FRAME_HDR) || nPage>=pgsz || nHdr+nPage==0 ){
@@ -1379,7 +1421,8 @@ static int walSplitBegin(TdeFile *p, uint32_t idx, const uint8_t *aHdr, uint32_t
     zWhy = "not a copy of the frame before it";
     goto refuse;
   }
-  rc = tdeOpenPageTo(p, aSealed+FRAME_HDR, aPlain, pgsz, tdeGet32(aSealed), "WAL frame");
+  rc = tdeOpenPageTo(p, aSealed+FRAME_HDR, aPlain, pgsz, tdeGet32(aSealed), &vNoKey);
+  if( rc==SQLITE_IOERR_AUTH ) tdeAuthFail(p, tdeGet32(aSealed), "WAL frame", vNoKey);
   if( rc ){
     if( rc==SQLITE_NOMEM ) goto fail;
     zWhy = "the frame before it does not authenticate";
@@ -1770,7 +1813,8 @@ int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_
   aFrame = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
   if( !aFrame ) return SQLITE_NOMEM;
   for(idx=1; mxFrame==0 || idx<=mxFrame; idx++){
-    rc = walLoadFrame(p, idx, aFrame, &state, mxFrame ? "WAL" : 0);
+    WalBad bad;
+    rc = walLoadFrame(p, idx, aFrame, &state, &bad);
     if( rc ) break;
     if( state==FRAME_SHORT ){
       if( mxFrame ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; }
@@ -1779,18 +1823,16 @@ int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_
     if( state==FRAME_BAD && !mxFrame ){
       int bOther = 0;
       rc = walOtherGeneration(p, idx, aFrame, &bOther);
+      if( rc ) walFrameFail(p, idx, &bad, 0);
       if( rc ) break;
-      if( bOther ){
-        p->nAuthFail--;
-        break;                     /* as recovery reads it: the end */
-      }
+      if( bOther ) break;          /* as recovery reads it: the end */
     }
     if( state==FRAME_BAD ){
       int bCommit = 0;
       if( !mxFrame ) rc = walCommitFollows(p, idx+1, &bCommit);
+      if( rc || mxFrame || bCommit ) walFrameFail(p, idx, &bad, mxFrame ? "WAL" : 0);
       if( rc ) break;
       if( mxFrame || bCommit ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; }
-      else p->nAuthFail--;
       break;
     }
     if( memcmp(aFrame+8, p->wal.aHdr+16, 8)!=0 ){
