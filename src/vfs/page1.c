@@ -134,15 +134,30 @@ int tdeMainDiscoverPgsz(TdeFile *p){
     }
     p->nAuthFail--;   /* a wrong guess is not a failure */
   }
+  p->nAuthFail++;                /* counted once; uncounted if the rescue finds it */
   for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
     uint8_t aTag[16];           /* size discovery only: the read checks the page */
     if( sz < tdeProbePgsz[i] ) continue;
-    if( tdeMainHookPageRescue(p, 1, tdeProbePgsz[i], p->aBuf, aTag)==SQLITE_OK ){
+    if( tdeMainRescuePage(p, 1, tdeProbePgsz[i], p->aBuf, aTag)==SQLITE_OK ){
       p->pgsz = tdeProbePgsz[i];
       return SQLITE_OK;
     }
   }
   tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", (p->zName ? p->zName : ""));
-  p->nAuthFail++;
   return SQLITE_IOERR_AUTH;
+}
+
+/*
+** The rescue stage's hook, raised from here only (the read of a whole
+** page, of a page in pieces, the committed-size probe and the page size
+** discovery all come here): a page pgno of size pgsz that failed to open,
+** its failure counted once, looked for through xPageRescue (hooks.c).
+** SQLITE_OK: an authentic copy in aOut, its stored tag in aTag, the
+** failure uncounted (the caller's checks, the page map's, still run).
+** Else SQLITE_IOERR_AUTH, still counted.
+*/
+int tdeMainRescuePage(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]){
+  if( tdeMainHookPageRescue(p, pgno, pgsz, aOut, aTag)!=SQLITE_OK ) return SQLITE_IOERR_AUTH;
+  p->nAuthFail--;
+  return SQLITE_OK;
 }
