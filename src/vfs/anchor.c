@@ -360,6 +360,11 @@ const TdeMainHook tdeAnchorHook = {
   anchorWriteEnd,             /* xWriteEnd */
   anchorBeforeKeyDrop,        /* xBeforeKeyDrop */
   0,                          /* xPageRescue */
+  0,                          /* xWalLock */
+  0,                          /* xWalEnd */
+  0,                          /* xPageCheck */
+  0,                          /* xWriteOutsideWal */
+  0,                          /* xWalFold */
 };
 
 /* ---- tde_db_reanchor ------------------------------------------------------ */

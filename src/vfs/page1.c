@@ -135,7 +135,7 @@ int tdeMainDiscoverPgsz(TdeFile *p){
   for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
     uint8_t aTag[16];           /* size discovery only: the read checks the page */
     if( sz < tdeProbePgsz[i] ) continue;
-    if( tdeMainHookPageRescue(p, 1, tdeProbePgsz[i], p->aBuf, aTag)==SQLITE_OK ){
+    if( tdeMainRescuePage(p, 1, tdeProbePgsz[i], p->aBuf, aTag)==SQLITE_OK ){
       p->pgsz = tdeProbePgsz[i];
       return SQLITE_OK;
     }
@@ -143,4 +143,17 @@ int tdeMainDiscoverPgsz(TdeFile *p){
   tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", (p->zName ? p->zName : ""));
   tdeAuthFail(p, 1, 0, -1);
   return SQLITE_IOERR_AUTH;
+}
+
+/*
+** The rescue stage's hook, raised from here only (the read of a whole
+** page, of a page in pieces, the committed-size probe and the page size
+** discovery all come here): a page pgno of size pgsz that failed to open,
+** looked for through xPageRescue (hooks.c).  Pure, as the opens are:
+** SQLITE_OK with an authentic copy in aOut and its stored tag in aTag (the
+** caller's checks, the page map's, still run), else SQLITE_IOERR_AUTH;
+** the caller that decides the failure is final counts it (tdeAuthFail).
+*/
+int tdeMainRescuePage(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]){
+  return tdeMainHookPageRescue(p, pgno, pgsz, aOut, aTag);
 }

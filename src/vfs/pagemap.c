@@ -8,9 +8,12 @@
 **
 ** This file sits above rekey.c and keyops.c: it calls the header update
 ** (keyops), the rekey's state (rekey), the page-size probe (page1) and
-** the raw I/O of fileio.c, and is called by vfs.c (the reader check, the
-** drop before a write outside the WAL), wal.c (folds at restart and
-** truncation), journal.c and anchor.c (drops).
+** the raw I/O of fileio.c.  The pipeline reaches it through its hooks
+** (tdeMapHook, raised through hooks.c): the check of every page a read
+** returns (vfs.c), the drop before a write outside the WAL (vfs.c), the
+** fold of a WAL generation that ends (wal.c: restart, truncation,
+** deletion).  journal.c, wal.c (a fold whose end is unknown) and
+** anchor.c (tde_db_remap) drop the map directly.
 */
 #include "vfs/vfs_int.h"
 
@@ -253,7 +256,7 @@ static int mapCurrent(TdeFile *p){
 ** map.  SQLITE_OK: it matches; SQLITE_NOTFOUND: it does not (the caller
 ** tries the WAL, then refuses); other: the map could not be used.
 */
-int tdeMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag){
+static int mapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag){
   struct TdeMap *m;
   uint64_t i;
   if( !tdeMapActive(p) || (p->mBypass & TDE_BYPASS_MAP) ) return SQLITE_OK;
@@ -283,7 +286,7 @@ int tdeMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag){
   return memcmp(m->aTag + i*MAP_ENTRY, aTag, MAP_ENTRY)==0 ? SQLITE_OK : SQLITE_NOTFOUND;
 }
 
-int tdeMapRefusePage(TdeFile *p, uint32_t pgno){
+static int mapRefusePage(TdeFile *p, uint32_t pgno){
   tdeErr(TDE_AUTH, "%s: page %u is an older version than the page map records (the database "
          "file was rolled back, in part or whole, to an older copy; the page was not returned and "
          "nothing was changed): restore the database, its -wal and %s-tdemap from one backup",
@@ -472,7 +475,7 @@ done:
 ** no frame).  Under a zero root the map is built from the database file
 ** first.  Caller holds the WAL write lock or the EXCLUSIVE lock.
 */
-int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb){
+static int mapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb){
   TdeDbKeys *k = p->pKeys;
   uint8_t *aDirty = 0;
   int bBuild, bAny = 0, rc;
@@ -497,3 +500,33 @@ int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t 
   if( rc ) tdeMapFree(p);
   return rc;
 }
+
+/* ---- hooks -------------------------------------------------------------- */
+
+/* A page a read returns, its stored tag aTag: the map's entry, else
+** SQLITE_NOTFOUND (the pipeline looks in the WAL and reads the header
+** again), at last (bLast) the refusal, logged and counted. */
+static int mapPageCheck(TdeFile *p, uint32_t pgno, const uint8_t aTag[16], int bLast){
+  int rc = mapCheck(p, pgno, aTag);
+  if( rc==SQLITE_NOTFOUND && bLast ) rc = mapRefusePage(p, pgno);
+  return rc;
+}
+
+/* A write outside the WAL is about to change pages: no map from now on. */
+static int mapWriteOutsideWal(TdeFile *p){
+  return tdeMapActive(p) ? tdeMapDrop(p) : SQLITE_OK;
+}
+
+const TdeMainHook tdeMapHook = {
+  "page map",
+  0,                          /* xLoaded */
+  0,                          /* xWriteLock */
+  0,                          /* xWriteEnd */
+  0,                          /* xBeforeKeyDrop */
+  0,                          /* xPageRescue */
+  0,                          /* xWalLock */
+  0,                          /* xWalEnd */
+  mapPageCheck,               /* xPageCheck */
+  mapWriteOutsideWal,         /* xWriteOutsideWal */
+  mapFold,                    /* xWalFold */
+};

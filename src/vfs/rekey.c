@@ -213,6 +213,11 @@ const TdeMainHook tdeRekeyHook = {
   0,                          /* xWriteEnd */
   0,                          /* xBeforeKeyDrop */
   rekeyRescue,                /* xPageRescue */
+  0,                          /* xWalLock */
+  0,                          /* xWalEnd */
+  0,                          /* xPageCheck */
+  0,                          /* xWriteOutsideWal */
+  0,                          /* xWalFold */
 };
 
 /* ---- begin / step / finish ---------------------------------------------- */

@@ -17,7 +17,6 @@
 #include "audit/audit.h"
 #include "config.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -470,7 +469,7 @@ static int tdeMainCommittedPages(TdeFile *p, uint32_t pgsz, uint32_t *pn){
     n = memcmp(p->aBuf+24, p->aBuf+92, 4)==0 ? tdeGet32(p->aBuf+28) : UINT32_MAX;
   }else{
     uint8_t aTag[16];           /* reported, if at all, by the read of page 1 itself */
-    n = tdeMainHookPageRescue(p, 1, pgsz, p->aBuf, aTag)==SQLITE_OK && memcmp(p->aBuf+24, p->aBuf+92, 4)==0
+    n = tdeMainRescuePage(p, 1, pgsz, p->aBuf, aTag)==SQLITE_OK && memcmp(p->aBuf+24, p->aBuf+92, 4)==0
         ? tdeGet32(p->aBuf+28) : UINT32_MAX;
   }
   if( n!=UINT32_MAX && p->pShm0 ){
@@ -549,23 +548,23 @@ static uint32_t tdeMainReadBound(TdeFile *p, uint8_t aSalt[8], int *pbSalt){
 }
 
 /*
-** The check stage (version 2, page map): may database page pgno, whose
-** trailer tag is aTag (16 bytes, as stored), be served?  The map's entry,
-** else the newest frame for it at or below this reader's bound; the
-** header (and map) read again once before a refusal.  aPage (iAmt bytes)
+** The check stage, its hook (hooks.c xPageCheck: the page map of version
+** 2): may database page pgno, whose trailer tag is aTag (16 bytes, as
+** stored), be served?  The hook's record, else the newest frame for it at
+** or below this reader's bound; the header (and map) read again once
+** before the hook's refusal.  aPage (iAmt bytes)
 ** is wiped on refusal.  Every page a read returns passes here, rescued
 ** or not.
 */
 static int tdeMainCheckPage(TdeFile *p, uint32_t pgno, const uint8_t *aTag, uint8_t *aPage, int iAmt){
   int rc;
-  if( !tdeMapActive(p) ) return SQLITE_OK;
   /* No lock held: SQLite's header peek at open (sqlite3PagerReadFileheader),
   ** outside any read transaction and before the WAL is open, so the rule
   ** has no read mark to go by; a checkpoint may have copied page 1 from
   ** a WAL not yet folded.  SQLite reads page 1 again under SHARED, where
   ** the check is made. */
   if( p->eLockHeld==SQLITE_LOCK_NONE ) return SQLITE_OK;
-  rc = tdeMapCheck(p, pgno, aTag);
+  rc = tdeMainHookPageCheck(p, pgno, aTag, 0);
   for(int iTry=0; rc==SQLITE_NOTFOUND && iTry<2; iTry++){
     if( p->pWalFile ){
       uint8_t aSalt[8], aFrameTag[8];
@@ -580,10 +579,10 @@ static int tdeMainCheckPage(TdeFile *p, uint32_t pgno, const uint8_t *aTag, uint
       /* Another connection may have folded since this one read the header. */
       rc = tdeMainRefresh(p);
       if( rc ) break;
-      rc = tdeMapCheck(p, pgno, aTag);
+      rc = tdeMainHookPageCheck(p, pgno, aTag, 0);
     }
   }
-  if( rc==SQLITE_NOTFOUND ) rc = tdeMapRefusePage(p, pgno);
+  if( rc==SQLITE_NOTFOUND ) rc = tdeMainHookPageCheck(p, pgno, aTag, 1);   /* refused */
   if( rc ) memset(aPage, 0, (size_t)iAmt);
   return rc;
 }
@@ -641,7 +640,7 @@ static int tdeMainRescue(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t pgsz
   memcpy(aTag, zBuf + pgsz - 24, 16);
   rc = tdeOpenPage(p, zBuf, pgsz, pgno, &vNoKey);
   if( rc==SQLITE_IOERR_AUTH && p->pgsz==pgsz
-   && tdeMainHookPageRescue(p, pgno, pgsz, zBuf, aTag)==SQLITE_OK ){
+   && tdeMainRescuePage(p, pgno, pgsz, zBuf, aTag)==SQLITE_OK ){
     rc = SQLITE_OK;
   }
   if( rc==SQLITE_IOERR_AUTH && p->pgsz ) tdeAuthFail(p, pgno, "database", vNoKey);
@@ -657,7 +656,8 @@ static int tdeMainRescue(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t pgsz
 }
 
 /* A whole page of the size known (or the first one seen), decrypted in
-** place in SQLite's buffer: locate, read, open, rescue, check. */
+** place in SQLite's buffer: locate, read, open, rescue (its hook), check
+** (its hook). */
 static int tdeMainReadWhole(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   uint32_t pgsz = (uint32_t)iAmt, pgno = (uint32_t)(iOfst/iAmt) + 1;     /* locate */
   uint8_t aTrailer1[TDE_TRAILER_SIZE], aTag[16];
@@ -712,7 +712,7 @@ static int tdeMainReadPiece(TdeFile *p, uint8_t *zBuf, int iAmt, int nDone, uint
   }
   memcpy(aTag, p->aBuf + pgsz - 24, 16);
   rc = tdeOpenPage(p, p->aBuf, pgsz, pgno, &vNoKey);
-  if( rc==SQLITE_IOERR_AUTH && tdeMainHookPageRescue(p, pgno, pgsz, p->aBuf, aTag)==SQLITE_OK ){
+  if( rc==SQLITE_IOERR_AUTH && tdeMainRescuePage(p, pgno, pgsz, p->aBuf, aTag)==SQLITE_OK ){
     rc = SQLITE_OK;
   }
   /* Page 1 on the first try may be read at a stale page size: the caller
@@ -816,10 +816,10 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
   }
   rc = tdeMainEnsureKeys(p, 1);
   if( rc ) return rc;
-  if( !p->bCkpt && !p->bInCkpt && tdeMapActive(p) ){
-    /* Not a checkpoint's copy (rollback-journal mode): no page map from
-    ** now on (docs/FORMAT.md "Writes outside the WAL"). */
-    rc = tdeMapDrop(p);
+  if( !p->bCkpt && !p->bInCkpt ){
+    /* Not a checkpoint's copy (rollback-journal mode): hooks.c, the page
+    ** map is dropped (docs/FORMAT.md "Writes outside the WAL"). */
+    rc = tdeMainHookWriteOutsideWal(p);
     if( rc ) return rc;
   }
   if( !p->bTxnBase ){
@@ -1274,14 +1274,10 @@ static int tdeShmMap(sqlite3_file *pFile, int iPg, int pgsz, int bExtend, void v
 }
 static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   TdeFile *p = (TdeFile*)pFile;
-  TdeWalEnd syncEnd;          /* the WAL index as this writer leaves it (standby sync mode) */
-  int bSyncWait = 0, rc;
-  if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->eKind==TDE_KIND_MAIN && p->shipEnd.bKnown ){
-    tdeShmHeaderEnd(p->pShm0, &syncEnd);
-    bSyncWait = syncEnd.bKnown && (syncEnd.mxFrame!=p->shipEnd.mxFrame || memcmp(syncEnd.aSalt, p->shipEnd.aSalt, 8));
-  }
-  /* End of a WAL write transaction (hooks.c: the anchor). */
-  if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->pKeys ) tdeMainHookWriteEnd(p, 1);
+  int rc;
+  /* End of a WAL write transaction (hooks.c: the anchor, the standby's
+  ** sync wait, which waits once the lock is released: xWalLock). */
+  if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) ) tdeMainHookWriteEnd(p, 1);
   rc = p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
   /* The read mark this connection reads under (WAL_READ_LOCK(k) is slot
   ** 3 + k): the page map's bound (tdeMainReadBound). */
@@ -1311,21 +1307,17 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
       p->iReadSlot1 = 0;
     }
   }
-  /* A commit: in the standby's sync mode, return once it is acknowledged
-  ** (src/repl/sync.c; no shipper in sync mode: at most one failed open per
-  ** TDE_SYNC_RECHECK_US). */
-  if( rc==SQLITE_OK && bSyncWait ) tdeReplSyncWait(p->zName, &syncEnd, &p->syncNoFileUntil);
   if( rc==SQLITE_OK && offset<=1 && offset+n>1 && (flags & SQLITE_SHM_EXCLUSIVE) ){
     p->bCkpt = (flags & SQLITE_SHM_LOCK)!=0;   /* WAL_CKPT_LOCK is slot 1 */
     p->bCkptValid = 0;
     p->bTxnBase = 0;    /* a checkpoint's writes are a transaction of their own */
   }
-  /* WAL write lock taken: remember what is committed, for the standby
-  ** hook (the WAL index changes before a restart or truncation). */
+  /* WAL write lock taken or released (hooks.c: the standby remembers what
+  ** is committed, as the WAL index changes before a restart or truncation;
+  ** after a commit, in its sync mode, returns once it is acknowledged). */
   if( rc==SQLITE_OK && offset==0 && (flags & SQLITE_SHM_EXCLUSIVE) && p->eKind==TDE_KIND_MAIN ){
     p->bWalWrite = (flags & SQLITE_SHM_LOCK)!=0;
-    if( flags & SQLITE_SHM_LOCK ) tdeShmHeaderEnd(p->pShm0, &p->shipEnd);
-    else p->shipEnd.bKnown = 0;
+    tdeMainHookWalLock(p, p->bWalWrite);
     tdeWalLockChanged(p->pWalFile);
   }
   /* The writer takes every read mark but slot 0's only to restart the log
@@ -1364,19 +1356,11 @@ static int tdeShmUnmap(sqlite3_file *pFile, int deleteFlag){
     memcpy(&p->walIndexEnd, (const void*)((const volatile uint8_t*)p->pShm0 + 16), 4);
     p->bWalIndexEnd = 1;
   }
-  if( deleteFlag && p->eKind==TDE_KIND_MAIN && p->pShm0 && p->zName ){
-    /* Last connection closing (it holds the exclusive lock): the WAL is
-    ** deleted next.  Save frames a shipper has not captured (standby). */
-    char *zWal = sqlite3_mprintf("%s-wal", p->zName);
-    int fd = zWal ? open(zWal, O_RDONLY | O_CLOEXEC) : -1;
-    if( fd>=0 ){
-      TdeRawSrc wal = { 0, fd }, hdr = { p->pReal, -1 };
-      TdeWalEnd end;
-      tdeShmHeaderEnd(p->pShm0, &end);
-      tdeShipHook(p->zName, &wal, &end, 1, &hdr, TDE_CAPTURE_CLOSE, 0);
-      close(fd);
-    }
-    sqlite3_free(zWal);
+  if( deleteFlag && p->eKind==TDE_KIND_MAIN && p->pShm0 && p->pWalFile ){
+    /* Last connection closing (it holds the exclusive lock): the WAL, still
+    ** open below, is deleted next (hooks.c: the standby saves the frames a
+    ** shipper has not captured). */
+    tdeMainHookWalEnd(p, p->pWalFile->pReal, TDE_CAPTURE_CLOSE, 0, 1);
   }
   p->pShm0 = 0;
   return REALFILE(pFile)->pMethods->xShmUnmap(REALFILE(pFile), deleteFlag);

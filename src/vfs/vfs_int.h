@@ -16,10 +16,13 @@
 **   upgrade.c    format version 1 -> 2;
 **   keyops.c     the generic header writer (rotation, migration, epoch and
 **                freshness updates): writes the header region only;
-**   page1.c      page 1 kept per handle, and the page-size probe;
+**   page1.c      page 1 kept per handle, the page-size probe, and the
+**                rescue stage (the one place xPageRescue is raised);
 **   header_io.c  the header region on disk: its one reader (read, pick,
 **                unwrap, verify) and its one writer (slot not in force,
 **                sync, switch); keys/header.c is the byte codec;
+**   capture.c    the standby's capture and sync wait, as hooks (raised
+**                through hooks.c; calls only repl/);
 **   hooks.c      the list of a main database's feature hooks (TdeMainHook)
 **                and their dispatchers: calls only through the pointers;
 **   fileio.c     the lowest layer: raw reads, scratch, result codes, the
@@ -27,7 +30,7 @@
 ** Calls between these files go down one order, checked by
 ** scripts/callgraph.py (no circle):
 **   api, status -> vfs -> anchor -> wal, journal, blockfile -> pagemap
-**   -> rekey -> upgrade -> keyops -> page1 -> dek -> header_io -> hooks,
+**   -> rekey -> upgrade -> keyops -> page1 -> dek -> header_io, capture -> hooks,
 **   fileio.
 ** A feature below its caller that must tell one above it (the rekey's
 ** finish asking the anchor for a record under the key it keeps) raises a
@@ -192,6 +195,8 @@ struct TdeFile {
   uint64_t standbyDev, standbyIno; /* main, standby copy: the file opened (a base copy replaces it) */
   TdeWalEnd shipEnd;          /* main: WAL index end when this connection last took
                               ** the WAL write lock (standby hook, repl/spool.c) */
+  TdeWalEnd syncEnd;          /* main: the end this connection's commit left, while
+                              ** its sync wait is due (capture.c) */
   /* main, WAL mode: while this connection checkpoints, the last frame page
   ** it read, so the checkpoint's write of that page can store the frame's
   ** ciphertext (a valid page as it is) instead of sealing it again. */
@@ -400,6 +405,11 @@ void tdePage1Free(TdeFile *p);
 ** can use (then the rescue hook).  SQLITE_OK (p->pgsz set),
 ** SQLITE_IOERR_SHORT_READ (no whole page yet), SQLITE_IOERR_AUTH (logged). */
 int tdeMainDiscoverPgsz(TdeFile *p);
+/* page1.c: the rescue stage, the one place xPageRescue is raised from: a
+** page that failed to open (counted) looked for through the hook; SQLITE_OK
+** (aOut authentic, aTag its stored tag, the failure uncounted) or
+** SQLITE_IOERR_AUTH (still counted). */
+int tdeMainRescuePage(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]);
 
 /* Temporary files (blockfile.c) */
 int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst);
@@ -452,8 +462,29 @@ int tdeMainFreshnessUpdate(TdeFile *pMain, TdeHeaderEdit xEdit, void *pArg);
 **                  authentic copy in aOut and its stored tag in aTag (the
 **                  caller's later checks, the page map's, still run), else
 **                  SQLITE_IOERR_AUTH, nothing counted.
-** Dispatchers stop at the first error (xLoaded, xBeforeKeyDrop) or the
-** first rescue.
+**   xWalLock       SQLite's WAL write lock taken (bLock 1) or released
+**                  (bLock 0) by this connection, after the fact (tdeShmLock);
+**   xWalEnd        the WAL (pWal: its file in the VFS below) is about to be
+**                  restarted with header aNewHdr or truncated (eWhy,
+**                  TDE_CAPTURE_*; wal.c), or, bUnmap, deleted after the last
+**                  connection unmaps the WAL index (tdeShmUnmap).
+**   xPageCheck     a database page a read is about to return, rescued or
+**                  not, its stored tag aTag (tdeMainCheckPage, under a
+**                  lock): SQLITE_OK to serve it; SQLITE_NOTFOUND when the
+**                  feature's record names another tag (the pipeline looks
+**                  for it as the reader's newest WAL frame of the page,
+**                  reads the header again once, asks again, and last with
+**                  bLast, when the feature refuses: logged, counted, an
+**                  error); else an error;
+**   xWriteOutsideWal  pages are about to be written outside the WAL (the
+**                  main file's xWrite, not a checkpoint's copy), under the
+**                  write lock: an error fails the write;
+**   xWalFold       a WAL generation ends (restart, truncation, deletion;
+**                  wal.c), under the write or EXCLUSIVE lock: its committed
+**                  frames' pages aPgno and 8-byte tags aTag in order, nDb
+**                  the size its last commit records (0: no frame).
+** Dispatchers stop at the first error (xLoaded, xBeforeKeyDrop,
+** xPageCheck, xWriteOutsideWal, xWalFold) or the first rescue.
 */
 typedef struct TdeMainHook {
   const char *zName;
@@ -462,14 +493,26 @@ typedef struct TdeMainHook {
   void (*xWriteEnd)(TdeFile *pMain, int bWal);
   int  (*xBeforeKeyDrop)(TdeFile *pMain);
   int  (*xPageRescue)(TdeFile *pMain, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]);
+  void (*xWalLock)(TdeFile *pMain, int bLock);
+  void (*xWalEnd)(TdeFile *pMain, sqlite3_file *pWal, int eWhy, const uint8_t *aNewHdr, int bUnmap);
+  int  (*xPageCheck)(TdeFile *pMain, uint32_t pgno, const uint8_t aTag[16], int bLast);
+  int  (*xWriteOutsideWal)(TdeFile *pMain);
+  int  (*xWalFold)(TdeFile *pMain, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb);
 } TdeMainHook;
+extern const TdeMainHook tdeMapHook;      /* pagemap.c */
 extern const TdeMainHook tdeAnchorHook;   /* anchor.c */
 extern const TdeMainHook tdeRekeyHook;    /* rekey.c */
+extern const TdeMainHook tdeCaptureHook;  /* capture.c */
 int tdeMainHookLoaded(TdeFile *pMain, int bNew);
 void tdeMainHookWriteLock(TdeFile *pMain);
 void tdeMainHookWriteEnd(TdeFile *pMain, int bWal);
 int tdeMainHookBeforeKeyDrop(TdeFile *pMain);
 int tdeMainHookPageRescue(TdeFile *pMain, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]);
+void tdeMainHookWalLock(TdeFile *pMain, int bLock);
+void tdeMainHookWalEnd(TdeFile *pMain, sqlite3_file *pWal, int eWhy, const uint8_t *aNewHdr, int bUnmap);
+int tdeMainHookPageCheck(TdeFile *pMain, uint32_t pgno, const uint8_t aTag[16], int bLast);
+int tdeMainHookWriteOutsideWal(TdeFile *pMain);
+int tdeMainHookWalFold(TdeFile *pMain, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb);
 
 /* anchor.c: the external freshness anchor (its hooks: tdeAnchorHook). */
 /* For tde_status: anchor kind ("off", "file", "pkcs11", "off (format
@@ -477,16 +520,10 @@ int tdeMainHookPageRescue(TdeFile *pMain, uint32_t pgno, uint32_t pgsz, uint8_t 
 ** record this connection read or wrote (0: none). */
 int tdeMainAnchorInfo(TdeFile *pMain, const char **pzKind, uint64_t *pA, int64_t *pt);
 
-/* pagemap.c (docs/FORMAT.md "Page rollback: the page map").  Check: OK,
-** SQLITE_NOTFOUND (the tag differs from the map's: try the WAL, then
-** tdeMapRefusePage), or an error (map missing or not the header's: logged).
-** Fold: the committed frames of a generation ending (restart, truncation,
-** deletion), under the write or EXCLUSIVE lock.  Drop: a write outside
-** the WAL follows. */
+/* pagemap.c (docs/FORMAT.md "Page rollback: the page map"; its check and
+** fold only through its hooks, tdeMapHook).  Drop: a write outside the
+** WAL follows (journal.c, a fold whose end is unknown, tde_db_remap). */
 int tdeMapActive(TdeFile *p);
-int tdeMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag);
-int tdeMapRefusePage(TdeFile *p, uint32_t pgno);
-int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb);
 int tdeMapDrop(TdeFile *p);
 void tdeMapFree(TdeFile *p);
 /* anchor.c: set p->mBypass from the URI parameter tde_bypass of a main

@@ -75,19 +75,11 @@ static TdeHmac *walKey(TdeFile *p, uint32_t v){
   return d ? d->pWalHmac : 0;
 }
 
-/* Standby hook (repl/spool.c): before the WAL is restarted or truncated,
-** save the committed frames a shipper has not captured yet.  Raw bytes
-** only; a no-op (one access()) when the database is not shipped. */
+/* Before the WAL is restarted or truncated (hooks.c: the standby saves
+** the committed frames a shipper has not captured yet, capture.c).  Never
+** fails the write. */
 static void walShipHook(TdeFile *p, int eWhy, const uint8_t *aNewHdr){
-  TdeRawSrc wal = { p->pReal, -1 }, hdr = { 0, -1 };
-  TdeWalEnd aEnd[2];
-  if( !p->pMain || !p->pMain->zName ) return;
-  hdr.pFile = p->pMain->pReal;
-  tdeShmHeaderEnd(p->pMain->pShm0, &aEnd[0]);
-  aEnd[1] = p->pMain->shipEnd;
-  /* Never fails the write: a spool it cannot use is logged and the
-  ** shipper records a GAP (see tdeShipHook). */
-  (void)tdeShipHook(p->pMain->zName, &wal, aEnd, 2, &hdr, eWhy, aNewHdr);
+  if( p->pMain ) tdeMainHookWalEnd(p->pMain, p->pReal, eWhy, aNewHdr, 0);
 }
 
 void tdeWalFree(TdeFile *p){
@@ -2006,7 +1998,7 @@ int tdeWalFoldMapTo(TdeFile *p, uint32_t bound){
     if( rc ) goto done;
     nDb = tdeGet32(aFh+4);
   }
-  rc = tdeMapFold(p->pMain, aPgno, aTag, n, nDb);
+  rc = tdeMainHookWalFold(p->pMain, aPgno, aTag, n, nDb);   /* the page map (hooks.c) */
   if( rc==SQLITE_OK && n ){
     p->wal.bFolded = 1;
     p->wal.iFoldEnd = n;
