@@ -341,6 +341,21 @@ int tdeTlsServer(const TdeReplCfg *p, TdeConn *c, char *zWhy, size_t nWhy);
 ** repl_sync_timeout_ms the configuration accepts (tls.c). */
 #define TDE_SYNC_MAX_WAIT_MS 600000u
 void tdeReplSyncWait(const char *zDb, const TdeWalEnd *pMine, uint64_t *pNoFileUntil);
+
+/* The replication state of one main database handle of the shim, set and
+** read by the shim's replication hooks (vfs/vfs.c: the standby copy's
+** open, reads and write refusal, tdeShmLock's capture and sync wait;
+** vfs/wal.c: the capture before a restart). */
+typedef struct TdeReplFile {
+  int bStandby;               /* a standby copy (DB-tdestandby exists): read-only,
+                              ** page 1 shown in rollback mode (repl/standby.c) */
+  uint64_t standbyDev, standbyIno; /* standby copy: the file opened (a base copy replaces it) */
+  TdeWalEnd shipEnd;          /* WAL index end when this connection last took
+                              ** the WAL write lock (standby hook, repl/spool.c) */
+  TdeWalEnd syncEnd;          /* the end this connection's commit left, while
+                              ** its sync wait is due (vfs/capture.c) */
+  uint64_t syncNoFileUntil;   /* no DB-tdeship-sync before this monotonic time (repl/sync.c) */
+} TdeReplFile;
 int tdeSyncCovers(const uint8_t *aAckSalt, uint32_t ackLast, const uint8_t *aSalt, uint32_t mxFrame);
 /* Shipper: create DB-tdeship-sync; publish the acknowledged position; remove. */
 int tdeSyncCreate(const char *zDb, uint32_t timeoutMs, int *pFd);

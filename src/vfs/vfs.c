@@ -51,6 +51,7 @@ static void tdeShmBarrier(sqlite3_file*);
 static int tdeShmUnmap(sqlite3_file*, int deleteFlag);
 static int tdeFetch(sqlite3_file*, sqlite3_int64 iOfst, int iAmt, void **pp);
 static int tdeUnfetch(sqlite3_file*, sqlite3_int64 iOfst, void *p);
+static void tdeKindFree(TdeFile *p);
 
 static int tdeVfsOpen(sqlite3_vfs*, const char *, sqlite3_file*, int, int*);
 static int tdeVfsDelete(sqlite3_vfs*, const char *zName, int syncDir);
@@ -949,13 +950,16 @@ static int tdeClose(sqlite3_file *pFile){
     if( rc==SQLITE_OK ) rc = rc2;
   }
   tdeCiphersFree(p);
-  tdeMapFree(p);
-  tdeKeysFree(p->pKeys);
-  p->pKeys = 0;
-  tdePage1Free(p);
-  if( p->aCkptPlain ){ tdeWipe(p->aCkptPlain, TDE_MAX_PAGE); sqlite3_free(p->aCkptPlain); p->aCkptPlain = 0; }
-  sqlite3_free(p->aCkptCipher);
-  p->aCkptCipher = 0;
+  if( p->eKind==TDE_KIND_MAIN ){
+    tdeMapFree(p);
+    tdeKeysFree(p->pKeys);
+    p->pKeys = 0;
+    tdePage1Free(p);
+    if( p->aCkptPlain ){ tdeWipe(p->aCkptPlain, TDE_MAX_PAGE); sqlite3_free(p->aCkptPlain); p->aCkptPlain = 0; }
+    sqlite3_free(p->aCkptCipher);
+    p->aCkptCipher = 0;
+  }
+  tdeKindFree(p);
   if( p->aBuf ){
     tdeWipe(p->aBuf, TDE_MAX_PAGE + 2*(TDE_BLOCK_MAX + TDE_TRAILER_SIZE) + 64);
     sqlite3_free(p->aBuf);
@@ -1150,12 +1154,12 @@ static int tdeMainLockCheck(TdeFile *p){
 static int tdeLock(sqlite3_file *pFile, int eLock){
   TdeFile *p = (TdeFile*)pFile;
   int rc;
-  if( p->bReserveDue && eLock==SQLITE_LOCK_SHARED ){
+  if( p->eKind==TDE_KIND_MAIN && p->bReserveDue && eLock==SQLITE_LOCK_SHARED ){
     rc = tdeMainRequestReserve(p);
     if( rc ) return rc;
   }
   rc = p->pReal->pMethods->xLock(p->pReal, eLock);
-  if( rc==SQLITE_OK ) p->eLockHeld = eLock;
+  if( rc==SQLITE_OK && p->eKind==TDE_KIND_MAIN ) p->eLockHeld = eLock;
   /* A write transaction starts: seal with the newest data key (another
   ** process may have begun a rekey).  Once per lock session: from RESERVED
   ** to EXCLUSIVE no other connection can update the header (header
@@ -1178,12 +1182,15 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
   return rc;
 }
 static int tdeUnlock(sqlite3_file *pFile, int eLock){
-  ((TdeFile*)pFile)->bTxnBase = 0;
-  /* End of a rollback-mode write transaction (hooks.c: the anchor). */
-  if( eLock<=SQLITE_LOCK_SHARED && ((TdeFile*)pFile)->pKeys ) tdeMainHookWriteEnd((TdeFile*)pFile, 0);
-  if( eLock<SQLITE_LOCK_RESERVED ) ((TdeFile*)pFile)->bLockChecked = 0;
-  ((TdeFile*)pFile)->eLockHeld = eLock;
-  return REALFILE(pFile)->pMethods->xUnlock(REALFILE(pFile), eLock);
+  TdeFile *p = (TdeFile*)pFile;
+  if( p->eKind==TDE_KIND_MAIN ){
+    p->bTxnBase = 0;
+    /* End of a rollback-mode write transaction (hooks.c: the anchor). */
+    if( eLock<=SQLITE_LOCK_SHARED && p->pKeys ) tdeMainHookWriteEnd(p, 0);
+    if( eLock<SQLITE_LOCK_RESERVED ) p->bLockChecked = 0;
+    p->eLockHeld = eLock;
+  }
+  return p->pReal->pMethods->xUnlock(p->pReal, eLock);
 }
 static int tdeCheckReservedLock(sqlite3_file *pFile, int *pResOut){
   return REALFILE(pFile)->pMethods->xCheckReservedLock(REALFILE(pFile), pResOut);
@@ -1202,7 +1209,7 @@ static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
       break;
     case SQLITE_FCNTL_PRAGMA: {
       char **azArg = (char**)pArg;
-      if( p->bReserveDue ){
+      if( p->eKind==TDE_KIND_MAIN && p->bReserveDue ){
         rc = tdeMainRequestReserve(p);
         if( rc ) return rc;
       }
@@ -1232,7 +1239,7 @@ static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
     case SQLITE_FCNTL_COMMIT_PHASETWO:
       /* Committed (also with locking_mode=EXCLUSIVE, which keeps the lock):
       ** the next write starts from the new committed size. */
-      p->bTxnBase = 0;
+      if( p->eKind==TDE_KIND_MAIN ) p->bTxnBase = 0;
       break;
     case SQLITE_FCNTL_MMAP_SIZE:
       /* Never map encrypted files: SQLite would read ciphertext. */
@@ -1269,12 +1276,15 @@ static int tdeShmMap(sqlite3_file *pFile, int iPg, int pgsz, int bExtend, void v
   TdeFile *p = (TdeFile*)pFile;
   int rc = p->pReal->pMethods->xShmMap(p->pReal, iPg, pgsz, bExtend, pp);
   /* Remember where SQLite's WAL index header is, for tde_verify. */
-  if( rc==SQLITE_OK && iPg==0 ){ p->pShm0 = *pp; p->bWalIndexEnd = 0; }
+  if( rc==SQLITE_OK && iPg==0 && p->eKind==TDE_KIND_MAIN ){ p->pShm0 = *pp; p->bWalIndexEnd = 0; }
   return rc;
 }
 static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   TdeFile *p = (TdeFile*)pFile;
   int rc;
+  /* SQLite maps a WAL index only for a database file (never a WAL, a journal
+  ** or a temp file): other kinds have no state here. */
+  if( p->eKind!=TDE_KIND_MAIN ) return p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
   /* End of a WAL write transaction (hooks.c: the anchor, the standby's
   ** sync wait, which waits once the lock is released: xWalLock). */
   if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) ) tdeMainHookWriteEnd(p, 1);
@@ -1351,6 +1361,7 @@ static void tdeShmBarrier(sqlite3_file *pFile){
 }
 static int tdeShmUnmap(sqlite3_file *pFile, int deleteFlag){
   TdeFile *p = (TdeFile*)pFile;
+  if( p->eKind!=TDE_KIND_MAIN ) return p->pReal->pMethods->xShmUnmap(p->pReal, deleteFlag);
   if( deleteFlag && p->eKind==TDE_KIND_MAIN && p->pShm0 ){
     /* The log's end for the page map's fold at its deletion, next. */
     memcpy(&p->walIndexEnd, (const void*)((const volatile uint8_t*)p->pShm0 + 16), 4);
@@ -1517,6 +1528,41 @@ static int tdeOpenMain(TdeFile *p, const char *zName){
   return SQLITE_OK;
 }
 
+/* What only p's kind has (pDb, pWal, pBlk), allocated zeroed before the
+** open below; SQLITE_NOMEM leaves nothing allocated.  tdeKindFree frees it
+** at the close or a failed open, after each kind freed what it points to. */
+static int tdeKindAlloc(TdeFile *p){
+  switch( p->eKind ){
+    case TDE_KIND_MAIN:
+      p->pDb = sqlite3_malloc(sizeof(*p->pDb));
+      if( !p->pDb ) return SQLITE_NOMEM;
+      memset(p->pDb, 0, sizeof(*p->pDb));
+      break;
+    case TDE_KIND_WAL:
+      p->pWal = sqlite3_malloc(sizeof(*p->pWal));
+      if( !p->pWal ) return SQLITE_NOMEM;
+      memset(p->pWal, 0, sizeof(*p->pWal));
+      break;
+    case TDE_KIND_TEMP:
+      p->pBlk = sqlite3_malloc(sizeof(*p->pBlk));
+      if( !p->pBlk ) return SQLITE_NOMEM;
+      memset(p->pBlk, 0, sizeof(*p->pBlk));
+      p->nBlock = TDE_BLOCK_TEMP;
+      break;
+    default:
+      break;
+  }
+  return SQLITE_OK;
+}
+static void tdeKindFree(TdeFile *p){
+  sqlite3_free(p->pDb);
+  p->pDb = 0;
+  sqlite3_free(p->pWal);
+  p->pWal = 0;
+  sqlite3_free(p->pBlk);
+  p->pBlk = 0;
+}
+
 /* A failed open: a main database file it created goes, the file below is
 ** closed, and whatever the per-kind setup allocated is freed. */
 static void tdeOpenUndo(TdeFile *p, sqlite3_vfs *pOrig, const char *zName, int bExisted){
@@ -1537,8 +1583,11 @@ static void tdeOpenUndo(TdeFile *p, sqlite3_vfs *pOrig, const char *zName, int b
   tdeWalFree(p);
   tdeJournalFree(p);
   tdeCiphersFree(p);
-  tdeKeysFree(p->pKeys);
-  p->pKeys = 0;
+  if( p->eKind==TDE_KIND_MAIN ){
+    tdeKeysFree(p->pKeys);
+    p->pKeys = 0;
+  }
+  tdeKindFree(p);
 }
 
 /*
@@ -1562,14 +1611,18 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   p->eKind = tdeKindOf(flags, zName);
   p->openFlags = flags;
   p->zName = zName;
-  p->nBlock = TDE_BLOCK_TEMP;
+  rc = tdeKindAlloc(p);
+  if( rc ) goto fail;
   if( p->eKind==TDE_KIND_MAIN && zName ){
     rc = pOrig->xAccess(pOrig, zName, SQLITE_ACCESS_EXISTS, &bExisted);
     if( rc ) bExisted = 1;
     bStat0 = tdeStandbyStat(zName, &dev0, &ino0);
   }
   rc = pOrig->xOpen(pOrig, zName, p->pReal, flags, &outFlags);
-  if( rc ) goto fail;
+  if( rc ){
+    tdeKindFree(p);
+    goto fail;
+  }
   if( p->eKind==TDE_KIND_MAIN && zName ){
     rc = tdeOpenStandbyCopy(p, zName, bStat0, dev0, ino0, &outFlags, &bReplaced);
   }

@@ -162,33 +162,141 @@ typedef struct TdeWal {
 } TdeWal;
 
 typedef struct TdeFile TdeFile;
+
+/* Block files (blockfile.c): temp, transient and statement files. */
+typedef struct TdeBlockFile {
+  uint32_t nBlock;            /* plaintext bytes per block */
+  int bSized;                 /* nBlock fixed by the first write */
+  /* the block written last while SQLite is still inside it, as plaintext
+  ** not yet sealed (blockfile.c, "the held block"): aHeld (nBlock bytes,
+  ** sqlite3_malloc'd, zero beyond nHeld, wiped when dropped), its number
+  ** and logical length; bHeld 0: none. */
+  uint8_t *aHeld;
+  int bHeld;
+  sqlite3_int64 iHeld;
+  uint32_t nHeld;
+} TdeBlockFile;
+
+/* main, WAL mode: while this connection checkpoints, the last frame page
+** it read, so the checkpoint's write of that page can store the frame's
+** ciphertext (a valid page as it is) instead of sealing it again (wal.c
+** walCkptRemember fills it, vfs.c tdeMainWrite uses it). */
+typedef struct TdeCkptCopy {
+  int bHeld;                  /* this connection holds the checkpoint lock */
+  int bInCkpt;                /* SQLite is inside a checkpoint (SQLITE_FCNTL_CKPT_START .. CKPT_DONE) */
+  int bValid;
+  uint32_t pgno, pgsz;
+  uint8_t *aPlain, *aCipher;  /* TDE_MAX_PAGE each, heap */
+} TdeCkptCopy;
+
+/* main, version 2: the page map's state per connection (pagemap.c; the
+** WAL index side kept by vfs.c tdeShmLock/tdeShmUnmap, the sync side by
+** wal.c): the map as last loaded (its own struct: tags, slots, the path
+** of DB-tdemap while open), the WAL index read-lock slot this connection
+** holds plus one (0: none), whether it holds the WAL write lock, and the
+** index's salts at its last read lock.  bWalIndexEnd/walIndexEnd: the WAL
+** index's last frame when SQLite unmapped it to delete the log (the fold
+** at deletion goes no further: frames past it, of a commit whose sync
+** failed, were never part of the log); bWalSyncFailed: a WAL sync failed
+** in this generation (without a shared index the fold then drops the map
+** rather than trust the chain's end). */
+typedef struct TdeMapConn {
+  struct TdeMap *pMap;
+  int iReadSlot1;
+  int bWalWrite;
+  uint8_t aShmSalt[8];
+  int bWalIndexEnd;
+  uint32_t walIndexEnd;
+  int bWalSyncFailed;
+} TdeMapConn;
+
+/* What only a main database file has (TdeFile.pDb, allocated at its open). */
+typedef struct TdeMainFile {
+  TdeDbKeys *pKeys;           /* owned; NULL until loaded */
+  uint32_t pgsz;              /* page size last seen, 0 if unknown */
+  void volatile *pShm0;       /* SQLite's WAL index region 0, if mapped */
+  TdeReplFile repl;           /* standby copy and shipping (repl/repl.h) */
+  TdeCkptCopy ckpt;           /* the checkpoint's copy of a frame page */
+  TdeMapConn map;             /* the page map (pagemap.c) */
+  /* the database size (pages) committed before this connection's current
+  ** write to the file began, read from the authenticated page 1 on disk at
+  ** the first write; an all-zero page beyond it is a page SQLite never
+  ** wrote (a spilled transaction extended the file past it). */
+  int bTxnBase;
+  uint32_t nTxnBase;
+  /* the registry of open main files (tdeMainFind), which finds the main
+  ** file of a journal or WAL under any stack of VFSes above tde. */
+  TdeFile *pNextMain;
+  TdeFile *pWalFile;          /* its open WAL, if any (set by the WAL) */
+  /* where SQLite keeps the connection that uses the file
+  ** (SQLITE_FCNTL_PDB hands the address of its b-tree's connection field,
+  ** which SQLite points at whichever connection holds the b-tree at the
+  ** time: with shared cache that changes), and whether the reserved bytes
+  ** of a new database are still to be requested (vfs.c,
+  ** tdeMainRequestReserve; cleared by the auto-extension, api.c). */
+  sqlite3 **ppDb;
+  int bReserveDue;
+  /* page 1 as last authenticated by this handle, and the trailer stored
+  ** with it (page1.c); nPage1 = its page size, 0 if none. */
+  uint8_t *aPage1;
+  uint32_t nPage1, nPage1Alloc;
+  uint8_t aPage1Trailer[TDE_TRAILER_SIZE];
+  /* version 2: the binding id J of the rollback journal in progress
+  ** (journal.c), put into IV bits 95..64 of every page this handle seals
+  ** (tdeSeal); 0 when there is none. */
+  uint32_t jrnlBind;
+  /* both header slots' SHA-256 fields as the last lock-time header check
+  ** saw them (vfs.c tdeMainLockCheck); bHdrSums 0 if none.  Every header
+  ** update changes them.  bLockChecked: done at RESERVED in this lock
+  ** session (EXCLUSIVE then needs no second check). */
+  int bHdrSums;
+  uint8_t aHdrSums[64];
+  int bLockChecked;
+  /* the lock level SQLite holds through this handle (tdeLock / tdeUnlock);
+  ** NONE: a read now is outside any transaction. */
+  int eLockHeld;
+  /* a page showed the header region rolled back (dek.c tdeOpen): this
+  ** handle writes nothing more -- in particular no checkpoint of a stale
+  ** WAL at close -- so the refusal modifies nothing. */
+  int bHdrRolledBack;
+  /* the checks tde_db_remap / tde_db_reanchor switch off on their own
+  ** connection only (TDE_BYPASS_* bits, anchor.c tdeBypassFromUri). */
+  int mBypass;
+} TdeMainFile;
+
+/*
+** An open file of the shim.  The fields every kind uses, then one pointer
+** per kind to what only that kind has: allocated at the open of that kind
+** (pJrnl: at the journal's first use), freed at its close, NULL for every
+** other kind -- a wrong-kind access crashes rather than aliases.
+*/
 struct TdeFile {
   sqlite3_file base;          /* must be first */
   sqlite3_file *pReal;        /* the file below us; follows this struct */
   int eKind;                  /* TDE_KIND_* */
   int openFlags;
   const char *zName;          /* as SQLite passed it (may be NULL for temp) */
-  TdeDbKeys *pKeys;           /* main only: owned; NULL until loaded */
   int bReadOnly;
   TdePageCipher *pCipher;     /* this handle's own sealing session */
   TdePageCipher *apVer[TDE_MAX_VERSIONS];  /* opening pages of other versions */
   uint8_t dbid[TDE_DBID_BYTES];   /* binds pages/blocks to the database */
+  uint8_t *aBuf;              /* scratch: TDE_MAX_PAGE + 2 blocks */
+  TdeFile *pMain;             /* WAL, journal: their main file (closed after them) */
+  sqlite3_int64 nAuthFail;    /* pages/frames that failed authentication */
+  TdeMainFile *pDb;           /* main database only */
+  TdeWal *pWal;               /* WAL only */
+  struct TdeJrnl *pJrnl;      /* journal only: layout state (journal.c), NULL until used */
+  TdeBlockFile *pBlk;         /* temp files only */
+  /* ---- old layout, removed once every access goes through the pointers above */
+  TdeDbKeys *pKeys;           /* main only: owned; NULL until loaded */
   uint32_t pgsz;              /* main: page size last seen, 0 if unknown */
   uint32_t nBlock;            /* block files: plaintext bytes per block */
   int bBlockSized;            /* block files: nBlock fixed by the first write */
-  /* block files: the block written last while SQLite is still inside it,
-  ** as plaintext not yet sealed (blockfile.c, "the held block"): aHeld
-  ** (nBlock bytes, sqlite3_malloc'd, zero beyond nHeld, wiped when
-  ** dropped), its number and logical length; bHeld 0: none. */
   uint8_t *aHeld;
   int bHeld;
   sqlite3_int64 iHeld;
   uint32_t nHeld;
-  struct TdeJrnl *pJrnl;      /* journal: layout state (journal.c), NULL until used */
-  uint8_t *aBuf;              /* scratch: TDE_MAX_PAGE + 2 blocks */
   TdeWal wal;                 /* WAL only */
-  TdeFile *pMain;             /* WAL, journal: their main file (closed after them) */
-  sqlite3_int64 nAuthFail;    /* pages/frames that failed authentication */
   void volatile *pShm0;       /* main: SQLite's WAL index region 0, if mapped */
   int bStandby;               /* main: a standby copy (DB-tdestandby exists): read-only,
                               ** page 1 shown in rollback mode (repl/standby.c) */

@@ -2017,6 +2017,7 @@ int tdeWalFoldMapFile(TdeFile *pMain, const char *zWal){
   sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
   sqlite3_file *pFd;
   TdeFile w;
+  TdeWal wPart;               /* w's own part (TdeFile.pWal) */
   int outFlags = 0, bExists = 0, rc;
   if( !pMain->pKeys || pMain->pKeys->hdr.version<TDE_FORMAT_V2 || pMain->bStandby ) return SQLITE_OK;
   rc = pOrig->xAccess(pOrig, zWal, SQLITE_ACCESS_EXISTS, &bExists);
@@ -2027,6 +2028,8 @@ int tdeWalFoldMapFile(TdeFile *pMain, const char *zWal){
   rc = pOrig->xOpen(pOrig, zWal, pFd, SQLITE_OPEN_READONLY|SQLITE_OPEN_WAL, &outFlags);
   if( rc==SQLITE_OK ){
     memset(&w, 0, sizeof(w));
+    memset(&wPart, 0, sizeof(wPart));
+    w.pWal = &wPart;
     w.eKind = TDE_KIND_WAL;
     w.pReal = pFd;
     w.pMain = pMain;
