@@ -34,10 +34,10 @@
 */
 #include "vfs/vfs_int.h"
 
-#define BSIZE(p)   ((sqlite3_int64)(p)->nBlock)
+#define BSIZE(p)   ((sqlite3_int64)(p)->pBlk->nBlock)
 #define BLOCK_PAGE_MIN 1024    /* page-sized blocks: smallest and ... */
 #define BLOCK_PAGE_MAX 32768   /* ... largest (two stored blocks fit the scratch buffer) */
-#define BSTORED(p) ((sqlite3_int64)(p)->nBlock + TDE_TRAILER_SIZE)
+#define BSTORED(p) ((sqlite3_int64)(p)->pBlk->nBlock + TDE_TRAILER_SIZE)
 
 static void blockAad(TdeFile *p, sqlite3_int64 iBlock, uint8_t *aad){
   aad[0] = 'B';
@@ -124,14 +124,14 @@ static int blockStoreAt(TdeFile *p, sqlite3_int64 iBlock, const uint8_t *aPlain,
 /* The logical size: the file below's, or the held block's end if later. */
 static sqlite3_int64 blockSize(TdeFile *p, sqlite3_int64 phys){
   sqlite3_int64 n = blockLogicalSize(p, phys);
-  if( p->bHeld && p->iHeld*BSIZE(p) + p->nHeld > n ) n = p->iHeld*BSIZE(p) + p->nHeld;
+  if( p->pBlk->bHeld && p->pBlk->iHeld*BSIZE(p) + p->pBlk->nHeld > n ) n = p->pBlk->iHeld*BSIZE(p) + p->pBlk->nHeld;
   return n;
 }
 
 /* Forget the held block (its plaintext is wiped). */
 static void blockDrop(TdeFile *p){
-  if( p->bHeld ) tdeWipe(p->aHeld, BSIZE(p));
-  p->bHeld = 0;
+  if( p->pBlk->bHeld ) tdeWipe(p->pBlk->aHeld, BSIZE(p));
+  p->pBlk->bHeld = 0;
 }
 
 /*
@@ -141,8 +141,8 @@ static void blockDrop(TdeFile *p){
 */
 static int blockFlushAt(TdeFile *p, sqlite3_int64 *pPhys){
   int rc;
-  if( !p->bHeld ) return SQLITE_OK;
-  rc = blockStoreAt(p, p->iHeld, p->aHeld, p->nHeld, pPhys);
+  if( !p->pBlk->bHeld ) return SQLITE_OK;
+  rc = blockStoreAt(p, p->pBlk->iHeld, p->pBlk->aHeld, p->pBlk->nHeld, pPhys);
   if( rc ) return rc;
   blockDrop(p);
   return SQLITE_OK;
@@ -157,20 +157,20 @@ static int blockHold(TdeFile *p, sqlite3_int64 iBlock, uint32_t nExist, int bFre
                      sqlite3_int64 *pPhys){
   int rc = blockFlushAt(p, pPhys);
   if( rc ) return rc;
-  if( !p->aHeld ){
-    p->aHeld = sqlite3_malloc((int)BSIZE(p));
-    if( !p->aHeld ) return SQLITE_NOMEM;
+  if( !p->pBlk->aHeld ){
+    p->pBlk->aHeld = sqlite3_malloc((int)BSIZE(p));
+    if( !p->pBlk->aHeld ) return SQLITE_NOMEM;
   }
   if( bFresh ){
-    memset(p->aHeld, 0, BSIZE(p));
+    memset(p->pBlk->aHeld, 0, BSIZE(p));
   }else{
     uint32_t nLen;
-    rc = blockLoad(p, iBlock, *pPhys, p->aHeld, &nLen);
-    if( rc ){ tdeWipe(p->aHeld, BSIZE(p)); return rc; }
+    rc = blockLoad(p, iBlock, *pPhys, p->pBlk->aHeld, &nLen);
+    if( rc ){ tdeWipe(p->pBlk->aHeld, BSIZE(p)); return rc; }
   }
-  p->bHeld = 1;
-  p->iHeld = iBlock;
-  p->nHeld = nExist;
+  p->pBlk->bHeld = 1;
+  p->pBlk->iHeld = iBlock;
+  p->pBlk->nHeld = nExist;
   return SQLITE_OK;
 }
 
@@ -178,8 +178,8 @@ static int blockHold(TdeFile *p, sqlite3_int64 iBlock, uint32_t nExist, int bFre
 ** block's end seals it (SQLite has moved past it). */
 static int blockHeldPut(TdeFile *p, uint32_t iIn, const uint8_t *z, uint32_t n,
                         sqlite3_int64 *pPhys){
-  memcpy(p->aHeld + iIn, z, n);
-  if( iIn + n > p->nHeld ) p->nHeld = iIn + n;
+  memcpy(p->pBlk->aHeld + iIn, z, n);
+  if( iIn + n > p->pBlk->nHeld ) p->pBlk->nHeld = iIn + n;
   if( iIn + n==BSIZE(p) ) return blockFlushAt(p, pPhys);
   return SQLITE_OK;
 }
@@ -187,7 +187,7 @@ static int blockHeldPut(TdeFile *p, uint32_t iIn, const uint8_t *z, uint32_t n,
 int tdeBlockFlush(TdeFile *p){
   sqlite3_int64 phys = 0;
   int rc;
-  if( !p->bHeld ) return SQLITE_OK;
+  if( !p->pBlk->bHeld ) return SQLITE_OK;
   rc = tdeScratch(p);
   if( rc==SQLITE_OK ) rc = blockFlushAt(p, &phys);
   return rc;
@@ -197,8 +197,8 @@ int tdeBlockClose(TdeFile *p){
   int rc = SQLITE_OK;
   if( (p->openFlags & SQLITE_OPEN_DELETEONCLOSE)==0 ) rc = tdeBlockFlush(p);
   blockDrop(p);
-  sqlite3_free(p->aHeld);
-  p->aHeld = 0;
+  sqlite3_free(p->pBlk->aHeld);
+  p->pBlk->aHeld = 0;
   return rc;
 }
 
@@ -218,10 +218,10 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   sqlite3_int64 phys = 0, size;
   int nDone = 0;
   int rc;
-  if( p->bHeld && iOfst>=p->iHeld*BSIZE(p) && iOfst+iAmt<=(p->iHeld+1)*BSIZE(p)
-   && iOfst - p->iHeld*BSIZE(p) < p->nHeld ){
+  if( p->pBlk->bHeld && iOfst>=p->pBlk->iHeld*BSIZE(p) && iOfst+iAmt<=(p->pBlk->iHeld+1)*BSIZE(p)
+   && iOfst - p->pBlk->iHeld*BSIZE(p) < p->pBlk->nHeld ){
     /* All of it in the held block (as below: bytes past the end read as zero). */
-    memcpy(z, p->aHeld + (iOfst - p->iHeld*BSIZE(p)), (size_t)iAmt);
+    memcpy(z, p->pBlk->aHeld + (iOfst - p->pBlk->iHeld*BSIZE(p)), (size_t)iAmt);
     return SQLITE_OK;
   }
   rc = tdeScratch(p);
@@ -237,8 +237,8 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
     uint32_t n = BSIZE(p) - iIn, nLen;
     if( n > (uint32_t)(iAmt-nDone) ) n = (uint32_t)(iAmt-nDone);
     if( off>=size ) break;
-    if( p->bHeld && iBlock==p->iHeld ){
-      memcpy(z+nDone, p->aHeld+iIn, n);
+    if( p->pBlk->bHeld && iBlock==p->pBlk->iHeld ){
+      memcpy(z+nDone, p->pBlk->aHeld+iIn, n);
     }else{
       rc = blockLoad(p, iBlock, phys, aPlain, &nLen);
       if( rc ){ memset(z, 0, (size_t)iAmt); return rc==SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_READ : rc; }
@@ -265,11 +265,11 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
 ** journals, whose first write is a 512-byte header) keeps 4096.
 */
 static void blockChooseSize(TdeFile *p, int iAmt, sqlite3_int64 iOfst, sqlite3_int64 phys){
-  if( p->bBlockSized ) return;
-  p->bBlockSized = 1;
+  if( p->pBlk->bSized ) return;
+  p->pBlk->bSized = 1;
   if( phys==0 && (p->openFlags & SQLITE_OPEN_SUBJOURNAL)==0
    && iAmt>=BLOCK_PAGE_MIN && iAmt<=BLOCK_PAGE_MAX && (iAmt & (iAmt-1))==0 && iOfst%iAmt==0 ){
-    p->nBlock = (uint32_t)iAmt;
+    p->pBlk->nBlock = (uint32_t)iAmt;
   }
 }
 
@@ -280,8 +280,8 @@ static void blockChooseSize(TdeFile *p, int iAmt, sqlite3_int64 iOfst, sqlite3_i
 static int blockPadLast(TdeFile *p, sqlite3_int64 iLast, sqlite3_int64 *pPhys){
   uint32_t nLen;
   int rc;
-  if( p->bHeld && p->iHeld==iLast ){
-    p->nHeld = BSIZE(p);
+  if( p->pBlk->bHeld && p->pBlk->iHeld==iLast ){
+    p->pBlk->nHeld = BSIZE(p);
     return SQLITE_OK;
   }
   rc = blockLoad(p, iLast, *pPhys, p->aBuf, &nLen);
@@ -297,9 +297,9 @@ int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   int nDone = 0;
   int rc = tdeScratch(p);
   if( rc ) return rc;
-  if( p->bHeld && iOfst>=p->iHeld*BSIZE(p) && iOfst+iAmt<=(p->iHeld+1)*BSIZE(p) ){
+  if( p->pBlk->bHeld && iOfst>=p->pBlk->iHeld*BSIZE(p) && iOfst+iAmt<=(p->pBlk->iHeld+1)*BSIZE(p) ){
     /* All of it in the held block: no read, no seal, no system call. */
-    return blockHeldPut(p, (uint32_t)(iOfst - p->iHeld*BSIZE(p)), z, (uint32_t)iAmt, &phys);
+    return blockHeldPut(p, (uint32_t)(iOfst - p->pBlk->iHeld*BSIZE(p)), z, (uint32_t)iAmt, &phys);
   }
   rc = blockPhysSize(p, &phys);
   if( rc ) return rc;
@@ -322,7 +322,7 @@ int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
     if( n > (uint32_t)(iAmt-nDone) ) n = (uint32_t)(iAmt-nDone);
     nExist = iBlock<iLast ? BSIZE(p) : iBlock==iLast ? nLastLen : 0;
     nNew = iIn + n > nExist ? iIn + n : nExist;
-    if( p->bHeld && p->iHeld==iBlock ){
+    if( p->pBlk->bHeld && p->pBlk->iHeld==iBlock ){
       rc = blockHeldPut(p, iIn, z+nDone, n, &phys);
     }else if( n==BSIZE(p) ){
       /* A whole block (a temp database's page): sealed where it is. */
@@ -347,7 +347,7 @@ int tdeBlockTruncate(TdeFile *p, sqlite3_int64 size){
   uint32_t nLen, nKeep;
   int rc = tdeScratch(p);
   if( rc ) return rc;
-  if( p->bHeld && size<=p->iHeld*BSIZE(p) ){
+  if( p->pBlk->bHeld && size<=p->pBlk->iHeld*BSIZE(p) ){
     blockDrop(p);             /* cut away whole */
   }else{
     rc = blockFlushAt(p, &phys);

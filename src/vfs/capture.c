@@ -24,14 +24,14 @@
 static void captureWalLock(TdeFile *p, int bLock){
   if( p->eKind!=TDE_KIND_MAIN ) return;
   if( bLock ){
-    tdeShmHeaderEnd(p->pShm0, &p->shipEnd);
+    tdeShmHeaderEnd(p->pDb->pShm0, &p->pDb->repl.shipEnd);
     return;
   }
   /* No shipper in sync mode: at most one failed open per
   ** TDE_SYNC_RECHECK_US (repl/sync.c). */
-  if( p->syncEnd.bKnown ) tdeReplSyncWait(p->zName, &p->syncEnd, &p->syncNoFileUntil);
-  p->syncEnd.bKnown = 0;
-  p->shipEnd.bKnown = 0;
+  if( p->pDb->repl.syncEnd.bKnown ) tdeReplSyncWait(p->zName, &p->pDb->repl.syncEnd, &p->pDb->repl.syncNoFileUntil);
+  p->pDb->repl.syncEnd.bKnown = 0;
+  p->pDb->repl.shipEnd.bKnown = 0;
 }
 
 /* The WAL write lock is about to be released (bWal 1): the WAL index as
@@ -39,11 +39,11 @@ static void captureWalLock(TdeFile *p, int bLock){
 ** for once the lock is released. */
 static void captureWriteEnd(TdeFile *p, int bWal){
   TdeWalEnd end;
-  p->syncEnd.bKnown = 0;
-  if( !bWal || p->eKind!=TDE_KIND_MAIN || !p->shipEnd.bKnown ) return;
-  tdeShmHeaderEnd(p->pShm0, &end);
-  if( end.bKnown && (end.mxFrame!=p->shipEnd.mxFrame || memcmp(end.aSalt, p->shipEnd.aSalt, 8)) ){
-    p->syncEnd = end;
+  p->pDb->repl.syncEnd.bKnown = 0;
+  if( !bWal || p->eKind!=TDE_KIND_MAIN || !p->pDb->repl.shipEnd.bKnown ) return;
+  tdeShmHeaderEnd(p->pDb->pShm0, &end);
+  if( end.bKnown && (end.mxFrame!=p->pDb->repl.shipEnd.mxFrame || memcmp(end.aSalt, p->pDb->repl.shipEnd.aSalt, 8)) ){
+    p->pDb->repl.syncEnd = end;
   }
 }
 
@@ -58,8 +58,8 @@ static void captureWalEnd(TdeFile *p, sqlite3_file *pWal, int eWhy, const uint8_
   TdeRawSrc wal = { pWal, -1 }, hdr = { p->pReal, -1 };
   TdeWalEnd aEnd[2];
   if( !p->zName || !pWal ) return;
-  tdeShmHeaderEnd(p->pShm0, &aEnd[0]);
-  aEnd[1] = p->shipEnd;
+  tdeShmHeaderEnd(p->pDb->pShm0, &aEnd[0]);
+  aEnd[1] = p->pDb->repl.shipEnd;
   (void)tdeShipHook(p->zName, &wal, aEnd, bUnmap ? 1 : 2, &hdr, eWhy, aNewHdr);
 }
 
