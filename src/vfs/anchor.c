@@ -79,7 +79,7 @@ void tdeBypassFromUri(TdeFile *p, const char *zName){
   if( !z || strlen(z)!=32 ) return;
   pthread_mutex_lock(&bypassMutex);
   for(i=0; i<BYPASS_SLOTS; i++){
-    if( aBypass[i].zTok[0] && strcmp(aBypass[i].zTok, z)==0 ) p->mBypass = aBypass[i].mBypass;
+    if( aBypass[i].zTok[0] && strcmp(aBypass[i].zTok, z)==0 ) p->pDb->mBypass = aBypass[i].mBypass;
   }
   pthread_mutex_unlock(&bypassMutex);
 }
@@ -129,7 +129,7 @@ static void anchorPlace(TdeFile *p, char zOut[PATH_MAX]){
 ** update takes the place.  TDE_OK or the refusal (detail in tdeErr).
 */
 static int anchorPlaceCheck(TdeFile *p, int bNew){
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   char zPlace[PATH_MAX];
   uint8_t aDbid[TDE_DBID_BYTES];
   int bFound = 0, trc;
@@ -151,7 +151,7 @@ static int anchorPlaceCheck(TdeFile *p, int bNew){
 }
 
 static int anchorCheck(TdeFile *p, int bNew){
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   TdeAnchorRec rec;
   long long nIv = 0;
   char zDir[PATH_MAX];
@@ -161,7 +161,7 @@ static int anchorCheck(TdeFile *p, int bNew){
   trc = tdeConfigAnchor(k->pCfg, &eKind, zDir, sizeof(zDir), &nIv);
   if( trc ){ rc = tdeSqliteRc(trc); goto done; }
   if( eKind==TDE_ANCHOR_NONE ) return SQLITE_OK;
-  if( p->bStandby ){
+  if( p->pDb->repl.bStandby ){
     /* A standby copy's header follows its primary's only through what
     ** the standby applies; its freshness is the replication's (sequence
     ** and signature checks, no silent rewind), not the anchor's. */
@@ -177,7 +177,7 @@ static int anchorCheck(TdeFile *p, int bNew){
   }
   k->anchor.eKind = eKind;
   k->anchor.nInterval = nIv;
-  if( p->mBypass & TDE_BYPASS_ANCHOR ) return SQLITE_OK;
+  if( p->pDb->mBypass & TDE_BYPASS_ANCHOR ) return SQLITE_OK;
 
   trc = anchorPlaceCheck(p, bNew);
   for(int nTry=0; trc==TDE_OK && nTry<2; nTry++){
@@ -259,7 +259,7 @@ static int editAnchor(TdeFile *p, TdeHeader *h, void *pArg){
 ** pass (reanchor: the store's A), else 0.  SQLite rc, detail in tdeErr.
 */
 static int anchorUpdate(TdeFile *p, uint64_t floor){
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   TdeAnchorRec rec;
   const TdeDekVer *d;
   int rc, trc;
@@ -299,7 +299,7 @@ static int anchorUpdate(TdeFile *p, uint64_t floor){
 ** after a write lock (anchor.bWrite, set by anchorWriteLock), in WAL mode
 ** when the WAL write lock is released. */
 static void anchorWriteEnd(TdeFile *p, int bWal){
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   int64_t now;
   int rc;
   if( !k || !k->anchor.eKind || (!bWal && !k->anchor.bWrite) ) return;
@@ -330,10 +330,10 @@ static void anchorWriteEnd(TdeFile *p, int bWal){
 ** run it again once the store can be written).
 */
 static int anchorBeforeKeyDrop(TdeFile *p){
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   char zDetail[512];
   int rc;
-  if( !k || !k->anchor.eKind || (p->mBypass & TDE_BYPASS_ANCHOR) ) return SQLITE_OK;
+  if( !k || !k->anchor.eKind || (p->pDb->mBypass & TDE_BYPASS_ANCHOR) ) return SQLITE_OK;
   if( k->anchor.version==k->hdr.curVersion ) return SQLITE_OK;
   tdeErrClear();
   rc = anchorUpdate(p, 0);
@@ -350,7 +350,7 @@ static int anchorBeforeKeyDrop(TdeFile *p){
 /* A write lock taken on the main file (RESERVED, after its header
 ** check): the end of the transaction may update the anchor. */
 static void anchorWriteLock(TdeFile *p){
-  if( p->pKeys ) p->pKeys->anchor.bWrite = p->pKeys->anchor.eKind!=0;
+  if( p->pDb->pKeys ) p->pDb->pKeys->anchor.bWrite = p->pDb->pKeys->anchor.eKind!=0;
 }
 
 const TdeMainHook tdeAnchorHook = {
@@ -422,16 +422,16 @@ static int freshOpenForWrite(const char *zOp, const char *zDbPath, const char *z
 ** with the audit line zOp: zDetail, or the error when trc is not TDE_OK. */
 static void freshEndAudited(sqlite3 *db, const char *zOp, int trc, const char *zDetail){
   TdeFile *p = tdeMainOfDb(db, "main");
-  if( p && p->pKeys ){
+  if( p && p->pDb->pKeys ){
     TdeAuditRec r;
     tdeAuditInit(&r, zOp);
     r.bFailure = trc!=TDE_OK;
     r.zDbPath = sqlite3_db_filename(db, "main");
-    r.aDbid = p->pKeys->hdr.dbid;
-    r.zKeystore = p->pKeys->pKs ? p->pKeys->pKs->pMethods->zName : 0;
-    r.keyVersion = p->pKeys->hdr.curVersion;
+    r.aDbid = p->pDb->pKeys->hdr.dbid;
+    r.zKeystore = p->pDb->pKeys->pKs ? p->pDb->pKeys->pKs->pMethods->zName : 0;
+    r.keyVersion = p->pDb->pKeys->hdr.curVersion;
     r.zDetail = trc ? tde_last_error() : zDetail;
-    tdeAudit(p->pKeys->pCfg, &r);
+    tdeAudit(p->pDb->pKeys->pCfg, &r);
   }
   sqlite3_exec(db, trc ? "ROLLBACK" : "COMMIT", 0, 0, 0);
 }
@@ -456,7 +456,7 @@ int tde_db_reanchor(const char *zDbPath, const char *zConfig, unsigned long long
   if( trc ) goto done;
   bTxn = 1;
   p = tdeMainOfDb(db, "main");
-  k = p ? p->pKeys : 0;
+  k = p ? p->pDb->pKeys : 0;
   if( !k ){ trc = tdeErr(TDE_PLAINTEXT, "reanchor: %s is not an encrypted database", zDbPath); goto done; }
   if( k->hdr.version<TDE_FORMAT_V2 ){
     trc = tdeErr(TDE_UNSUPPORTED, "reanchor: %s is format version 1, which cannot be anchored; "
@@ -485,10 +485,10 @@ int tde_db_reanchor(const char *zDbPath, const char *zConfig, unsigned long long
 done:
   if( db && bTxn ){
     p = tdeMainOfDb(db, "main");
-    if( p && p->pKeys ){
+    if( p && p->pDb->pKeys ){
       snprintf(zDetail, sizeof(zDetail), "%s anchor: A %llu (file %llu) -> %llu",
-               anchorKindName(p->pKeys->anchor.eKind), (unsigned long long)(bFound ? rec.A : 0),
-               (unsigned long long)oldA, (unsigned long long)p->pKeys->hdr.anchorCounter);
+               anchorKindName(p->pDb->pKeys->anchor.eKind), (unsigned long long)(bFound ? rec.A : 0),
+               (unsigned long long)oldA, (unsigned long long)p->pDb->pKeys->hdr.anchorCounter);
     }
     freshEndAudited(db, "reanchor", trc, zDetail);
   }
@@ -519,9 +519,9 @@ int tde_db_remap(const char *zDbPath, const char *zConfig){
   if( trc==TDE_OK ) trc = freshOpenForWrite("remap", zDbPath, zConfig, zTok, zCfg, sizeof(zCfg), &db);
   if( trc==TDE_OK ){
     p = tdeMainOfDb(db, "main");
-    if( !p || !p->pKeys ){
+    if( !p || !p->pDb->pKeys ){
       trc = tdeErr(TDE_PLAINTEXT, "remap: %s is not an encrypted database", zDbPath);
-    }else if( p->pKeys->hdr.version<TDE_FORMAT_V2 ){
+    }else if( p->pDb->pKeys->hdr.version<TDE_FORMAT_V2 ){
       trc = tdeErr(TDE_UNSUPPORTED, "remap: %s is format version 1, which has no page map", zDbPath);
     }else{
       rc = tdeMainRefresh(p);
@@ -542,7 +542,7 @@ int tde_db_remap(const char *zDbPath, const char *zConfig){
 }
 
 int tdeMainAnchorInfo(TdeFile *p, const char **pzKind, uint64_t *pA, int64_t *pt){
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   *pzKind = "off";
   *pA = 0;
   *pt = 0;

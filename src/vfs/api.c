@@ -130,8 +130,8 @@ static int tdeAllZero(const uint8_t *a, uint32_t n){
 */
 static uint32_t tdeWalIndexMxFrame(TdeFile *pMain){
   uint32_t mx = 0;
-  if( !pMain->pShm0 ) return 0;
-  memcpy(&mx, (const void*)((const volatile uint8_t*)pMain->pShm0 + 16), sizeof(mx));
+  if( !pMain->pDb->pShm0 ) return 0;
+  memcpy(&mx, (const void*)((const volatile uint8_t*)pMain->pDb->pShm0 + 16), sizeof(mx));
   return mx;
 }
 
@@ -140,8 +140,8 @@ static uint32_t tdeWalIndexMxFrame(TdeFile *pMain){
 ** frames above it have not been copied into the database yet. */
 static uint32_t tdeWalIndexBackfill(TdeFile *pMain){
   uint32_t n = 0;
-  if( !pMain->pShm0 ) return 0;
-  memcpy(&n, (const void*)((const volatile uint8_t*)pMain->pShm0 + 96), sizeof(n));
+  if( !pMain->pDb->pShm0 ) return 0;
+  memcpy(&n, (const void*)((const volatile uint8_t*)pMain->pDb->pShm0 + 96), sizeof(n));
   return n;
 }
 
@@ -174,10 +174,10 @@ static int verifyHeader(TdeFile *p, sqlite3_int64 nPageSize, const char *zSchema
   int rc = tdeMainEnsureKeys(p, 0);
   *pbNothing = 0;
   if( rc ) return tdeErr(TDE_ERROR, "cannot read the header of '%s' (SQLite error %d)", zSchema, rc);
-  if( !p->pKeys ){ *pbNothing = 1; return TDE_OK; }
-  if( !p->pgsz ){
+  if( !p->pDb->pKeys ){ *pbNothing = 1; return TDE_OK; }
+  if( !p->pDb->pgsz ){
     if( tdeValidPgsz(nPageSize) ){
-      p->pgsz = (uint32_t)nPageSize;
+      p->pDb->pgsz = (uint32_t)nPageSize;
     }else{
       if( tdeScratch(p)!=SQLITE_OK ) return TDE_NOMEM;
       rc = tdeMainDiscoverPgsz(p);
@@ -202,11 +202,11 @@ static int verifySize(TdeFile *p, const char *zSchema, sqlite3_int64 *pnPage, in
   if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   if( rc ) return tdeErr(TDE_IO, "cannot read the size of '%s' (SQLite error %d)", zSchema, rc);
   *pnPage = nPage;
-  if( sz>TDE_HEADER_BYTES && (sz-TDE_HEADER_BYTES)%p->pgsz!=0 ){
+  if( sz>TDE_HEADER_BYTES && (sz-TDE_HEADER_BYTES)%p->pDb->pgsz!=0 ){
     if( pBadPage ) *pBadPage = nPage+1;
     return tdeErr(TDE_AUTH, "page %lld is only partly present (%lld of %u bytes: the file was "
                   "truncated, or has junk appended after its last page)", (long long)(nPage+1),
-                  (long long)((sz-TDE_HEADER_BYTES)%p->pgsz), p->pgsz);
+                  (long long)((sz-TDE_HEADER_BYTES)%p->pDb->pgsz), p->pDb->pgsz);
   }
   return TDE_OK;
 }
@@ -216,11 +216,11 @@ static int verifySize(TdeFile *p, const char *zSchema, sqlite3_int64 *pnPage, in
 static int verifyWalPages(TdeFile *p, uint32_t **paPgno, uint32_t *pnPgno){
   uint32_t mx, nBackfill;
   int rc;
-  if( !p->pWalFile ) return TDE_OK;
+  if( !p->pDb->pWalFile ) return TDE_OK;
   mx = tdeWalIndexMxFrame(p);
   nBackfill = tdeWalIndexBackfill(p);
   if( nBackfill>=mx ) return TDE_OK;
-  rc = tdeWalPageList(p->pWalFile, nBackfill+1, mx, paPgno, pnPgno);
+  rc = tdeWalPageList(p->pDb->pWalFile, nBackfill+1, mx, paPgno, pnPgno);
   if( rc ) return tdeErr(TDE_IO, "reading the WAL's page list failed (SQLite error %d)", rc);
   return TDE_OK;
 }
@@ -234,11 +234,11 @@ static int verifyWalPages(TdeFile *p, uint32_t **paPgno, uint32_t *pnPgno){
 static int verifyPage(TdeFile *p, uint8_t *aPage, sqlite3_int64 i, sqlite3_int64 nPageCount,
                       int bNewer, int64_t *pBadPage, int *pbHole){
   int bShort = 0;
-  int rc = tdeRealRead(p, aPage, (int)p->pgsz, TDE_HEADER_BYTES + (i-1)*p->pgsz, &bShort);
+  int rc = tdeRealRead(p, aPage, (int)p->pDb->pgsz, TDE_HEADER_BYTES + (i-1)*p->pDb->pgsz, &bShort);
   if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
-  *pbHole = rc==SQLITE_OK && ((nPageCount>=0 && i>nPageCount) || bNewer) && tdeAllZero(aPage, p->pgsz);
+  *pbHole = rc==SQLITE_OK && ((nPageCount>=0 && i>nPageCount) || bNewer) && tdeAllZero(aPage, p->pDb->pgsz);
   if( *pbHole ) return TDE_OK;
-  if( rc==SQLITE_OK ) rc = tdeOpenPage(p, aPage, p->pgsz, (uint32_t)i, 0);
+  if( rc==SQLITE_OK ) rc = tdeOpenPage(p, aPage, p->pDb->pgsz, (uint32_t)i, 0);
   if( rc==SQLITE_IOERR_AUTH && bNewer ){
     /* Still a failure (damage must never pass unseen, and a bit flip
     ** here looks like a torn write), but say what it means: a WAL
@@ -266,8 +266,8 @@ static int verifyPage(TdeFile *p, uint8_t *aPage, sqlite3_int64 i, sqlite3_int64
 static int verifyPages(TdeFile *p, sqlite3_int64 nPage, sqlite3_int64 nPageCount,
                        const uint32_t *aWalPg, uint32_t nWalPg, int64_t *pnChecked,
                        int64_t *pBadPage, tde_progress_fn xProgress, void *pArg){
-  sqlite3_int64 i, iLockPage = (sqlite3_int64)(0x40000000 / p->pgsz) + 1;
-  uint8_t *aPage = sqlite3_malloc((int)p->pgsz);
+  sqlite3_int64 i, iLockPage = (sqlite3_int64)(0x40000000 / p->pDb->pgsz) + 1;
+  uint8_t *aPage = sqlite3_malloc((int)p->pDb->pgsz);
   int trc = TDE_OK, bHole = 0;
   if( !aPage ) return TDE_NOMEM;
   for(i=1; i<=nPage && trc==TDE_OK; i++){
@@ -279,7 +279,7 @@ static int verifyPages(TdeFile *p, sqlite3_int64 nPage, sqlite3_int64 nPageCount
       trc = tdeErr(TDE_ERROR, "verify interrupted");
     }
   }
-  tdeWipe(aPage, p->pgsz);
+  tdeWipe(aPage, p->pDb->pgsz);
   sqlite3_free(aPage);
   return trc;
 }
@@ -288,8 +288,8 @@ static int verifyPages(TdeFile *p, sqlite3_int64 nPage, sqlite3_int64 nPageCount
 static int verifyWal(TdeFile *p, int64_t *pnChecked, int64_t *pBadPage){
   sqlite3_int64 nFrames = 0, iBad = 0;
   int rc;
-  if( !p->pWalFile ) return TDE_OK;
-  rc = tdeWalVerify(p->pWalFile, tdeWalIndexMxFrame(p), &nFrames, &iBad);
+  if( !p->pDb->pWalFile ) return TDE_OK;
+  rc = tdeWalVerify(p->pDb->pWalFile, tdeWalIndexMxFrame(p), &nFrames, &iBad);
   if( pnChecked ) *pnChecked += nFrames;
   if( rc==SQLITE_IOERR_AUTH ){
     if( pBadPage ) *pBadPage = iBad<0 ? TDE_VERIFY_WAL_HEADER : TDE_VERIFY_WAL_FRAME(iBad);
@@ -365,7 +365,7 @@ static int tdeUnderWriteLock(sqlite3 *db, const char *zSchema,
   }
   if( rc ) return tdeErr(TDE_ERROR, "cannot begin a write transaction: %s", sqlite3_errmsg(db));
   rc = tdeMainEnsureKeys(p, 0);
-  if( rc==SQLITE_OK && !p->pKeys ) rc = tdeMainEnsureKeys(p, 1);
+  if( rc==SQLITE_OK && !p->pDb->pKeys ) rc = tdeMainEnsureKeys(p, 1);
   if( rc ){
     trc = tdeErr(TDE_ERROR, "cannot load the keys of '%s' (SQLite error %d)", zSchema, rc);
   }else{
@@ -432,7 +432,7 @@ static int rekeyLock(sqlite3 *db, const char *zSchema, TdeFile *p, int *pbWal){
   int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0);
   TDE_UNUSED(zSchema);
   if( rc ) return rc;
-  *pbWal = p->pWalFile!=0;
+  *pbWal = p->pDb->pWalFile!=0;
   if( !*pbWal ){
     sqlite3_exec(db, "COMMIT", 0, 0, 0);
     return sqlite3_exec(db, "BEGIN EXCLUSIVE", 0, 0, 0);
@@ -498,11 +498,11 @@ int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
     rc = tdeMainRefreshIfChanged(p);
     if( rc==SQLITE_OK && bClean ){
       /* Confirm under the lock: a full pass must find nothing. */
-      p->pKeys->iRekeyCursor = 1;
+      p->pDb->pKeys->iRekeyCursor = 1;
       for(int bPass=0; rc==SQLITE_OK && !bPass; ){
         rc = tdeMainRekeyStep(p, nPagesPerStep, &n, &nPages, &bPass);
         nDone += n;
-        if( n>0 ){ bPass = 0; p->pKeys->iRekeyCursor = 1; }
+        if( n>0 ){ bPass = 0; p->pDb->pKeys->iRekeyCursor = 1; }
       }
       if( rc==SQLITE_OK ) rc = tdeMainRekeyFinish(p);
       if( rc==SQLITE_OK ) bFinished = 1;
@@ -523,10 +523,10 @@ int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
       TdeAuditRec r;
       tdeAuditInit(&r, "rekey_progress");
       r.zDbPath = p->zName;
-      r.aDbid = p->pKeys->hdr.dbid;
-      r.keyVersion = p->pKeys->hdr.curVersion;
+      r.aDbid = p->pDb->pKeys->hdr.dbid;
+      r.keyVersion = p->pDb->pKeys->hdr.curVersion;
       r.nPages = nDone;
-      tdeAudit(p->pKeys->pCfg, &r);
+      tdeAudit(p->pDb->pKeys->pCfg, &r);
     }
     if( xProgress && !bFinished && xProgress(pArg, nDone < nPages ? nDone : nPages, nPages) ){
       return tdeErr(TDE_ERROR, "rekey interrupted after %lld pages; run it again to continue",

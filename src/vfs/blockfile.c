@@ -20,10 +20,10 @@
 */
 #include "vfs/vfs_int.h"
 
-#define BSIZE(p)   ((sqlite3_int64)(p)->nBlock)
+#define BSIZE(p)   ((sqlite3_int64)(p)->pBlk->nBlock)
 #define BLOCK_PAGE_MIN 1024    /* page-sized blocks: smallest and ... */
 #define BLOCK_PAGE_MAX 32768   /* ... largest (two stored blocks fit the scratch buffer) */
-#define BSTORED(p) ((sqlite3_int64)(p)->nBlock + TDE_TRAILER_SIZE)
+#define BSTORED(p) ((sqlite3_int64)(p)->pBlk->nBlock + TDE_TRAILER_SIZE)
 
 static void blockAad(TdeFile *p, sqlite3_int64 iBlock, uint8_t *aad){
   aad[0] = 'B';
@@ -145,11 +145,11 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
 ** journals, whose first write is a 512-byte header) keeps 4096.
 */
 static void blockChooseSize(TdeFile *p, int iAmt, sqlite3_int64 iOfst, sqlite3_int64 phys){
-  if( p->bBlockSized ) return;
-  p->bBlockSized = 1;
+  if( p->pBlk->bSized ) return;
+  p->pBlk->bSized = 1;
   if( phys==0 && (p->openFlags & SQLITE_OPEN_SUBJOURNAL)==0
    && iAmt>=BLOCK_PAGE_MIN && iAmt<=BLOCK_PAGE_MAX && (iAmt & (iAmt-1))==0 && iOfst%iAmt==0 ){
-    p->nBlock = (uint32_t)iAmt;
+    p->pBlk->nBlock = (uint32_t)iAmt;
   }
 }
 

@@ -127,8 +127,8 @@ int tdeKeysUnlockAll(TdeDbKeys *k){
 
 /* The keys a handle uses: its own (main) or its database's. */
 static TdeDbKeys *fileKeys(TdeFile *p){
-  if( p->eKind==TDE_KIND_MAIN ) return p->pKeys;
-  if( p->pMain ) return p->pMain->pKeys;
+  if( p->eKind==TDE_KIND_MAIN ) return p->pDb->pKeys;
+  if( p->pMain ) return p->pMain->pDb->pKeys;
   return 0;
 }
 
@@ -214,7 +214,7 @@ int tdeSeal(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *pt, size
   tdePageCipherSetReserved(c, k && k->hdr.version>=TDE_FORMAT_V2 ? (uint32_t)k->hdr.seq : 0);
   /* ... and, sealed by a main handle, its rollback journal's binding id
   ** ("Rollback journal, version 2"; WAL handles set their frame index). */
-  if( p->eKind==TDE_KIND_MAIN ) tdePageCipherSetIvHigh(c, p->jrnlBind);
+  if( p->eKind==TDE_KIND_MAIN ) tdePageCipherSetIvHigh(c, p->pDb->jrnlBind);
   nBefore = tdePageCipherSessions(c);
   rc = tdePageSeal(c, aad, nAad, pt, n, ct, trailer);
   if( k && tdePageCipherSessions(c)!=nBefore ){
@@ -250,7 +250,7 @@ int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size
     TdeFile *m = p->eKind==TDE_KIND_MAIN ? p : p->pMain;
     if( m && tdeMainRefresh(m)!=SQLITE_OK ) tdeErrClear();
     if( q>(uint32_t)k->hdr.seq ){
-      if( m ) m->bHdrRolledBack = 1;
+      if( m ) m->pDb->bHdrRolledBack = 1;
       tdeWipe(pt, n);
       rc = tdeErr(TDE_AUTH, "%s: a page was sealed under header sequence %u but the header is at %llu: "
                   "the header region was rolled back (put the current header back, or restore the "
@@ -270,21 +270,21 @@ int tdeOpen(TdeFile *p, const uint8_t *aad, size_t nAad, const uint8_t *ct, size
 int tdeMainRefreshIfChanged(TdeFile *p){
   uint8_t a[8], b[8];
   int bShortA = 1, bShortB = 1;
-  if( !p->pKeys ) return SQLITE_OK;
+  if( !p->pDb->pKeys ) return SQLITE_OK;
   {
     int rc = tdeRealRead(p, a, 8, 12, &bShortA);
     if( rc==SQLITE_OK ) rc = tdeRealRead(p, b, 8, TDE_SLOT_SIZE+12, &bShortB);
     if( rc ) return rc;   /* the caller fails the lock: never write with a header we could not check */
   }
-  if( (!bShortA && tdeGet64(a)>p->pKeys->hdr.seq) || (!bShortB && tdeGet64(b)>p->pKeys->hdr.seq) ){
+  if( (!bShortA && tdeGet64(a)>p->pDb->pKeys->hdr.seq) || (!bShortB && tdeGet64(b)>p->pDb->pKeys->hdr.seq) ){
     return tdeMainRefresh(p);
   }
-  if( p->pKeys->hdr.version>=TDE_FORMAT_V2 ){
+  if( p->pDb->pKeys->hdr.version>=TDE_FORMAT_V2 ){
     /* Version 2 freshness updates keep the sequence: compare the log
     ** epoch, the page-map generation and the anchor counter (docs/FORMAT.md
     ** "Header slot, version 2", offsets 3968, 4016, 4008). */
     uint8_t fa[56], fb[56];
-    const TdeHeader *h = &p->pKeys->hdr;
+    const TdeHeader *h = &p->pDb->pKeys->hdr;
     int rc = tdeRealRead(p, fa, 56, 3968, &bShortA);
     if( rc==SQLITE_OK ) rc = tdeRealRead(p, fb, 56, TDE_SLOT_SIZE+3968, &bShortB);
     if( rc ) return rc;
@@ -302,7 +302,7 @@ int tdeMainRefreshIfChanged(TdeFile *p){
 }
 
 int tdeMainRefresh(TdeFile *p){
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   uint8_t *aRegion;
   TdeHeader *pHdr;
   uint8_t macKey[32];

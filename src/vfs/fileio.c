@@ -66,7 +66,7 @@ int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn){
   int rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   *pn = 0;
   if( rc ) return rc;
-  if( p->pgsz && sz>TDE_HEADER_BYTES ) *pn = (sz - TDE_HEADER_BYTES) / p->pgsz;
+  if( p->pDb->pgsz && sz>TDE_HEADER_BYTES ) *pn = (sz - TDE_HEADER_BYTES) / p->pDb->pgsz;
   return SQLITE_OK;
 }
 
@@ -90,7 +90,7 @@ static sqlite3_mutex *tdeMainListMutex(void){
 void tdeMainListAdd(TdeFile *p){
   sqlite3_mutex *m = tdeMainListMutex();
   sqlite3_mutex_enter(m);
-  p->pNextMain = tdeMainList;
+  p->pDb->pNextMain = tdeMainList;
   tdeMainList = p;
   sqlite3_mutex_leave(m);
 }
@@ -98,10 +98,10 @@ void tdeMainListAdd(TdeFile *p){
 void tdeMainListRemove(TdeFile *p){
   sqlite3_mutex *m = tdeMainListMutex();
   sqlite3_mutex_enter(m);
-  for(TdeFile **pp=&tdeMainList; *pp; pp=&(*pp)->pNextMain){
-    if( *pp==p ){ *pp = p->pNextMain; break; }
+  for(TdeFile **pp=&tdeMainList; *pp; pp=&(*pp)->pDb->pNextMain){
+    if( *pp==p ){ *pp = p->pDb->pNextMain; break; }
   }
-  p->pNextMain = 0;
+  p->pDb->pNextMain = 0;
   sqlite3_mutex_leave(m);
 }
 
@@ -119,7 +119,7 @@ TdeFile *tdeMainFind(const char *zName){
   if( !nDb ) return 0;
   m = tdeMainListMutex();
   sqlite3_mutex_enter(m);
-  for(TdeFile *q=tdeMainList; q; q=q->pNextMain){
+  for(TdeFile *q=tdeMainList; q; q=q->pDb->pNextMain){
     if( !q->zName || strlen(q->zName)!=nDb || memcmp(q->zName, zName, nDb)!=0 ) continue;
     if( !pBest ){ pBest = q; continue; }
     {
@@ -145,7 +145,7 @@ TdeFile *tdeMainOfDb(sqlite3 *db, const char *zSchema){
   if( !zDb ) return 0;
   m = tdeMainListMutex();
   sqlite3_mutex_enter(m);
-  for(TdeFile *q=tdeMainList; q && !pFound; q=q->pNextMain){
+  for(TdeFile *q=tdeMainList; q && !pFound; q=q->pDb->pNextMain){
     if( q->zName==zDb ) pFound = q;
   }
   sqlite3_mutex_leave(m);

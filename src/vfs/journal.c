@@ -308,10 +308,10 @@ static void jSlotBind(const struct TdeJrnl *j, uint8_t *aPlain, int bSynced){
 static void jBindInstall(TdeFile *p, struct TdeJrnl *j, int bOn){
   if( !p->pMain ) return;
   if( bOn ){
-    p->pMain->jrnlBind = j->bindId;
+    p->pMain->pDb->jrnlBind = j->bindId;
     j->bBindSet = 1;
   }else if( j->bBindSet ){
-    if( p->pMain->jrnlBind==j->bindId ) p->pMain->jrnlBind = 0;
+    if( p->pMain->pDb->jrnlBind==j->bindId ) p->pMain->pDb->jrnlBind = 0;
     j->bBindSet = 0;
   }
 }
@@ -384,8 +384,8 @@ static int jSupMac(TdeFile *p, struct TdeJrnl *j, sqlite3_int64 iSup, const uint
   const size_t an[2] = { sizeof(pre), (size_t)nName + 8 };
   const TdeDekVer *d;
   int rc;
-  if( !p->pMain || !p->pMain->pKeys ) return SQLITE_IOERR;
-  d = tdeKeysFind(p->pMain->pKeys, tdeGet32(aStored));
+  if( !p->pMain || !p->pMain->pDb->pKeys ) return SQLITE_IOERR;
+  d = tdeKeysFind(p->pMain->pDb->pKeys, tdeGet32(aStored));
   if( !d || !d->pWalHmac ) return SQLITE_NOTFOUND;
   memcpy(pre+4, j->aId, JID_BYTES);
   tdePut64(pre+4+JID_BYTES, (uint64_t)iSup);
@@ -584,7 +584,7 @@ static int jBindNew(TdeFile *p, struct TdeJrnl *j, uint32_t pgsz){
   j->bBound = 0;
   j->bindId = 0;
   memset(j->aTag, 0, JB_TAG);
-  if( !m || !m->pKeys || m->pKeys->hdr.version<TDE_FORMAT_V2 ) return SQLITE_OK;
+  if( !m || !m->pDb->pKeys || m->pDb->pKeys->hdr.version<TDE_FORMAT_V2 ) return SQLITE_OK;
   rc = tdeRealRead(m, aTr, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + pgsz - TDE_TRAILER_SIZE, &bShort);
   if( rc ) return rc;
   if( bShort ) memset(aTr, 0, sizeof(aTr));
@@ -1043,7 +1043,7 @@ static int jUnboundCheck(TdeFile *p, uint32_t pgsz){
   TdeFile *m = p->pMain;
   uint8_t aTr[TDE_TRAILER_SIZE];
   int bShort = 0, rc;
-  if( !m || !m->pKeys || m->pKeys->hdr.version<TDE_FORMAT_V2 ) return SQLITE_OK;
+  if( !m || !m->pDb->pKeys || m->pDb->pKeys->hdr.version<TDE_FORMAT_V2 ) return SQLITE_OK;
   rc = tdeRealRead(m, aTr, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + pgsz - TDE_TRAILER_SIZE, &bShort);
   if( rc ) return rc;
   if( bShort || tdeGet32(aTr+12)==0 ){
@@ -1430,7 +1430,7 @@ static int jResealPage1(TdeFile *pMain){
   sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
   TdeFile jf;
   uint8_t *aPage = 0, *aSealed = 0, aHdr[512], a4[4];
-  uint32_t P = pMain->pgsz, ckInit;
+  uint32_t P = pMain->pDb->pgsz, ckInit;
   sqlite3_int64 sz = 0;
   char *zJ = 0;
   int bExists = 0, bShort = 0, bCreated = 0, bHot = 0, rc, outFlags = 0;
@@ -1536,7 +1536,7 @@ done:
 */
 void tdeJournalResealPage1(TdeFile *pMain){
   int rc;
-  if( !pMain->pKeys || pMain->pKeys->hdr.version<TDE_FORMAT_V2 || pMain->pWalFile || pMain->pShm0 ) return;
+  if( !pMain->pDb->pKeys || pMain->pDb->pKeys->hdr.version<TDE_FORMAT_V2 || pMain->pDb->pWalFile || pMain->pDb->pShm0 ) return;
   rc = jResealPage1(pMain);
   if( rc ){
     tdeLog(TDE_LOG_WARNING, "%s: header updated, but page 1 was not sealed again (%s): a header "

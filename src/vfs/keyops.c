@@ -47,7 +47,7 @@ static void keyringFilter(TdeHeader *h, int (*xDrop)(const TdeWrapEntry*, void*)
 */
 #define EPOCH_SECTOR (TDE_SLOT_SIZE - 512)
 static int headerUpdate(TdeFile *p, TdeHeaderEdit xEdit, void *pArg, int bEpoch){
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   uint8_t *aRegion = 0;
   TdeHeader *pCur = 0;
   uint8_t macKey[32];
@@ -199,7 +199,7 @@ static int dropOtherSameKeystore(const TdeWrapEntry *e, void *pArg){
 ** Wrappings by other keystores (a migration in progress) stay.
 */
 int tdeEditRewrap(TdeFile *p, TdeHeader *h, void *pArg){
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   char zCur[TDE_KEYID_MAX+1];
   RewrapCtx c;
   int trc;
@@ -221,18 +221,18 @@ int tdeMainRewrapAudited(TdeFile *p, const char *zOp, const char *zDetail){
   char zOld[TDE_KEYID_MAX+1];
   TdeAuditRec r;
   int rc;
-  memcpy(zOld, p->pKeys->zMasterKey, sizeof(zOld));
+  memcpy(zOld, p->pDb->pKeys->zMasterKey, sizeof(zOld));
   rc = tdeMainHeaderUpdate(p, tdeEditRewrap, 0);
   tdeAuditInit(&r, zOp);
   r.bFailure = rc!=SQLITE_OK;
   r.zDbPath = p->zName;
-  r.aDbid = p->pKeys->hdr.dbid;
-  r.zKeystore = p->pKeys->pKs->pMethods->zName;
+  r.aDbid = p->pDb->pKeys->hdr.dbid;
+  r.zKeystore = p->pDb->pKeys->pKs->pMethods->zName;
   r.zKeyId = zOld[0] ? zOld : 0;
-  r.zNewKeyId = rc==SQLITE_OK ? p->pKeys->zMasterKey : 0;
-  r.keyVersion = p->pKeys->hdr.curVersion;
+  r.zNewKeyId = rc==SQLITE_OK ? p->pDb->pKeys->zMasterKey : 0;
+  r.keyVersion = p->pDb->pKeys->hdr.curVersion;
   r.zDetail = rc==SQLITE_OK ? zDetail : tde_last_error();
-  tdeAudit(p->pKeys->pCfg, &r);
+  tdeAudit(p->pDb->pKeys->pCfg, &r);
   return rc;
 }
 
@@ -244,7 +244,7 @@ static void tdeMainRewrap(TdeFile *p){
   if( rc ){
     tdeLog(TDE_LOG_WARNING, "%s: could not re-wrap the data key under the current master key "
            "(SQLite error %d); will retry", p->zName ? p->zName : "", rc);
-    p->pKeys->bStaleWrap = 0;   /* do not retry on every write of this connection */
+    p->pDb->pKeys->bStaleWrap = 0;   /* do not retry on every write of this connection */
   }
 }
 
@@ -260,7 +260,7 @@ static int editNothing(TdeFile *p, TdeHeader *h, void *pArg){
 ** and until it is rewritten `verify` reports it.  Any header update
 ** rewrites both slots; skip it when another connection already did. */
 static void tdeMainRepairSlot(TdeFile *p){
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   uint8_t *aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
   TdeHeader *pTmp = sqlite3_malloc(sizeof(*pTmp));
   int iBad = -1, bShort = 0, rc;
@@ -300,9 +300,9 @@ done:
 /* Header work due at a write transaction (the caller holds SQLite's write
 ** lock): a flag test when nothing is due.  Never fails the write. */
 int tdeMainHeaderDue(TdeFile *p){
-  if( !p->pKeys || p->bReadOnly ) return SQLITE_OK;
-  if( p->pKeys->bStaleWrap ) tdeMainRewrap(p);        /* rewrites both slots too */
-  if( p->pKeys->bSlotDamaged ) tdeMainRepairSlot(p);
+  if( !p->pDb->pKeys || p->bReadOnly ) return SQLITE_OK;
+  if( p->pDb->pKeys->bStaleWrap ) tdeMainRewrap(p);        /* rewrites both slots too */
+  if( p->pDb->pKeys->bSlotDamaged ) tdeMainRepairSlot(p);
   return SQLITE_OK;
 }
 
@@ -322,7 +322,7 @@ static int editMigrate(TdeFile *p, TdeHeader *h, void *pArg){
   MigrateCtx *c = pArg;
   char zCur[TDE_KEYID_MAX+1];
   int trc = c->pNew->pMethods->xCurrentKey(c->pNew, zCur, sizeof(zCur));
-  if( trc==TDE_OK ) trc = tdeKeyringAddWrap(c->pNew, h, h->curVersion, p->pKeys->aDek, zCur);
+  if( trc==TDE_OK ) trc = tdeKeyringAddWrap(c->pNew, h, h->curVersion, p->pDb->pKeys->aDek, zCur);
   if( trc ) return tdeSqliteRc(trc);
   if( c->bDropOthers ) keyringFilter(h, dropNotInNew, c);
   return SQLITE_OK;
@@ -351,15 +351,15 @@ int tdeMainMigrate(TdeFile *p, TdeKeystore *pNew, const TdeConfig *pNewCfg, int 
     tdeAuditInit(&r, bDropOthers ? "keystore_drop" : "keystore_migrate");
     r.bFailure = rc!=SQLITE_OK;
     r.zDbPath = p->zName;
-    r.aDbid = p->pKeys->hdr.dbid;
+    r.aDbid = p->pDb->pKeys->hdr.dbid;
     r.zKeystore = pNew->pMethods->zName;
-    r.zKeyId = p->pKeys->zMasterKey[0] ? p->pKeys->zMasterKey : 0;
+    r.zKeyId = p->pDb->pKeys->zMasterKey[0] ? p->pDb->pKeys->zMasterKey : 0;
     r.zNewKeyId = zCur[0] ? zCur : 0;
-    r.keyVersion = p->pKeys->hdr.curVersion;
+    r.keyVersion = p->pDb->pKeys->hdr.curVersion;
     r.zDetail = rc ? tde_last_error() : (bDropOthers ? "kept only the wrappings of the new keystore"
                                                      : "added a wrapping under the new keystore");
-    tdeAudit(p->pKeys->pCfg, &r);
-    if( pNewCfg!=p->pKeys->pCfg && !sameAuditLog(pNewCfg, p->pKeys->pCfg) ) tdeAudit(pNewCfg, &r);
+    tdeAudit(p->pDb->pKeys->pCfg, &r);
+    if( pNewCfg!=p->pDb->pKeys->pCfg && !sameAuditLog(pNewCfg, p->pDb->pKeys->pCfg) ) tdeAudit(pNewCfg, &r);
   }
   return rc;
 }

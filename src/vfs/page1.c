@@ -34,35 +34,35 @@
 ** tde has), not returned: the read or write that called here succeeded.
 */
 void tdePage1Keep(TdeFile *p, const uint8_t *aPlain, uint32_t pgsz, const uint8_t *aTrailer){
-  if( p->aPage1 && p->nPage1Alloc<pgsz ) tdePage1Free(p);
-  if( !p->aPage1 ){
-    p->aPage1 = sqlite3_malloc((int)pgsz);
-    if( !p->aPage1 ){
-      p->nPage1 = 0;
+  if( p->pDb->aPage1 && p->pDb->nPage1Alloc<pgsz ) tdePage1Free(p);
+  if( !p->pDb->aPage1 ){
+    p->pDb->aPage1 = sqlite3_malloc((int)pgsz);
+    if( !p->pDb->aPage1 ){
+      p->pDb->nPage1 = 0;
       tdeLog(TDE_LOG_INFO, "%s: no memory to keep page 1; its partial reads open the whole "
              "page each time", p->zName ? p->zName : "database");
       return;
     }
-    p->nPage1Alloc = pgsz;
+    p->pDb->nPage1Alloc = pgsz;
   }
-  memcpy(p->aPage1, aPlain, pgsz - TDE_TRAILER_SIZE);
-  memset(p->aPage1 + pgsz - TDE_TRAILER_SIZE, 0, TDE_TRAILER_SIZE);
-  memcpy(p->aPage1Trailer, aTrailer, TDE_TRAILER_SIZE);
-  p->nPage1 = pgsz;
+  memcpy(p->pDb->aPage1, aPlain, pgsz - TDE_TRAILER_SIZE);
+  memset(p->pDb->aPage1 + pgsz - TDE_TRAILER_SIZE, 0, TDE_TRAILER_SIZE);
+  memcpy(p->pDb->aPage1Trailer, aTrailer, TDE_TRAILER_SIZE);
+  p->pDb->nPage1 = pgsz;
 }
 
 void tdePage1Forget(TdeFile *p){
-  p->nPage1 = 0;
+  p->pDb->nPage1 = 0;
 }
 
 void tdePage1Free(TdeFile *p){
-  if( p->aPage1 ){
-    tdeWipe(p->aPage1, p->nPage1Alloc);
-    sqlite3_free(p->aPage1);
+  if( p->pDb->aPage1 ){
+    tdeWipe(p->pDb->aPage1, p->pDb->nPage1Alloc);
+    sqlite3_free(p->pDb->aPage1);
   }
-  p->aPage1 = 0;
-  p->nPage1 = p->nPage1Alloc = 0;
-  tdeWipe(p->aPage1Trailer, TDE_TRAILER_SIZE);
+  p->pDb->aPage1 = 0;
+  p->pDb->nPage1 = p->pDb->nPage1Alloc = 0;
+  tdeWipe(p->pDb->aPage1Trailer, TDE_TRAILER_SIZE);
 }
 
 /*
@@ -71,20 +71,20 @@ void tdePage1Free(TdeFile *p){
 ** caller's full path decides; it also logs and fails a bad page).
 */
 int tdePage1Read(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
-  uint32_t pgsz = p->pgsz;
+  uint32_t pgsz = p->pDb->pgsz;
   uint8_t aTrailer[TDE_TRAILER_SIZE];
   int bShort, rc;
   if( !pgsz || iOfst<0 || iOfst + iAmt > (sqlite3_int64)pgsz ) return SQLITE_NOTFOUND;
-  if( p->nPage1==pgsz ){
+  if( p->pDb->nPage1==pgsz ){
     rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + pgsz - TDE_TRAILER_SIZE, &bShort);
     if( rc ) return rc;
-    if( !bShort && tdeCtEqual(aTrailer, p->aPage1Trailer, TDE_TRAILER_SIZE) ){
-      memcpy(zBuf, p->aPage1 + iOfst, (size_t)iAmt);
+    if( !bShort && tdeCtEqual(aTrailer, p->pDb->aPage1Trailer, TDE_TRAILER_SIZE) ){
+      memcpy(zBuf, p->pDb->aPage1 + iOfst, (size_t)iAmt);
       return SQLITE_OK;
     }
   }
   /* Changed (or not kept yet): read and open the page, keep it. */
-  p->nPage1 = 0;
+  p->pDb->nPage1 = 0;
   rc = tdeScratch(p);
   if( rc ) return rc;
   rc = tdeRealRead(p, p->aBuf, (int)pgsz, TDE_HEADER_BYTES, &bShort);
@@ -110,7 +110,7 @@ int tdePage1Read(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
 ** page 1 torn by an interrupted rekey is then looked for through the
 ** rescue hook (rekey.c keeps its old copy, at the database's page size):
 ** the one stage of rescue, after which the caller's checks all run.
-** SQLITE_OK (p->pgsz set), SQLITE_IOERR_SHORT_READ (no whole page yet:
+** SQLITE_OK (p->pDb->pgsz set), SQLITE_IOERR_SHORT_READ (no whole page yet:
 ** the database is empty), SQLITE_IOERR_AUTH (logged, counted once), or an
 ** I/O error.  Uses p->aBuf (the caller made it, tdeScratch).
 */
@@ -129,7 +129,7 @@ int tdeMainDiscoverPgsz(TdeFile *p){
     rc = tdeRealRead(p, p->aBuf, (int)n, TDE_HEADER_BYTES, &bShort);
     if( rc ) return rc;
     if( tdeOpenPage(p, p->aBuf, n, 1, 0)==SQLITE_OK ){
-      p->pgsz = n;
+      p->pDb->pgsz = n;
       return SQLITE_OK;
     }
     p->nAuthFail--;   /* a wrong guess is not a failure */
@@ -138,7 +138,7 @@ int tdeMainDiscoverPgsz(TdeFile *p){
     uint8_t aTag[16];           /* size discovery only: the read checks the page */
     if( sz < tdeProbePgsz[i] ) continue;
     if( tdeMainHookPageRescue(p, 1, tdeProbePgsz[i], p->aBuf, aTag)==SQLITE_OK ){
-      p->pgsz = tdeProbePgsz[i];
+      p->pDb->pgsz = tdeProbePgsz[i];
       return SQLITE_OK;
     }
   }

@@ -40,12 +40,12 @@ static int mapZero16(const uint8_t *a){
 
 /* Is the page map in use for this handle's database? */
 int tdeMapActive(TdeFile *p){
-  const TdeDbKeys *k = p->pKeys;
-  return k && k->hdr.version>=TDE_FORMAT_V2 && !mapZero16(k->hdr.aMapRoot) && !p->bStandby;
+  const TdeDbKeys *k = p->pDb->pKeys;
+  return k && k->hdr.version>=TDE_FORMAT_V2 && !mapZero16(k->hdr.aMapRoot) && !p->pDb->repl.bStandby;
 }
 
 void tdeMapFree(TdeFile *p){
-  struct TdeMap *m = p->pMap;
+  struct TdeMap *m = p->pDb->map.pMap;
   if( !m ) return;
   sqlite3_free(m->aTag);
   sqlite3_free(m->aSlot);
@@ -53,7 +53,7 @@ void tdeMapFree(TdeFile *p){
   sqlite3_free(m->aHash);
   sqlite3_free(m->zPath);
   sqlite3_free(m);
-  p->pMap = 0;
+  p->pDb->map.pMap = 0;
 }
 
 static int mapRoom(struct TdeMap *m, uint32_t n){
@@ -143,8 +143,8 @@ static int mapOpen(TdeFile *p, int bCreate, sqlite3_file **ppFd){
   *ppFd = pFd;
   /* Freed with the file by mapClose (the map in memory exists while the
   ** file is open: mapLoad and mapFoldWrite make it first). */
-  sqlite3_free(p->pMap->zPath);
-  p->pMap->zPath = zPath;
+  sqlite3_free(p->pDb->map.pMap->zPath);
+  p->pDb->map.pMap->zPath = zPath;
   return SQLITE_OK;
 }
 
@@ -153,9 +153,9 @@ static void mapClose(TdeFile *p, sqlite3_file *pFd){
     if( pFd->pMethods ) pFd->pMethods->xClose(pFd);
     sqlite3_free(pFd);
   }
-  if( p->pMap ){
-    sqlite3_free(p->pMap->zPath);
-    p->pMap->zPath = 0;
+  if( p->pDb->map.pMap ){
+    sqlite3_free(p->pDb->map.pMap->zPath);
+    p->pDb->map.pMap->zPath = 0;
   }
 }
 
@@ -178,12 +178,12 @@ static int mapRefuse(TdeFile *p, const char *zWhy){
 }
 
 /*
-** Load the map the header in force names into p->pMap.  SQLITE_OK, or
+** Load the map the header in force names into p->pDb->map.pMap.  SQLITE_OK, or
 ** SQLITE_IOERR_AUTH (missing, damaged, another time) with the reason
 ** logged, or an I/O / memory error.
 */
 static int mapLoad(TdeFile *p){
-  const TdeHeader *h = &p->pKeys->hdr;
+  const TdeHeader *h = &p->pDb->pKeys->hdr;
   struct TdeMap *m;
   sqlite3_file *pFd = 0;
   uint8_t *aBuf = 0;
@@ -193,7 +193,7 @@ static int mapLoad(TdeFile *p){
   m = sqlite3_malloc(sizeof(*m));
   if( !m ) return SQLITE_NOMEM;
   memset(m, 0, sizeof(*m));
-  p->pMap = m;
+  p->pDb->map.pMap = m;
   m->G = h->mapGen;
   rc = mapRoom(m, h->mapPages);
   if( rc ) goto fail;
@@ -245,7 +245,7 @@ fail:
 
 /* Does the loaded map match the header held now? */
 static int mapCurrent(TdeFile *p){
-  return p->pMap && memcmp(p->pMap->aRoot, p->pKeys->hdr.aMapRoot, 16)==0;
+  return p->pDb->map.pMap && memcmp(p->pDb->map.pMap->aRoot, p->pDb->pKeys->hdr.aMapRoot, 16)==0;
 }
 
 /*
@@ -256,20 +256,20 @@ static int mapCurrent(TdeFile *p){
 int tdeMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag){
   struct TdeMap *m;
   uint64_t i;
-  if( !tdeMapActive(p) || (p->mBypass & TDE_BYPASS_MAP) ) return SQLITE_OK;
+  if( !tdeMapActive(p) || (p->pDb->mBypass & TDE_BYPASS_MAP) ) return SQLITE_OK;
   if( !mapCurrent(p) ){
     int rc = SQLITE_IOERR_AUTH;
     /* A connection holding an older header may find its slots rewritten by
     ** a later fold: read the header again and retry while it moves. */
     for(int iTry=0; iTry<8 && rc==SQLITE_IOERR_AUTH; iTry++){
-      uint64_t G = p->pKeys->hdr.mapGen;
+      uint64_t G = p->pDb->pKeys->hdr.mapGen;
       bMapQuiet = iTry<7;
       rc = mapLoad(p);
       bMapQuiet = 0;
       if( rc!=SQLITE_IOERR_AUTH ) break;
       if( tdeMainRefresh(p)!=SQLITE_OK ) break;
       if( !tdeMapActive(p) ) return SQLITE_OK;
-      if( p->pKeys->hdr.mapGen==G ){
+      if( p->pDb->pKeys->hdr.mapGen==G ){
         bMapQuiet = 0;
         rc = mapLoad(p);        /* the header did not move: this is the answer (logged) */
         break;
@@ -277,7 +277,7 @@ int tdeMapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag){
     }
     if( rc ) return rc;
   }
-  m = p->pMap;
+  m = p->pDb->map.pMap;
   i = (uint64_t)pgno - 1;
   if( pgno==0 || i >= (uint64_t)m->n * MAP_PER_PAGE ) return SQLITE_NOTFOUND;
   return memcmp(m->aTag + i*MAP_ENTRY, aTag, MAP_ENTRY)==0 ? SQLITE_OK : SQLITE_NOTFOUND;
@@ -319,11 +319,11 @@ int tdeMapDrop(TdeFile *p){
   MapEdit e = { 0, 0, 0 };
   int rc;
   e.G = 0;
-  if( !p->pKeys || p->pKeys->hdr.version<TDE_FORMAT_V2 || p->bStandby ) return SQLITE_OK;
+  if( !p->pDb->pKeys || p->pDb->pKeys->hdr.version<TDE_FORMAT_V2 || p->pDb->repl.bStandby ) return SQLITE_OK;
   rc = tdeMainRefreshIfChanged(p);
   if( rc ) return rc;
-  if( mapZero16(p->pKeys->hdr.aMapRoot) ) return SQLITE_OK;
-  e.G = p->pKeys->hdr.mapGen + 1;     /* G never goes back (the slot order) */
+  if( mapZero16(p->pDb->pKeys->hdr.aMapRoot) ) return SQLITE_OK;
+  e.G = p->pDb->pKeys->hdr.mapGen + 1;     /* G never goes back (the slot order) */
   rc = tdeMainFreshnessUpdate(p, editMap, &e);
   if( rc==SQLITE_OK ) tdeMapFree(p);
   return rc;
@@ -331,7 +331,7 @@ int tdeMapDrop(TdeFile *p){
 
 /* Tags of pages 1..nPage from the database file (the map's build). */
 static int mapReadFileTags(TdeFile *p, struct TdeMap *m, uint32_t nPage){
-  uint32_t pgsz = p->pgsz;
+  uint32_t pgsz = p->pDb->pgsz;
   for(uint32_t pg=1; pg<=nPage; pg++){
     uint8_t aTag[MAP_ENTRY];
     int bShort = 0;
@@ -347,7 +347,7 @@ static int mapReadFileTags(TdeFile *p, struct TdeMap *m, uint32_t nPage){
 /* The map a fold starts from: the one on disk (not the copy held: another
 ** process's fold that failed may have left slots of the next generation,
 ** aOther), or under a zero root (bBuild) one built from the database
-** file's tags.  On failure the caller frees p->pMap. */
+** file's tags.  On failure the caller frees p->pDb->map.pMap. */
 static int mapFoldBase(TdeFile *p, int bBuild){
   struct TdeMap *m;
   sqlite3_int64 sz = 0;
@@ -358,22 +358,22 @@ static int mapFoldBase(TdeFile *p, int bBuild){
   m = sqlite3_malloc(sizeof(*m));
   if( !m ) return SQLITE_NOMEM;
   memset(m, 0, sizeof(*m));
-  p->pMap = m;
+  p->pDb->map.pMap = m;
   rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   if( rc ) return rc;
-  nFile = sz>TDE_HEADER_BYTES ? (uint32_t)((sz - TDE_HEADER_BYTES) / p->pgsz) : 0;
+  nFile = sz>TDE_HEADER_BYTES ? (uint32_t)((sz - TDE_HEADER_BYTES) / p->pDb->pgsz) : 0;
   rc = mapRoom(m, (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE);
   if( rc ) return rc;
   m->n = (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE;
   return mapReadFileTags(p, m, nFile);
 }
 
-/* The generation's frames into p->pMap (see tdeMapFold), and which map
+/* The generation's frames into p->pDb->map.pMap (see tdeMapFold), and which map
 ** pages changed: *paDirty (sqlite3_malloc'd, one byte per map page), *pbAny
 ** set if any did. */
 static int mapFoldApply(TdeFile *p, int bBuild, const uint32_t *aPgno, const uint8_t *aTag,
                         uint32_t nFrame, uint32_t nDb, uint8_t **paDirty, int *pbAny){
-  struct TdeMap *m = p->pMap;
+  struct TdeMap *m = p->pDb->map.pMap;
   uint32_t nOld = bBuild ? 0 : m->n, nNew = m->n;
   uint8_t *aDirty;
   int rc;
@@ -417,8 +417,8 @@ static int mapFoldApply(TdeFile *p, int bBuild, const uint32_t *aPgno, const uin
 ** in force (slot 0 of a new file when building), synced, then the new
 ** root into the header (a freshness update). */
 static int mapFoldWrite(TdeFile *p, int bBuild, const uint8_t *aDirty){
-  TdeDbKeys *k = p->pKeys;
-  struct TdeMap *m = p->pMap;
+  TdeDbKeys *k = p->pDb->pKeys;
+  struct TdeMap *m = p->pDb->map.pMap;
   sqlite3_file *pFd = 0;
   uint8_t *aBuf = 0;
   uint8_t aRoot[16];
@@ -473,15 +473,15 @@ done:
 ** first.  Caller holds the WAL write lock or the EXCLUSIVE lock.
 */
 int tdeMapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb){
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   uint8_t *aDirty = 0;
   int bBuild, bAny = 0, rc;
 
-  if( !k || k->hdr.version<TDE_FORMAT_V2 || p->bStandby || p->bReadOnly ) return SQLITE_OK;
+  if( !k || k->hdr.version<TDE_FORMAT_V2 || p->pDb->repl.bStandby || p->bReadOnly ) return SQLITE_OK;
   rc = tdeMainRefreshIfChanged(p);
   if( rc ) return rc;
   if( tdeRekeyInProgress(k) ) return SQLITE_OK;   /* the rekey rewrites pages outside the WAL */
-  if( !p->pgsz ){
+  if( !p->pDb->pgsz ){
     rc = tdeScratch(p);
     if( rc==SQLITE_OK ) rc = tdeMainDiscoverPgsz(p);
     if( rc==SQLITE_IOERR_SHORT_READ ) return SQLITE_OK;   /* nothing in the file yet */

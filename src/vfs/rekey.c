@@ -46,8 +46,8 @@ static int rjMac(TdeFile *p, const uint8_t *a, size_t n, uint8_t out[32]){
   const uint8_t *apPart[1];
   size_t anPart[1];
   int trc;
-  if( !p->pKeys || !p->pKeys->aDek ) return TDE_NOKEY;
-  trc = tdeHkdf(p->pKeys->aDek, 32, p->dbid, TDE_DBID_BYTES, (const uint8_t*)zInfo,
+  if( !p->pDb->pKeys || !p->pDb->pKeys->aDek ) return TDE_NOKEY;
+  trc = tdeHkdf(p->pDb->pKeys->aDek, 32, p->dbid, TDE_DBID_BYTES, (const uint8_t*)zInfo,
                 sizeof(zInfo)-1, key, sizeof(key));
   apPart[0] = a;
   anPart[0] = n;
@@ -189,7 +189,7 @@ static int rekeyRescue(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, 
   /* Only while a rekey runs (or was interrupted), and for page 1 after its
   ** finish (page 1 is sealed again then, through the journal): otherwise
   ** a -tderekey file is no business of a failing page. */
-  if( !p->pKeys || (!tdeRekeyInProgress(p->pKeys) && pgno!=1) ) return SQLITE_IOERR_AUTH;
+  if( !p->pDb->pKeys || (!tdeRekeyInProgress(p->pDb->pKeys) && pgno!=1) ) return SQLITE_IOERR_AUTH;
   rc = rjOpen(p, 0, &j);
   if( rc ) return SQLITE_IOERR_AUTH;
   if( rjLoad(p, &j, &a, &n, &jPgsz)==SQLITE_OK && jPgsz==pgsz ){
@@ -227,7 +227,7 @@ typedef struct BeginCtx {
 
 static int editBegin(TdeFile *p, TdeHeader *h, void *pArg){
   BeginCtx *c = pArg;
-  TdeDbKeys *k = p->pKeys;
+  TdeDbKeys *k = p->pDb->pKeys;
   char zCur[TDE_KEYID_MAX+1];
   uint32_t vNew = 0;
   int trc;
@@ -262,11 +262,11 @@ static int editBegin(TdeFile *p, TdeHeader *h, void *pArg){
 int tdeMainRekeyBegin(TdeFile *p){
   BeginCtx c;
   int rc;
-  uint32_t vOld = p->pKeys->hdr.curVersion;
-  if( tdeRekeyInProgress(p->pKeys) ) return SQLITE_OK;
+  uint32_t vOld = p->pDb->pKeys->hdr.curVersion;
+  if( tdeRekeyInProgress(p->pDb->pKeys) ) return SQLITE_OK;
   c.aDek = tdeSecureAlloc(32);
   if( !c.aDek ) return SQLITE_NOMEM;
-  c.bUpgrade = p->pKeys->hdr.version<TDE_FORMAT_V2 && tdeUpgradeWalEmpty(p);
+  c.bUpgrade = p->pDb->pKeys->hdr.version<TDE_FORMAT_V2 && tdeUpgradeWalEmpty(p);
   c.bUpgraded = 0;
   rc = tdeMainHeaderUpdate(p, editBegin, &c);
   tdeSecureFree(c.aDek, 32);
@@ -278,15 +278,15 @@ int tdeMainRekeyBegin(TdeFile *p){
     tdeAuditInit(&r, "rekey_start");
     r.bFailure = rc!=SQLITE_OK;
     r.zDbPath = p->zName;
-    r.aDbid = p->pKeys->hdr.dbid;
-    r.zKeystore = p->pKeys->pKs->pMethods->zName;
-    r.zKeyId = p->pKeys->zMasterKey[0] ? p->pKeys->zMasterKey : 0;
+    r.aDbid = p->pDb->pKeys->hdr.dbid;
+    r.zKeystore = p->pDb->pKeys->pKs->pMethods->zName;
+    r.zKeyId = p->pDb->pKeys->zMasterKey[0] ? p->pDb->pKeys->zMasterKey : 0;
     r.keyVersion = vOld;
-    r.newKeyVersion = rc==SQLITE_OK ? p->pKeys->hdr.curVersion : 0;
+    r.newKeyVersion = rc==SQLITE_OK ? p->pDb->pKeys->hdr.curVersion : 0;
     r.zDetail = rc ? tde_last_error() : "new data key; pages are re-encrypted in steps";
-    tdeAudit(p->pKeys->pCfg, &r);
+    tdeAudit(p->pDb->pKeys->pCfg, &r);
   }
-  p->pKeys->iRekeyCursor = 1;
+  p->pDb->pKeys->iRekeyCursor = 1;
   return rc;
 }
 
@@ -343,8 +343,8 @@ static int rjWriteBatch(TdeFile *p, RekeyJournal *j, const uint8_t *aOld, const 
 */
 int tdeMainRekeyStep(TdeFile *p, int nMax, sqlite3_int64 *pnRewritten,
                      sqlite3_int64 *pnPages, int *pbClean){
-  TdeDbKeys *k = p->pKeys;
-  uint32_t pgsz = p->pgsz, target = k->hdr.curVersion;
+  TdeDbKeys *k = p->pDb->pKeys;
+  uint32_t pgsz = p->pDb->pgsz, target = k->hdr.curVersion;
   sqlite3_int64 nPages, iPg, nScanned = 0;
   uint8_t *aOld = 0, *aNew = 0, *aTmp = 0;
   uint32_t *aPgno = 0;
@@ -360,7 +360,7 @@ int tdeMainRekeyStep(TdeFile *p, int nMax, sqlite3_int64 *pnRewritten,
     rc = tdeScratch(p);
     if( rc==SQLITE_OK ) rc = tdeMainDiscoverPgsz(p);
     if( rc ) return rc;
-    pgsz = p->pgsz;
+    pgsz = p->pDb->pgsz;
   }
   nPages = filePages(p, pgsz);
   *pnPages = nPages;
@@ -461,12 +461,12 @@ static int editFinish(TdeFile *p, TdeHeader *h, void *pArg){
 ** migration re-seal page 1 under a rollback journal instead: journal.c.)
 */
 static int rekeyResealPage1(TdeFile *p){
-  uint32_t pgsz = p->pgsz;
+  uint32_t pgsz = p->pDb->pgsz;
   uint8_t *aOld = 0, *aNew = 0, *aJ = 0;
   RekeyJournal j;
   int bShort = 0, rc;
   memset(&j, 0, sizeof(j));
-  if( p->pKeys->hdr.version<TDE_FORMAT_V2 || !tdeValidPgsz(pgsz) ) return SQLITE_OK;
+  if( p->pDb->pKeys->hdr.version<TDE_FORMAT_V2 || !tdeValidPgsz(pgsz) ) return SQLITE_OK;
   aOld = sqlite3_malloc((int)pgsz);
   aNew = sqlite3_malloc((int)pgsz);
   aJ = sqlite3_malloc((int)(RJ_HDR + 4 + pgsz + RJ_SUM));
@@ -507,13 +507,13 @@ done:
 int tdeMainRekeyFinish(TdeFile *p){
   FinishCtx c;
   int rc;
-  c.bUpgrade = p->pKeys->hdr.version<TDE_FORMAT_V2 && tdeUpgradeWalEmpty(p);
+  c.bUpgrade = p->pDb->pKeys->hdr.version<TDE_FORMAT_V2 && tdeUpgradeWalEmpty(p);
   c.bUpgraded = 0;
   rc = tdeMainHookBeforeKeyDrop(p);   /* the anchor: a record MACed by the key kept */
   if( rc==SQLITE_OK ) rc = tdeMainHeaderUpdate(p, editFinish, &c);
   if( c.bUpgraded ){
     tdeUpgradeAudit(p, rc, "format version 1 -> 2 (freshness checks on) at the finish of a rekey");
-  }else if( rc==SQLITE_OK && p->pKeys->hdr.version<TDE_FORMAT_V2 ){
+  }else if( rc==SQLITE_OK && p->pDb->pKeys->hdr.version<TDE_FORMAT_V2 ){
     tdeLog(TDE_LOG_WARNING, "%s: rekey finished, but the WAL held frames, so the database stays "
            "at format version 1: run `sqlite-tde upgrade`", p->zName ? p->zName : "");
   }
@@ -532,12 +532,12 @@ int tdeMainRekeyFinish(TdeFile *p){
   tdeAuditInit(&r, "rekey_end");
   r.bFailure = rc!=SQLITE_OK;
   r.zDbPath = p->zName;
-  r.aDbid = p->pKeys->hdr.dbid;
-  r.zKeystore = p->pKeys->pKs->pMethods->zName;
-  r.zKeyId = p->pKeys->zMasterKey[0] ? p->pKeys->zMasterKey : 0;
-  r.keyVersion = p->pKeys->hdr.curVersion;
+  r.aDbid = p->pDb->pKeys->hdr.dbid;
+  r.zKeystore = p->pDb->pKeys->pKs->pMethods->zName;
+  r.zKeyId = p->pDb->pKeys->zMasterKey[0] ? p->pDb->pKeys->zMasterKey : 0;
+  r.keyVersion = p->pDb->pKeys->hdr.curVersion;
   r.zDetail = rc ? tde_last_error() : "every page under the new data key; old versions removed";
-  tdeAudit(p->pKeys->pCfg, &r);
+  tdeAudit(p->pDb->pKeys->pCfg, &r);
   return rc;
 }
 
@@ -547,12 +547,12 @@ int tdeMainCountVersions(TdeFile *p, uint32_t *aVersion, sqlite3_int64 *anPages,
   sqlite3_int64 nPages;
   int nFound = 0, rc = SQLITE_OK;
   *pnFound = 0;
-  if( !p->pKeys || !p->pgsz ) return SQLITE_OK;
-  nPages = filePages(p, p->pgsz);
+  if( !p->pDb->pKeys || !p->pDb->pgsz ) return SQLITE_OK;
+  nPages = filePages(p, p->pDb->pgsz);
   for(sqlite3_int64 i=1; i<=nPages; i++){
     int bShort, f;
     uint32_t v;
-    rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + i*p->pgsz - TDE_TRAILER_SIZE, &bShort);
+    rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + i*p->pDb->pgsz - TDE_TRAILER_SIZE, &bShort);
     if( rc ) break;
     if( bShort || allZero(aTrailer, TDE_TRAILER_SIZE) ) continue;
     v = tdeTrailerVersion(aTrailer);

@@ -52,7 +52,7 @@ static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
   r->bEncrypted = 1;
   r->zCipher = "aes-256-gcm";
   r->nAuthFail = p->nAuthFail;
-  if( !p->pKeys ){
+  if( !p->pDb->pKeys ){
     /* Empty database whose header is not written yet. */
     snprintf(r->zKsStatus, sizeof(r->zKsStatus), "OPEN");
     snprintf(r->zKeystore, sizeof(r->zKeystore), "pending");
@@ -60,7 +60,7 @@ static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
     return;
   }
   {
-    TdeDbKeys *k = p->pKeys;
+    TdeDbKeys *k = p->pDb->pKeys;
     snprintf(r->zKeystore, sizeof(r->zKeystore), "%s", k->pKs->pMethods->zName);
     snprintf(r->zKsStatus, sizeof(r->zKsStatus), "%s",
              k->zMasterKey[0] ? "OPEN" : "OPEN_NO_MASTER_KEY");
@@ -74,7 +74,7 @@ static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
     r->nSessions = k->nSessionsVersion==k->hdr.curVersion ? (sqlite3_int64)k->nSessions : 0;
     r->formatVersion = k->hdr.version ? k->hdr.version : TDE_FORMAT_V1;
     r->zPageMap = r->formatVersion<TDE_FORMAT_V2 ? "off (format version 1)"
-                : p->bStandby ? "off (standby copy)"
+                : p->pDb->repl.bStandby ? "off (standby copy)"
                 : tdeMapActive(p) ? "on" : "off";
     {
       int64_t t = 0;
@@ -93,7 +93,7 @@ static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
       if( n>=(int)sizeof(r->zMasterKeys) ) break;
     }
   }
-  r->pgsz = p->pgsz;
+  r->pgsz = p->pDb->pgsz;
   tdeMainPageCount(p, &r->nPages);
   tdeReplStatusRead(p->zName, &r->repl);
 }

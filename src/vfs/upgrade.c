@@ -38,8 +38,8 @@ static int editUpgrade(TdeFile *p, TdeHeader *h, void *pArg){
 
 int tdeUpgradeWalEmpty(TdeFile *p){
   TdeWalEnd end;
-  if( !p->pShm0 ) return 1;
-  tdeShmHeaderEnd(p->pShm0, &end);
+  if( !p->pDb->pShm0 ) return 1;
+  tdeShmHeaderEnd(p->pDb->pShm0, &end);
   return end.bKnown && end.mxFrame==0;
 }
 
@@ -48,10 +48,10 @@ void tdeUpgradeAudit(TdeFile *p, int rc, const char *zHow){
   tdeAuditInit(&r, "upgrade");
   r.bFailure = rc!=SQLITE_OK;
   r.zDbPath = p->zName;
-  r.aDbid = p->pKeys->hdr.dbid;
-  r.keyVersion = p->pKeys->hdr.curVersion;
+  r.aDbid = p->pDb->pKeys->hdr.dbid;
+  r.keyVersion = p->pDb->pKeys->hdr.curVersion;
   r.zDetail = rc==SQLITE_OK ? zHow : tde_last_error();
-  tdeAudit(p->pKeys->pCfg, &r);
+  tdeAudit(p->pDb->pKeys->pCfg, &r);
   if( rc==SQLITE_OK ){
     tdeLog(TDE_LOG_INFO, "%s: upgraded to format version 2", p->zName ? p->zName : "");
   }
@@ -60,10 +60,10 @@ void tdeUpgradeAudit(TdeFile *p, int rc, const char *zHow){
 int tdeMainUpgrade(TdeFile *p, int *pbDone){
   int rc;
   *pbDone = 0;
-  if( !p->pKeys ) return SQLITE_MISUSE;
+  if( !p->pDb->pKeys ) return SQLITE_MISUSE;
   rc = tdeMainRefreshIfChanged(p);
   if( rc ) return rc;
-  if( p->pKeys->hdr.version>=TDE_FORMAT_V2 ) return SQLITE_OK;   /* nothing to do */
+  if( p->pDb->pKeys->hdr.version>=TDE_FORMAT_V2 ) return SQLITE_OK;   /* nothing to do */
   if( !tdeUpgradeWalEmpty(p) ){
     tdeErr(TDE_LOCKED, "%s: the WAL still holds frames (a reader or a writer kept it from being "
            "emptied); nothing was changed, try again", p->zName ? p->zName : "");

@@ -181,16 +181,16 @@ static int tdeAdoptKeys(TdeFile *p, TdeDbKeys **pk, int bNew){
   TdeDbKeys *k = *pk;
   int rc = tdeInstallKeys(p, k);
   if( rc ) return rc;
-  p->pKeys = k;               /* with the reference tdeRegistryAcquire took */
+  p->pDb->pKeys = k;               /* with the reference tdeRegistryAcquire took */
   *pk = 0;
   rc = tdeMainHookLoaded(p, bNew);
-  if( rc ){ *pk = k; p->pKeys = 0; }
+  if( rc ){ *pk = k; p->pDb->pKeys = 0; }
   return rc;
 }
 
 /*
 ** Read the header region of a non-empty main file, pick the newest valid
-** slot, unwrap the data key, check the header MAC.  On success p->pKeys is
+** slot, unwrap the data key, check the header MAC.  On success p->pDb->pKeys is
 ** set.  Errors: SQLITE_NOTADB (plaintext, foreign, damaged), SQLITE_AUTH
 ** (keystore or key unavailable), with the detail in tde_last_error() and
 ** the log.
@@ -354,7 +354,7 @@ static int tdeMainCreate(TdeFile *p);
 int tdeMainEnsureKeys(TdeFile *p, int bCreate){
   sqlite3_int64 sz = 0;
   int rc;
-  if( p->pKeys ) return SQLITE_OK;
+  if( p->pDb->pKeys ) return SQLITE_OK;
   rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   if( rc ) return rc;
   if( sz==0 ){
@@ -380,7 +380,7 @@ int tdeMainCheckHeader(TdeFile *p, int *piBad){
   uint8_t macKey[32];
   int rc = TDE_OK, bShort;
   *piBad = -1;
-  if( !p->pKeys ) return TDE_OK;
+  if( !p->pDb->pKeys ) return TDE_OK;
   aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
   pHdr = sqlite3_malloc(sizeof(TdeHeader));
   aDek = tdeSecureAlloc(32);
@@ -392,8 +392,8 @@ int tdeMainCheckHeader(TdeFile *p, int *piBad){
   for(int i=0; i<2 && *piBad<0; i++){
     const uint8_t *aSlot = aRegion + i*TDE_SLOT_SIZE;
     if( tdeHeaderDecode(aSlot, pHdr)!=TDE_OK
-     || memcmp(pHdr->dbid, p->pKeys->hdr.dbid, TDE_DBID_BYTES)!=0
-     || tdeKeyringUnlock(p->pKeys->pKs, pHdr, pHdr->curVersion, aDek)!=TDE_OK
+     || memcmp(pHdr->dbid, p->pDb->pKeys->hdr.dbid, TDE_DBID_BYTES)!=0
+     || tdeKeyringUnlock(p->pDb->pKeys->pKs, pHdr, pHdr->curVersion, aDek)!=TDE_OK
      || tdeHeaderMacKey(aDek, pHdr->dbid, macKey)!=TDE_OK
      || tdeHeaderCheckMac(aSlot, macKey)!=TDE_OK ){
       *piBad = i;
@@ -478,9 +478,9 @@ static int tdeMainCommittedPages(TdeFile *p, uint32_t pgsz, uint32_t *pn){
     n = tdeMainHookPageRescue(p, 1, pgsz, p->aBuf, aTag)==SQLITE_OK && memcmp(p->aBuf+24, p->aBuf+92, 4)==0
         ? tdeGet32(p->aBuf+28) : UINT32_MAX;
   }
-  if( n!=UINT32_MAX && p->pShm0 ){
+  if( n!=UINT32_MAX && p->pDb->pShm0 ){
     uint32_t nWal;
-    memcpy(&nWal, (const void*)((const volatile uint8_t*)p->pShm0 + 20), sizeof(nWal));
+    memcpy(&nWal, (const void*)((const volatile uint8_t*)p->pDb->pShm0 + 20), sizeof(nWal));
     if( nWal>n ) n = nWal;
   }
   tdeWipe(p->aBuf, pgsz);
@@ -500,8 +500,8 @@ static int tdeMainIsHole(TdeFile *p, uint32_t pgno, uint32_t pgsz, int *pbHole){
   uint32_t nCommitted;
   int rc;
   *pbHole = 0;
-  if( p->bTxnBase ){
-    nCommitted = p->nTxnBase;
+  if( p->pDb->bTxnBase ){
+    nCommitted = p->pDb->nTxnBase;
   }else{
     rc = tdeMainCommittedPages(p, pgsz, &nCommitted);
     if( rc ) return rc;
@@ -541,11 +541,11 @@ static int tdeMainShortPage(TdeFile *p, uint8_t *zBuf, int iAmt, uint32_t pgno, 
 ** k's value, or the backfill mark for slot 0; UINT32_MAX without a shared
 ** index.  aSalt: the index's generation (NULL if unknown). */
 static uint32_t tdeMainReadBound(TdeFile *p, uint8_t aSalt[8], int *pbSalt){
-  const volatile uint8_t *a = (const volatile uint8_t*)p->pShm0;
+  const volatile uint8_t *a = (const volatile uint8_t*)p->pDb->pShm0;
   uint32_t v;
   *pbSalt = 0;
-  if( !a || p->iReadSlot1<=0 ) return UINT32_MAX;
-  memcpy(&v, (const void*)(a + (p->iReadSlot1==1 ? 96 : 100 + 4*(p->iReadSlot1-1))), 4);
+  if( !a || p->pDb->map.iReadSlot1<=0 ) return UINT32_MAX;
+  memcpy(&v, (const void*)(a + (p->pDb->map.iReadSlot1==1 ? 96 : 100 + 4*(p->pDb->map.iReadSlot1-1))), 4);
   memcpy(aSalt, (const void*)(a + 32), 8);
   *pbSalt = 1;
   return v;
@@ -567,14 +567,14 @@ static int tdeMainCheckPage(TdeFile *p, uint32_t pgno, const uint8_t *aTag, uint
   ** has no read mark to go by; a checkpoint may have copied page 1 from
   ** a WAL not yet folded.  SQLite reads page 1 again under SHARED, where
   ** the check is made. */
-  if( p->eLockHeld==SQLITE_LOCK_NONE ) return SQLITE_OK;
+  if( p->pDb->eLockHeld==SQLITE_LOCK_NONE ) return SQLITE_OK;
   rc = tdeMapCheck(p, pgno, aTag);
   for(int iTry=0; rc==SQLITE_NOTFOUND && iTry<2; iTry++){
-    if( p->pWalFile ){
+    if( p->pDb->pWalFile ){
       uint8_t aSalt[8], aFrameTag[8];
       int bSalt = 0, bFound = 0;
       uint32_t bound = tdeMainReadBound(p, aSalt, &bSalt);
-      rc = tdeWalNewestTag(p->pWalFile, pgno, bound, bSalt ? aSalt : 0, aFrameTag, &bFound);
+      rc = tdeWalNewestTag(p->pDb->pWalFile, pgno, bound, bSalt ? aSalt : 0, aFrameTag, &bFound);
       if( rc ) break;
       if( bFound && memcmp(aFrameTag, aTag, 8)==0 ) return SQLITE_OK;
       rc = SQLITE_NOTFOUND;
@@ -614,11 +614,11 @@ static int tdeMainZeroPage(TdeFile *p, uint32_t pgno, uint32_t pgsz){
 ** size (MAIN_BY_PIECES: serve what is there, as the unix VFS does; SQLite
 ** reads the real size from the header).  Otherwise tdeMainShortPage. */
 static int tdeMainShortWhole(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t pgsz){
-  if( pgno==1 && p->pgsz!=pgsz ){
+  if( pgno==1 && p->pDb->pgsz!=pgsz ){
     int rc = tdeScratch(p);
     if( rc ) return rc;
     rc = tdeMainDiscoverPgsz(p);
-    if( rc==SQLITE_OK && p->pgsz!=pgsz ) return MAIN_BY_PIECES;
+    if( rc==SQLITE_OK && p->pDb->pgsz!=pgsz ) return MAIN_BY_PIECES;
     if( rc!=SQLITE_OK && rc!=SQLITE_IOERR_SHORT_READ ){ memset(zBuf, 0, pgsz); return rc; }
   }
   return tdeMainShortPage(p, zBuf, (int)pgsz, pgno, pgsz);
@@ -642,18 +642,18 @@ static int tdeMainRescue(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t pgsz
   if( rc ) return rc;
   if( bShort ) return tdeMainShortPage(p, zBuf, (int)pgsz, pgno, pgsz);
   memcpy(aTag, zBuf + pgsz - 24, 16);
-  rc = tdeOpenPage(p, zBuf, pgsz, pgno, p->pgsz ? "database" : 0);
-  if( rc==SQLITE_IOERR_AUTH && p->pgsz==pgsz
+  rc = tdeOpenPage(p, zBuf, pgsz, pgno, p->pDb->pgsz ? "database" : 0);
+  if( rc==SQLITE_IOERR_AUTH && p->pDb->pgsz==pgsz
    && tdeMainHookPageRescue(p, pgno, pgsz, zBuf, aTag)==SQLITE_OK ){
     p->nAuthFail--;
     rc = SQLITE_OK;
   }
-  if( rc==SQLITE_IOERR_AUTH && p->pgsz==0 ){
+  if( rc==SQLITE_IOERR_AUTH && p->pDb->pgsz==0 ){
     p->nAuthFail--;
     rc = tdeScratch(p);
     if( rc ) return rc;
     rc = tdeMainDiscoverPgsz(p);
-    if( rc==SQLITE_OK && p->pgsz!=pgsz ) return MAIN_BY_PIECES;
+    if( rc==SQLITE_OK && p->pDb->pgsz!=pgsz ) return MAIN_BY_PIECES;
     if( rc==SQLITE_OK ) rc = SQLITE_IOERR_AUTH;
     memset(zBuf, 0, pgsz);
   }
@@ -669,7 +669,7 @@ static int tdeMainReadWhole(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 i
   rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);   /* read */
   if( rc ) return rc;
   if( bShort ) return tdeMainShortWhole(p, zBuf, pgno, pgsz);
-  if( p->pgsz==pgsz && tdeIsZero(zBuf, pgsz) ){
+  if( p->pDb->pgsz==pgsz && tdeIsZero(zBuf, pgsz) ){
     rc = tdeMainZeroPage(p, pgno, pgsz);
     return rc==MAIN_HOLE ? SQLITE_OK : rc;      /* zeros, as SQLite left them */
   }
@@ -679,7 +679,7 @@ static int tdeMainReadWhole(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 i
   if( rc==SQLITE_OK && pgno==1 ) tdePage1Keep(p, zBuf, pgsz, aTrailer1);
   if( rc==SQLITE_IOERR_AUTH ) rc = tdeMainRescue(p, zBuf, pgno, pgsz, aTag);   /* rescue */
   if( rc ) return rc;
-  p->pgsz = pgsz;
+  p->pDb->pgsz = pgsz;
   rc = tdeMainCheckPage(p, pgno, aTag, zBuf, iAmt);                       /* check */
   if( rc && pgno==1 ) tdePage1Forget(p);
   return rc;
@@ -694,7 +694,7 @@ static int tdeMainReadWhole(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 i
 */
 static int tdeMainReadPiece(TdeFile *p, uint8_t *zBuf, int iAmt, int nDone, uint32_t pgno,
                             int bRetried, int *pbFinal){
-  uint32_t pgsz = p->pgsz;
+  uint32_t pgsz = p->pDb->pgsz;
   uint8_t aTag[16];
   int bShort, rc;
   *pbFinal = 1;
@@ -732,7 +732,7 @@ static int tdeMainReadPieces(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 
   int nDone = 0, bRetried = 0, bFinal, rc;
   rc = tdeScratch(p);
   if( rc ) return rc;
-  if( !p->pgsz ){
+  if( !p->pDb->pgsz ){
     rc = tdeMainDiscoverPgsz(p);
     if( rc==SQLITE_IOERR_AUTH || rc==SQLITE_IOERR_SHORT_READ ) memset(zBuf, 0, (size_t)iAmt);
     if( rc==SQLITE_IOERR_AUTH ) return tdeHeaderReadFailed(p, iOfst, iAmt);
@@ -740,9 +740,9 @@ static int tdeMainReadPieces(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 
   }
   while( nDone<iAmt ){
     sqlite3_int64 off = iOfst + nDone;
-    uint32_t pgno = (uint32_t)(off/p->pgsz) + 1;
-    int iIn = (int)(off % p->pgsz);
-    int n = (int)p->pgsz - iIn;
+    uint32_t pgno = (uint32_t)(off/p->pDb->pgsz) + 1;
+    int iIn = (int)(off % p->pDb->pgsz);
+    int n = (int)p->pDb->pgsz - iIn;
     if( n > iAmt-nDone ) n = iAmt-nDone;
     rc = tdeMainReadPiece(p, zBuf, iAmt, nDone, pgno, bRetried, &bFinal);
     if( rc==MAIN_HOLE ){ memset(zBuf+nDone, 0, (size_t)n); nDone += n; continue; }
@@ -768,11 +768,11 @@ static int tdeMainReadPieces(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 
 static int tdeMainRead(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   int rc = tdeMainEnsureKeys(p, 0);
   if( rc ) return rc;
-  if( !p->pKeys ){
+  if( !p->pDb->pKeys ){
     memset(zBuf, 0, (size_t)iAmt);
     return SQLITE_IOERR_SHORT_READ;
   }
-  if( tdeValidPgsz(iAmt) && iOfst%iAmt==0 && (p->pgsz==0 || p->pgsz==(uint32_t)iAmt) ){
+  if( tdeValidPgsz(iAmt) && iOfst%iAmt==0 && (p->pDb->pgsz==0 || p->pDb->pgsz==(uint32_t)iAmt) ){
     rc = tdeMainReadWhole(p, zBuf, iAmt, iOfst);
   }else{
     rc = tdePage1Read(p, zBuf, iAmt, iOfst);
@@ -818,36 +818,36 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
   }
   rc = tdeMainEnsureKeys(p, 1);
   if( rc ) return rc;
-  if( !p->bCkpt && !p->bInCkpt && tdeMapActive(p) ){
+  if( !p->pDb->ckpt.bHeld && !p->pDb->ckpt.bInCkpt && tdeMapActive(p) ){
     /* Not a checkpoint's copy (rollback-journal mode): no page map from
     ** now on (docs/FORMAT.md "Writes outside the WAL"). */
     rc = tdeMapDrop(p);
     if( rc ) return rc;
   }
-  if( !p->bTxnBase ){
+  if( !p->pDb->bTxnBase ){
     /* First write since the lock or the last commit: remember what was
     ** committed, before page 1 on disk changes (tdeMainIsHole). */
-    rc = tdeMainCommittedPages(p, (uint32_t)iAmt, &p->nTxnBase);
+    rc = tdeMainCommittedPages(p, (uint32_t)iAmt, &p->pDb->nTxnBase);
     if( rc ) return rc;
-    p->bTxnBase = 1;
+    p->pDb->bTxnBase = 1;
   }
-  if( (p->bCkpt || p->bInCkpt) && p->bCkptValid && pgno!=p->ckptPgno ){
+  if( (p->pDb->ckpt.bHeld || p->pDb->ckpt.bInCkpt) && p->pDb->ckpt.bValid && pgno!=p->pDb->ckpt.pgno ){
     /* The checkpoint copies the frame page it just read to the position
     ** SQLite's (unauthenticated) WAL index names; that frame holds another
     ** page: the index was altered.  Never seal one page's content as
     ** another's. */
     tdeLog(TDE_LOG_ERROR, "%s: checkpoint would write page %u from a frame holding page %u: "
-           "the WAL index (-shm) was tampered with", tdeFileName(p), pgno, p->ckptPgno);
-    p->bCkptValid = 0;
+           "the WAL index (-shm) was tampered with", tdeFileName(p), pgno, p->pDb->ckpt.pgno);
+    p->pDb->ckpt.bValid = 0;
     return SQLITE_IOERR_AUTH;
   }
-  if( p->bCkptValid && pgno==p->ckptPgno && (uint32_t)iAmt==p->ckptPgsz
-   && memcmp(zBuf, p->aCkptPlain, (size_t)iAmt)==0 ){
+  if( p->pDb->ckpt.bValid && pgno==p->pDb->ckpt.pgno && (uint32_t)iAmt==p->pDb->ckpt.pgsz
+   && memcmp(zBuf, p->pDb->ckpt.aPlain, (size_t)iAmt)==0 ){
     /* A checkpoint copying the frame page it just read: that frame's
     ** ciphertext is already this page sealed for this position. */
-    p->bCkptValid = 0;
-    rc = p->pReal->pMethods->xWrite(p->pReal, p->aCkptCipher, iAmt, iOfst + TDE_HEADER_BYTES);
-    if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
+    p->pDb->ckpt.bValid = 0;
+    rc = p->pReal->pMethods->xWrite(p->pReal, p->pDb->ckpt.aCipher, iAmt, iOfst + TDE_HEADER_BYTES);
+    if( rc==SQLITE_OK ) p->pDb->pgsz = (uint32_t)iAmt;
     if( pgno==1 ) tdePage1Forget(p);
     return rc;
   }
@@ -856,7 +856,7 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
   rc = tdeSealPage(p, zBuf, (uint32_t)iAmt, pgno, p->aBuf);
   if( rc ) return rc;
   rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, iAmt, iOfst + TDE_HEADER_BYTES);
-  if( rc==SQLITE_OK ) p->pgsz = (uint32_t)iAmt;
+  if( rc==SQLITE_OK ) p->pDb->pgsz = (uint32_t)iAmt;
   if( pgno==1 ){
     if( rc==SQLITE_OK ) tdePage1Keep(p, zBuf, (uint32_t)iAmt, p->aBuf + iAmt - TDE_TRAILER_SIZE);
     else tdePage1Forget(p);
@@ -905,7 +905,7 @@ static int tdeStandbyPatch(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iO
   uint64_t seq = 0, dev, ino;
   uint32_t v;
   if( iOfst>=96 ) return SQLITE_OK;
-  if( !tdeStandbyStat(p->zName, &dev, &ino) || dev!=p->standbyDev || ino!=p->standbyIno ){
+  if( !tdeStandbyStat(p->zName, &dev, &ino) || dev!=p->pDb->repl.standbyDev || ino!=p->pDb->repl.standbyIno ){
     memset(zBuf, 0, (size_t)iAmt);
     tdeLog(TDE_LOG_ERROR, "%s: the standby copy was replaced (a base copy) or removed since it was "
            "opened: close and reopen it", tdeFileName(p));
@@ -938,7 +938,7 @@ static int tdeClose(sqlite3_file *pFile){
   TdeFile *p = (TdeFile*)pFile;
   int rc = SQLITE_OK;
   if( p->eKind==TDE_KIND_MAIN ) tdeMainListRemove(p);
-  if( p->eKind==TDE_KIND_WAL && p->pMain && p->pMain->pWalFile==p ) p->pMain->pWalFile = 0;
+  if( p->eKind==TDE_KIND_WAL && p->pMain && p->pMain->pDb->pWalFile==p ) p->pMain->pDb->pWalFile = 0;
   if( p->eKind==TDE_KIND_WAL ){
     rc = tdeWalFlush(p);
     tdeWalFree(p);
@@ -952,12 +952,12 @@ static int tdeClose(sqlite3_file *pFile){
   tdeCiphersFree(p);
   if( p->eKind==TDE_KIND_MAIN ){
     tdeMapFree(p);
-    tdeKeysFree(p->pKeys);
-    p->pKeys = 0;
+    tdeKeysFree(p->pDb->pKeys);
+    p->pDb->pKeys = 0;
     tdePage1Free(p);
-    if( p->aCkptPlain ){ tdeWipe(p->aCkptPlain, TDE_MAX_PAGE); sqlite3_free(p->aCkptPlain); p->aCkptPlain = 0; }
-    sqlite3_free(p->aCkptCipher);
-    p->aCkptCipher = 0;
+    if( p->pDb->ckpt.aPlain ){ tdeWipe(p->pDb->ckpt.aPlain, TDE_MAX_PAGE); sqlite3_free(p->pDb->ckpt.aPlain); p->pDb->ckpt.aPlain = 0; }
+    sqlite3_free(p->pDb->ckpt.aCipher);
+    p->pDb->ckpt.aCipher = 0;
   }
   tdeKindFree(p);
   if( p->aBuf ){
@@ -973,7 +973,7 @@ static int tdeRead(sqlite3_file *pFile, void *zBuf, int iAmt, sqlite3_int64 iOfs
   switch( p->eKind ){
     case TDE_KIND_MAIN: {
       int rc = tdeMainRead(p, zBuf, iAmt, iOfst);
-      if( rc==SQLITE_OK && p->bStandby ) rc = tdeStandbyPatch(p, zBuf, iAmt, iOfst);
+      if( rc==SQLITE_OK && p->pDb->repl.bStandby ) rc = tdeStandbyPatch(p, zBuf, iAmt, iOfst);
       return rc;
     }
     case TDE_KIND_WAL:     return tdeWalRead(p, zBuf, iAmt, iOfst);
@@ -987,14 +987,14 @@ static int tdeRead(sqlite3_file *pFile, void *zBuf, int iAmt, sqlite3_int64 iOfs
 static int tdeWrite(sqlite3_file *pFile, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   TdeFile *p = (TdeFile*)pFile;
   TdeFile *m = p->eKind==TDE_KIND_MAIN ? p : p->pMain;
-  if( m && m->bHdrRolledBack && (p->eKind==TDE_KIND_MAIN || p->eKind==TDE_KIND_WAL) ){
+  if( m && m->pDb->bHdrRolledBack && (p->eKind==TDE_KIND_MAIN || p->eKind==TDE_KIND_WAL) ){
     /* The header region was found rolled back: write nothing (dek.c). */
     tdeLog(TDE_LOG_ERROR, "%s: not written: the header region of this database was rolled "
            "back (see the earlier error); close the connection", m->zName ? m->zName : "database");
     return SQLITE_IOERR_AUTH;
   }
   switch( p->eKind ){
-    case TDE_KIND_MAIN:    return p->bStandby ? tdeStandbyRefuse(p) : tdeMainWrite(p, zBuf, iAmt, iOfst);
+    case TDE_KIND_MAIN:    return p->pDb->repl.bStandby ? tdeStandbyRefuse(p) : tdeMainWrite(p, zBuf, iAmt, iOfst);
     case TDE_KIND_WAL:     return tdeWalWrite(p, zBuf, iAmt, iOfst);
     case TDE_KIND_JOURNAL: return tdeJournalWrite(p, zBuf, iAmt, iOfst);
     case TDE_KIND_TEMP:    return tdeBlockWrite(p, zBuf, iAmt, iOfst);
@@ -1007,10 +1007,10 @@ static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   switch( p->eKind ){
     case TDE_KIND_MAIN: {
       int rc;
-      if( p->bStandby ) return tdeStandbyRefuse(p);
+      if( p->pDb->repl.bStandby ) return tdeStandbyRefuse(p);
       rc = tdeMainEnsureKeys(p, 0);
       if( rc ) return rc;
-      if( !p->pKeys ) return p->pReal->pMethods->xTruncate(p->pReal, 0);
+      if( !p->pDb->pKeys ) return p->pReal->pMethods->xTruncate(p->pReal, 0);
       return p->pReal->pMethods->xTruncate(p->pReal, size + TDE_HEADER_BYTES);
     }
     case TDE_KIND_WAL:     return tdeWalTruncate(p, size);
@@ -1037,12 +1037,12 @@ static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
       if( rc ) return rc;
       rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
       if( rc ) return rc;
-      *pSize = (p->pKeys && sz>TDE_HEADER_BYTES) ? sz - TDE_HEADER_BYTES : 0;
+      *pSize = (p->pDb->pKeys && sz>TDE_HEADER_BYTES) ? sz - TDE_HEADER_BYTES : 0;
       /* Whole pages only: a page the file ends inside of counts whole, so
       ** that SQLite reads it (and the read reports the damage,
       ** tdeMainShortPage) or truncates it away (rolling back a
       ** transaction whose append a crash tore). */
-      if( p->pgsz && *pSize % p->pgsz ) *pSize += p->pgsz - *pSize % p->pgsz;
+      if( p->pDb->pgsz && *pSize % p->pDb->pgsz ) *pSize += p->pDb->pgsz - *pSize % p->pDb->pgsz;
       return SQLITE_OK;
     }
     case TDE_KIND_WAL:
@@ -1083,11 +1083,11 @@ static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
 ** database keeps the reserve its page 1 records; the page size stays free.
 */
 static int tdeMainRequestReserve(TdeFile *p){
-  sqlite3 *db = p->ppDb ? *p->ppDb : 0;
+  sqlite3 *db = p->pDb->ppDb ? *p->pDb->ppDb : 0;
   sqlite3_int64 sz = 0;
   const char *zSchema = 0;
   int rc, n = TDE_RESERVE_BYTES;
-  p->bReserveDue = 0;
+  p->pDb->bReserveDue = 0;
   if( !db || !p->zName ) return SQLITE_OK;
   rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   if( rc ) return rc;
@@ -1105,7 +1105,7 @@ static int tdeMainRequestReserve(TdeFile *p){
 
 /* api.c: the auto-extension made the request for this file. */
 void tdeMainReserveDone(TdeFile *p){
-  p->bReserveDue = 0;
+  p->pDb->bReserveDue = 0;
 }
 
 /* A lock refused because the header could not be re-read (tdeLock,
@@ -1130,19 +1130,19 @@ static int tdeRefreshLockRc(int rc){
 static int tdeMainLockCheck(TdeFile *p){
   uint8_t aSums[64];
   int rc, bShort = 1;
-  if( !p->pKeys ) return SQLITE_OK;
+  if( !p->pDb->pKeys ) return SQLITE_OK;
   rc = tdeScratch(p);
   if( rc ) return rc;
   rc = tdeRealRead(p, p->aBuf, TDE_SLOT_SIZE + 32, TDE_SLOT_SIZE - 32, &bShort);
   if( rc ) return rc;
   memcpy(aSums, p->aBuf, 32);
   memcpy(aSums + 32, p->aBuf + TDE_SLOT_SIZE, 32);
-  if( !bShort && p->bHdrSums && memcmp(aSums, p->aHdrSums, sizeof(aSums))==0 ) return SQLITE_OK;
-  p->bHdrSums = 0;
+  if( !bShort && p->pDb->bHdrSums && memcmp(aSums, p->pDb->aHdrSums, sizeof(aSums))==0 ) return SQLITE_OK;
+  p->pDb->bHdrSums = 0;
   rc = tdeMainRefreshIfChanged(p);
   if( rc==SQLITE_OK && !bShort ){
-    memcpy(p->aHdrSums, aSums, sizeof(aSums));
-    p->bHdrSums = 1;
+    memcpy(p->pDb->aHdrSums, aSums, sizeof(aSums));
+    p->pDb->bHdrSums = 1;
   }
   return rc;
 }
@@ -1150,22 +1150,22 @@ static int tdeMainLockCheck(TdeFile *p){
 static int tdeLock(sqlite3_file *pFile, int eLock){
   TdeFile *p = (TdeFile*)pFile;
   int rc;
-  if( p->eKind==TDE_KIND_MAIN && p->bReserveDue && eLock==SQLITE_LOCK_SHARED ){
+  if( p->eKind==TDE_KIND_MAIN && p->pDb->bReserveDue && eLock==SQLITE_LOCK_SHARED ){
     rc = tdeMainRequestReserve(p);
     if( rc ) return rc;
   }
   rc = p->pReal->pMethods->xLock(p->pReal, eLock);
-  if( rc==SQLITE_OK && p->eKind==TDE_KIND_MAIN ) p->eLockHeld = eLock;
+  if( rc==SQLITE_OK && p->eKind==TDE_KIND_MAIN ) p->pDb->eLockHeld = eLock;
   /* A write transaction starts: seal with the newest data key (another
   ** process may have begun a rekey).  Once per lock session: from RESERVED
   ** to EXCLUSIVE no other connection can update the header (header
   ** updates run under the write lock), so EXCLUSIVE checks only when it
   ** was taken without RESERVED's check (a hot-journal rollback). */
   if( rc==SQLITE_OK && eLock>=SQLITE_LOCK_RESERVED && p->eKind==TDE_KIND_MAIN
-   && !(eLock==SQLITE_LOCK_EXCLUSIVE && p->bLockChecked) ){
+   && !(eLock==SQLITE_LOCK_EXCLUSIVE && p->pDb->bLockChecked) ){
     int rc2 = tdeMainLockCheck(p);
-    if( rc2==SQLITE_OK && eLock==SQLITE_LOCK_RESERVED ) p->bLockChecked = 1;
-    if( rc2==SQLITE_OK && p->pKeys ) tdeMainHookWriteLock(p);
+    if( rc2==SQLITE_OK && eLock==SQLITE_LOCK_RESERVED ) p->pDb->bLockChecked = 1;
+    if( rc2==SQLITE_OK && p->pDb->pKeys ) tdeMainHookWriteLock(p);
     if( rc2 ){
       /* Could not learn the current data key: do not write with an old one.
       ** RESERVED was taken from SHARED, so drop back to it; a failed
@@ -1180,11 +1180,11 @@ static int tdeLock(sqlite3_file *pFile, int eLock){
 static int tdeUnlock(sqlite3_file *pFile, int eLock){
   TdeFile *p = (TdeFile*)pFile;
   if( p->eKind==TDE_KIND_MAIN ){
-    p->bTxnBase = 0;
+    p->pDb->bTxnBase = 0;
     /* End of a rollback-mode write transaction (hooks.c: the anchor). */
-    if( eLock<=SQLITE_LOCK_SHARED && p->pKeys ) tdeMainHookWriteEnd(p, 0);
-    if( eLock<SQLITE_LOCK_RESERVED ) p->bLockChecked = 0;
-    p->eLockHeld = eLock;
+    if( eLock<=SQLITE_LOCK_SHARED && p->pDb->pKeys ) tdeMainHookWriteEnd(p, 0);
+    if( eLock<SQLITE_LOCK_RESERVED ) p->pDb->bLockChecked = 0;
+    p->pDb->eLockHeld = eLock;
   }
   return p->pReal->pMethods->xUnlock(p->pReal, eLock);
 }
@@ -1199,13 +1199,13 @@ static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
   switch( op ){
     case SQLITE_FCNTL_PDB:
       if( p->eKind==TDE_KIND_MAIN ){
-        p->ppDb = (sqlite3**)pArg;
-        p->bReserveDue = 1;
+        p->pDb->ppDb = (sqlite3**)pArg;
+        p->pDb->bReserveDue = 1;
       }
       break;
     case SQLITE_FCNTL_PRAGMA: {
       char **azArg = (char**)pArg;
-      if( p->eKind==TDE_KIND_MAIN && p->bReserveDue ){
+      if( p->eKind==TDE_KIND_MAIN && p->pDb->bReserveDue ){
         rc = tdeMainRequestReserve(p);
         if( rc ) return rc;
       }
@@ -1227,15 +1227,15 @@ static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
       if( p->eKind==TDE_KIND_JOURNAL || p->eKind==TDE_KIND_TEMP ) return SQLITE_OK;
       break;
     case SQLITE_FCNTL_CKPT_START:
-      if( p->eKind==TDE_KIND_MAIN ) p->bInCkpt = 1;
+      if( p->eKind==TDE_KIND_MAIN ) p->pDb->ckpt.bInCkpt = 1;
       break;
     case SQLITE_FCNTL_CKPT_DONE:
-      if( p->eKind==TDE_KIND_MAIN ) p->bInCkpt = 0;
+      if( p->eKind==TDE_KIND_MAIN ) p->pDb->ckpt.bInCkpt = 0;
       break;
     case SQLITE_FCNTL_COMMIT_PHASETWO:
       /* Committed (also with locking_mode=EXCLUSIVE, which keeps the lock):
       ** the next write starts from the new committed size. */
-      if( p->eKind==TDE_KIND_MAIN ) p->bTxnBase = 0;
+      if( p->eKind==TDE_KIND_MAIN ) p->pDb->bTxnBase = 0;
       break;
     case SQLITE_FCNTL_MMAP_SIZE:
       /* Never map encrypted files: SQLite would read ciphertext. */
@@ -1272,7 +1272,7 @@ static int tdeShmMap(sqlite3_file *pFile, int iPg, int pgsz, int bExtend, void v
   TdeFile *p = (TdeFile*)pFile;
   int rc = p->pReal->pMethods->xShmMap(p->pReal, iPg, pgsz, bExtend, pp);
   /* Remember where SQLite's WAL index header is, for tde_verify. */
-  if( rc==SQLITE_OK && iPg==0 && p->eKind==TDE_KIND_MAIN ){ p->pShm0 = *pp; p->bWalIndexEnd = 0; }
+  if( rc==SQLITE_OK && iPg==0 && p->eKind==TDE_KIND_MAIN ){ p->pDb->pShm0 = *pp; p->pDb->map.bWalIndexEnd = 0; }
   return rc;
 }
 static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
@@ -1282,57 +1282,57 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   /* SQLite maps a WAL index only for a database file (never a WAL, a journal
   ** or a temp file): other kinds have no state here. */
   if( p->eKind!=TDE_KIND_MAIN ) return p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
-  if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->eKind==TDE_KIND_MAIN && p->shipEnd.bKnown ){
-    tdeShmHeaderEnd(p->pShm0, &syncEnd);
-    bSyncWait = syncEnd.bKnown && (syncEnd.mxFrame!=p->shipEnd.mxFrame || memcmp(syncEnd.aSalt, p->shipEnd.aSalt, 8));
+  if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->eKind==TDE_KIND_MAIN && p->pDb->repl.shipEnd.bKnown ){
+    tdeShmHeaderEnd(p->pDb->pShm0, &syncEnd);
+    bSyncWait = syncEnd.bKnown && (syncEnd.mxFrame!=p->pDb->repl.shipEnd.mxFrame || memcmp(syncEnd.aSalt, p->pDb->repl.shipEnd.aSalt, 8));
   }
   /* End of a WAL write transaction (hooks.c: the anchor). */
-  if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->pKeys ) tdeMainHookWriteEnd(p, 1);
+  if( offset==0 && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE) && p->pDb->pKeys ) tdeMainHookWriteEnd(p, 1);
   rc = p->pReal->pMethods->xShmLock(p->pReal, offset, n, flags);
   /* The read mark this connection reads under (WAL_READ_LOCK(k) is slot
   ** 3 + k): the page map's bound (tdeMainReadBound). */
   if( rc==SQLITE_OK && n==1 && offset>=3 && offset<8 && (flags & SQLITE_SHM_SHARED) ){
     if( flags & SQLITE_SHM_LOCK ){
-      p->iReadSlot1 = offset - 3 + 1;
+      p->pDb->map.iReadSlot1 = offset - 3 + 1;
       /* A read transaction begins.  Folds happen only when a WAL generation
       ** ends, which changes the salts in SQLite's index: on new salts the
       ** header is read again (two small reads), so a reader never checks
       ** pages against a map older than the generation it reads. */
-      if( p->pShm0 && tdeMapActive(p) ){
+      if( p->pDb->pShm0 && tdeMapActive(p) ){
         uint8_t aSalt[8];
-        memcpy(aSalt, (const void*)((const volatile uint8_t*)p->pShm0 + 32), 8);
-        if( memcmp(aSalt, p->aShmSalt, 8)!=0 ){
+        memcpy(aSalt, (const void*)((const volatile uint8_t*)p->pDb->pShm0 + 32), 8);
+        if( memcmp(aSalt, p->pDb->map.aShmSalt, 8)!=0 ){
           int rc2 = tdeMainRefreshIfChanged(p);
           if( rc2 ){
             /* The header could not be read: the read transaction does not
             ** begin (an error SQLite reports, never a check skipped). */
             p->pReal->pMethods->xShmLock(p->pReal, offset, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED);
-            p->iReadSlot1 = 0;
+            p->pDb->map.iReadSlot1 = 0;
             return tdeRefreshLockRc(rc2);
           }
-          memcpy(p->aShmSalt, aSalt, 8);
+          memcpy(p->pDb->map.aShmSalt, aSalt, 8);
         }
       }
-    }else if( p->iReadSlot1==offset - 3 + 1 ){
-      p->iReadSlot1 = 0;
+    }else if( p->pDb->map.iReadSlot1==offset - 3 + 1 ){
+      p->pDb->map.iReadSlot1 = 0;
     }
   }
   /* A commit: in the standby's sync mode, return once it is acknowledged
   ** (src/repl/sync.c; no shipper in sync mode: at most one failed open per
   ** TDE_SYNC_RECHECK_US). */
-  if( rc==SQLITE_OK && bSyncWait ) tdeReplSyncWait(p->zName, &syncEnd, &p->syncNoFileUntil);
+  if( rc==SQLITE_OK && bSyncWait ) tdeReplSyncWait(p->zName, &syncEnd, &p->pDb->repl.syncNoFileUntil);
   if( rc==SQLITE_OK && offset<=1 && offset+n>1 && (flags & SQLITE_SHM_EXCLUSIVE) ){
-    p->bCkpt = (flags & SQLITE_SHM_LOCK)!=0;   /* WAL_CKPT_LOCK is slot 1 */
-    p->bCkptValid = 0;
-    p->bTxnBase = 0;    /* a checkpoint's writes are a transaction of their own */
+    p->pDb->ckpt.bHeld = (flags & SQLITE_SHM_LOCK)!=0;   /* WAL_CKPT_LOCK is slot 1 */
+    p->pDb->ckpt.bValid = 0;
+    p->pDb->bTxnBase = 0;    /* a checkpoint's writes are a transaction of their own */
   }
   /* WAL write lock taken: remember what is committed, for the standby
   ** hook (the WAL index changes before a restart or truncation). */
   if( rc==SQLITE_OK && offset==0 && (flags & SQLITE_SHM_EXCLUSIVE) && p->eKind==TDE_KIND_MAIN ){
-    p->bWalWrite = (flags & SQLITE_SHM_LOCK)!=0;
-    if( flags & SQLITE_SHM_LOCK ) tdeShmHeaderEnd(p->pShm0, &p->shipEnd);
-    else p->shipEnd.bKnown = 0;
-    tdeWalLockChanged(p->pWalFile);
+    p->pDb->map.bWalWrite = (flags & SQLITE_SHM_LOCK)!=0;
+    if( flags & SQLITE_SHM_LOCK ) tdeShmHeaderEnd(p->pDb->pShm0, &p->pDb->repl.shipEnd);
+    else p->pDb->repl.shipEnd.bKnown = 0;
+    tdeWalLockChanged(p->pDb->pWalFile);
   }
   /* The writer takes every read mark but slot 0's only to restart the log
   ** (walRestartLog; a RESTART or TRUNCATE checkpoint): every frame is in
@@ -1340,8 +1340,8 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
   ** index read the file alone -- the page map must already name what the
   ** frames put there (docs/FORMAT.md "Folding"). */
   if( rc==SQLITE_OK && offset==4 && n==4 && flags==(SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE)
-   && p->eKind==TDE_KIND_MAIN && p->bWalWrite && p->pWalFile ){
-    int rc2 = tdeWalFoldMap(p->pWalFile);
+   && p->eKind==TDE_KIND_MAIN && p->pDb->map.bWalWrite && p->pDb->pWalFile ){
+    int rc2 = tdeWalFoldMap(p->pDb->pWalFile);
     if( rc2 ){
       p->pReal->pMethods->xShmLock(p->pReal, offset, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
       return rc2;
@@ -1354,7 +1354,7 @@ static int tdeShmLock(sqlite3_file *pFile, int offset, int n, int flags){
     if( rc2 ){
       /* Could not learn the current data key: do not write with an old one. */
       p->pReal->pMethods->xShmLock(p->pReal, offset, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
-      if( offset+n>1 ) p->bCkpt = 0;
+      if( offset+n>1 ) p->pDb->ckpt.bHeld = 0;
       return tdeRefreshLockRc(rc2);
     }
   }
@@ -1366,12 +1366,12 @@ static void tdeShmBarrier(sqlite3_file *pFile){
 static int tdeShmUnmap(sqlite3_file *pFile, int deleteFlag){
   TdeFile *p = (TdeFile*)pFile;
   if( p->eKind!=TDE_KIND_MAIN ) return p->pReal->pMethods->xShmUnmap(p->pReal, deleteFlag);
-  if( deleteFlag && p->eKind==TDE_KIND_MAIN && p->pShm0 ){
+  if( deleteFlag && p->eKind==TDE_KIND_MAIN && p->pDb->pShm0 ){
     /* The log's end for the page map's fold at its deletion, next. */
-    memcpy(&p->walIndexEnd, (const void*)((const volatile uint8_t*)p->pShm0 + 16), 4);
-    p->bWalIndexEnd = 1;
+    memcpy(&p->pDb->map.walIndexEnd, (const void*)((const volatile uint8_t*)p->pDb->pShm0 + 16), 4);
+    p->pDb->map.bWalIndexEnd = 1;
   }
-  if( deleteFlag && p->eKind==TDE_KIND_MAIN && p->pShm0 && p->zName ){
+  if( deleteFlag && p->eKind==TDE_KIND_MAIN && p->pDb->pShm0 && p->zName ){
     /* Last connection closing (it holds the exclusive lock): the WAL is
     ** deleted next.  Save frames a shipper has not captured (standby). */
     char *zWal = sqlite3_mprintf("%s-wal", p->zName);
@@ -1379,13 +1379,13 @@ static int tdeShmUnmap(sqlite3_file *pFile, int deleteFlag){
     if( fd>=0 ){
       TdeRawSrc wal = { 0, fd }, hdr = { p->pReal, -1 };
       TdeWalEnd end;
-      tdeShmHeaderEnd(p->pShm0, &end);
+      tdeShmHeaderEnd(p->pDb->pShm0, &end);
       tdeShipHook(p->zName, &wal, &end, 1, &hdr, TDE_CAPTURE_CLOSE, 0);
       close(fd);
     }
     sqlite3_free(zWal);
   }
-  p->pShm0 = 0;
+  p->pDb->pShm0 = 0;
   return REALFILE(pFile)->pMethods->xShmUnmap(REALFILE(pFile), deleteFlag);
 }
 
@@ -1430,7 +1430,7 @@ static int tdeOpenDependent(TdeFile *p, const char *zName){
   }
   rc = tdeMainEnsureKeys(pMain, (p->openFlags & SQLITE_OPEN_READWRITE)!=0);
   if( rc ) return rc;
-  if( !pMain->pKeys ){
+  if( !pMain->pDb->pKeys ){
     tdeLog(TDE_LOG_ERROR, "%s: database has no keys yet", zName);
     return SQLITE_CANTOPEN;
   }
@@ -1442,7 +1442,7 @@ static int tdeOpenDependent(TdeFile *p, const char *zName){
     rc = tdeMainHeaderDue(pMain);
     if( rc ) return rc;
   }
-  rc = tdeInstallKeys(p, pMain->pKeys);
+  rc = tdeInstallKeys(p, pMain->pDb->pKeys);
   if( rc ) return rc;
   return rc;
 }
@@ -1501,11 +1501,11 @@ static int tdeOpenStandbyCopy(TdeFile *p, const char *zName, int bStat0, uint64_
   /* Served read-only while the standby applies it (see above).  The
   ** file is named before and after the open: a base copy renamed in
   ** between would leave the handle on the old file. */
-  if( rc==SQLITE_OK && (!bStat0 || !tdeStandbyStat(zName, &p->standbyDev, &p->standbyIno)
-                        || dev0!=p->standbyDev || ino0!=p->standbyIno) ){
+  if( rc==SQLITE_OK && (!bStat0 || !tdeStandbyStat(zName, &p->pDb->repl.standbyDev, &p->pDb->repl.standbyIno)
+                        || dev0!=p->pDb->repl.standbyDev || ino0!=p->pDb->repl.standbyIno) ){
     *pbReplaced = 1;
   }
-  p->bStandby = 1;
+  p->pDb->repl.bStandby = 1;
   *pOutFlags = (*pOutFlags & ~SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
   return rc;
 }
@@ -1559,7 +1559,7 @@ static int tdeKindAlloc(TdeFile *p){
       p->pBlk = sqlite3_malloc(sizeof(*p->pBlk));
       if( !p->pBlk ) return SQLITE_NOMEM;
       memset(p->pBlk, 0, sizeof(*p->pBlk));
-      p->nBlock = TDE_BLOCK_TEMP;
+      p->pBlk->nBlock = TDE_BLOCK_TEMP;
       break;
     default:
       break;
@@ -1596,8 +1596,8 @@ static void tdeOpenUndo(TdeFile *p, sqlite3_vfs *pOrig, const char *zName, int b
   tdeJournalFree(p);
   tdeCiphersFree(p);
   if( p->eKind==TDE_KIND_MAIN ){
-    tdeKeysFree(p->pKeys);
-    p->pKeys = 0;
+    tdeKeysFree(p->pDb->pKeys);
+    p->pDb->pKeys = 0;
   }
   tdeKindFree(p);
 }
@@ -1660,7 +1660,7 @@ static int tdeVfsOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
   }
   pFile->pMethods = &tdeIoMethods;
   if( p->eKind==TDE_KIND_MAIN && zName ) tdeMainListAdd(p);
-  if( p->eKind==TDE_KIND_WAL ) p->pMain->pWalFile = p;
+  if( p->eKind==TDE_KIND_WAL ) p->pMain->pDb->pWalFile = p;
   return SQLITE_OK;
 
 fail:

@@ -51,14 +51,14 @@ static const char *walName(TdeFile *p){ return p->zName ? p->zName : "(wal)"; }
 
 /* Forget a frame written in pieces (walSplitBegin), wiping its copy. */
 static void walSplitDrop(TdeFile *p){
-  if( p->wal.aSplit ){
-    tdeWipe(p->wal.aSplit, p->wal.nSplit);
-    sqlite3_free(p->wal.aSplit);
+  if( p->pWal->aSplit ){
+    tdeWipe(p->pWal->aSplit, p->pWal->nSplit);
+    sqlite3_free(p->pWal->aSplit);
   }
-  p->wal.aSplit = 0;
-  p->wal.nSplit = 0;
-  p->wal.iSplit = 0;
-  p->wal.nSplitDone = 0;
+  p->pWal->aSplit = 0;
+  p->pWal->nSplit = 0;
+  p->pWal->iSplit = 0;
+  p->pWal->nSplitDone = 0;
 }
 
 /* Frame MACs computed (walFrameMac), for the tests' cost counts. */
@@ -69,9 +69,9 @@ uint64_t tdeWalMacCount(void){ return __atomic_load_n(&nWalFrameMac, __ATOMIC_RE
 ** process does not know v yet).  NULL if unknown. */
 static TdeHmac *walKey(TdeFile *p, uint32_t v){
   const TdeDekVer *d;
-  if( !p->pMain || !p->pMain->pKeys ) return 0;
-  d = tdeKeysFind(p->pMain->pKeys, v);
-  if( !d && tdeMainRefresh(p->pMain)==SQLITE_OK ) d = tdeKeysFind(p->pMain->pKeys, v);
+  if( !p->pMain || !p->pMain->pDb->pKeys ) return 0;
+  d = tdeKeysFind(p->pMain->pDb->pKeys, v);
+  if( !d && tdeMainRefresh(p->pMain)==SQLITE_OK ) d = tdeKeysFind(p->pMain->pDb->pKeys, v);
   return d ? d->pWalHmac : 0;
 }
 
@@ -83,8 +83,8 @@ static void walShipHook(TdeFile *p, int eWhy, const uint8_t *aNewHdr){
   TdeWalEnd aEnd[2];
   if( !p->pMain || !p->pMain->zName ) return;
   hdr.pFile = p->pMain->pReal;
-  tdeShmHeaderEnd(p->pMain->pShm0, &aEnd[0]);
-  aEnd[1] = p->pMain->shipEnd;
+  tdeShmHeaderEnd(p->pMain->pDb->pShm0, &aEnd[0]);
+  aEnd[1] = p->pMain->pDb->repl.shipEnd;
   /* Never fails the write: a spool it cannot use is logged and the
   ** shipper records a GAP (see tdeShipHook). */
   (void)tdeShipHook(p->pMain->zName, &wal, aEnd, 2, &hdr, eWhy, aNewHdr);
@@ -92,18 +92,18 @@ static void walShipHook(TdeFile *p, int eWhy, const uint8_t *aNewHdr){
 
 void tdeWalFree(TdeFile *p){
   if( p->eKind!=TDE_KIND_WAL ) return;
-  sqlite3_free(p->wal.aCk);
-  p->wal.aCk = 0;
-  p->wal.nCk = 0;
-  sqlite3_free(p->wal.aMac);
-  p->wal.aMac = 0;
-  p->wal.nMac = 0;
+  sqlite3_free(p->pWal->aCk);
+  p->pWal->aCk = 0;
+  p->pWal->nCk = 0;
+  sqlite3_free(p->pWal->aMac);
+  p->pWal->aMac = 0;
+  p->pWal->nMac = 0;
   walSplitDrop(p);
 }
 
 /* Is this the WAL of a format-version-2 database (chained MACs)? */
 static int walV2(TdeFile *p){
-  return p->pMain && p->pMain->pKeys && p->pMain->pKeys->hdr.version>=TDE_FORMAT_V2;
+  return p->pMain && p->pMain->pDb->pKeys && p->pMain->pDb->pKeys->hdr.version>=TDE_FORMAT_V2;
 }
 
 /* SQLite's WAL checksum, as the WAL file format documents it: 32-bit words
@@ -126,7 +126,7 @@ static void walChecksum(int bBig, const uint8_t *a, int n, const uint32_t *aIn, 
   aOut[1] = s1;
 }
 
-static int walBigEndian(TdeFile *p){ return p->wal.aHdr[3] & 1; }
+static int walBigEndian(TdeFile *p){ return p->pWal->aHdr[3] & 1; }
 
 /* MAC of the WAL header's first 24 bytes under WAL MAC key aKey (the
 ** current data-key version's when written; readers try each they hold). */
@@ -178,7 +178,7 @@ static int walFrameMac(TdeFile *p, uint32_t idx, const uint8_t *aHdr16,
 }
 
 static sqlite3_int64 walFrameOffset(TdeFile *p, uint32_t idx){
-  return WAL_HDR + (sqlite3_int64)(idx-1) * (FRAME_HDR + p->wal.pgsz);
+  return WAL_HDR + (sqlite3_int64)(idx-1) * (FRAME_HDR + p->pWal->pgsz);
 }
 
 /* Forget the chain (a new header, a truncation); bHdr: aHdrMac is the
@@ -187,56 +187,56 @@ static sqlite3_int64 walFrameOffset(TdeFile *p, uint32_t idx){
 ** succeeds -- never reported as a broken chain, see walReadPage). */
 static int walMacRoom(TdeFile *p, uint32_t idx);
 static int walChainReset(TdeFile *p, int bHdr){
-  p->wal.iChain = 0;
-  p->wal.iChainCommit = 0;
-  p->wal.bChain = 0;
-  if( p->wal.aMac ) memset(p->wal.aMac, 0, sizeof(p->wal.aMac[0]) * p->wal.nMac);
+  p->pWal->iChain = 0;
+  p->pWal->iChainCommit = 0;
+  p->pWal->bChain = 0;
+  if( p->pWal->aMac ) memset(p->pWal->aMac, 0, sizeof(p->pWal->aMac[0]) * p->pWal->nMac);
   if( bHdr && walV2(p) ){
     if( !walMacRoom(p, 0) ) return SQLITE_NOMEM;
-    memcpy(p->wal.aMac[0].mac, p->wal.aHdrMac, MAC_BYTES);
-    p->wal.bChain = 1;
+    memcpy(p->pWal->aMac[0].mac, p->pWal->aHdrMac, MAC_BYTES);
+    p->pWal->bChain = 1;
   }
   return SQLITE_OK;
 }
 
 static int walCkForget(TdeFile *p){
-  p->wal.iRunFrame = 0;
-  p->wal.iSessLo = p->wal.iSessHi = 0;
-  if( p->wal.aCk ) memset(p->wal.aCk, 0, sizeof(p->wal.aCk[0]) * p->wal.nCk);
-  return walChainReset(p, p->wal.bHdr);
+  p->pWal->iRunFrame = 0;
+  p->pWal->iSessLo = p->pWal->iSessHi = 0;
+  if( p->pWal->aCk ) memset(p->pWal->aCk, 0, sizeof(p->pWal->aCk[0]) * p->pWal->nCk);
+  return walChainReset(p, p->pWal->bHdr);
 }
 
 /* Make aMac hold index idx (a cache: 0 when memory runs out). */
 static int walMacRoom(TdeFile *p, uint32_t idx){
-  if( idx>=p->wal.nMac ){
+  if( idx>=p->pWal->nMac ){
     uint32_t n = idx*2 + 64;
-    void *pNew = sqlite3_realloc64(p->wal.aMac, sizeof(p->wal.aMac[0]) * (sqlite3_uint64)n);
+    void *pNew = sqlite3_realloc64(p->pWal->aMac, sizeof(p->pWal->aMac[0]) * (sqlite3_uint64)n);
     if( !pNew ) return 0;
-    p->wal.aMac = pNew;
-    memset(p->wal.aMac + p->wal.nMac, 0, sizeof(p->wal.aMac[0]) * (n - p->wal.nMac));
-    if( p->wal.nMac==0 && p->wal.bHdr ){
-      memcpy(p->wal.aMac[0].mac, p->wal.aHdrMac, MAC_BYTES);
-      p->wal.bChain = 1;
+    p->pWal->aMac = pNew;
+    memset(p->pWal->aMac + p->pWal->nMac, 0, sizeof(p->pWal->aMac[0]) * (n - p->pWal->nMac));
+    if( p->pWal->nMac==0 && p->pWal->bHdr ){
+      memcpy(p->pWal->aMac[0].mac, p->pWal->aHdrMac, MAC_BYTES);
+      p->pWal->bChain = 1;
     }
-    p->wal.nMac = n;
+    p->pWal->nMac = n;
   }
   return 1;
 }
 
 /* The chain ends at frame iEnd: drop what was verified after it. */
 static void walChainCut(TdeFile *p, uint32_t iEnd){
-  if( p->wal.iChain<=iEnd ) return;
-  p->wal.iChain = iEnd;
-  while( p->wal.iChainCommit>iEnd ){
+  if( p->pWal->iChain<=iEnd ) return;
+  p->pWal->iChain = iEnd;
+  while( p->pWal->iChainCommit>iEnd ){
     uint32_t j = iEnd;
-    while( j>0 && !p->wal.aMac[j].bCommit ) j--;
-    p->wal.iChainCommit = j;
+    while( j>0 && !p->pWal->aMac[j].bCommit ) j--;
+    p->pWal->iChainCommit = j;
   }
 }
 
 /* Is the frame header aHdr16 a commit frame of the current generation? */
 static int walIsCommit(TdeFile *p, const uint8_t *aHdr16){
-  return tdeGet32(aHdr16+4)!=0 && memcmp(aHdr16+8, p->wal.aHdr+16, 8)==0;
+  return tdeGet32(aHdr16+4)!=0 && memcmp(aHdr16+8, p->pWal->aHdr+16, 8)==0;
 }
 
 /* Frame idx's MAC verified from the chain's aMac[idx-1]: extend the
@@ -245,19 +245,19 @@ static int walIsCommit(TdeFile *p, const uint8_t *aHdr16){
 ** SQLITE_NOMEM when aMac cannot grow (the chain is left as it was). */
 static int walChainNote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *aTrl,
                         const uint8_t *mac){
-  if( !p->wal.bChain || idx==0 || idx>p->wal.iChain+1 ) return SQLITE_OK;
+  if( !p->pWal->bChain || idx==0 || idx>p->pWal->iChain+1 ) return SQLITE_OK;
   if( !walMacRoom(p, idx) ) return SQLITE_NOMEM;
-  if( idx<=p->wal.iChain ){
-    if( memcmp(p->wal.aMac[idx].mac, mac, MAC_BYTES)==0 ) return SQLITE_OK;
+  if( idx<=p->pWal->iChain ){
+    if( memcmp(p->pWal->aMac[idx].mac, mac, MAC_BYTES)==0 ) return SQLITE_OK;
     walChainCut(p, idx-1);
   }
-  memcpy(p->wal.aMac[idx].mac, mac, MAC_BYTES);
+  memcpy(p->pWal->aMac[idx].mac, mac, MAC_BYTES);
   /* The page and its tag (the MAC covers both): the page map's view. */
-  p->wal.aMac[idx].pgno = tdeGet32(aHdr16);
-  memcpy(p->wal.aMac[idx].tag, aTrl + TDE_TRAILER_SIZE - 24, 8);
-  p->wal.aMac[idx].bCommit = (uint8_t)walIsCommit(p, aHdr16);
-  p->wal.iChain = idx;
-  if( p->wal.aMac[idx].bCommit ) p->wal.iChainCommit = idx;
+  p->pWal->aMac[idx].pgno = tdeGet32(aHdr16);
+  memcpy(p->pWal->aMac[idx].tag, aTrl + TDE_TRAILER_SIZE - 24, 8);
+  p->pWal->aMac[idx].bCommit = (uint8_t)walIsCommit(p, aHdr16);
+  p->pWal->iChain = idx;
+  if( p->pWal->aMac[idx].bCommit ) p->pWal->iChainCommit = idx;
   return SQLITE_OK;
 }
 
@@ -269,18 +269,18 @@ static int walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const 
                          const uint8_t *mac, const uint8_t *aPrev, int bChain){
   if( !walMacRoom(p, idx) ){ walChainCut(p, 0); return SQLITE_NOMEM; }
   walChainCut(p, idx-1);
-  if( bChain && p->wal.iChain==idx-1 ){
+  if( bChain && p->pWal->iChain==idx-1 ){
     int rc = walChainNote(p, idx, aHdr16, aTrl, mac);
     if( rc ) return rc;
   }
-  memcpy(p->wal.aMac[idx].mac, mac, MAC_BYTES);
-  memcpy(p->wal.aMac[idx].prev, aPrev, MAC_BYTES);
-  p->wal.aMac[idx].bOwn = 1;
+  memcpy(p->pWal->aMac[idx].mac, mac, MAC_BYTES);
+  memcpy(p->pWal->aMac[idx].prev, aPrev, MAC_BYTES);
+  p->pWal->aMac[idx].bOwn = 1;
   /* SQLite appends frames in order and rewrites in place only frames of
   ** its open transaction, so the frames written under one write lock are
   ** one range. */
-  if( !p->wal.iSessLo || idx<p->wal.iSessLo ) p->wal.iSessLo = idx;
-  if( idx>p->wal.iSessHi ) p->wal.iSessHi = idx;
+  if( !p->pWal->iSessLo || idx<p->pWal->iSessLo ) p->pWal->iSessLo = idx;
+  if( idx>p->pWal->iSessHi ) p->pWal->iSessHi = idx;
   return SQLITE_OK;
 }
 
@@ -288,17 +288,17 @@ static int walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const 
 ** (vfs.c tdeShmLock): frames written before may be rewritten by others. */
 void tdeWalLockChanged(TdeFile *p){
   if( p && p->eKind==TDE_KIND_WAL ){
-    p->wal.iSessLo = p->wal.iSessHi = 0;
+    p->pWal->iSessLo = p->pWal->iSessHi = 0;
     /* A header SQLite rewrites alone is one of its open transaction's
     ** frames: frames of an earlier transaction (one that failed or rolled
     ** back) at the same index are new frames, written with their page. */
-    p->wal.iMaxWritten = 0;
+    p->pWal->iMaxWritten = 0;
     /* A restart's epoch update still due: the sync of its WAL header
     ** failed, and the transaction with it.  It is never done later without
     ** the write lock (another writer may have moved the epoch meanwhile,
     ** and the failure would surface in an unrelated statement); SQLite
     ** writes the header again with its next frames. */
-    p->wal.bEpochDue = 0;
+    p->pWal->bEpochDue = 0;
   }
 }
 
@@ -320,47 +320,47 @@ static int walStoredMac(TdeFile *p, uint32_t j, uint8_t *aOut){
 static int walPrevMac(TdeFile *p, uint32_t idx, uint8_t *aOut, int *pbChain){
   int rc;
   *pbChain = 0;
-  if( p->wal.bChain && idx-1<p->wal.nMac && idx-1<=p->wal.iChain
-   && (idx==1 || idx-1<=p->wal.iChainCommit) ){
-    memcpy(aOut, p->wal.aMac[idx-1].mac, MAC_BYTES);
+  if( p->pWal->bChain && idx-1<p->pWal->nMac && idx-1<=p->pWal->iChain
+   && (idx==1 || idx-1<=p->pWal->iChainCommit) ){
+    memcpy(aOut, p->pWal->aMac[idx-1].mac, MAC_BYTES);
     *pbChain = 1;
     return SQLITE_OK;
   }
-  if( idx>=2 && p->wal.iSessLo && idx-1>=p->wal.iSessLo && idx-1<=p->wal.iSessHi
-   && idx-1<p->wal.nMac && p->wal.aMac[idx-1].bOwn ){
+  if( idx>=2 && p->pWal->iSessLo && idx-1>=p->pWal->iSessLo && idx-1<=p->pWal->iSessHi
+   && idx-1<p->pWal->nMac && p->pWal->aMac[idx-1].bOwn ){
     /* Frame idx-1 as this handle wrote it under the write lock it still
     ** holds: what is on disk (a write that failed fails the transaction). */
-    memcpy(aOut, p->wal.aMac[idx-1].mac, MAC_BYTES);
-    *pbChain = p->wal.bChain && idx-1<=p->wal.iChain;
+    memcpy(aOut, p->pWal->aMac[idx-1].mac, MAC_BYTES);
+    *pbChain = p->pWal->bChain && idx-1<=p->pWal->iChain;
     return SQLITE_OK;
   }
   rc = walStoredMac(p, idx-1, aOut);
-  if( rc==SQLITE_OK && p->wal.bChain && idx-1<p->wal.nMac && idx-1<=p->wal.iChain
-   && memcmp(aOut, p->wal.aMac[idx-1].mac, MAC_BYTES)==0 ){
+  if( rc==SQLITE_OK && p->pWal->bChain && idx-1<p->pWal->nMac && idx-1<=p->pWal->iChain
+   && memcmp(aOut, p->pWal->aMac[idx-1].mac, MAC_BYTES)==0 ){
     *pbChain = 1;
   }
   return rc;
 }
 
 static void walCkRemember(TdeFile *p, uint32_t idx, const uint8_t *mac, const uint8_t *aSqliteCk){
-  if( idx>=p->wal.nCk ){
+  if( idx>=p->pWal->nCk ){
     uint32_t n = idx*2 + 64;
-    void *pNew = sqlite3_realloc64(p->wal.aCk, sizeof(p->wal.aCk[0]) * (sqlite3_uint64)n);
+    void *pNew = sqlite3_realloc64(p->pWal->aCk, sizeof(p->pWal->aCk[0]) * (sqlite3_uint64)n);
     if( !pNew ) return;   /* only a cache */
-    p->wal.aCk = pNew;
-    memset(p->wal.aCk + p->wal.nCk, 0, sizeof(p->wal.aCk[0]) * (n - p->wal.nCk));
-    p->wal.nCk = n;
+    p->pWal->aCk = pNew;
+    memset(p->pWal->aCk + p->pWal->nCk, 0, sizeof(p->pWal->aCk[0]) * (n - p->pWal->nCk));
+    p->pWal->nCk = n;
   }
-  memcpy(p->wal.aCk[idx].mac, mac, MAC_BYTES);
-  p->wal.aCk[idx].ck[0] = tdeGet32(aSqliteCk);
-  p->wal.aCk[idx].ck[1] = tdeGet32(aSqliteCk+4);
-  p->wal.aCk[idx].bValid = 1;
+  memcpy(p->pWal->aCk[idx].mac, mac, MAC_BYTES);
+  p->pWal->aCk[idx].ck[0] = tdeGet32(aSqliteCk);
+  p->pWal->aCk[idx].ck[1] = tdeGet32(aSqliteCk+4);
+  p->pWal->aCk[idx].bValid = 1;
 }
 
 /* Does the stored header aHdr's MAC verify under some data-key version
 ** held, bound to log epoch w (version 2) or unbound (bV2 0)? */
 static int walHdrVerifies(TdeFile *p, const uint8_t *aHdr, int bV2, uint64_t w, int *pbOk){
-  const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
+  const TdeDbKeys *k = p->pMain ? p->pMain->pDb->pKeys : 0;
   uint8_t mac[MAC_BYTES];
   *pbOk = 0;
   for(int i=0; k && i<k->nVer && !*pbOk; i++){
@@ -376,7 +376,7 @@ static int walHdrVerifies(TdeFile *p, const uint8_t *aHdr, int bV2, uint64_t w, 
 ** before its epoch update).  *pw gets the one that verifies; *pbStale is
 ** set when the MAC verifies with w = L but the salts differ. */
 static int walHdrCurrent(TdeFile *p, const uint8_t *aHdr, uint64_t *pw, int *pbOk, int *pbStale){
-  const TdeHeader *h = &p->pMain->pKeys->hdr;
+  const TdeHeader *h = &p->pMain->pDb->pKeys->hdr;
   int rc;
   *pbStale = 0;
   rc = walHdrVerifies(p, aHdr, 1, h->logEpoch, pbOk);
@@ -394,7 +394,7 @@ static int walHdrCurrent(TdeFile *p, const uint8_t *aHdr, uint64_t *pw, int *pbO
 ** generation (bound to an older log epoch, or of version 1 from before an
 ** upgrade)?  *pw gets its epoch (0: version 1). */
 static int walHdrOlder(TdeFile *p, const uint8_t *aHdr, uint64_t *pw, int *pbOk){
-  uint64_t L = p->pMain->pKeys->hdr.logEpoch;
+  uint64_t L = p->pMain->pDb->pKeys->hdr.logEpoch;
   int rc = SQLITE_OK;
   *pbOk = 0;
   for(uint64_t w=L; w>0 && w+64>L && rc==SQLITE_OK && !*pbOk; w--){
@@ -410,7 +410,7 @@ static int walHdrOlder(TdeFile *p, const uint8_t *aHdr, uint64_t *pw, int *pbOk)
 
 /* Refuse a stale WAL: log line and tde_last_error() naming the file. */
 static int walStale(TdeFile *p, uint64_t w){
-  uint64_t L = p->pMain && p->pMain->pKeys ? p->pMain->pKeys->hdr.logEpoch : 0;
+  uint64_t L = p->pMain && p->pMain->pDb->pKeys ? p->pMain->pDb->pKeys->hdr.logEpoch : 0;
   tdeErr(TDE_AUTH, "%s: this WAL belongs to an older state of the database (log epoch %llu, "
          "the database is at %llu): it was put back from a copy; move it aside -- the database "
          "opens at its last checkpoint", walName(p), (unsigned long long)w, (unsigned long long)L);
@@ -449,7 +449,7 @@ static int walLoadHeaderW(TdeFile *p, uint8_t *aOut, int *pState, uint64_t *pwSt
     if( rc ) return rc;
   }
   if( !bOk ){
-    p->wal.bChain = 0;           /* the header on disk is not the one cached */
+    p->pWal->bChain = 0;           /* the header on disk is not the one cached */
     if( walV2(p) ){
       if( !bStale ){
         rc = walHdrOlder(p, aOut, &w, &bStale);
@@ -470,17 +470,17 @@ static int walLoadHeaderW(TdeFile *p, uint8_t *aOut, int *pState, uint64_t *pwSt
     walChecksum(aOut[3] & 1, aOut, 24, 0, ck);
     tdePut32(aOut+24, ck[0]);
     tdePut32(aOut+28, ck[1]);
-    if( !p->wal.bHdr || memcmp(p->wal.aHdr, aOut, WAL_HDR)!=0 || memcmp(p->wal.aHdrMac, aMac, MAC_BYTES)!=0
-     || (walV2(p) && !p->wal.bChain) ){
-      memcpy(p->wal.aHdr, aOut, WAL_HDR);
-      memcpy(p->wal.aHdrMac, aMac, MAC_BYTES);
-      p->wal.bHdr = 1;
-      p->wal.w = w;
+    if( !p->pWal->bHdr || memcmp(p->pWal->aHdr, aOut, WAL_HDR)!=0 || memcmp(p->pWal->aHdrMac, aMac, MAC_BYTES)!=0
+     || (walV2(p) && !p->pWal->bChain) ){
+      memcpy(p->pWal->aHdr, aOut, WAL_HDR);
+      memcpy(p->pWal->aHdrMac, aMac, MAC_BYTES);
+      p->pWal->bHdr = 1;
+      p->pWal->w = w;
       rc = walCkForget(p);
       if( rc ) return rc;     /* retried at the next load: bChain is 0 */
     }
   }
-  if( tdeValidPgsz(tdeGet32(aOut+8)) ) p->wal.pgsz = tdeGet32(aOut+8);
+  if( tdeValidPgsz(tdeGet32(aOut+8)) ) p->pWal->pgsz = tdeGet32(aOut+8);
   *pState = FRAME_OK;
   return SQLITE_OK;
 }
@@ -492,11 +492,11 @@ static int walNeedHeader(TdeFile *p){
   uint8_t aHdr[WAL_HDR];
   uint64_t w = 0;
   int state, rc;
-  if( p->wal.bHdr && p->wal.pgsz ) return SQLITE_OK;
+  if( p->pWal->bHdr && p->pWal->pgsz ) return SQLITE_OK;
   rc = walLoadHeaderW(p, aHdr, &state, &w);
   if( rc ) return rc;
   if( state==FRAME_STALE ) return walStale(p, w);
-  if( state!=FRAME_OK || !p->wal.pgsz ){
+  if( state!=FRAME_OK || !p->pWal->pgsz ){
     tdeLog(TDE_LOG_ERROR, "%s: WAL header missing or failed authentication", walName(p));
     return SQLITE_IOERR_AUTH;
   }
@@ -524,7 +524,7 @@ static int walFrameVerifiesAlone(TdeFile *p, uint32_t idx, const uint8_t *aHdr16
   if( idx==1 ){
     uint8_t aHdr[WAL_HDR];
     int bShort = 0;
-    const TdeDbKeys *k = p->pMain->pKeys;
+    const TdeDbKeys *k = p->pMain->pDb->pKeys;
     rc = tdeRealRead(p, aHdr, WAL_HDR, 0, &bShort);
     if( rc ) return rc;
     for(int i=0; !bShort && i<k->nVer; i++){
@@ -540,7 +540,7 @@ static int walFrameVerifiesAlone(TdeFile *p, uint32_t idx, const uint8_t *aHdr16
     sqlite3_int64 iOff = walFrameOffset(p, idx-1);
     rc = tdeRealRead(p, aPrevHdr, FRAME_HDR, iOff, &bShort);
     if( rc==SQLITE_OK && !bShort ){
-      rc = tdeRealRead(p, aPrevTrl, TDE_TRAILER_SIZE, iOff + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE, &bShort);
+      rc = tdeRealRead(p, aPrevTrl, TDE_TRAILER_SIZE, iOff + FRAME_HDR + p->pWal->pgsz - TDE_TRAILER_SIZE, &bShort);
     }
     if( rc==SQLITE_OK && !bShort ) rc = walStoredMac(p, idx-2, aPrevPrev);
     if( rc==SQLITE_OK && !bShort ){
@@ -567,22 +567,22 @@ static int walFrameVerifiesAlone(TdeFile *p, uint32_t idx, const uint8_t *aHdr16
 ** locking_mode=EXCLUSIVE, where no other connection writes)?
 */
 static int walOwnFrame(TdeFile *p, uint32_t idx, const uint8_t *aFrame, int *pbOwn){
-  const uint8_t *aTrl = aFrame + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE;
+  const uint8_t *aTrl = aFrame + FRAME_HDR + p->pWal->pgsz - TDE_TRAILER_SIZE;
   uint8_t mac[MAC_BYTES];
   int rc;
   *pbOwn = 0;
-  if( idx>=p->wal.nMac || !p->wal.aMac[idx].bOwn ) return SQLITE_OK;
-  if( p->pMain->pShm0 ){
+  if( idx>=p->pWal->nMac || !p->pWal->aMac[idx].bOwn ) return SQLITE_OK;
+  if( p->pMain->pDb->pShm0 ){
     TdeWalEnd end;
-    tdeShmHeaderEnd(p->pMain->pShm0, &end);
+    tdeShmHeaderEnd(p->pMain->pDb->pShm0, &end);
     /* An index of another generation (or none yet) has committed nothing
     ** of this one: a restart's first transaction. */
-    if( end.bKnown && memcmp(end.aSalt, p->wal.aHdr+16, 8)==0 && idx<=end.mxFrame ) return SQLITE_OK;
+    if( end.bKnown && memcmp(end.aSalt, p->pWal->aHdr+16, 8)==0 && idx<=end.mxFrame ) return SQLITE_OK;
   }
-  rc = walFrameMac(p, idx, aFrame, aTrl, p->wal.aMac[idx].prev, mac);
+  rc = walFrameMac(p, idx, aFrame, aTrl, p->pWal->aMac[idx].prev, mac);
   if( rc==SQLITE_NOTFOUND ) return SQLITE_OK;
   if( rc ) return rc;
-  *pbOwn = tdeCtEqual(mac, aFrame+16, MAC_BYTES) && memcmp(mac, p->wal.aMac[idx].mac, MAC_BYTES)==0;
+  *pbOwn = tdeCtEqual(mac, aFrame+16, MAC_BYTES) && memcmp(mac, p->pWal->aMac[idx].mac, MAC_BYTES)==0;
   return SQLITE_OK;
 }
 
@@ -592,7 +592,7 @@ static int walOwnFrame(TdeFile *p, uint32_t idx, const uint8_t *aFrame, int *pbO
 ** (MAC in the checksum field).  zWhat non-NULL: log a failure.
 */
 static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, const char *zWhat){
-  uint32_t pgsz = p->wal.pgsz;
+  uint32_t pgsz = p->pWal->pgsz;
   uint8_t mac[MAC_BYTES];
   int bShort, rc;
   uint8_t aPrev[MAC_BYTES];
@@ -653,9 +653,9 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
 ** holds a commit frame of this generation at or after idx, or breaks.
 */
 static int walChainExtend(TdeFile *p, uint32_t idx){
-  uint32_t pgsz = p->wal.pgsz;
-  while( p->wal.bChain && p->wal.iChainCommit<idx ){
-    uint32_t j = p->wal.iChain + 1;
+  uint32_t pgsz = p->pWal->pgsz;
+  while( p->pWal->bChain && p->pWal->iChainCommit<idx ){
+    uint32_t j = p->pWal->iChain + 1;
     uint8_t aHdr[FRAME_HDR], aTrl[TDE_TRAILER_SIZE], mac[MAC_BYTES];
     int bShort = 0, rc;
     if( !walMacRoom(p, j) ) return SQLITE_NOMEM;
@@ -665,13 +665,13 @@ static int walChainExtend(TdeFile *p, uint32_t idx){
     }
     if( rc ) return rc;
     if( bShort ) break;
-    rc = walFrameMac(p, j, aHdr, aTrl, p->wal.aMac[j-1].mac, mac);
+    rc = walFrameMac(p, j, aHdr, aTrl, p->pWal->aMac[j-1].mac, mac);
     if( rc==SQLITE_NOTFOUND ) break;
     if( rc ) return rc;
     if( !tdeCtEqual(mac, aHdr+16, MAC_BYTES) ) break;
     rc = walChainNote(p, j, aHdr, aTrl, mac);
     if( rc ) return rc;
-    if( p->wal.iChain!=j ) break;
+    if( p->pWal->iChain!=j ) break;
   }
   return SQLITE_OK;
 }
@@ -685,11 +685,11 @@ static int walChainExtend(TdeFile *p, uint32_t idx){
 ** read back before the commit).  *pbOk.
 */
 static int walFrameCurrent(TdeFile *p, uint32_t idx, const uint8_t *aFrame, int *pbOk){
-  const uint8_t *aTrl = aFrame + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE;
+  const uint8_t *aTrl = aFrame + FRAME_HDR + p->pWal->pgsz - TDE_TRAILER_SIZE;
   uint8_t mac[MAC_BYTES];
   int rc;
   *pbOk = 0;
-  if( !p->wal.bChain ) return SQLITE_OK;
+  if( !p->pWal->bChain ) return SQLITE_OK;
   /* A frame of this handle's own open transaction first: checked against
   ** the MAC this handle wrote (one MAC).  The chain cannot reach a commit
   ** frame after it, so trying the chain first re-walked every frame from
@@ -701,20 +701,20 @@ static int walFrameCurrent(TdeFile *p, uint32_t idx, const uint8_t *aFrame, int 
     ** rewritten by another connection's transaction), then from the
     ** header: a cache never refuses a frame the file holds validly. */
     if( iTry==1 ){
-      if( p->wal.iChain<=p->wal.iChainCommit ) continue;
-      walChainCut(p, p->wal.iChainCommit);
+      if( p->pWal->iChain<=p->pWal->iChainCommit ) continue;
+      walChainCut(p, p->pWal->iChainCommit);
     }
     if( iTry==2 ){
-      if( p->wal.iChain==0 ) break;
+      if( p->pWal->iChain==0 ) break;
       walChainCut(p, 0);
     }
     rc = walChainExtend(p, idx);
     if( rc ) return rc;
-    if( idx<=p->wal.iChain && p->wal.iChainCommit>=idx ){
-      rc = walFrameMac(p, idx, aFrame, aTrl, p->wal.aMac[idx-1].mac, mac);
+    if( idx<=p->pWal->iChain && p->pWal->iChainCommit>=idx ){
+      rc = walFrameMac(p, idx, aFrame, aTrl, p->pWal->aMac[idx-1].mac, mac);
       if( rc && rc!=SQLITE_NOTFOUND ) return rc;
       if( rc==SQLITE_OK && tdeCtEqual(mac, aFrame+16, MAC_BYTES)
-       && memcmp(mac, p->wal.aMac[idx].mac, MAC_BYTES)==0 ){
+       && memcmp(mac, p->pWal->aMac[idx].mac, MAC_BYTES)==0 ){
         *pbOk = 1;
         return SQLITE_OK;
       }
@@ -735,7 +735,7 @@ static int walFrameCurrent(TdeFile *p, uint32_t idx, const uint8_t *aFrame, int 
 */
 static int walCommitFollows(TdeFile *p, uint32_t idx, int *pbCommit){
   int state = FRAME_SHORT, rc = SQLITE_OK;
-  uint8_t *aTmp = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
+  uint8_t *aTmp = sqlite3_malloc((int)(FRAME_HDR + p->pWal->pgsz));
   *pbCommit = 0;
   if( !aTmp ) return SQLITE_NOMEM;
   /* To the end of the file: frames that fail authentication too (two
@@ -745,10 +745,10 @@ static int walCommitFollows(TdeFile *p, uint32_t idx, int *pbCommit){
     rc = walLoadFrame(p, idx, aTmp, &state, 0);
     if( rc || state==FRAME_SHORT ) break;
     if( state==FRAME_BAD ){ p->nAuthFail--; continue; }
-    if( memcmp(aTmp+8, p->wal.aHdr+16, 8)!=0 ) continue;
+    if( memcmp(aTmp+8, p->pWal->aHdr+16, 8)!=0 ) continue;
     if( tdeGet32(aTmp+4)!=0 ){ *pbCommit = 1; break; }
   }
-  tdeWipe(aTmp, FRAME_HDR + p->wal.pgsz);
+  tdeWipe(aTmp, FRAME_HDR + p->pWal->pgsz);
   sqlite3_free(aTmp);
   return rc;
 }
@@ -757,7 +757,7 @@ static int walCommitFollows(TdeFile *p, uint32_t idx, int *pbCommit){
 ** sector that was never written)?  Ciphertext and MACs never do. */
 static int walHasZeroSector(TdeFile *p, uint32_t idx){
   sqlite3_int64 start = walFrameOffset(p, idx);
-  sqlite3_int64 end = start + FRAME_HDR + p->wal.pgsz;
+  sqlite3_int64 end = start + FRAME_HDR + p->pWal->pgsz;
   sqlite3_int64 s = (start + 511) / 512 * 512;
   uint8_t aSec[512];
   for(; s+512<=end; s+=512){
@@ -774,17 +774,17 @@ static int walHasZeroSector(TdeFile *p, uint32_t idx){
 ** SQLITE_NOMEM when it cannot look (never "no frame": the log would be
 ** ignored). */
 static int walFirstFrameAuthentic(TdeFile *p, int *pbFound){
-  uint32_t savePgsz = p->wal.pgsz;
+  uint32_t savePgsz = p->pWal->pgsz;
   uint8_t *aTmp = sqlite3_malloc(FRAME_HDR + TDE_MAX_PAGE);
   *pbFound = 0;
   if( !aTmp ) return SQLITE_NOMEM;
   for(size_t i=0; i<TDE_N_PROBE_PGSZ && !*pbFound; i++){
     int state = FRAME_SHORT;
-    p->wal.pgsz = tdeProbePgsz[i];
+    p->pWal->pgsz = tdeProbePgsz[i];
     if( walLoadFrame(p, 1, aTmp, &state, 0)==SQLITE_OK && state==FRAME_OK ) *pbFound = 1;
     else if( state==FRAME_BAD ) p->nAuthFail--;   /* a wrong guess */
   }
-  p->wal.pgsz = savePgsz;
+  p->pWal->pgsz = savePgsz;
   tdeWipe(aTmp, FRAME_HDR + TDE_MAX_PAGE);
   sqlite3_free(aTmp);
   return SQLITE_OK;
@@ -796,28 +796,28 @@ static int walCkAfter(TdeFile *p, uint32_t k, uint32_t *aCk){
   uint32_t j;
   int rc = SQLITE_OK, state;
   if( k==0 ){
-    aCk[0] = tdeGet32(p->wal.aHdr+24);
-    aCk[1] = tdeGet32(p->wal.aHdr+28);
+    aCk[0] = tdeGet32(p->pWal->aHdr+24);
+    aCk[1] = tdeGet32(p->pWal->aHdr+28);
     return SQLITE_OK;
   }
-  if( p->wal.iRunFrame==k && memcmp(p->wal.aRunSalt, p->wal.aHdr+16, 8)==0 ){
-    aCk[0] = p->wal.aRunCk[0];
-    aCk[1] = p->wal.aRunCk[1];
+  if( p->pWal->iRunFrame==k && memcmp(p->pWal->aRunSalt, p->pWal->aHdr+16, 8)==0 ){
+    aCk[0] = p->pWal->aRunCk[0];
+    aCk[1] = p->pWal->aRunCk[1];
     return SQLITE_OK;
   }
-  if( k<p->wal.nCk && p->wal.aCk[k].bValid ){
+  if( k<p->pWal->nCk && p->pWal->aCk[k].bValid ){
     uint8_t aHdr[FRAME_HDR];
     int bShort;
     rc = tdeRealRead(p, aHdr, FRAME_HDR, walFrameOffset(p, k), &bShort);
     if( rc ) return rc;
-    if( !bShort && memcmp(aHdr+16, p->wal.aCk[k].mac, MAC_BYTES)==0 ){
-      aCk[0] = p->wal.aCk[k].ck[0];
-      aCk[1] = p->wal.aCk[k].ck[1];
+    if( !bShort && memcmp(aHdr+16, p->pWal->aCk[k].mac, MAC_BYTES)==0 ){
+      aCk[0] = p->pWal->aCk[k].ck[0];
+      aCk[1] = p->pWal->aCk[k].ck[1];
       return SQLITE_OK;
     }
   }
   /* Slow path: run the checksum from the header over frames 1..k. */
-  aTmp = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
+  aTmp = sqlite3_malloc((int)(FRAME_HDR + p->pWal->pgsz));
   if( !aTmp ) return SQLITE_NOMEM;
   walCkAfter(p, 0, aCk);
   for(j=1; j<=k; j++){
@@ -825,15 +825,15 @@ static int walCkAfter(TdeFile *p, uint32_t k, uint32_t *aCk){
     if( rc ) break;
     if( state!=FRAME_OK ){ rc = SQLITE_IOERR_AUTH; break; }
     walChecksum(walBigEndian(p), aTmp, 8, aCk, aCk);
-    walChecksum(walBigEndian(p), aTmp+FRAME_HDR, (int)p->wal.pgsz, aCk, aCk);
+    walChecksum(walBigEndian(p), aTmp+FRAME_HDR, (int)p->pWal->pgsz, aCk, aCk);
   }
   if( rc==SQLITE_OK ){
-    p->wal.iRunFrame = k;
-    p->wal.aRunCk[0] = aCk[0];
-    p->wal.aRunCk[1] = aCk[1];
-    memcpy(p->wal.aRunSalt, p->wal.aHdr+16, 8);
+    p->pWal->iRunFrame = k;
+    p->pWal->aRunCk[0] = aCk[0];
+    p->pWal->aRunCk[1] = aCk[1];
+    memcpy(p->pWal->aRunSalt, p->pWal->aHdr+16, 8);
   }
-  tdeWipe(aTmp, FRAME_HDR + p->wal.pgsz);
+  tdeWipe(aTmp, FRAME_HDR + p->pWal->pgsz);
   sqlite3_free(aTmp);
   return rc;
 }
@@ -854,17 +854,17 @@ static int walOtherGeneration(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, i
   uint8_t aFix[FRAME_HDR], aTrl[TDE_TRAILER_SIZE];
   int bShort = 0, bOk = 0;
   *pbOther = 0;
-  if( !walV2(p) || memcmp(aHdr16+8, p->wal.aHdr+16, 8)==0 || memcmp(aHdr16+8, aZero, 8)==0 ) return SQLITE_OK;
+  if( !walV2(p) || memcmp(aHdr16+8, p->pWal->aHdr+16, 8)==0 || memcmp(aHdr16+8, aZero, 8)==0 ) return SQLITE_OK;
   /* A frame of this generation whose salts were altered verifies with
   ** this generation's salts put back: that is tampering, not the end. */
   memcpy(aFix, aHdr16, FRAME_HDR);
-  memcpy(aFix+8, p->wal.aHdr+16, 8);
-  if( tdeRealRead(p, aTrl, TDE_TRAILER_SIZE, walFrameOffset(p, idx) + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE,
+  memcpy(aFix+8, p->pWal->aHdr+16, 8);
+  if( tdeRealRead(p, aTrl, TDE_TRAILER_SIZE, walFrameOffset(p, idx) + FRAME_HDR + p->pWal->pgsz - TDE_TRAILER_SIZE,
                   &bShort)!=SQLITE_OK || bShort ) return SQLITE_OK;
   if( walFrameVerifiesAlone(p, idx, aFix, aTrl, &bOk)!=SQLITE_OK ) return SQLITE_OK;
-  if( !bOk && idx>=2 && p->wal.bChain && idx-1<=p->wal.iChain ){
+  if( !bOk && idx>=2 && p->pWal->bChain && idx-1<=p->pWal->iChain ){
     uint8_t mac[MAC_BYTES];
-    if( walFrameMac(p, idx, aFix, aTrl, p->wal.aMac[idx-1].mac, mac)==SQLITE_OK ){
+    if( walFrameMac(p, idx, aFix, aTrl, p->pWal->aMac[idx-1].mac, mac)==SQLITE_OK ){
       bOk = tdeCtEqual(mac, aFix+16, MAC_BYTES);
     }
   }
@@ -873,16 +873,16 @@ static int walOtherGeneration(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, i
   ** page number the header names): a frame from another database's WAL
   ** is damage, not an older generation of this one. */
   {
-    uint8_t *aTmp = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
+    uint8_t *aTmp = sqlite3_malloc((int)(FRAME_HDR + p->pWal->pgsz));
     int bPage = 0;
     if( !aTmp ) return SQLITE_NOMEM;
-    if( tdeRealRead(p, aTmp, (int)(FRAME_HDR + p->wal.pgsz), walFrameOffset(p, idx), &bShort)==SQLITE_OK && !bShort ){
-      uint32_t ivHigh = tdeGet32(aTmp + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE + 12);
-      bPage = tdeOpenPage(p, aTmp+FRAME_HDR, p->wal.pgsz, tdeGet32(aTmp), 0)==SQLITE_OK;
+    if( tdeRealRead(p, aTmp, (int)(FRAME_HDR + p->pWal->pgsz), walFrameOffset(p, idx), &bShort)==SQLITE_OK && !bShort ){
+      uint32_t ivHigh = tdeGet32(aTmp + FRAME_HDR + p->pWal->pgsz - TDE_TRAILER_SIZE + 12);
+      bPage = tdeOpenPage(p, aTmp+FRAME_HDR, p->pWal->pgsz, tdeGet32(aTmp), 0)==SQLITE_OK;
       if( !bPage ) p->nAuthFail--;
       bPage = bPage && ivHigh==idx;       /* at its own index: not moved */
     }
-    tdeWipe(aTmp, FRAME_HDR + p->wal.pgsz);
+    tdeWipe(aTmp, FRAME_HDR + p->pWal->pgsz);
     sqlite3_free(aTmp);
     *pbOther = bPage;
     return SQLITE_OK;
@@ -902,19 +902,19 @@ static int walBadFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
   int rc, bCommit = 0;
   if( !walHasZeroSector(p, idx) ){
     rc = walCommitFollows(p, idx+1, &bCommit);
-    if( rc ){ memset(aOut, 0, FRAME_HDR + p->wal.pgsz); return rc; }
+    if( rc ){ memset(aOut, 0, FRAME_HDR + p->pWal->pgsz); return rc; }
   }
   if( bCommit ){
     tdeErr(TDE_AUTH, "%s: frame %u failed authentication and a later committed transaction "
            "authenticates: the WAL was tampered with", walName(p), idx);
     tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
-    memset(aOut, 0, FRAME_HDR + p->wal.pgsz);
+    memset(aOut, 0, FRAME_HDR + p->pWal->pgsz);
     return SQLITE_IOERR_AUTH;
   }
   tdeLog(TDE_LOG_WARNING, "%s: frame %u failed authentication at the end of the log; "
          "treating it as a torn write (the transaction it belongs to was not committed durably)",
          walName(p), idx);
-  memset(aOut+FRAME_HDR, 0, p->wal.pgsz);
+  memset(aOut+FRAME_HDR, 0, p->pWal->pgsz);
   rc = walCkAfter(p, idx-1, ck);
   if( rc ) return rc;
   tdePut32(aOut+16, ~ck[0]);   /* guaranteed checksum mismatch */
@@ -931,13 +931,13 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
   rc = walLoadFrame(p, idx, aOut, &state, 0);
   if( rc ) return rc;
   if( state==FRAME_SHORT ){
-    memset(aOut, 0, FRAME_HDR + p->wal.pgsz);
+    memset(aOut, 0, FRAME_HDR + p->pWal->pgsz);
     return SQLITE_IOERR_SHORT_READ;
   }
   if( state==FRAME_BAD ){
     int bOther = 0;
     rc = walOtherGeneration(p, idx, aOut, &bOther);
-    if( rc ){ memset(aOut, 0, FRAME_HDR + p->wal.pgsz); return rc; }
+    if( rc ){ memset(aOut, 0, FRAME_HDR + p->pWal->pgsz); return rc; }
     if( bOther ){
       /* Version 2: a frame of another generation cannot be authenticated
       ** (the frame its MAC chains from was overwritten), so it is the end
@@ -949,22 +949,22 @@ static int walReadFullFrame(TdeFile *p, uint32_t idx, uint8_t *aOut){
       state = FRAME_OK;
     }
   }
-  if( state==FRAME_OK && memcmp(aOut+8, p->wal.aHdr+16, 8)!=0 ){
+  if( state==FRAME_OK && memcmp(aOut+8, p->pWal->aHdr+16, 8)!=0 ){
     /* An authentic frame of an older generation: the end of the log. */
-    memset(aOut+16, 0, FRAME_HDR-16 + p->wal.pgsz);
+    memset(aOut+16, 0, FRAME_HDR-16 + p->pWal->pgsz);
     return SQLITE_OK;
   }
   if( state==FRAME_BAD ) return walBadFrame(p, idx, aOut);
   rc = walCkAfter(p, idx-1, ck);
-  if( rc ){ memset(aOut, 0, FRAME_HDR + p->wal.pgsz); return rc; }
+  if( rc ){ memset(aOut, 0, FRAME_HDR + p->pWal->pgsz); return rc; }
   walChecksum(walBigEndian(p), aOut, 8, ck, ck);
-  walChecksum(walBigEndian(p), aOut+FRAME_HDR, (int)p->wal.pgsz, ck, ck);
+  walChecksum(walBigEndian(p), aOut+FRAME_HDR, (int)p->pWal->pgsz, ck, ck);
   tdePut32(aOut+16, ck[0]);
   tdePut32(aOut+20, ck[1]);
-  p->wal.iRunFrame = idx;
-  p->wal.aRunCk[0] = ck[0];
-  p->wal.aRunCk[1] = ck[1];
-  memcpy(p->wal.aRunSalt, p->wal.aHdr+16, 8);
+  p->pWal->iRunFrame = idx;
+  p->pWal->aRunCk[0] = ck[0];
+  p->pWal->aRunCk[1] = ck[1];
+  memcpy(p->pWal->aRunSalt, p->pWal->aHdr+16, 8);
   return SQLITE_OK;
 }
 
@@ -984,11 +984,11 @@ static int walFrameOfGeneration(TdeFile *p, uint32_t idx, const uint8_t *aFrame)
   uint8_t aHdr[WAL_HDR];
   uint64_t w = 0;
   int state, rc;
-  if( memcmp(aFrame+8, p->wal.aHdr+16, 8)==0 || memcmp(aFrame+8, aZero, 8)==0 ) return SQLITE_OK;
+  if( memcmp(aFrame+8, p->pWal->aHdr+16, 8)==0 || memcmp(aFrame+8, aZero, 8)==0 ) return SQLITE_OK;
   rc = walLoadHeaderW(p, aHdr, &state, &w);
   if( rc ) return rc;
   if( state==FRAME_STALE ) return walStale(p, w);
-  if( state!=FRAME_OK || memcmp(aFrame+8, p->wal.aHdr+16, 8)!=0 ){
+  if( state!=FRAME_OK || memcmp(aFrame+8, p->pWal->aHdr+16, 8)!=0 ){
     tdeLog(TDE_LOG_ERROR, "%s: frame %u belongs to another WAL generation or was tampered with",
            walName(p), idx);
     p->nAuthFail++;
@@ -1009,12 +1009,12 @@ static int walFrameChained(TdeFile *p, uint32_t idx, const uint8_t *aFrame){
     ** (Or the chain could not start before: an allocation failed.) */
     uint8_t aHdr[WAL_HDR], aOld[MAC_BYTES];
     uint64_t w = 0;
-    int state, bHadChain = p->wal.bChain;
-    memcpy(aOld, p->wal.aHdrMac, MAC_BYTES);
+    int state, bHadChain = p->pWal->bChain;
+    memcpy(aOld, p->pWal->aHdrMac, MAC_BYTES);
     rc = walLoadHeaderW(p, aHdr, &state, &w);
     if( rc==SQLITE_OK && state==FRAME_STALE ) return walStale(p, w);
     if( rc==SQLITE_OK && state==FRAME_OK
-     && (memcmp(aOld, p->wal.aHdrMac, MAC_BYTES)!=0 || (!bHadChain && p->wal.bChain)) ){
+     && (memcmp(aOld, p->pWal->aHdrMac, MAC_BYTES)!=0 || (!bHadChain && p->pWal->bChain)) ){
       rc = walFrameCurrent(p, idx, aFrame, &bOk);
     }
   }
@@ -1022,7 +1022,7 @@ static int walFrameChained(TdeFile *p, uint32_t idx, const uint8_t *aFrame){
   if( !bOk ){
     tdeErr(TDE_AUTH, "%s: frame %u is not part of an authentic committed transaction of this "
            "WAL (the chain of frame MACs from the WAL header breaks after frame %u): frames "
-           "were spliced in, damaged or rolled back", walName(p), idx, p->wal.iChain);
+           "were spliced in, damaged or rolled back", walName(p), idx, p->pWal->iChain);
     tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
     p->nAuthFail++;
     return SQLITE_IOERR_AUTH;
@@ -1033,7 +1033,7 @@ static int walFrameChained(TdeFile *p, uint32_t idx, const uint8_t *aFrame){
 /* Check, version 1: the frame header's own MAC. */
 static int walFrameMacOk(TdeFile *p, uint32_t idx, const uint8_t *aFrame){
   uint8_t mac[MAC_BYTES];
-  int rc = walFrameMac(p, idx, aFrame, aFrame + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE, 0, mac);
+  int rc = walFrameMac(p, idx, aFrame, aFrame + FRAME_HDR + p->pWal->pgsz - TDE_TRAILER_SIZE, 0, mac);
   if( rc && rc!=SQLITE_NOTFOUND ) return rc;
   if( rc==SQLITE_NOTFOUND || !tdeCtEqual(mac, aFrame+16, MAC_BYTES) ){
     tdeLog(TDE_LOG_ERROR, "%s: frame %u header failed authentication", walName(p), idx);
@@ -1047,18 +1047,18 @@ static int walFrameMacOk(TdeFile *p, uint32_t idx, const uint8_t *aFrame){
 ** write of the same page to the database (vfs.c), if sealed under the
 ** current key version. */
 static void walCkptRemember(TdeFile *p, const uint8_t *aFrame, const uint8_t *zPlain){
-  uint32_t pgsz = p->wal.pgsz;
+  uint32_t pgsz = p->pWal->pgsz;
   TdeFile *m = p->pMain;
-  if( !m || !(m->bCkpt || m->bInCkpt) || !m->pKeys ) return;
-  if( tdeTrailerVersion(aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE)!=m->pKeys->hdr.curVersion ) return;
-  if( !m->aCkptPlain ) m->aCkptPlain = sqlite3_malloc(TDE_MAX_PAGE);
-  if( !m->aCkptCipher ) m->aCkptCipher = sqlite3_malloc(TDE_MAX_PAGE);
-  if( m->aCkptPlain && m->aCkptCipher ){
-    memcpy(m->aCkptPlain, zPlain, pgsz);
-    memcpy(m->aCkptCipher, aFrame+FRAME_HDR, pgsz);
-    m->ckptPgno = tdeGet32(aFrame);
-    m->ckptPgsz = pgsz;
-    m->bCkptValid = 1;
+  if( !m || !(m->pDb->ckpt.bHeld || m->pDb->ckpt.bInCkpt) || !m->pDb->pKeys ) return;
+  if( tdeTrailerVersion(aFrame + FRAME_HDR + pgsz - TDE_TRAILER_SIZE)!=m->pDb->pKeys->hdr.curVersion ) return;
+  if( !m->pDb->ckpt.aPlain ) m->pDb->ckpt.aPlain = sqlite3_malloc(TDE_MAX_PAGE);
+  if( !m->pDb->ckpt.aCipher ) m->pDb->ckpt.aCipher = sqlite3_malloc(TDE_MAX_PAGE);
+  if( m->pDb->ckpt.aPlain && m->pDb->ckpt.aCipher ){
+    memcpy(m->pDb->ckpt.aPlain, zPlain, pgsz);
+    memcpy(m->pDb->ckpt.aCipher, aFrame+FRAME_HDR, pgsz);
+    m->pDb->ckpt.pgno = tdeGet32(aFrame);
+    m->pDb->ckpt.pgsz = pgsz;
+    m->pDb->ckpt.bValid = 1;
   }
 }
 
@@ -1066,7 +1066,7 @@ static void walCkptRemember(TdeFile *p, const uint8_t *aFrame, const uint8_t *zP
 ** checkpointer): read, check, open.  Strict: any failure is an error, and
 ** zBuf is zeros after one. */
 static int walReadPage(TdeFile *p, uint32_t idx, uint8_t *zBuf){
-  uint32_t pgsz = p->wal.pgsz;
+  uint32_t pgsz = p->pWal->pgsz;
   uint8_t *aFrame = p->aBuf;
   int bShort, rc;
   rc = tdeRealRead(p, aFrame, (int)(FRAME_HDR + pgsz), walFrameOffset(p, idx), &bShort);
@@ -1116,7 +1116,7 @@ static int walReadHeaderRange(TdeFile *p, uint8_t *z, int iAmt, sqlite3_int64 iO
     }
     tdeLog(TDE_LOG_WARNING, "%s: WAL header failed authentication and no authentic frame "
            "follows; treating the log as empty", walName(p));
-    p->wal.bHdr = 0;
+    p->pWal->bHdr = 0;
     aHdr[24] ^= 0xff;    /* SQLite's header check fails: log ignored */
   }
   memcpy(z, aHdr+iOfst, (size_t)iAmt);
@@ -1125,7 +1125,7 @@ static int walReadHeaderRange(TdeFile *p, uint8_t *z, int iAmt, sqlite3_int64 iO
 
 /* Any other range inside one frame: the whole frame, assembled. */
 static int walReadRange(TdeFile *p, uint32_t idx, uint32_t within, uint8_t *z, int iAmt){
-  uint32_t szFrame = FRAME_HDR + p->wal.pgsz;
+  uint32_t szFrame = FRAME_HDR + p->pWal->pgsz;
   uint8_t *aFrame;
   int rc;
   if( within + (uint32_t)iAmt > szFrame ) return SQLITE_IOERR_READ;
@@ -1158,11 +1158,11 @@ int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   }
   rc = walNeedHeader(p);
   if( rc ){ memset(z, 0, (size_t)iAmt); return rc; }
-  szFrame = FRAME_HDR + p->wal.pgsz;
+  szFrame = FRAME_HDR + p->pWal->pgsz;
   idx = (uint32_t)((iOfst - WAL_HDR) / szFrame) + 1;
   within = (uint32_t)((iOfst - WAL_HDR) % szFrame);
 
-  if( within==FRAME_HDR && (uint32_t)iAmt==p->wal.pgsz ) return walReadPage(p, idx, z);
+  if( within==FRAME_HDR && (uint32_t)iAmt==p->pWal->pgsz ) return walReadPage(p, idx, z);
   if( within==0 && (uint32_t)iAmt==szFrame ) return walReadFullFrame(p, idx, z);
   if( within==16 && iAmt==8 ){
     uint32_t ck[2];
@@ -1183,14 +1183,14 @@ int tdeWalRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
 */
 static int walEpochDue(TdeFile *p, int bSynced){
   int rc = SQLITE_OK;
-  if( p->eKind!=TDE_KIND_WAL || !p->wal.bEpochDue ) return SQLITE_OK;
-  p->wal.bEpochDue = 0;
+  if( p->eKind!=TDE_KIND_WAL || !p->pWal->bEpochDue ) return SQLITE_OK;
+  p->pWal->bEpochDue = 0;
   if( !bSynced ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
-  if( rc==SQLITE_OK ) rc = tdeMainEpochUpdate(p->pMain, p->wal.wDue, p->wal.aDueSalt);
+  if( rc==SQLITE_OK ) rc = tdeMainEpochUpdate(p->pMain, p->pWal->wDue, p->pWal->aDueSalt);
   if( rc ){
     tdeLog(TDE_LOG_ERROR, "%s: WAL restart: the log epoch update failed (SQLite error %d)",
            walName(p), rc);
-    p->wal.bHdr = 0;
+    p->pWal->bHdr = 0;
   }
   return rc;
 }
@@ -1213,10 +1213,10 @@ int tdeWalSync(TdeFile *p, int flags){
   /* A header held at a sync is one whose page SQLite writes after it (a
   ** header rewritten alone went out at once): the frame crossing the
   ** sector boundary of a padded commit, split right after its header. */
-  int rc = p->wal.bPending ? walSplitHeld(p) : walFlushFrame(p);
+  int rc = p->pWal->bPending ? walSplitHeld(p) : walFlushFrame(p);
   if( rc==SQLITE_OK ){
     rc = p->pReal->pMethods->xSync(p->pReal, flags);
-    if( rc && p->pMain ) p->pMain->bWalSyncFailed = 1;   /* the page map's fold (tdeWalFoldMap) */
+    if( rc && p->pMain ) p->pMain->pDb->map.bWalSyncFailed = 1;   /* the page map's fold (tdeWalFoldMap) */
   }
   if( rc==SQLITE_OK ) rc = walEpochDue(p, 1);
   return rc;
@@ -1230,11 +1230,11 @@ static int walFlushFrame(TdeFile *p){
   uint8_t aHdr[FRAME_HDR];
   uint32_t idx;
   int bShort, rc;
-  if( p->eKind!=TDE_KIND_WAL || !p->wal.bPending ) return SQLITE_OK;
-  p->wal.bPending = 0;
-  idx = (uint32_t)((p->wal.iPendingOff - WAL_HDR) / (FRAME_HDR + p->wal.pgsz)) + 1;
+  if( p->eKind!=TDE_KIND_WAL || !p->pWal->bPending ) return SQLITE_OK;
+  p->pWal->bPending = 0;
+  idx = (uint32_t)((p->pWal->iPendingOff - WAL_HDR) / (FRAME_HDR + p->pWal->pgsz)) + 1;
   rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE,
-                   p->wal.iPendingOff + FRAME_HDR + p->wal.pgsz - TDE_TRAILER_SIZE, &bShort);
+                   p->pWal->iPendingOff + FRAME_HDR + p->pWal->pgsz - TDE_TRAILER_SIZE, &bShort);
   if( rc ) return rc;
   if( bShort ){
     /* Its page write never reached tde (it failed above it, and the
@@ -1244,7 +1244,7 @@ static int walFlushFrame(TdeFile *p){
            walName(p), idx);
     return SQLITE_OK;
   }
-  memcpy(aHdr, p->wal.aPending, 16);
+  memcpy(aHdr, p->pWal->aPending, 16);
   if( walV2(p) ){
     uint8_t aPrev[MAC_BYTES];
     int bChain = 0;
@@ -1256,13 +1256,13 @@ static int walFlushFrame(TdeFile *p){
     rc = walFrameMac(p, idx, aHdr, aTrailer, 0, aHdr+16);
     if( rc ) return rc;
   }
-  rc = p->pReal->pMethods->xWrite(p->pReal, aHdr, FRAME_HDR, p->wal.iPendingOff);
+  rc = p->pReal->pMethods->xWrite(p->pReal, aHdr, FRAME_HDR, p->pWal->iPendingOff);
   if( rc ){
     walWriteFailed(p, idx);
     return rc;
   }
-  walCkRemember(p, idx, aHdr+16, p->wal.aPending+16);
-  if( p->wal.iRunFrame>=idx ) p->wal.iRunFrame = 0;
+  walCkRemember(p, idx, aHdr+16, p->pWal->aPending+16);
+  if( p->pWal->iRunFrame>=idx ) p->pWal->iRunFrame = 0;
   return SQLITE_OK;
 }
 
@@ -1272,7 +1272,7 @@ static int walFlushFrame(TdeFile *p){
 ** into aFrame+16; in version 2 the chain notes the frame as this handle's.
 */
 static int walSealFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, const uint8_t *z){
-  uint32_t szFrame = FRAME_HDR + p->wal.pgsz;
+  uint32_t szFrame = FRAME_HDR + p->pWal->pgsz;
   uint32_t pgno = tdeGet32(aFrame);
   int rc;
   if( pgno==1 && z[20]<TDE_RESERVE_BYTES ){
@@ -1289,7 +1289,7 @@ static int walSealFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, const uint8_t
     if( !c ) return trc==TDE_NOMEM ? SQLITE_NOMEM : SQLITE_IOERR_WRITE;
     tdePageCipherSetIvHigh(c, walV2(p) ? idx : 0);
   }
-  rc = tdeSealPage(p, z, p->wal.pgsz, pgno, aFrame+FRAME_HDR);
+  rc = tdeSealPage(p, z, p->pWal->pgsz, pgno, aFrame+FRAME_HDR);
   if( rc ) return rc;
   if( walV2(p) ){
     uint8_t aPrev[MAC_BYTES];
@@ -1302,7 +1302,7 @@ static int walSealFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, const uint8_t
     rc = walFrameMac(p, idx, aFrame, aFrame + szFrame - TDE_TRAILER_SIZE, 0, aFrame+16);
     if( rc ) return rc;
   }
-  if( p->wal.iRunFrame>=idx ) p->wal.iRunFrame = 0;
+  if( p->pWal->iRunFrame>=idx ) p->pWal->iRunFrame = 0;
   return SQLITE_OK;
 }
 
@@ -1310,13 +1310,13 @@ static int walSealFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, const uint8_t
 static void walNoteWritten(TdeFile *p, uint32_t idx, const uint8_t *aSalt){
   static const uint8_t aZero[8];
   if( memcmp(aSalt, aZero, 8)!=0 ){
-    if( memcmp(aSalt, p->wal.aMaxSalt, 8)!=0 ){
-      memcpy(p->wal.aMaxSalt, aSalt, 8);     /* a new generation */
-      p->wal.iMaxWritten = 0;
+    if( memcmp(aSalt, p->pWal->aMaxSalt, 8)!=0 ){
+      memcpy(p->pWal->aMaxSalt, aSalt, 8);     /* a new generation */
+      p->pWal->iMaxWritten = 0;
     }
-    if( idx>p->wal.iMaxWritten ) p->wal.iMaxWritten = idx;
-  }else if( idx>p->wal.iMaxWritten && p->wal.iMaxWritten>0 ){
-    p->wal.iMaxWritten = idx;                /* same transaction, checksums pending */
+    if( idx>p->pWal->iMaxWritten ) p->pWal->iMaxWritten = idx;
+  }else if( idx>p->pWal->iMaxWritten && p->pWal->iMaxWritten>0 ){
+    p->pWal->iMaxWritten = idx;                /* same transaction, checksums pending */
   }
 }
 
@@ -1324,10 +1324,10 @@ static void walNoteWritten(TdeFile *p, uint32_t idx, const uint8_t *aSalt){
 ** Forget it, so that no chain, page map view or header rewrite counts
 ** the frame until SQLite writes it again. */
 static void walWriteFailed(TdeFile *p, uint32_t idx){
-  if( idx<p->wal.nMac ) p->wal.aMac[idx].bOwn = 0;
+  if( idx<p->pWal->nMac ) p->pWal->aMac[idx].bOwn = 0;
   if( idx>0 ) walChainCut(p, idx-1);
-  if( idx<p->wal.nCk ) p->wal.aCk[idx].bValid = 0;
-  if( p->wal.iRunFrame>=idx ) p->wal.iRunFrame = 0;
+  if( idx<p->pWal->nCk ) p->pWal->aCk[idx].bValid = 0;
+  if( p->pWal->iRunFrame>=idx ) p->pWal->iRunFrame = 0;
 }
 
 /*
@@ -1351,7 +1351,7 @@ static void walWriteFailed(TdeFile *p, uint32_t idx){
 */
 static int walSplitBegin(TdeFile *p, uint32_t idx, const uint8_t *aHdr, uint32_t nHdr, int bCk,
                          const uint8_t *z, uint32_t nPage){
-  uint32_t pgsz = p->wal.pgsz, szFrame = FRAME_HDR + pgsz, nBody = pgsz - TDE_TRAILER_SIZE;
+  uint32_t pgsz = p->pWal->pgsz, szFrame = FRAME_HDR + pgsz, nBody = pgsz - TDE_TRAILER_SIZE;
   sqlite3_int64 iOff = walFrameOffset(p, idx);
   uint8_t *aSealed, *aPlain, *aSql;
   const char *zWhy = 0;
@@ -1361,10 +1361,10 @@ static int walSplitBegin(TdeFile *p, uint32_t idx, const uint8_t *aHdr, uint32_t
     zWhy = "not a piece SQLite's sector padding writes";
     goto refuse;
   }
-  p->wal.nSplit = szFrame + pgsz + FRAME_HDR;
-  p->wal.aSplit = sqlite3_malloc64(p->wal.nSplit);
-  if( !p->wal.aSplit ){ p->wal.nSplit = 0; return SQLITE_NOMEM; }
-  aSealed = p->wal.aSplit;            /* the frame as stored */
+  p->pWal->nSplit = szFrame + pgsz + FRAME_HDR;
+  p->pWal->aSplit = sqlite3_malloc64(p->pWal->nSplit);
+  if( !p->pWal->aSplit ){ p->pWal->nSplit = 0; return SQLITE_NOMEM; }
+  aSealed = p->pWal->aSplit;            /* the frame as stored */
   aPlain = aSealed + szFrame;         /* its page as SQLite writes it */
   aSql = aPlain + pgsz;               /* its header as SQLite writes it */
   /* The frame it copies, as stored; its header fields complete the ones
@@ -1399,9 +1399,9 @@ static int walSplitBegin(TdeFile *p, uint32_t idx, const uint8_t *aHdr, uint32_t
     walWriteFailed(p, idx);
     goto fail;
   }
-  p->wal.iSplit = idx;
-  p->wal.nSplitDone = nHdr + nPage;
-  p->wal.bSplitCk = bCk;
+  p->pWal->iSplit = idx;
+  p->pWal->nSplitDone = nHdr + nPage;
+  p->pWal->bSplitCk = bCk;
   return SQLITE_OK;
 refuse:
   tdeLog(TDE_LOG_ERROR, "%s: WAL write of %u bytes at offset %lld (frame %u split after %u "
@@ -1414,12 +1414,12 @@ fail:
 /* The next piece of the frame walSplitBegin sealed: iAmt bytes z at byte
 ** within of the frame. */
 static int walSplitNext(TdeFile *p, const uint8_t *z, int iAmt, uint32_t within){
-  uint32_t idx = p->wal.iSplit, pgsz = p->wal.pgsz, szFrame = FRAME_HDR + pgsz;
+  uint32_t idx = p->pWal->iSplit, pgsz = p->pWal->pgsz, szFrame = FRAME_HDR + pgsz;
   uint32_t nBody = pgsz - TDE_TRAILER_SIZE;
-  uint8_t *aSealed = p->wal.aSplit, *aPlain = aSealed + szFrame, *aSql = aPlain + pgsz;
+  uint8_t *aSealed = p->pWal->aSplit, *aPlain = aSealed + szFrame, *aSql = aPlain + pgsz;
   int rc;
-  if( iAmt<=0 || within!=p->wal.nSplitDone || (uint64_t)within + (uint64_t)iAmt > szFrame
-   || p->wal.nSplit!=szFrame + pgsz + FRAME_HDR ){
+  if( iAmt<=0 || within!=p->pWal->nSplitDone || (uint64_t)within + (uint64_t)iAmt > szFrame
+   || p->pWal->nSplit!=szFrame + pgsz + FRAME_HDR ){
     tdeLog(TDE_LOG_ERROR, "%s: WAL write of %d bytes into frame %u at byte %u refused: not the "
            "rest of the frame SQLite began", walName(p), iAmt, idx, within);
     walSplitDrop(p);
@@ -1445,10 +1445,10 @@ static int walSplitNext(TdeFile *p, const uint8_t *z, int iAmt, uint32_t within)
     walSplitDrop(p);
     return rc;
   }
-  p->wal.nSplitDone += (uint32_t)iAmt;
-  if( p->wal.nSplitDone==szFrame ){
-    if( p->wal.bSplitCk ) walCkRemember(p, idx, aSealed+16, aSql+16);
-    else if( idx<p->wal.nCk ) p->wal.aCk[idx].bValid = 0;
+  p->pWal->nSplitDone += (uint32_t)iAmt;
+  if( p->pWal->nSplitDone==szFrame ){
+    if( p->pWal->bSplitCk ) walCkRemember(p, idx, aSealed+16, aSql+16);
+    else if( idx<p->pWal->nCk ) p->pWal->aCk[idx].bValid = 0;
     walNoteWritten(p, idx, aSealed+8);
     walSplitDrop(p);
   }
@@ -1457,9 +1457,9 @@ static int walSplitNext(TdeFile *p, const uint8_t *z, int iAmt, uint32_t within)
 
 /* tdeWalSync with a frame header held: its page comes after the sync. */
 static int walSplitHeld(TdeFile *p){
-  uint32_t idx = (uint32_t)((p->wal.iPendingOff - WAL_HDR) / (FRAME_HDR + p->wal.pgsz)) + 1;
-  p->wal.bPending = 0;
-  return walSplitBegin(p, idx, p->wal.aPending, FRAME_HDR, 1, 0, 0);
+  uint32_t idx = (uint32_t)((p->pWal->iPendingOff - WAL_HDR) / (FRAME_HDR + p->pWal->pgsz)) + 1;
+  p->pWal->bPending = 0;
+  return walSplitBegin(p, idx, p->pWal->aPending, FRAME_HDR, 1, 0, 0);
 }
 
 /*
@@ -1472,9 +1472,9 @@ static int walSplitHeld(TdeFile *p){
 ** (aJoin), whatever becomes of this write (after a failure SQLite writes
 ** both again), so no later call flushes a header whose page never came. */
 static int walTakeHeld(TdeFile *p, sqlite3_int64 iOfst, uint8_t *aJoin){
-  if( !p->wal.bPending || iOfst!=p->wal.iPendingOff+FRAME_HDR ) return 0;
-  memcpy(aJoin, p->wal.aPending, FRAME_HDR);
-  p->wal.bPending = 0;
+  if( !p->pWal->bPending || iOfst!=p->pWal->iPendingOff+FRAME_HDR ) return 0;
+  memcpy(aJoin, p->pWal->aPending, FRAME_HDR);
+  p->pWal->bPending = 0;
   return 1;
 }
 
@@ -1488,7 +1488,7 @@ static int walGenerationEnds(TdeFile *p, const uint8_t *z){
   if( rc ) return rc;
   rc = tdeWalFoldMap(p);
   if( rc ) return rc;
-  if( p->pMain ) p->pMain->bWalSyncFailed = 0;   /* a new generation */
+  if( p->pMain ) p->pMain->pDb->map.bWalSyncFailed = 0;   /* a new generation */
   walShipHook(p, TDE_CAPTURE_RESTART, z);
   return SQLITE_OK;
 }
@@ -1503,13 +1503,13 @@ static int walHeaderEpoch(TdeFile *p, int *pbV2, uint64_t *pw){
   if( !*pbV2 ) return SQLITE_OK;
   rc = tdeMainRefreshIfChanged(p->pMain);
   if( rc ) return rc;
-  *pw = p->pMain->pKeys->hdr.logEpoch + 1;
+  *pw = p->pMain->pDb->pKeys->hdr.logEpoch + 1;
   return SQLITE_OK;
 }
 
 /* Restart, seal: SQLite's first 24 bytes, their MAC, zeros to WAL_HDR. */
 static int walHeaderSeal(TdeFile *p, const uint8_t *z, int bV2, uint64_t w, uint8_t *aHdr){
-  const TdeDbKeys *k = p->pMain ? p->pMain->pKeys : 0;
+  const TdeDbKeys *k = p->pMain ? p->pMain->pDb->pKeys : 0;
   const TdeDekVer *d = k ? tdeKeysFind(k, k->hdr.curVersion) : 0;
   int rc;
   memcpy(aHdr, z, 24);
@@ -1522,12 +1522,12 @@ static int walHeaderSeal(TdeFile *p, const uint8_t *z, int bV2, uint64_t w, uint
 /* Restart, last stage: the header is on disk; this handle's view of the
 ** generation starts, and (version 2) the epoch update falls due. */
 static void walHeaderWritten(TdeFile *p, const uint8_t *z, const uint8_t *aHdr, int bV2, uint64_t w){
-  memcpy(p->wal.aHdr, z, WAL_HDR);
-  memcpy(p->wal.aHdrMac, aHdr+24, MAC_BYTES);
-  p->wal.w = w;
-  p->wal.bHdr = 1;
-  p->wal.pgsz = tdeValidPgsz(tdeGet32(z+8)) ? tdeGet32(z+8) : 0;
-  p->wal.iMaxWritten = 0;     /* a new generation */
+  memcpy(p->pWal->aHdr, z, WAL_HDR);
+  memcpy(p->pWal->aHdrMac, aHdr+24, MAC_BYTES);
+  p->pWal->w = w;
+  p->pWal->bHdr = 1;
+  p->pWal->pgsz = tdeValidPgsz(tdeGet32(z+8)) ? tdeGet32(z+8) : 0;
+  p->pWal->iMaxWritten = 0;     /* a new generation */
   /* A chain that cannot start for want of memory starts when aMac is
   ** first allocated (walMacRoom) or at the next header load, so the write
   ** itself stands. */
@@ -1539,9 +1539,9 @@ static void walHeaderWritten(TdeFile *p, const uint8_t *z, const uint8_t *aHdr, 
     ** database header bound to a WAL header that is not on disk.  The
     ** sync is SQLite's own of this header when it makes one (tdeWalSync),
     ** else the shim's (tdeWalFlush).  (docs/FORMAT.md "Restart") */
-    p->wal.bEpochDue = 1;
-    p->wal.wDue = w;
-    memcpy(p->wal.aDueSalt, z+16, 8);
+    p->pWal->bEpochDue = 1;
+    p->pWal->wDue = w;
+    memcpy(p->pWal->aDueSalt, z+16, 8);
   }
 }
 
@@ -1579,7 +1579,7 @@ static int walStoredFrameHeader(TdeFile *p, uint32_t idx, sqlite3_int64 iOfst, u
 static int walIsPiece(TdeFile *p, uint32_t within, int iAmt){
   if( iAmt<=0 ) return 0;
   if( within==0 ) return iAmt<FRAME_HDR;
-  return within==FRAME_HDR && (uint32_t)iAmt<p->wal.pgsz;
+  return within==FRAME_HDR && (uint32_t)iAmt<p->pWal->pgsz;
 }
 
 /* The next piece of the frame in pieces, or the first piece of one. */
@@ -1587,7 +1587,7 @@ static int walWritePiece(TdeFile *p, uint32_t idx, uint32_t within, const uint8_
                          sqlite3_int64 iOfst, const uint8_t *aJoin){
   uint8_t aHdr[FRAME_HDR];
   int rc;
-  if( p->wal.iSplit ) return walSplitNext(p, z, iAmt, within);
+  if( p->pWal->iSplit ) return walSplitNext(p, z, iAmt, within);
   if( within==0 ){
     rc = tdeWalFlush(p);
     if( rc ) return rc;
@@ -1606,7 +1606,7 @@ static int walWritePiece(TdeFile *p, uint32_t idx, uint32_t within, const uint8_
 static int walHoldFrameHeader(TdeFile *p, uint32_t idx, const uint8_t *z, sqlite3_int64 iOfst){
   static const uint8_t aZero[8];
   int rc;
-  if( walV2(p) && memcmp(z+8, aZero, 8)!=0 && memcmp(z+8, p->wal.aHdr+16, 8)!=0 ){
+  if( walV2(p) && memcmp(z+8, aZero, 8)!=0 && memcmp(z+8, p->pWal->aHdr+16, 8)!=0 ){
     uint8_t aHdr[WAL_HDR];
     uint64_t w = 0;
     int state;
@@ -1617,14 +1617,14 @@ static int walHoldFrameHeader(TdeFile *p, uint32_t idx, const uint8_t *z, sqlite
   }
   rc = tdeWalFlush(p);
   if( rc ) return rc;
-  memcpy(p->wal.aPending, z, FRAME_HDR);
-  p->wal.iPendingOff = iOfst;
-  p->wal.bPending = 1;
+  memcpy(p->pWal->aPending, z, FRAME_HDR);
+  p->pWal->iPendingOff = iOfst;
+  p->pWal->bPending = 1;
   /* A frame this handle already wrote (SQLite rewriting the checksums of
   ** a transaction that spilled, up to its commit frame): its page is on
   ** disk and no page write follows -- complete it now, or the commit
   ** would wait in memory for the next I/O call. */
-  if( idx<=p->wal.iMaxWritten && memcmp(z+8, p->wal.aMaxSalt, 8)==0 ) return tdeWalFlush(p);
+  if( idx<=p->pWal->iMaxWritten && memcmp(z+8, p->pWal->aMaxSalt, 8)==0 ) return tdeWalFlush(p);
   return SQLITE_OK;
 }
 
@@ -1637,7 +1637,7 @@ static int walWriteJoined(TdeFile *p, uint32_t idx, const uint8_t *z, sqlite3_in
   memcpy(aFrame, aJoin, FRAME_HDR);
   rc = walSealFrame(p, idx, aFrame, z);
   if( rc ) return rc;
-  rc = p->pReal->pMethods->xWrite(p->pReal, aFrame, (int)(FRAME_HDR + p->wal.pgsz), iOfst-FRAME_HDR);
+  rc = p->pReal->pMethods->xWrite(p->pReal, aFrame, (int)(FRAME_HDR + p->pWal->pgsz), iOfst-FRAME_HDR);
   if( rc ){
     walWriteFailed(p, idx);
     return rc;
@@ -1655,7 +1655,7 @@ static int walWriteRewrite(TdeFile *p, uint32_t idx, const uint8_t *z, int iAmt,
   int rc = walStoredFrameHeader(p, idx, iOfst, aFrame);
   if( rc==SQLITE_OK ) rc = walSealFrame(p, idx, aFrame, z);
   if( rc ) return rc;
-  if( idx<p->wal.nCk ) p->wal.aCk[idx].bValid = 0;
+  if( idx<p->pWal->nCk ) p->pWal->aCk[idx].bValid = 0;
   rc = p->pReal->pMethods->xWrite(p->pReal, aFrame+16, MAC_BYTES + iAmt, iOfst-FRAME_HDR+16);
   if( rc ){
     walWriteFailed(p, idx);
@@ -1693,18 +1693,18 @@ int tdeWalWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
   }
   rc = walNeedHeader(p);
   if( rc ) return rc;
-  szFrame = FRAME_HDR + p->wal.pgsz;
+  szFrame = FRAME_HDR + p->pWal->pgsz;
   idx = (uint32_t)((iOfst - WAL_HDR) / szFrame) + 1;
   within = (uint32_t)((iOfst - WAL_HDR) % szFrame);
 
-  if( p->wal.iSplit && (idx!=p->wal.iSplit || within!=p->wal.nSplitDone) ){
+  if( p->pWal->iSplit && (idx!=p->pWal->iSplit || within!=p->pWal->nSplitDone) ){
     walSplitDrop(p);            /* SQLite gave the frame up (an error between its pieces) */
   }
-  if( p->wal.iSplit || walIsPiece(p, within, iAmt) ){
+  if( p->pWal->iSplit || walIsPiece(p, within, iAmt) ){
     return walWritePiece(p, idx, within, z, iAmt, iOfst, bJoin ? aJoin : 0);
   }
   if( within==0 && iAmt==FRAME_HDR ) return walHoldFrameHeader(p, idx, z, iOfst);
-  if( within==FRAME_HDR && (uint32_t)iAmt==p->wal.pgsz ){
+  if( within==FRAME_HDR && (uint32_t)iAmt==p->pWal->pgsz ){
     if( bJoin ) return walWriteJoined(p, idx, z, iOfst, aJoin);
     return walWriteRewrite(p, idx, z, iAmt, iOfst);
   }
@@ -1721,14 +1721,14 @@ int tdeWalTruncate(TdeFile *p, sqlite3_int64 size){
   if( size<WAL_HDR ){
     rc = tdeWalFoldMap(p);      /* the generation ends: its pages into the page map */
     if( rc ) return rc;
-    if( p->pMain ) p->pMain->bWalSyncFailed = 0;
+    if( p->pMain ) p->pMain->pDb->map.bWalSyncFailed = 0;
     /* Truncated to nothing: every frame goes (a shorter truncation only
     ** drops frames beyond the ones just committed, captured already). */
     walShipHook(p, TDE_CAPTURE_CLOSE, 0);
   }
   (void)walCkForget(p);         /* as after a header write (tdeWalWrite) */
-  p->wal.iMaxWritten = 0;
-  if( size<WAL_HDR ) p->wal.bHdr = 0;
+  p->pWal->iMaxWritten = 0;
+  if( size<WAL_HDR ) p->pWal->bHdr = 0;
   return p->pReal->pMethods->xTruncate(p->pReal, size);
 }
 
@@ -1766,8 +1766,8 @@ int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_
     if( mxFrame>0 || bFound ){ *piBad = -1; return SQLITE_IOERR_AUTH; }
     return SQLITE_OK;
   }
-  if( !p->wal.pgsz ) return SQLITE_OK;
-  aFrame = sqlite3_malloc((int)(FRAME_HDR + p->wal.pgsz));
+  if( !p->pWal->pgsz ) return SQLITE_OK;
+  aFrame = sqlite3_malloc((int)(FRAME_HDR + p->pWal->pgsz));
   if( !aFrame ) return SQLITE_NOMEM;
   for(idx=1; mxFrame==0 || idx<=mxFrame; idx++){
     rc = walLoadFrame(p, idx, aFrame, &state, mxFrame ? "WAL" : 0);
@@ -1793,13 +1793,13 @@ int tdeWalVerify(TdeFile *p, uint32_t mxFrame, sqlite3_int64 *pnFrames, sqlite3_
       else p->nAuthFail--;
       break;
     }
-    if( memcmp(aFrame+8, p->wal.aHdr+16, 8)!=0 ){
+    if( memcmp(aFrame+8, p->pWal->aHdr+16, 8)!=0 ){
       if( mxFrame ){ *piBad = idx; rc = SQLITE_IOERR_AUTH; }
       break;                       /* older generation: the end */
     }
     (*pnFrames)++;
   }
-  tdeWipe(aFrame, FRAME_HDR + p->wal.pgsz);
+  tdeWipe(aFrame, FRAME_HDR + p->pWal->pgsz);
   sqlite3_free(aFrame);
   return rc;
 }
@@ -1815,7 +1815,7 @@ int tdeWalPageList(TdeFile *p, uint32_t iFirst, uint32_t mxFrame, uint32_t **paP
   *paPgno = 0;
   *pn = 0;
   if( iFirst<1 ) iFirst = 1;
-  if( mxFrame<iFirst || !p->wal.pgsz ) return SQLITE_OK;
+  if( mxFrame<iFirst || !p->pWal->pgsz ) return SQLITE_OK;
   a = sqlite3_malloc64(sizeof(uint32_t) * (sqlite3_uint64)(mxFrame - iFirst + 1));
   if( !a ) return SQLITE_NOMEM;
   for(uint32_t idx=iFirst; idx<=mxFrame; idx++){
@@ -1838,7 +1838,7 @@ int tdeWalNewestTag(TdeFile *p, uint32_t pgno, uint32_t bound, const uint8_t *aS
   int rc;
   *pbFound = 0;
   if( !p || p->eKind!=TDE_KIND_WAL || !walV2(p) ) return SQLITE_OK;
-  if( !p->wal.bHdr || (aSalt && memcmp(p->wal.aHdr+16, aSalt, 8)!=0) || !p->wal.bChain ){
+  if( !p->pWal->bHdr || (aSalt && memcmp(p->pWal->aHdr+16, aSalt, 8)!=0) || !p->pWal->bChain ){
     /* Another connection restarted the log: read its header again. */
     uint8_t aHdr[WAL_HDR];
     uint64_t w = 0;
@@ -1846,19 +1846,19 @@ int tdeWalNewestTag(TdeFile *p, uint32_t pgno, uint32_t bound, const uint8_t *aS
     rc = walLoadHeaderW(p, aHdr, &state, &w);
     if( rc ) return rc;
     if( state!=FRAME_OK ) return SQLITE_OK;
-    if( aSalt && memcmp(p->wal.aHdr+16, aSalt, 8)!=0 ) return SQLITE_OK;
-    if( !p->wal.bChain ){
+    if( aSalt && memcmp(p->pWal->aHdr+16, aSalt, 8)!=0 ) return SQLITE_OK;
+    if( !p->pWal->bChain ){
       rc = walChainReset(p, 1);
       if( rc ) return rc;
     }
   }
   rc = walChainExtend(p, bound);
   if( rc ) return rc;
-  e = p->wal.iChainCommit;
+  e = p->pWal->iChainCommit;
   if( bound<e ) e = bound;
   for(uint32_t j=e; j>0; j--){
-    if( p->wal.aMac[j].pgno==pgno ){
-      memcpy(aTag, p->wal.aMac[j].tag, 8);
+    if( p->pWal->aMac[j].pgno==pgno ){
+      memcpy(aTag, p->pWal->aMac[j].tag, 8);
       *pbFound = 1;
       break;
     }
@@ -1890,22 +1890,22 @@ int tdeWalNewestTag(TdeFile *p, uint32_t pgno, uint32_t bound, const uint8_t *aS
 static int walFoldBound(TdeFile *p, uint32_t *pBound, int *pbDrop){
   TdeFile *m = p->pMain;
   *pbDrop = 0;
-  if( m->pShm0 ){
+  if( m->pDb->pShm0 ){
     uint32_t mx;
     uint8_t aSalt[8], aDisk[8];
     int bShort = 0, rc;
-    memcpy(&mx, (const void*)((const volatile uint8_t*)m->pShm0 + 16), 4);
-    memcpy(aSalt, (const void*)((const volatile uint8_t*)m->pShm0 + 32), 8);
+    memcpy(&mx, (const void*)((const volatile uint8_t*)m->pDb->pShm0 + 16), 4);
+    memcpy(aSalt, (const void*)((const volatile uint8_t*)m->pDb->pShm0 + 32), 8);
     rc = tdeRealRead(p, aDisk, 8, 16, &bShort);
     if( rc ) return rc;
     *pBound = mx;
     if( bShort || memcmp(aSalt, aDisk, 8)==0 ) return SQLITE_OK;
-    if( p->wal.bFolded && memcmp(p->wal.aFoldSalt, aDisk, 8)==0 ){
-      *pBound = p->wal.iFoldEnd;
+    if( p->pWal->bFolded && memcmp(p->pWal->aFoldSalt, aDisk, 8)==0 ){
+      *pBound = p->pWal->iFoldEnd;
       return SQLITE_OK;
     }
   }
-  if( m->bWalSyncFailed ){ *pbDrop = 1; *pBound = 0; return SQLITE_OK; }
+  if( m->pDb->map.bWalSyncFailed ){ *pbDrop = 1; *pBound = 0; return SQLITE_OK; }
   *pBound = UINT32_MAX;
   return SQLITE_OK;
 }
@@ -1913,7 +1913,7 @@ static int walFoldBound(TdeFile *p, uint32_t *pBound, int *pbDrop){
 int tdeWalFoldMap(TdeFile *p){
   int bDrop = 0, rc;
   uint32_t bound = 0;
-  if( !walV2(p) || !p->pMain || p->pMain->bStandby ) return SQLITE_OK;
+  if( !walV2(p) || !p->pMain || p->pMain->pDb->repl.bStandby ) return SQLITE_OK;
   rc = walFoldBound(p, &bound, &bDrop);
   if( rc ) return rc;
   if( bDrop ) return tdeMapDrop(p->pMain);
@@ -1926,27 +1926,27 @@ int tdeWalFoldMapTo(TdeFile *p, uint32_t bound){
   uint8_t *aTag = 0;
   uint64_t w = 0;
   int state, rc;
-  if( !walV2(p) || !p->pMain || p->pMain->bStandby ) return SQLITE_OK;
+  if( !walV2(p) || !p->pMain || p->pMain->pDb->repl.bStandby ) return SQLITE_OK;
   rc = tdeMainRefreshIfChanged(p->pMain);
   if( rc ) return rc;
   rc = walLoadHeaderW(p, aHdr, &state, &w);
   if( rc ) return rc;
-  if( state==FRAME_OK && p->wal.w==p->pMain->pKeys->hdr.logEpoch && p->wal.pgsz ){
-    if( !p->wal.bChain ){
+  if( state==FRAME_OK && p->pWal->w==p->pMain->pDb->pKeys->hdr.logEpoch && p->pWal->pgsz ){
+    if( !p->pWal->bChain ){
       rc = walChainReset(p, 1);
       if( rc ) return rc;
     }
     rc = walChainExtend(p, bound);
     if( rc ) return rc;
-    n = p->wal.iChainCommit;
+    n = p->pWal->iChainCommit;
     if( n>bound ){
       /* The last commit frame at or below SQLite's end of the log. */
       n = bound;
-      while( n>0 && !p->wal.aMac[n].bCommit ) n--;
+      while( n>0 && !p->pWal->aMac[n].bCommit ) n--;
     }
   }
-  if( p->wal.bFolded && p->wal.iFoldEnd==n && memcmp(p->wal.aFoldSalt, p->wal.aHdr+16, 8)==0
-   && memcmp(p->wal.aFoldRoot, p->pMain->pKeys->hdr.aMapRoot, 16)==0 ){
+  if( p->pWal->bFolded && p->pWal->iFoldEnd==n && memcmp(p->pWal->aFoldSalt, p->pWal->aHdr+16, 8)==0
+   && memcmp(p->pWal->aFoldRoot, p->pMain->pDb->pKeys->hdr.aMapRoot, 16)==0 ){
     return SQLITE_OK;           /* folded already, and the map is still that fold's */
   }
   if( n ){
@@ -1956,8 +1956,8 @@ int tdeWalFoldMapTo(TdeFile *p, uint32_t bound){
     aTag = sqlite3_malloc64((sqlite3_uint64)n * 8);
     if( !aPgno || !aTag ){ rc = SQLITE_NOMEM; goto done; }
     for(uint32_t j=1; j<=n; j++){
-      aPgno[j-1] = p->wal.aMac[j].pgno;
-      memcpy(aTag + (size_t)(j-1)*8, p->wal.aMac[j].tag, 8);
+      aPgno[j-1] = p->pWal->aMac[j].pgno;
+      memcpy(aTag + (size_t)(j-1)*8, p->pWal->aMac[j].tag, 8);
     }
     rc = tdeRealRead(p, aFh, 8, walFrameOffset(p, n), &bShort);
     if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
@@ -1966,10 +1966,10 @@ int tdeWalFoldMapTo(TdeFile *p, uint32_t bound){
   }
   rc = tdeMapFold(p->pMain, aPgno, aTag, n, nDb);
   if( rc==SQLITE_OK && n ){
-    p->wal.bFolded = 1;
-    p->wal.iFoldEnd = n;
-    memcpy(p->wal.aFoldSalt, p->wal.aHdr+16, 8);
-    memcpy(p->wal.aFoldRoot, p->pMain->pKeys->hdr.aMapRoot, 16);
+    p->pWal->bFolded = 1;
+    p->pWal->iFoldEnd = n;
+    memcpy(p->pWal->aFoldSalt, p->pWal->aHdr+16, 8);
+    memcpy(p->pWal->aFoldRoot, p->pMain->pDb->pKeys->hdr.aMapRoot, 16);
   }
 done:
   sqlite3_free(aPgno);
@@ -1985,7 +1985,7 @@ int tdeWalFoldMapFile(TdeFile *pMain, const char *zWal){
   TdeFile w;
   TdeWal wPart;               /* w's own part (TdeFile.pWal) */
   int outFlags = 0, bExists = 0, rc;
-  if( !pMain->pKeys || pMain->pKeys->hdr.version<TDE_FORMAT_V2 || pMain->bStandby ) return SQLITE_OK;
+  if( !pMain->pDb->pKeys || pMain->pDb->pKeys->hdr.version<TDE_FORMAT_V2 || pMain->pDb->repl.bStandby ) return SQLITE_OK;
   rc = pOrig->xAccess(pOrig, zWal, SQLITE_ACCESS_EXISTS, &bExists);
   if( rc || !bExists ) return rc;
   pFd = sqlite3_malloc(pOrig->szOsFile);
@@ -2002,10 +2002,10 @@ int tdeWalFoldMapFile(TdeFile *pMain, const char *zWal){
     w.zName = zWal;
     /* As far as SQLite's WAL index went when it was unmapped for this
     ** deletion; without one (locking_mode=EXCLUSIVE), as tdeWalFoldMap. */
-    if( pMain->bWalIndexEnd ) rc = tdeWalFoldMapTo(&w, pMain->walIndexEnd);
-    else if( pMain->bWalSyncFailed ) rc = tdeMapDrop(pMain);
+    if( pMain->pDb->map.bWalIndexEnd ) rc = tdeWalFoldMapTo(&w, pMain->pDb->map.walIndexEnd);
+    else if( pMain->pDb->map.bWalSyncFailed ) rc = tdeMapDrop(pMain);
     else rc = tdeWalFoldMapTo(&w, UINT32_MAX);
-    if( rc==SQLITE_OK ){ pMain->bWalIndexEnd = 0; pMain->bWalSyncFailed = 0; }
+    if( rc==SQLITE_OK ){ pMain->pDb->map.bWalIndexEnd = 0; pMain->pDb->map.bWalSyncFailed = 0; }
     tdeWalFree(&w);
   }
   if( pFd->pMethods ) pFd->pMethods->xClose(pFd);

@@ -525,7 +525,7 @@ static void childDerive(int fdOut, TdeFile **apFile, const uint32_t *aPgsz, int 
   m.rc = 1;
   memcpy(aInfo, zSub, sizeof(zSub) - 1);
   for(int d=0; d<nDb; d++){
-    TdeDbKeys *k = apFile[d]->pKeys;
+    TdeDbKeys *k = apFile[d]->pDb->pKeys;
     int nSalt = 0;
     if( k==0 || k->aDek==0 || k->aWalMac==0 ){
       snprintf(m.zErr, sizeof(m.zErr), "a main file holds no data key");
@@ -700,7 +700,7 @@ static void test_secrets_in_memory(void **state){
   loadRegions();
   for(int d=0; d<MAX_DB; d++){
     TdeFile *pFile = mainFile(aDb[d]);
-    pR = regionOf((uintptr_t)pFile->pKeys->aDek);
+    pR = regionOf((uintptr_t)pFile->pDb->pKeys->aDek);
     assert_non_null(pR);
     if( (NEED_LOCKED && !pR->bLocked) || !pR->bDontDump ){
       fail_msg("the data key's mapping %lx-%lx: locked %s, MADV_DONTDUMP %s (RLIMIT_MEMLOCK?)",
@@ -708,7 +708,7 @@ static void test_secrets_in_memory(void **state){
                pR->bLocked ? "yes" : "no", pR->bDontDump ? "yes" : "no");
     }
     assert_int_equal(classify(pR), C_SECURE);
-    pR = regionOf((uintptr_t)pFile->pKeys->aWalMac);
+    pR = regionOf((uintptr_t)pFile->pDb->pKeys->aWalMac);
     assert_non_null(pR);
     assert_int_equal(classify(pR), C_SECURE);
   }

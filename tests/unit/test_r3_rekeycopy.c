@@ -91,8 +91,8 @@ static void history(const char *zDb, const char *zMode, unsigned char *aOld1, ui
   exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
   p = tdeMainOfDb(db, "main");
   assert_non_null(p);
-  assert_non_null(p->pKeys);
-  memcpy(aDek, p->pKeys->aDek, 32);
+  assert_non_null(p->pDb->pKeys);
+  memcpy(aDek, p->pDb->pKeys->aDek, 32);
   memcpy(aDbid, p->dbid, 16);
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
 }
