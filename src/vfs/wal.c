@@ -90,6 +90,8 @@ static void walShipHook(TdeFile *p, int eWhy, const uint8_t *aNewHdr){
   (void)tdeShipHook(p->pMain->zName, &wal, aEnd, 2, &hdr, eWhy, aNewHdr);
 }
 
+/* Frees what p->pWal points to; the struct itself is its owner's (vfs.c
+** tdeKindFree, or a caller's local). */
 void tdeWalFree(TdeFile *p){
   if( p->eKind!=TDE_KIND_WAL ) return;
   sqlite3_free(p->pWal->aCk);
