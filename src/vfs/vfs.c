@@ -1584,8 +1584,10 @@ static void tdeOpenUndo(TdeFile *p, sqlite3_vfs *pOrig, const char *zName, int b
   tdeJournalFree(p);
   tdeCiphersFree(p);
   if( p->eKind==TDE_KIND_MAIN ){
+    tdeMapFree(p);
     tdeKeysFree(p->pDb->pKeys);
     p->pDb->pKeys = 0;
+    tdePage1Free(p);
   }
   tdeKindFree(p);
 }

@@ -107,6 +107,7 @@ typedef struct TdeDbKeys {
   } anchor;
 } TdeDbKeys;
 
+/* What only a WAL file has (TdeFile.pWal, allocated at its open; wal.c). */
 typedef struct TdeWal {
   uint32_t pgsz;              /* page size from the WAL header, 0 if unknown */
   int bHdr;                   /* aHdr holds the current header */
@@ -287,94 +288,6 @@ struct TdeFile {
   TdeWal *pWal;               /* WAL only */
   struct TdeJrnl *pJrnl;      /* journal only: layout state (journal.c), NULL until used */
   TdeBlockFile *pBlk;         /* temp files only */
-  /* ---- old layout, removed once every access goes through the pointers above */
-  TdeDbKeys *pKeys;           /* main only: owned; NULL until loaded */
-  uint32_t pgsz;              /* main: page size last seen, 0 if unknown */
-  uint32_t nBlock;            /* block files: plaintext bytes per block */
-  int bBlockSized;            /* block files: nBlock fixed by the first write */
-  uint8_t *aHeld;
-  int bHeld;
-  sqlite3_int64 iHeld;
-  uint32_t nHeld;
-  TdeWal wal;                 /* WAL only */
-  void volatile *pShm0;       /* main: SQLite's WAL index region 0, if mapped */
-  int bStandby;               /* main: a standby copy (DB-tdestandby exists): read-only,
-                              ** page 1 shown in rollback mode (repl/standby.c) */
-  uint64_t standbyDev, standbyIno; /* main, standby copy: the file opened (a base copy replaces it) */
-  TdeWalEnd shipEnd;          /* main: WAL index end when this connection last took
-                              ** the WAL write lock (standby hook, repl/spool.c) */
-  TdeWalEnd syncEnd;          /* main: the end this connection's commit left, while
-                              ** its sync wait is due (capture.c) */
-  /* main, WAL mode: while this connection checkpoints, the last frame page
-  ** it read, so the checkpoint's write of that page can store the frame's
-  ** ciphertext (a valid page as it is) instead of sealing it again. */
-  int bCkpt;                  /* this connection holds the checkpoint lock */
-  int bCkptValid;
-  uint32_t ckptPgno, ckptPgsz;
-  uint8_t *aCkptPlain, *aCkptCipher;   /* TDE_MAX_PAGE each, heap */
-  /* main: the database size (pages) committed before this connection's
-  ** current write to the file began, read from the authenticated page 1
-  ** on disk at the first write; an all-zero page beyond it is a page SQLite
-  ** never wrote (a spilled transaction extended the file past it). */
-  int bTxnBase;
-  uint32_t nTxnBase;
-  /* main: the registry of open main files (tdeMainFind), which finds the
-  ** main file of a journal or WAL under any stack of VFSes above tde. */
-  TdeFile *pNextMain;
-  TdeFile *pWalFile;          /* main: its open WAL, if any (set by the WAL) */
-  /* main: where SQLite keeps the connection that uses the file
-  ** (SQLITE_FCNTL_PDB hands the address of its b-tree's connection field,
-  ** which SQLite points at whichever connection holds the b-tree at the
-  ** time: with shared cache that changes), and whether the reserved bytes
-  ** of a new database are still to be requested (vfs.c,
-  ** tdeMainRequestReserve; cleared by the auto-extension, api.c). */
-  sqlite3 **ppDb;
-  int bReserveDue;
-  /* main: page 1 as last authenticated by this handle, and the trailer
-  ** stored with it (page1.c); nPage1 = its page size, 0 if none. */
-  uint8_t *aPage1;
-  uint32_t nPage1, nPage1Alloc;
-  uint8_t aPage1Trailer[TDE_TRAILER_SIZE];
-  /* main, version 2: the binding id J of the rollback journal in progress
-  ** (journal.c), put into IV bits 95..64 of every page this handle seals
-  ** (tdeSeal); 0 when there is none. */
-  uint32_t jrnlBind;
-  /* main: both header slots' SHA-256 fields as the last lock-time header
-  ** check saw them (vfs.c tdeMainLockCheck); bHdrSums 0 if none.  Every
-  ** header update changes them.  bLockChecked: done at RESERVED in this
-  ** lock session (EXCLUSIVE then needs no second check). */
-  int bHdrSums;
-  uint8_t aHdrSums[64];
-  int bLockChecked;
-  /* main: the lock level SQLite holds through this handle (tdeLock /
-  ** tdeUnlock); NONE: a read now is outside any transaction. */
-  int eLockHeld;
-  /* main: no DB-tdeship-sync before this monotonic time (repl/sync.c). */
-  uint64_t syncNoFileUntil;
-  /* main: a page showed the header region rolled back (dek.c tdeOpen):
-  ** this handle writes nothing more -- in particular no checkpoint of a
-  ** stale WAL at close -- so the refusal modifies nothing. */
-  int bHdrRolledBack;
-  /* main, version 2: the page map as last loaded (pagemap.c, its own
-  ** struct: tags, slots, the path of DB-tdemap while open); the WAL index read-lock slot this
-  ** connection holds, plus one (0: none), and whether SQLite is inside a
-  ** checkpoint (SQLITE_FCNTL_CKPT_START .. CKPT_DONE). */
-  struct TdeMap *pMap;
-  int iReadSlot1;
-  int bInCkpt;
-  int bWalWrite;              /* main: this connection holds the WAL write lock */
-  uint8_t aShmSalt[8];        /* main: WAL index salts at this connection's last read lock */
-  /* main, page map: the WAL index's last frame when SQLite unmapped it to
-  ** delete the log (the fold at deletion goes no further: frames past it,
-  ** of a commit whose sync failed, were never part of the log), and
-  ** whether a WAL sync failed in this generation (without a shared index
-  ** the fold then drops the map rather than trust the chain's end). */
-  int bWalIndexEnd;
-  uint32_t walIndexEnd;
-  int bWalSyncFailed;
-  /* main: the checks tde_db_remap / tde_db_reanchor switch off on their
-  ** own connection only (TDE_BYPASS_* bits, anchor.c tdeBypassFromUri). */
-  int mBypass;
 };
 #define TDE_BYPASS_MAP    1   /* the page map check */
 #define TDE_BYPASS_ANCHOR 2   /* the anchor comparison at load */

@@ -82,6 +82,8 @@ static void walShipHook(TdeFile *p, int eWhy, const uint8_t *aNewHdr){
   if( p->pMain ) tdeMainHookWalEnd(p->pMain, p->pReal, eWhy, aNewHdr, 0);
 }
 
+/* Frees what p->pWal points to; the struct itself is its owner's (vfs.c
+** tdeKindFree, or a caller's local). */
 void tdeWalFree(TdeFile *p){
   if( p->eKind!=TDE_KIND_WAL ) return;
   sqlite3_free(p->pWal->aCk);
