@@ -13,7 +13,7 @@ same between folders (a file in a subfolder counts with its parent: kmip/
 is part of keystore/; a file directly in SRC_DIR is a node of its own),
 then every
 function longer than --max lines (default 150; --max-vfs, default 100, for
-src/vfs), and exits 1 if it found either.  It reads files, changes nothing.
+the shim: src/vfs and src/db), and exits 1 if it found either.  It reads files, changes nothing.
 
 --allow FILE names what is still allowed while the refactoring of issue 23
 goes on, one per line ("circle FILE FILE ..." or "folders DIR DIR ..." with
@@ -181,7 +181,8 @@ def main():
     longs = []
     for f in funcs:
         n = f["end"] - f["line"] + 1
-        limit = max_vfs if f["file"].startswith(os.path.join(root, "vfs") + os.sep) else max_all
+        shim = any(f["file"].startswith(os.path.join(root, d) + os.sep) for d in ("vfs", "db"))
+        limit = max_vfs if shim else max_all
         if n > limit:
             longs.append((n, f["name"], f["file"], f["line"], limit))
     print("functions over the limit: %d" % len(longs))

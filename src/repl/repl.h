@@ -353,7 +353,7 @@ typedef struct TdeReplFile {
   TdeWalEnd shipEnd;          /* WAL index end when this connection last took
                               ** the WAL write lock (standby hook, repl/spool.c) */
   TdeWalEnd syncEnd;          /* the end this connection's commit left, while
-                              ** its sync wait is due (vfs/capture.c) */
+                              ** its sync wait is due (db/capture.c) */
   uint64_t syncNoFileUntil;   /* no DB-tdeship-sync before this monotonic time (repl/sync.c) */
 } TdeReplFile;
 int tdeSyncCovers(const uint8_t *aAckSalt, uint32_t ackLast, const uint8_t *aSalt, uint32_t mxFrame);

@@ -32,7 +32,7 @@ typedef struct TdeStatusRow {
   TdeReplStatus repl;         /* standby / primary role and lag (repl/state.c) */
   sqlite3_int64 nSessions;    /* sealing sessions under the current data key */
   int formatVersion;          /* 0 until the header is written */
-  const char *zAnchor;        /* freshness anchor kind, or "off" (vfs/anchor.c) */
+  const char *zAnchor;        /* freshness anchor kind, or "off" (db/anchor.c) */
   uint64_t anchorCounter;     /* the header's anchor counter A */
   char zAnchorTime[32];       /* the newest anchor record's time, UTC, or "" */
   const char *zPageMap;       /* page map (docs/FORMAT.md "Page rollback: the page map") */

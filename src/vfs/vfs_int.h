@@ -1,15 +1,14 @@
 /*
-** Private declarations of the tde VFS shim, shared by its files:
+** Private declarations of the tde VFS shim, shared by its two folders.
+** src/vfs/: the file kinds, one read and one write path each, on top:
 **   vfs.c        the VFS object, open/close dispatch, the main database
 **                file (header region + encrypted pages), method table;
 **   wal.c        WAL files: encrypted frame pages, authenticated headers;
 **   journal.c    rollback journals: SQLite's layout, records sealed in place;
 **   blockfile.c  temporary files: fixed-size encrypted blocks;
 **   status.c     PRAGMA tde_status, the tde_status table, SQL functions;
-**   api.c        registration, extension entry point, public C API;
-**   dek.c        data keys by version, ciphers, header refresh, page
-**                seal/open (tdeSealPage, tdeOpenPage*: pure), the one
-**                report of a failed open (tdeAuthFail), the hole rule;
+**   api.c        registration, extension entry point, public C API.
+** src/db/: the main database's state below them (never calls src/vfs/):
 **   anchor.c     the external freshness anchor (check at load, updates);
 **   pagemap.c    the page map DB-tdemap (reader check, folds, drops);
 **   rekey.c      rekey: begin, steps, finish, the rekey journal;
@@ -18,20 +17,24 @@
 **                freshness updates): writes the header region only;
 **   page1.c      page 1 kept per handle, the page-size probe, and the
 **                rescue stage (the one place xPageRescue is raised);
+**   dek.c        data keys by version, ciphers, header refresh, page
+**                seal/open (tdeSealPage, tdeOpenPage*: pure), the one
+**                report of a failed open (tdeAuthFail), the hole rule;
 **   header_io.c  the header region on disk: its one reader (read, pick,
 **                unwrap, verify) and its one writer (slot not in force,
 **                sync, switch); keys/header.c is the byte codec;
 **   capture.c    the standby's capture and sync wait, as hooks (raised
 **                through hooks.c; calls only repl/);
-**   hooks.c      the list of a main database's feature hooks (TdeMainHook)
-**                and their dispatchers: calls only through the pointers;
+**   hooks.c      the list of a main database's feature hooks (TdeMainHook:
+**                page map, anchor, rekey, capture) and their dispatchers:
+**                calls only through the pointers;
 **   fileio.c     the lowest layer: raw reads, scratch, result codes, the
 **                registry of main files -- calls nothing else here.
-** Calls between these files go down one order, checked by
-** scripts/callgraph.py (no circle):
-**   api, status -> vfs -> anchor -> wal, journal, blockfile -> pagemap
-**   -> rekey -> upgrade -> keyops -> page1 -> dek -> header_io, capture -> hooks,
-**   fileio.
+** Calls go down one order, checked by scripts/callgraph.py (no circle
+** between files or folders):
+**   src/vfs:  api, status -> vfs -> wal, journal, blockfile
+**   src/db:   anchor -> pagemap -> rekey -> upgrade -> keyops -> page1
+**             -> dek -> header_io, capture -> hooks, fileio.
 ** A feature below its caller that must tell one above it (the rekey's
 ** finish asking the anchor for a record under the key it keeps) raises a
 ** hook (hooks.c) instead of calling it.
@@ -92,7 +95,7 @@ typedef struct TdeDbKeys {
                               ** the next write transaction */
   uint64_t nSessions;         /* sealing sessions this connection's handles started */
   uint32_t nSessionsVersion;  /* ... under this data-key version (tde_status) */
-  /* External freshness anchor (vfs/anchor.c, docs/FORMAT.md "External
+  /* External freshness anchor (db/anchor.c, docs/FORMAT.md "External
   ** anchor"): its state, touched by anchor.c alone. */
   struct TdeAnchorState {
     int eKind;                /* TDE_ANCHOR_* when one is configured and the database is

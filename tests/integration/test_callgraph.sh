@@ -19,9 +19,10 @@ check "tree as it is" 0 "circles of calls between files: 0" "$root/src"
 
 cp -r "$root/src" "$tmp/a"
 # a one-line function in fileio.c (the lowest file of src/vfs) calling the
-# VFS object's file: fileio -> vfs.c -> ... -> fileio
-printf '\nvoid tdeTestUp(void){ tdeMainReserveDone(0); }\n' >> "$tmp/a/vfs/fileio.c"
+# VFS object's file: fileio (src/db) -> vfs.c (src/vfs) -> ... -> fileio
+printf '\nvoid tdeTestUp(void){ tdeMainReserveDone(0); }\n' >> "$tmp/a/db/fileio.c"
 check "file circle" 1 "fileio.c -> .*vfs.c (tdeTestUp -> tdeMainReserveDone)" "$tmp/a"
+check "folder circle (db calling vfs)" 1 "circles of calls between folders: 1" "$tmp/a"
 
 cp -r "$root/src" "$tmp/b"
 # cipher/ (below keystore/) calling the public keystore API
@@ -30,6 +31,6 @@ check "folder circle" 1 "circles of calls between folders: 1" "$tmp/b"
 
 cp -r "$root/src" "$tmp/c"
 { printf '\nint tdeTestLong(int x){\n'; for i in $(seq 1 100); do printf '  x += %d;\n' "$i"; done
-  printf '  return x;\n}\n'; } >> "$tmp/c/vfs/hooks.c"
+  printf '  return x;\n}\n'; } >> "$tmp/c/db/hooks.c"
 check "long function" 1 "tdeTestLong" "$tmp/c"
 exit $fail

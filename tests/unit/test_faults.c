@@ -415,7 +415,7 @@ static int trackOf(const char *zName, int flags){
   if( (flags & SQLITE_OPEN_MAIN_DB) && zName[n]==0 ) return T_MAIN;
   if( (flags & SQLITE_OPEN_MAIN_JOURNAL) && strcmp(zName+n, "-journal")==0 ) return T_JOURNAL;
   if( (flags & SQLITE_OPEN_WAL) && strcmp(zName+n, "-wal")==0 ) return T_WAL;
-  /* tde opens the page map as a main journal (src/vfs/pagemap.c mapOpen). */
+  /* tde opens the page map as a main journal (src/db/pagemap.c mapOpen). */
   if( (flags & SQLITE_OPEN_MAIN_JOURNAL) && strcmp(zName+n, "-tdemap")==0 ) return T_MAP;
   return -1;
 }
