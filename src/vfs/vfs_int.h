@@ -7,7 +7,9 @@
 **   journal.c    rollback journals: SQLite's layout, records sealed in place;
 **   blockfile.c  temporary files: fixed-size encrypted blocks;
 **   status.c     PRAGMA tde_status, the tde_status table, SQL functions;
-**   api.c        registration, extension entry point, public C API.
+**   api.c        registration, extension entry point, public C API;
+**   repair.c     tde_db_reanchor and tde_db_remap: a connection of their
+**                own with one check off (bypass tokens), audited.
 ** src/db/: the main database's state below them (never calls src/vfs/):
 **   anchor.c     the external freshness anchor (check at load, updates);
 **   pagemap.c    the page map DB-tdemap (reader check, folds, drops);
@@ -32,7 +34,7 @@
 **                registry of main files -- calls nothing else here.
 ** Calls go down one order, checked by scripts/callgraph.py (no circle
 ** between files or folders):
-**   src/vfs:  api, status -> vfs -> wal, journal, blockfile
+**   src/vfs:  api, status -> vfs -> repair, wal, journal, blockfile
 **   src/db:   anchor -> pagemap -> rekey -> upgrade -> keyops -> page1
 **             -> dek -> header_io, capture -> hooks, fileio.
 ** A feature below its caller that must tell one above it (the rekey's
@@ -264,7 +266,7 @@ typedef struct TdeMainFile {
   ** WAL at close -- so the refusal modifies nothing. */
   int bHdrRolledBack;
   /* the checks tde_db_remap / tde_db_reanchor switch off on their own
-  ** connection only (TDE_BYPASS_* bits, anchor.c tdeBypassFromUri). */
+  ** connection only (TDE_BYPASS_* bits, repair.c tdeBypassFromUri). */
   int mBypass;
 } TdeMainFile;
 
@@ -543,6 +545,10 @@ int tdeMainHookWalFold(TdeFile *pMain, const uint32_t *aPgno, const uint8_t *aTa
 ** version 1)"), the header's anchor counter, the time of the newest anchor
 ** record this connection read or wrote (0: none). */
 int tdeMainAnchorInfo(TdeFile *pMain, const char **pzKind, uint64_t *pA, int64_t *pt);
+/* anchor.c: the core of tde_db_reanchor (repair.c), under the write lock
+** on its own connection; the name of an anchor kind for audit lines. */
+int tdeMainReanchor(TdeFile *pMain, const char *zCfg, uint64_t *pOldA, uint64_t *pNewA);
+const char *tdeAnchorKindName(int eKind);
 
 /* pagemap.c (docs/FORMAT.md "Page rollback: the page map"; its check and
 ** fold only through its hooks, tdeMapHook).  Drop: a write outside the
@@ -550,7 +556,7 @@ int tdeMainAnchorInfo(TdeFile *pMain, const char **pzKind, uint64_t *pA, int64_t
 int tdeMapActive(TdeFile *p);
 int tdeMapDrop(TdeFile *p);
 void tdeMapFree(TdeFile *p);
-/* anchor.c: set p->mBypass from the URI parameter tde_bypass of a main
+/* repair.c: set p->mBypass from the URI parameter tde_bypass of a main
 ** file, which only tde_db_remap / tde_db_reanchor can fill (a one-time
 ** random token of the call, registered while it runs). */
 void tdeBypassFromUri(TdeFile *p, const char *zName);
