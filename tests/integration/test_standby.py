@@ -52,7 +52,7 @@ def status(db):
     return dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
 
 
-def wait_state(db, want, timeout=20):
+def wait_state(db, want, timeout=120):
     t0 = time.time()
     while time.time() - t0 < timeout:
         st = status(db)

@@ -272,7 +272,7 @@ def main():
     time.sleep(1.5)
     proxy.mode = "pass"
     C.run_writer(d, pdb, cfg, 5, seed=8)
-    seq = C.wait_caught_up(pdb, sdb, timeout=60)
+    seq = C.wait_caught_up(pdb, sdb, timeout=300)
     C.check(flips["n"] > 0 and seq is not None,
             "%d chunks flipped; caught up afterwards at %s" % (flips["n"], seq))
     s2 = open(os.path.join(d, "ship2.log")).read()

@@ -102,7 +102,7 @@ def main():
             "the proxy dropped, duplicated, reordered and corrupted messages: %s" % proxy.counts)
 
     C.step("after the faults")
-    seq = C.wait_caught_up(pdb, sdb, timeout=60)
+    seq = C.wait_caught_up(pdb, sdb, timeout=300)
     C.check(seq is not None, "lag back to zero (sequence %s)" % seq)
     slog = open(os.path.join(d, "standby.log")).read()
     C.check("asking to resend" in slog, "the standby noticed a gap and asked to resend (dropped/reordered messages)")
