@@ -307,33 +307,29 @@ const TdeMainHook tdeAnchorHook = {
 
 /*
 ** The core of tde_db_reanchor (vfs/repair.c), on a connection opened with
-** the anchor comparison off and holding the write lock: the store's record
-** (any, even one that does not authenticate) replaced by a new one whose
-** counter passes both the store's and the header's.  *pOldA: the store's
-** counter if a record was read, else the header's; *pNewA: the new one.
-** TDE_OK or the error (detail in tdeErr).
+** the anchor comparison off and holding the write lock, on a version-2
+** database with an anchor configured (the caller checked): the store's
+** record (any, even one that does not authenticate) replaced by a new one
+** whose counter passes both the store's and the header's.  *pr is filled
+** as far as it got (the audit line names it whatever the outcome).  TDE_OK
+** or the error (detail in tdeErr).
 */
-int tdeMainReanchor(TdeFile *p, const char *zCfg, uint64_t *pOldA, uint64_t *pNewA){
+int tdeMainReanchor(TdeFile *p, TdeReanchor *pr){
   TdeDbKeys *k = p->pDb->pKeys;
   TdeAnchorRec rec;
-  int bFound = 0, rc, trc;
-  *pOldA = *pNewA = 0;
-  if( k->hdr.version<TDE_FORMAT_V2 ){
-    return tdeErr(TDE_UNSUPPORTED, "reanchor: %s is format version 1, which cannot be anchored; "
-                  "run `sqlite-tde upgrade` first", anchorDbName(p));
-  }
-  if( !k->anchor.eKind ) return tdeErr(TDE_CONFIG, "reanchor: %s configures no freshness_anchor", zCfg);
-  *pOldA = k->hdr.anchorCounter;
-  trc = tdeAnchorFetch(k->pCfg, k->pKs, k->hdr.dbid, anchorKey, k, &rec, &bFound);
-  if( trc==TDE_AUTH ){ bFound = 0; tdeErrClear(); trc = TDE_OK; }
+  int rc, trc;
+  memset(pr, 0, sizeof(*pr));
+  pr->fileA = k->hdr.anchorCounter;
+  trc = tdeAnchorFetch(k->pCfg, k->pKs, k->hdr.dbid, anchorKey, k, &rec, &pr->bFound);
+  if( trc==TDE_AUTH ){ pr->bFound = 0; tdeErrClear(); trc = TDE_OK; }
   if( trc ) return trc;
   tdeErrClear();
-  if( bFound ) *pOldA = rec.A;
-  rc = anchorUpdate(p, bFound ? rec.A : 0);
+  if( pr->bFound ) pr->storeA = rec.A;
+  rc = anchorUpdate(p, pr->bFound ? rec.A : 0);
+  pr->newA = k->hdr.anchorCounter;
   if( rc ){
     return tde_last_error()[0] ? TDE_ERROR : tdeErr(TDE_ERROR, "reanchor: header update failed (SQLite error %d)", rc);
   }
-  *pNewA = k->hdr.anchorCounter;
   return TDE_OK;
 }
 

@@ -9,7 +9,7 @@
 ** own WAL file wraps), never with open(2).
 **
 ** Its state: the WAL index end when this connection took the WAL write
-** lock (TdeFile.shipEnd) and, between the release of that lock and its
+** lock (pDb->repl.shipEnd) and, between the release of that lock and its
 ** return, the end a sync wait waits for (syncEnd).  Calls only repl/ (the
 ** spool, the sync file) and fileio.c.  Must never: fail a write (a spool
 ** it cannot use is logged, and the shipper records a GAP), or wait while

@@ -55,7 +55,10 @@ int tdeHdrRead(TdeFile *p, TdeHdrRead *r, int *pTrc){
     }
     r->iSlot = -1;
     for(int i=0; i<2 && r->iSlot<0; i++){
-      if( hdrCheckSlot(p, r, i, 1)!=TDE_OK ) r->iSlot = i;
+      int t = hdrCheckSlot(p, r, i, 1);
+      /* Out of memory is an error to report as such, not damage. */
+      if( t==TDE_NOMEM ){ *pTrc = t; return SQLITE_OK; }
+      if( t!=TDE_OK ) r->iSlot = i;
     }
     if( r->iSlot>=0 ) *pTrc = tdeErr(TDE_AUTH, "header slot %d is damaged or was tampered with", r->iSlot);
     return SQLITE_OK;

@@ -157,12 +157,14 @@ int tde_db_reanchor(const char *zDbPath, const char *zConfig, unsigned long long
                     unsigned long long *pnNew){
   char zCfg[PATH_MAX];
   sqlite3 *db = 0;
-  TdeFile *p;
-  uint64_t oldA = 0, newA = 0;
+  TdeFile *p = 0;
+  TdeDbKeys *k;
+  TdeReanchor r;
   int bTxn = 0, trc;
   char zDetail[160];
   char zTok[33];
 
+  memset(&r, 0, sizeof(r));
   zDetail[0] = 0;
   if( pnOld ) *pnOld = 0;
   if( pnNew ) *pnNew = 0;
@@ -171,20 +173,34 @@ int tde_db_reanchor(const char *zDbPath, const char *zConfig, unsigned long long
   if( trc ) goto done;
   bTxn = 1;
   p = tdeMainOfDb(db, "main");
-  if( !p || !p->pDb->pKeys ){
-    trc = tdeErr(TDE_PLAINTEXT, "reanchor: %s is not an encrypted database", zDbPath);
+  k = p ? p->pDb->pKeys : 0;
+  if( !k ){ trc = tdeErr(TDE_PLAINTEXT, "reanchor: %s is not an encrypted database", zDbPath); goto done; }
+  if( k->hdr.version<TDE_FORMAT_V2 ){
+    trc = tdeErr(TDE_UNSUPPORTED, "reanchor: %s is format version 1, which cannot be anchored; "
+                 "run `sqlite-tde upgrade` first", zDbPath);
     goto done;
   }
-  trc = tdeMainReanchor(p, zCfg, &oldA, &newA);
+  if( !k->anchor.eKind ){
+    trc = tdeErr(TDE_CONFIG, "reanchor: %s configures no freshness_anchor", zCfg);
+    goto done;
+  }
+  trc = tdeMainReanchor(p, &r);
   if( trc ) goto done;
-  if( pnOld ) *pnOld = oldA;
-  if( pnNew ) *pnNew = newA;
-  snprintf(zDetail, sizeof(zDetail), "%s anchor: A %llu -> %llu",
-           tdeAnchorKindName(p->pDb->pKeys->anchor.eKind), (unsigned long long)oldA,
-           (unsigned long long)newA);
+  if( pnOld ) *pnOld = r.bFound ? r.storeA : r.fileA;
+  if( pnNew ) *pnNew = r.newA;
 
 done:
-  if( db && bTxn ) freshEndAudited(db, "reanchor", trc, zDetail);
+  if( db && bTxn ){
+    p = tdeMainOfDb(db, "main");
+    if( p && p->pDb->pKeys ){
+      /* The store's counter and the file's before (0: not read), the new one. */
+      snprintf(zDetail, sizeof(zDetail), "%s anchor: A %llu (file %llu) -> %llu",
+               tdeAnchorKindName(p->pDb->pKeys->anchor.eKind), (unsigned long long)r.storeA,
+               (unsigned long long)r.fileA,
+               (unsigned long long)p->pDb->pKeys->hdr.anchorCounter);
+    }
+    freshEndAudited(db, "reanchor", trc, zDetail);
+  }
   sqlite3_close(db);
   bypassEnd(zTok);
   return trc;

@@ -432,9 +432,9 @@ void tdePage1Free(TdeFile *p);
 ** SQLITE_IOERR_SHORT_READ (no whole page yet), SQLITE_IOERR_AUTH (logged). */
 int tdeMainDiscoverPgsz(TdeFile *p);
 /* page1.c: the rescue stage, the one place xPageRescue is raised from: a
-** page that failed to open (counted) looked for through the hook; SQLITE_OK
-** (aOut authentic, aTag its stored tag, the failure uncounted) or
-** SQLITE_IOERR_AUTH (still counted). */
+** page that failed to open looked for through the hook; SQLITE_OK (aOut
+** authentic, aTag its stored tag) or SQLITE_IOERR_AUTH.  Pure: the caller
+** that decides a failure is final counts it (tdeAuthFail). */
 int tdeMainRescuePage(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]);
 
 /* Temporary files (blockfile.c) */
@@ -546,8 +546,11 @@ int tdeMainHookWalFold(TdeFile *pMain, const uint32_t *aPgno, const uint8_t *aTa
 ** record this connection read or wrote (0: none). */
 int tdeMainAnchorInfo(TdeFile *pMain, const char **pzKind, uint64_t *pA, int64_t *pt);
 /* anchor.c: the core of tde_db_reanchor (repair.c), under the write lock
-** on its own connection; the name of an anchor kind for audit lines. */
-int tdeMainReanchor(TdeFile *pMain, const char *zCfg, uint64_t *pOldA, uint64_t *pNewA);
+** on its own connection: the store's counter (if a record was found), the
+** header's before, and the new one, for the audit line; the name of an
+** anchor kind for audit lines. */
+typedef struct TdeReanchor { uint64_t storeA, fileA, newA; int bFound; } TdeReanchor;
+int tdeMainReanchor(TdeFile *pMain, TdeReanchor *pr);
 const char *tdeAnchorKindName(int eKind);
 
 /* pagemap.c (docs/FORMAT.md "Page rollback: the page map"; its check and
