@@ -91,6 +91,29 @@ def sccs(nodes, edges):
     return out
 
 
+def report_circles(what, kind, comps, edges, edge_text, allow, used):
+    """Print the circles (strongly connected sets of two or more) among
+    comps with the edges inside each; 1 if one is not allowed ("KIND
+    MEMBER ..." in the allowance list), else 0.  Marks allowances used."""
+    bad = 0
+    circles = [c for c in comps if len(c) > 1]
+    print("circles of calls between %s: %d" % (what, len(circles)))
+    for c in circles:
+        members = sorted(c)
+        key = (kind,) + tuple(members)
+        if key in allow:
+            used.add(key)
+        else:
+            bad = 1
+        print("  circle of %d: %s%s" % (len(members), ", ".join(members),
+                                       " (allowed)" if key in allow else ""))
+        for a in members:
+            for b in sorted(edges[a]):
+                if b in c:
+                    print("    %s" % edge_text(a, b))
+    return bad
+
+
 def main():
     args = sys.argv[1:]
     max_all, max_vfs = 150, 100
@@ -131,26 +154,12 @@ def main():
                     if target != path:
                         edges[path].add(target)
                         why.setdefault((path, target), "%s -> %s" % (f["name"], name))
-    bad = 0
-    circles = [c for c in sccs(set(files), edges) if len(c) > 1]
-    print("circles of calls between files: %d" % len(circles))
     used = set()
-    for c in circles:
-        members = sorted(c)
-        key = ("circle",) + tuple(members)
-        if key in allow:
-            used.add(key)
-        else:
-            bad = 1
-        print("  circle of %d: %s%s" % (len(members), ", ".join(members),
-                                       " (allowed)" if key in allow else ""))
-        for a in members:
-            for b in sorted(edges[a]):
-                if b in c:
-                    print("    %s -> %s (%s)" % (a, b, why[(a, b)]))
+    bad = report_circles("files", "circle", sccs(set(files), edges), edges,
+                         lambda a, b: "%s -> %s (%s)" % (a, b, why[(a, b)]), allow, used)
     # The same between folders: a call from a file in folder A to one in
     # folder B is an edge A -> B; a circle of folders breaks the layering
-    # the tree's folders show (vfs above keys above keystore above cipher).
+    # the tree's folders show (vfs above db above keys above keystore above cipher).
     def folder(path):
         rel = os.path.relpath(os.path.dirname(path), root)
         return os.path.join(root, rel.split(os.sep)[0]) if rel != "." else path
@@ -163,21 +172,8 @@ def main():
                 fedges[fa].add(fb)
                 fwhy.setdefault((fa, fb), "%s -> %s (%s)" % (a, b, why[(a, b)]))
     folders = set(folder(f) for f in files)
-    fcircles = [c for c in sccs(folders, fedges) if len(c) > 1]
-    print("circles of calls between folders: %d" % len(fcircles))
-    for c in fcircles:
-        members = sorted(c)
-        key = ("folders",) + tuple(members)
-        if key in allow:
-            used.add(key)
-        else:
-            bad = 1
-        print("  circle of %d: %s%s" % (len(members), ", ".join(members),
-                                       " (allowed)" if key in allow else ""))
-        for a in members:
-            for b in sorted(fedges[a]):
-                if b in c:
-                    print("    %s" % fwhy[(a, b)])
+    bad |= report_circles("folders", "folders", sccs(folders, fedges), fedges,
+                          lambda a, b: fwhy[(a, b)], allow, used)
     longs = []
     for f in funcs:
         n = f["end"] - f["line"] + 1
