@@ -19,8 +19,10 @@
 ** PAGE_SESSION_SEALS seals (long before its 64-bit counter could come back
 ** to its start), and a child process starts a new session on its first
 ** seal (parent and child would otherwise continue the same salt and
-** counter) -- detected by an atfork counter and by getpid(), because a raw
-** clone() runs no atfork handler.  Session salts and counter starts come
+** counter) -- detected by an atfork counter and by a word in a
+** MADV_WIPEONFORK page, which the kernel zeroes in every child, including
+** one made by a raw clone() that runs no atfork handler (getpid() per seal
+** where the kernel lacks MADV_WIPEONFORK).  Session salts and counter starts come
 ** from the kernel (getrandom), not from OpenSSL's user-space DRBG, whose
 ** state a VM snapshot or process checkpoint restores identically; the
 ** bound this gives is docs/FORMAT.md "Nonce uniqueness".  It must never
@@ -36,6 +38,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -108,14 +111,39 @@ static atomic_uint_fast64_t pageForkGen;
 static pthread_once_t pageForkOnce = PTHREAD_ONCE_INIT;
 static int pageForkRc;
 
+/* One word the kernel zeroes in every child process (MADV_WIPEONFORK,
+** Linux 4.14): 1 in a process that has seen it, 0 in a child that has
+** not.  NULL where the kernel lacks it: sessions then compare getpid(). */
+static atomic_uint_fast64_t *pageWipeWord;
+
 static void pageForkChild(void){
   atomic_fetch_add_explicit(&pageForkGen, 1, memory_order_relaxed);
 }
 static void pageForkRegister(void){
+  void *pPage = mmap(NULL, 4096, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0);
+  if( pPage!=MAP_FAILED ){
+    if( madvise(pPage, 4096, MADV_WIPEONFORK)==0 ){
+      pageWipeWord = pPage;
+      atomic_store_explicit(pageWipeWord, 1, memory_order_relaxed);
+    }else{
+      munmap(pPage, 4096);
+    }
+  }
   pageForkRc = pthread_atfork(NULL, NULL, pageForkChild);
 }
+/* The fork generation; a child whose wipe word the kernel zeroed moves it
+** on (two threads of the child racing here both move it: still new). */
 static uint64_t pageForkNow(void){
+  if( pageWipeWord && atomic_load_explicit(pageWipeWord, memory_order_relaxed)==0 ){
+    atomic_fetch_add_explicit(&pageForkGen, 1, memory_order_relaxed);
+    atomic_store_explicit(pageWipeWord, 1, memory_order_relaxed);
+  }
   return (uint64_t)atomic_load_explicit(&pageForkGen, memory_order_relaxed);
+}
+/* Has the process changed since the session began?  getpid() only where
+** the wipe word is missing: it is a system call per seal. */
+static int pageForked(const TdePageCipher *p){
+  return p->iForkGen!=pageForkNow() || (pageWipeWord==NULL && p->iPid!=getpid());
 }
 
 /*
@@ -364,7 +392,7 @@ int tdePageSeal(TdePageCipher *p, const uint8_t *aad, size_t nAad,
     goto seal_out;
   }
   if( !p->bSealReady || p->nSealed>=PAGE_SESSION_SEALS
-   || p->iForkGen!=pageForkNow() || p->iPid!=getpid() ){
+   || pageForked(p) ){
     rc = pageNewSession(p);
     if( rc ) goto seal_out;
   }

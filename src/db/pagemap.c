@@ -116,7 +116,10 @@ static int mapRoot(const uint8_t *dbid, uint64_t G, uint32_t n, uint8_t (*aHash)
 }
 
 /* Open DB-tdemap through the VFS below tde.  SQLITE_CANTOPEN if it does
-** not exist and bCreate is 0. */
+** not exist and bCreate is 0.  An existing file is opened without
+** SQLITE_OPEN_CREATE: the unix VFS syncs the directory at the first sync
+** of a journal-type file opened with it, which a fold of an existing map
+** does not need (it made every fold pay a directory fsync). */
 static int mapOpen(TdeFile *p, int bCreate, sqlite3_file **ppFd){
   sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
   char *zPath;
@@ -126,15 +129,13 @@ static int mapOpen(TdeFile *p, int bCreate, sqlite3_file **ppFd){
   if( !p->zName ) return SQLITE_CANTOPEN;
   zPath = sqlite3_mprintf("%s-tdemap", p->zName);
   if( !zPath ) return SQLITE_NOMEM;
-  if( !bCreate ){
-    rc = pOrig->xAccess(pOrig, zPath, SQLITE_ACCESS_EXISTS, &bExists);
-    if( rc || !bExists ){ sqlite3_free(zPath); return rc ? rc : SQLITE_CANTOPEN; }
-  }
+  rc = pOrig->xAccess(pOrig, zPath, SQLITE_ACCESS_EXISTS, &bExists);
+  if( rc || (!bCreate && !bExists) ){ sqlite3_free(zPath); return rc ? rc : SQLITE_CANTOPEN; }
   pFd = sqlite3_malloc(pOrig->szOsFile);
   if( !pFd ){ sqlite3_free(zPath); return SQLITE_NOMEM; }
   memset(pFd, 0, (size_t)pOrig->szOsFile);
   rc = pOrig->xOpen(pOrig, zPath, pFd,
-                    SQLITE_OPEN_READWRITE|(bCreate ? SQLITE_OPEN_CREATE : 0)|SQLITE_OPEN_MAIN_JOURNAL,
+                    SQLITE_OPEN_READWRITE|(bCreate && !bExists ? SQLITE_OPEN_CREATE : 0)|SQLITE_OPEN_MAIN_JOURNAL,
                     &outFlags);
   /* The path must outlive the file (the unix VFS keeps the pointer). */
   if( rc ){

@@ -31,7 +31,9 @@
 /* ---- the counting VFS (below tde) --------------------------------------- */
 
 enum { K_MAIN, K_WAL, K_OTHER, K_N };
-typedef struct CntCount { int nRead, nWrite, nSync; } CntCount;
+/* nCreate: opens with SQLITE_OPEN_CREATE (the unix VFS then syncs the
+** directory at the file's first sync, for a journal-type file). */
+typedef struct CntCount { int nRead, nWrite, nSync, nCreate; } CntCount;
 static CntCount aCnt[K_N];
 
 typedef struct CntFile {
@@ -118,6 +120,7 @@ static int cntOpen(sqlite3_vfs *v, const char *zName, sqlite3_file *f, int flags
   memset(p, 0, sizeof(*p));
   p->pReal = (sqlite3_file*)&p[1];
   p->eKind = (flags & SQLITE_OPEN_MAIN_DB) ? K_MAIN : (flags & SQLITE_OPEN_WAL) ? K_WAL : K_OTHER;
+  if( flags & SQLITE_OPEN_CREATE ) aCnt[p->eKind].nCreate++;
   rc = pCntOrig->xOpen(pCntOrig, zName, p->pReal, flags, pOut);
   f->pMethods = rc==SQLITE_OK ? &cntIo : 0;
   return rc;
@@ -318,6 +321,9 @@ static void test_fold_counts(void **state){
   assert_int_equal(a2[K_OTHER].nSync - a1[K_OTHER].nSync, 1);
   assert_int_equal(a2[K_MAIN].nSync - a1[K_MAIN].nSync, 2);
   assert_int_equal(a2[K_MAIN].nWrite - a1[K_MAIN].nWrite, 2);   /* one sector per header slot */
+  /* The fold opens the existing DB-tdemap without creating it: no
+  ** directory sync per fold (there was one before 2026-12-03). */
+  assert_int_equal(a2[K_OTHER].nCreate, 0);
 }
 
 /* ---- what the shortcuts must keep ------------------------------------------- */
