@@ -218,7 +218,8 @@ static int verifyWalPages(TdeFile *p, uint32_t **paPgno, uint32_t *pnPgno){
   return TDE_OK;
 }
 
-/* Pages, one: page i read from the file and authenticated.  *pbHole: an
+/* Pages, one: page i read from the file, authenticated and checked for
+** freshness as a read would be (the page map).  *pbHole: an
 ** all-zero page never written: beyond the database's size (with
 ** SQLITE_FCNTL_CHUNK_SIZE the file is zero-padded past the last page), or
 ** in WAL mode a page whose newest version is still in a frame not yet
@@ -227,13 +228,24 @@ static int verifyWalPages(TdeFile *p, uint32_t **paPgno, uint32_t *pnPgno){
 ** hole rule, tdePageIsHole, with SQLite's page count as the size). */
 static int verifyPage(TdeFile *p, uint8_t *aPage, sqlite3_int64 i, sqlite3_int64 nPageCount,
                       int bNewer, int64_t *pBadPage, int *pbHole){
+  uint8_t aTag[16];
   int bShort = 0;
   int rc = tdeRealRead(p, aPage, (int)p->pDb->pgsz, TDE_HEADER_BYTES + (i-1)*p->pDb->pgsz, &bShort);
   if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
   *pbHole = rc==SQLITE_OK && tdePageIsZero(aPage, p->pDb->pgsz)
          && tdePageIsHole((uint32_t)i, nPageCount>=0 && nPageCount<UINT32_MAX ? (uint32_t)nPageCount : UINT32_MAX, bNewer);
   if( *pbHole ) return TDE_OK;
+  if( rc==SQLITE_OK ) memcpy(aTag, aPage + p->pDb->pgsz - 24, 16);   /* the trailer's tag */
   if( rc==SQLITE_OK ) rc = tdeOpenPage(p, aPage, p->pDb->pgsz, (uint32_t)i, 0);
+  /* Fresh as well as authentic: the check SQLite's reads get (the page
+  ** map of version 2), for a page whose newest copy is in the file. */
+  if( rc==SQLITE_OK && !bNewer ){
+    rc = tdeMainCheckPage(p, (uint32_t)i, aTag, aPage, (int)p->pDb->pgsz);
+    if( rc==SQLITE_IOERR_AUTH ){
+      if( pBadPage ) *pBadPage = i;
+      return TDE_AUTH;   /* the check's own message (tde_last_error) says why */
+    }
+  }
   if( rc==SQLITE_IOERR_AUTH ) tdeAuthFail(p, (uint32_t)i, 0, -1);   /* logged below */
   if( rc==SQLITE_IOERR_AUTH && bNewer ){
     /* Still a failure (damage must never pass unseen, and a bit flip

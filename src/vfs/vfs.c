@@ -557,7 +557,7 @@ static uint32_t tdeMainReadBound(TdeFile *p, uint8_t aSalt[8], int *pbSalt){
 ** is wiped on refusal.  Every page a read returns passes here, rescued
 ** or not.
 */
-static int tdeMainCheckPage(TdeFile *p, uint32_t pgno, const uint8_t *aTag, uint8_t *aPage, int iAmt){
+int tdeMainCheckPage(TdeFile *p, uint32_t pgno, const uint8_t *aTag, uint8_t *aPage, int iAmt){
   int rc;
   /* No lock held: SQLite's header peek at open (sqlite3PagerReadFileheader),
   ** outside any read transaction and before the WAL is open, so the rule

@@ -537,6 +537,9 @@ int tdeMainHookPageRescue(TdeFile *pMain, uint32_t pgno, uint32_t pgsz, uint8_t 
 void tdeMainHookWalLock(TdeFile *pMain, int bLock);
 void tdeMainHookWalEnd(TdeFile *pMain, sqlite3_file *pWal, int eWhy, const uint8_t *aNewHdr, int bUnmap);
 int tdeMainHookPageCheck(TdeFile *pMain, uint32_t pgno, const uint8_t aTag[16], int bLast);
+/* The read path's check stage (vfs.c): may page pgno, stored tag aTag, be
+** served to this reader?  Also tde_verify's freshness check of each page. */
+int tdeMainCheckPage(TdeFile *p, uint32_t pgno, const uint8_t *aTag, uint8_t *aPage, int iAmt);
 int tdeMainHookWriteOutsideWal(TdeFile *pMain);
 int tdeMainHookWalFold(TdeFile *pMain, const uint32_t *aPgno, const uint8_t *aTag, uint32_t nFrame, uint32_t nDb);
 
