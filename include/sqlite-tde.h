@@ -190,9 +190,12 @@ TDE_API int tde_wallet_seal(const char *zConfig, int bSeal);
 /*
 ** Verify: authenticate both header slots, every page of the database file
 ** zSchema ("main" when NULL) of the open connection db, and every frame of
-** its WAL if one exists.  Reports the number of pages and frames checked and
-** where the first damage is through *pBadPage: 0 none; n > 0 database page
-** n; TDE_VERIFY_WAL_HEADER; TDE_VERIFY_WAL_FRAME(k) for WAL frame k;
+** its WAL if one exists, and (format version 2 in WAL mode) that every
+** page whose newest copy is in the database file is the one its page map
+** records, as a read would check: an older authentic copy put back is
+** TDE_AUTH with that page as *pBadPage.  Reports the number of pages and
+** frames checked and where the first damage is through *pBadPage: 0 none;
+** n > 0 database page n; TDE_VERIFY_WAL_HEADER; TDE_VERIFY_WAL_FRAME(k) for WAL frame k;
 ** TDE_VERIFY_HEADER_SLOT(s) for header slot s (0 or 1).  Returns TDE_OK,
 ** TDE_AUTH, or another code.
 ** xProgress, if not NULL, is called with (done, total) now and then; a
