@@ -130,9 +130,11 @@ typedef struct TdeWal {
   /* Format version 2 (chained frame MACs, docs/FORMAT.md): aMac[0] is the
   ** WAL header's stored MAC, aMac[i] frame i's MAC as verified (i <=
   ** iChain: one chain from the header) or as this handle wrote it (bOwn,
-  ** with the predecessor it was computed from). */
-  struct TdeWalMac { uint8_t mac[8]; uint8_t prev[8]; uint8_t bOwn, bCommit;
-                     uint32_t pgno; uint8_t tag[8]; } *aMac;   /* page and tag (page map) */
+  ** with the predecessor it was computed from, and bHdr: the header
+  ** fields it wrote, hdr, when it wrote the frame whole). */
+  struct TdeWalMac { uint8_t mac[8]; uint8_t prev[8]; uint8_t bOwn, bCommit, bHdr;
+                     uint32_t pgno; uint8_t tag[8];            /* page and tag (page map) */
+                     uint8_t hdr[16]; } *aMac;
   uint32_t nMac;              /* entries allocated in aMac */
   int bChain;                 /* aMac[0] is the current header's MAC */
   uint32_t iChain;            /* frames 1..iChain verified as one chain */
@@ -143,6 +145,11 @@ typedef struct TdeWal {
   ** connection took the WAL write lock (0: none): no other connection can
   ** have rewritten them, so their aMac values need no re-read. */
   uint32_t iSessLo, iSessHi;
+  /* The trailer of the frame this handle loaded (authenticated) last,
+  ** iTrlFrame (0: none); forgotten when this handle writes that frame or
+  ** the chain resets (wal.c walOwnTrailer). */
+  uint32_t iTrlFrame;
+  uint8_t aTrl[TDE_TRAILER_SIZE];
   /* Version 2: a restart's epoch update {L = wDue, salts} waits for the
   ** sync of the WAL header SQLite makes next (tdeWalSync), or for the
   ** shim's own sync before anything else touches the WAL (tdeWalFlush). */

@@ -181,6 +181,7 @@ static sqlite3_int64 walFrameOffset(TdeFile *p, uint32_t idx){
 ** succeeds -- never reported as a broken chain, see walReadPage). */
 static int walMacRoom(TdeFile *p, uint32_t idx);
 static int walChainReset(TdeFile *p, int bHdr){
+  p->pWal->iTrlFrame = 0;
   p->pWal->iChain = 0;
   p->pWal->iChainCommit = 0;
   p->pWal->bChain = 0;
@@ -261,6 +262,7 @@ static int walChainNote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const u
 ** handle could not tell it from a spliced one when it reads it back. */
 static int walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *aTrl,
                          const uint8_t *mac, const uint8_t *aPrev, int bChain){
+  if( p->pWal->iTrlFrame==idx ) p->pWal->iTrlFrame = 0;
   if( !walMacRoom(p, idx) ){ walChainCut(p, 0); return SQLITE_NOMEM; }
   walChainCut(p, idx-1);
   if( bChain && p->pWal->iChain==idx-1 ){
@@ -270,6 +272,10 @@ static int walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const 
   memcpy(p->pWal->aMac[idx].mac, mac, MAC_BYTES);
   memcpy(p->pWal->aMac[idx].prev, aPrev, MAC_BYTES);
   p->pWal->aMac[idx].bOwn = 1;
+  /* The header fields go out with the MAC (a frame in pieces clears
+  ** bHdr: walSplitBegin). */
+  memcpy(p->pWal->aMac[idx].hdr, aHdr16, 16);
+  p->pWal->aMac[idx].bHdr = 1;
   /* SQLite appends frames in order and rewrites in place only frames of
   ** its open transaction, so the frames written under one write lock are
   ** one range. */
@@ -672,6 +678,10 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
     if( rc && rc!=SQLITE_IOERR_AUTH ) bad.eWhy = WAL_BAD_NONE;
     if( pBad ) *pBad = bad;
     *pState = rc==SQLITE_OK ? FRAME_OK : FRAME_BAD;
+    if( rc==SQLITE_OK ){
+      p->pWal->iTrlFrame = idx;
+      memcpy(p->pWal->aTrl, aTrl, TDE_TRAILER_SIZE);
+    }
     if( rc==SQLITE_OK && bChain ) return walChainNote(p, idx, aFrame, aTrl, mac);
   }
   return SQLITE_OK;
@@ -684,14 +694,31 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
 */
 static int walChainExtend(TdeFile *p, uint32_t idx){
   uint32_t pgsz = p->pWal->pgsz;
+  /* A frame's trailer and the next frame's header are adjacent: one read
+  ** of both (aRd) per frame; iNext: the frame whose header aRd holds. */
+  uint8_t aRd[TDE_TRAILER_SIZE + FRAME_HDR];
+  uint32_t iNext = 0;
   while( p->pWal->bChain && p->pWal->iChainCommit<idx ){
     uint32_t j = p->pWal->iChain + 1;
     uint8_t aHdr[FRAME_HDR], aTrl[TDE_TRAILER_SIZE], mac[MAC_BYTES];
-    int bShort = 0, rc;
+    sqlite3_int64 iTrl = walFrameOffset(p, j) + FRAME_HDR + pgsz - TDE_TRAILER_SIZE;
+    int bShort = 0, rc = SQLITE_OK;
     if( !walMacRoom(p, j) ) return SQLITE_NOMEM;
-    rc = tdeRealRead(p, aHdr, FRAME_HDR, walFrameOffset(p, j), &bShort);
+    if( iNext==j ){
+      memcpy(aHdr, aRd + TDE_TRAILER_SIZE, FRAME_HDR);
+    }else{
+      rc = tdeRealRead(p, aHdr, FRAME_HDR, walFrameOffset(p, j), &bShort);
+    }
+    iNext = 0;
     if( rc==SQLITE_OK && !bShort ){
-      rc = tdeRealRead(p, aTrl, TDE_TRAILER_SIZE, walFrameOffset(p, j) + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, &bShort);
+      rc = tdeRealRead(p, aRd, (int)sizeof(aRd), iTrl, &bShort);
+      if( rc==SQLITE_OK && !bShort ){
+        memcpy(aTrl, aRd, TDE_TRAILER_SIZE);
+        iNext = j + 1;
+      }else if( rc==SQLITE_OK ){
+        /* The file ends before frame j+1's header: the trailer alone. */
+        rc = tdeRealRead(p, aTrl, TDE_TRAILER_SIZE, iTrl, &bShort);
+      }
     }
     if( rc ) return rc;
     if( bShort ) break;
@@ -1259,6 +1286,21 @@ int tdeWalSync(TdeFile *p, int flags){
 
 static void walWriteFailed(TdeFile *p, uint32_t idx);
 
+/* Version 2: the trailer of frame idx from memory when it is on disk as
+** this handle loaded it last: the frame is this handle's own, written
+** since its connection took the WAL write lock it still holds (no other
+** connection writes meanwhile), and loaded after that write (a write of
+** the frame forgets the trailer).  SQLite rewrites the header of each
+** frame of a transaction that spilled right after reading the frame: the
+** trailer's read for the new MAC is not needed.  1 if aOut was filled. */
+static int walOwnTrailer(TdeFile *p, uint32_t idx, uint8_t *aOut){
+  if( !walV2(p) || idx==0 || p->pWal->iTrlFrame!=idx ) return 0;
+  if( !p->pWal->iSessLo || idx<p->pWal->iSessLo || idx>p->pWal->iSessHi ) return 0;
+  if( idx>=p->pWal->nMac || !p->pWal->aMac[idx].bOwn ) return 0;
+  memcpy(aOut, p->pWal->aTrl, TDE_TRAILER_SIZE);
+  return 1;
+}
+
 /* Write the held-back frame header whose page is already on disk. */
 static int walFlushFrame(TdeFile *p){
   uint8_t aTrailer[TDE_TRAILER_SIZE];
@@ -1268,9 +1310,13 @@ static int walFlushFrame(TdeFile *p){
   if( p->eKind!=TDE_KIND_WAL || !p->pWal->bPending ) return SQLITE_OK;
   p->pWal->bPending = 0;
   idx = (uint32_t)((p->pWal->iPendingOff - WAL_HDR) / (FRAME_HDR + p->pWal->pgsz)) + 1;
-  rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE,
-                   p->pWal->iPendingOff + FRAME_HDR + p->pWal->pgsz - TDE_TRAILER_SIZE, &bShort);
-  if( rc ) return rc;
+  if( walOwnTrailer(p, idx, aTrailer) ){
+    bShort = 0;
+  }else{
+    rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE,
+                     p->pWal->iPendingOff + FRAME_HDR + p->pWal->pgsz - TDE_TRAILER_SIZE, &bShort);
+    if( rc ) return rc;
+  }
   if( bShort ){
     /* Its page write never reached tde (it failed above it, and the
     ** statement with it): nothing to complete, and no error for the
@@ -1297,7 +1343,16 @@ static int walFlushFrame(TdeFile *p){
     return rc;
   }
   walCkRemember(p, idx, aHdr+16, p->pWal->aPending+16);
-  if( p->pWal->iRunFrame>=idx ) p->pWal->iRunFrame = 0;
+  if( p->pWal->iRunFrame>idx ){
+    p->pWal->iRunFrame = 0;
+  }else if( p->pWal->iRunFrame==idx ){
+    /* SQLite's checksum field of frame idx is by definition its running
+    ** checksum after the frame (what walCkAfter's aCk path answers): the
+    ** next frame's read (SQLite rewriting the checksums of a transaction
+    ** that spilled) needs no read to confirm it. */
+    p->pWal->aRunCk[0] = tdeGet32(p->pWal->aPending+16);
+    p->pWal->aRunCk[1] = tdeGet32(p->pWal->aPending+20);
+  }
   return SQLITE_OK;
 }
 
@@ -1360,6 +1415,7 @@ static void walNoteWritten(TdeFile *p, uint32_t idx, const uint8_t *aSalt){
 ** the frame until SQLite writes it again. */
 static void walWriteFailed(TdeFile *p, uint32_t idx){
   if( idx<p->pWal->nMac ) p->pWal->aMac[idx].bOwn = 0;
+  if( p->pWal->iTrlFrame==idx ) p->pWal->iTrlFrame = 0;
   if( idx>0 ) walChainCut(p, idx-1);
   if( idx<p->pWal->nCk ) p->pWal->aCk[idx].bValid = 0;
   if( p->pWal->iRunFrame>=idx ) p->pWal->iRunFrame = 0;
@@ -1431,6 +1487,7 @@ static int walSplitBegin(TdeFile *p, uint32_t idx, const uint8_t *aHdr, uint32_t
   memcpy(aSealed, aSql, 16);
   rc = walSealFrame(p, idx, aSealed, aPlain);
   if( rc ) goto fail;
+  p->pWal->aMac[idx].bHdr = 0;     /* on disk in pieces: walOwnFrameHeader reads it */
   rc = p->pReal->pMethods->xWrite(p->pReal, aSealed, (int)(nHdr + nPage), iOff);
   if( rc ){
     walWriteFailed(p, idx);
@@ -1684,12 +1741,31 @@ static int walWriteJoined(TdeFile *p, uint32_t idx, const uint8_t *z, sqlite3_in
   return SQLITE_OK;
 }
 
+/* The stored header of frame idx before SQLite rewrites its page in place.
+** Version 2: a frame this handle wrote whole since its connection took the
+** WAL write lock it still holds is on disk as this handle wrote it (no
+** other connection writes meanwhile; a failed write clears bOwn), so its
+** header fields come from memory -- SQLite rewrites spilled pages of a
+** large transaction many times, and a read each time doubled the WAL's
+** reads (docs/PERFORMANCE.md, "WAL mode's system calls").  Else the read. */
+static int walOwnFrameHeader(TdeFile *p, uint32_t idx, sqlite3_int64 iOfst, uint8_t *aHdr){
+  int rc = tdeWalFlush(p);     /* a held header of this frame goes out first */
+  if( rc ) return rc;
+  if( walV2(p) && p->pWal->iSessLo && idx>=p->pWal->iSessLo && idx<=p->pWal->iSessHi
+   && idx<p->pWal->nMac && p->pWal->aMac[idx].bOwn && p->pWal->aMac[idx].bHdr ){
+    memcpy(aHdr, p->pWal->aMac[idx].hdr, 16);
+    memcpy(aHdr+16, p->pWal->aMac[idx].mac, MAC_BYTES);
+    return SQLITE_OK;
+  }
+  return walStoredFrameHeader(p, idx, iOfst, aHdr);
+}
+
 /* A whole page rewritten in place (a frame of the open transaction, whose
 ** headers SQLite rewrites at commit): the header fields as stored, the
 ** header's new MAC and the page out in one write. */
 static int walWriteRewrite(TdeFile *p, uint32_t idx, const uint8_t *z, int iAmt, sqlite3_int64 iOfst){
   uint8_t *aFrame = p->aBuf;
-  int rc = walStoredFrameHeader(p, idx, iOfst, aFrame);
+  int rc = walOwnFrameHeader(p, idx, iOfst, aFrame);
   if( rc==SQLITE_OK ) rc = walSealFrame(p, idx, aFrame, z);
   if( rc ) return rc;
   if( idx<p->pWal->nCk ) p->pWal->aCk[idx].bValid = 0;
