@@ -339,7 +339,7 @@ static int mapReadFileTags(TdeFile *p, struct TdeMap *m, uint32_t nPage){
     uint8_t aTag[MAP_ENTRY];
     int bShort = 0;
     int rc = tdeRealRead(p, aTag, MAP_ENTRY,
-                         TDE_HEADER_BYTES + (sqlite3_int64)pg*pgsz - TDE_TRAILER_SIZE + MAP_TAG_OFF, &bShort);
+                         tdeMainPageOff(p, pgsz, pg) + pgsz - TDE_TRAILER_SIZE + MAP_TAG_OFF, &bShort);
     if( rc ) return rc;
     if( bShort ) memset(aTag, 0, MAP_ENTRY);
     memcpy(m->aTag + (size_t)(pg-1)*MAP_ENTRY, aTag, MAP_ENTRY);
@@ -354,6 +354,7 @@ static int mapReadFileTags(TdeFile *p, struct TdeMap *m, uint32_t nPage){
 static int mapFoldBase(TdeFile *p, int bBuild){
   struct TdeMap *m;
   sqlite3_int64 sz = 0;
+  TdeLayout L = tdeMainLayout(p, p->pDb->pgsz);
   uint32_t nFile;
   int rc;
   if( !bBuild ) return mapLoad(p);
@@ -364,7 +365,7 @@ static int mapFoldBase(TdeFile *p, int bBuild){
   p->pDb->map.pMap = m;
   rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   if( rc ) return rc;
-  nFile = sz>TDE_HEADER_BYTES ? (uint32_t)((sz - TDE_HEADER_BYTES) / p->pDb->pgsz) : 0;
+  nFile = tdeLayoutWholePages(&L, sz);
   rc = mapRoom(m, (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE);
   if( rc ) return rc;
   m->n = (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE;

@@ -29,6 +29,7 @@
 #define TDE_CIPHER_AES256GCM_V1 1
 #define TDE_FORMAT_V1     1
 #define TDE_FORMAT_V2     2                   /* freshness (docs/FORMAT.md "Format version 2") */
+#define TDE_FORMAT_V3     3                   /* one file: the page map inside (docs/FORMAT.md "Format version 3") */
 #define TDE_FORMAT_VERSION TDE_FORMAT_V2      /* the newest this build reads and writes */
 #define TDE_HDR_MAGIC     "SQLT-TDE"          /* 8 bytes, no NUL stored */
 #define TDE_DBID_BYTES    16

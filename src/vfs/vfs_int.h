@@ -48,6 +48,7 @@
 #include "tde_int.h"
 #include "cipher/cipher.h"
 #include "keys/keys.h"
+#include "keys/layout.h"
 #include "repl/repl.h"
 
 #include <limits.h>
@@ -346,7 +347,13 @@ int tdeSqliteRc(int rc);
 int tdeMainEnsureKeys(TdeFile *p, int bCreate);
 int tdeScratch(TdeFile *p);
 int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort);
+/* fileio.c: pages lying wholly in the main file (0 while the page size
+** is unknown); the layout of main file p at page size pgsz (its header's
+** format version and upgrade cursor; version 2's before the header is
+** loaded) and the physical offset of page pgno in it. */
 int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn);
+TdeLayout tdeMainLayout(const TdeFile *p, uint32_t pgsz);
+sqlite3_int64 tdeMainPageOff(const TdeFile *p, uint32_t pgsz, uint32_t pgno);
 int tdeMainCheckHeader(TdeFile *p, int *piBad);
 
 /* dek.c: data keys by version, cipher choice, header refresh. */
