@@ -76,6 +76,11 @@ sqlite3_int64 tdeMainPageOff(const TdeFile *p, uint32_t pgsz, uint32_t pgno){
   return tdeLayoutPageOff(&L, pgno);
 }
 
+uint32_t tdeMainWholePages(const TdeFile *p, uint32_t pgsz, sqlite3_int64 nPhys){
+  TdeLayout L = tdeMainLayout(p, pgsz);
+  return tdeLayoutWholePages(&L, nPhys);
+}
+
 int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn){
   sqlite3_int64 sz = 0;
   int rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);

@@ -1432,7 +1432,6 @@ static int jResealPage1(TdeFile *pMain){
   uint8_t *aPage = 0, *aSealed = 0, aHdr[512], a4[4];
   uint32_t P = pMain->pDb->pgsz, ckInit;
   sqlite3_int64 sz = 0;
-  TdeLayout L;
   char *zJ = 0;
   int bExists = 0, bShort = 0, bCreated = 0, bHot = 0, rc, outFlags = 0;
   int64_t vNoKey = -1;
@@ -1480,8 +1479,7 @@ static int jResealPage1(TdeFile *pMain){
   if( tdeRandom(a4, 4)!=TDE_OK ){ rc = SQLITE_IOERR_WRITE; goto done; }
   ckInit = tdeGet32(a4);
   tdePut32(aHdr+12, ckInit);
-  L = tdeMainLayout(pMain, P);
-  tdePut32(aHdr+16, tdeLayoutWholePages(&L, sz));                 /* dbOrigSize */
+  tdePut32(aHdr+16, tdeMainWholePages(pMain, P, sz));             /* dbOrigSize */
   tdePut32(aHdr+20, 512);                                         /* sector size */
   tdePut32(aHdr+24, P);
   rc = tdeJournalWrite(&jf, aHdr, (int)sizeof(aHdr), 0);

@@ -350,8 +350,10 @@ int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort);
 /* fileio.c: pages lying wholly in the main file (0 while the page size
 ** is unknown); the layout of main file p at page size pgsz (its header's
 ** format version and upgrade cursor; version 2's before the header is
-** loaded) and the physical offset of page pgno in it. */
+** loaded), the physical offset of page pgno in it, and the pages lying
+** wholly in nPhys bytes of it. */
 int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn);
+uint32_t tdeMainWholePages(const TdeFile *p, uint32_t pgsz, sqlite3_int64 nPhys);
 TdeLayout tdeMainLayout(const TdeFile *p, uint32_t pgsz);
 sqlite3_int64 tdeMainPageOff(const TdeFile *p, uint32_t pgsz, uint32_t pgno);
 int tdeMainCheckHeader(TdeFile *p, int *piBad);
