@@ -38,7 +38,7 @@ int64_t tdeLayoutMapOff(const TdeLayout *L, uint32_t g, int s){
 int64_t tdeLayoutPhysSize(const TdeLayout *L, int64_t nSqlite){
   int64_t nPage;
   if( !V3(L) ) return nSqlite + TDE_LAYOUT_HDR;
-  if( nSqlite<=0 ) return TDE_LAYOUT_HDR;
+  if( nSqlite<=0 || L->pgsz==0 ) return TDE_LAYOUT_HDR;
   nPage = (nSqlite + L->pgsz - 1) / L->pgsz;
   return tdeLayoutPageOff(L, (uint32_t)nPage) + L->pgsz;
 }

@@ -47,7 +47,8 @@ int64_t tdeLayoutMapOff(const TdeLayout *L, uint32_t g, int s);
 
 /* The physical size a truncation to SQLite size nSqlite bytes asks for
 ** (xTruncate, SQLITE_FCNTL_SIZE_HINT).  Versions 1 and 2: nSqlite + 8192;
-** version 3: off(N) + P for N = ceil(nSqlite / P) pages, 8192 for N = 0. */
+** version 3: off(N) + P for N = ceil(nSqlite / P) pages, 8192 for N = 0
+** (and while the page size is unknown: the caller refuses that case). */
 int64_t tdeLayoutPhysSize(const TdeLayout *L, int64_t nSqlite);
 
 /* The SQLite size of a file of nPhys bytes (xFileSize).  A page the file

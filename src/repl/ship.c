@@ -199,6 +199,13 @@ static int shipReadIdentity(const char *zDb, uint8_t *aDbid, uint8_t *aKeyCheck)
   }
   if( rc==TDE_OK ) rc = tdeHeaderPick(aRegion, TDE_HEADER_BYTES, pHdr, &iSlot);
   if( rc ){ tdeErr(rc, "%s: not an sqlite-tde encrypted database, or damaged", zDb); goto done; }
+  if( pHdr->version>=TDE_FORMAT_V3 ){
+    /* Its copy would need version 3's layout (docs/FORMAT.md "Format
+    ** version 3: Standby"), which the standby does not write yet. */
+    rc = tdeErr(TDE_FORMAT, "%s: format version 3 databases cannot have a standby yet "
+                "(experimental format)", zDb);
+    goto done;
+  }
   memcpy(aDbid, pHdr->dbid, 16);
   {
     const uint8_t *aSlot = aRegion + iSlot*4096;

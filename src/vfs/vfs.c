@@ -266,11 +266,17 @@ done:
 }
 
 /* The configuration's format_version for a new database: "2" (the
-** default) or "1" (for a fleet that still has version-1 readers, and for
-** the benchmark kit's cost-of-version-2 comparison).  A version-1 header
-** has no freshness area: the log epoch stays 0. */
+** default), "1" (for a fleet that still has version-1 readers, and for
+** the benchmark kit's cost-of-version-2 comparison) or "3" (experimental:
+** the pages among map regions, keys/layout.h).  A version-1 header has no
+** freshness area: the log epoch stays 0. */
 static int tdeCreateFormat(const TdeConfig *pCfg, TdeHeader *h){
   const char *z = tdeConfigGet(pCfg, "format_version");
+  if( z && strcmp(z, "3")==0 ){
+    h->version = TDE_FORMAT_V3;
+    h->logEpoch = 1;
+    return TDE_OK;
+  }
   if( z==0 || strcmp(z, "1")!=0 ) return TDE_OK;   /* the config check refused others */
   h->version = TDE_FORMAT_V1;
   h->logEpoch = 0;
@@ -1003,6 +1009,20 @@ static int tdeWrite(sqlite3_file *pFile, const void *zBuf, int iAmt, sqlite3_int
   }
 }
 
+/* The layout of main file p for SQLite's sizes: version 3 needs the page
+** size, found from page 1 when this handle has not seen it yet (a
+** database without a whole page 1 has none: its size is then 0). */
+static int tdeMainSizeLayout(TdeFile *p, TdeLayout *pL){
+  int rc = SQLITE_OK;
+  if( p->pDb->pKeys && p->pDb->pKeys->hdr.version>=TDE_FORMAT_V3 && !p->pDb->pgsz ){
+    rc = tdeScratch(p);
+    if( rc==SQLITE_OK ) rc = tdeMainDiscoverPgsz(p);
+    if( rc==SQLITE_IOERR_SHORT_READ ) rc = SQLITE_OK;
+  }
+  *pL = tdeMainLayout(p, p->pDb->pgsz);
+  return rc;
+}
+
 static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   TdeFile *p = (TdeFile*)pFile;
   switch( p->eKind ){
@@ -1013,7 +1033,13 @@ static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
       rc = tdeMainEnsureKeys(p, 0);
       if( rc ) return rc;
       if( !p->pDb->pKeys ) return p->pReal->pMethods->xTruncate(p->pReal, 0);
-      L = tdeMainLayout(p, p->pDb->pgsz);
+      rc = tdeMainSizeLayout(p, &L);
+      if( rc ) return rc;
+      if( tdeLayoutHasRegions(&L) && !L.pgsz && size>0 ){
+        tdeLog(TDE_LOG_ERROR, "%s: truncation to %lld bytes before the page size is known",
+               tdeFileName(p), (long long)size);
+        return SQLITE_IOERR_TRUNCATE;
+      }
       return p->pReal->pMethods->xTruncate(p->pReal, tdeLayoutPhysSize(&L, size));
     }
     case TDE_KIND_WAL:     return tdeWalTruncate(p, size);
@@ -1049,7 +1075,8 @@ static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
       ** that SQLite reads it (and the read reports the damage,
       ** tdeMainShortPage) or truncates it away (rolling back a
       ** transaction whose append a crash tore): keys/layout.h. */
-      L = tdeMainLayout(p, p->pDb->pgsz);
+      rc = tdeMainSizeLayout(p, &L);
+      if( rc ) return rc;
       *pSize = p->pDb->pKeys ? tdeLayoutSqliteSize(&L, sz) : 0;
       return SQLITE_OK;
     }
@@ -1231,6 +1258,7 @@ static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
       if( p->eKind==TDE_KIND_MAIN ){
         TdeLayout L = tdeMainLayout(p, p->pDb->pgsz);
         sqlite3_int64 sz = tdeLayoutPhysSize(&L, *(sqlite3_int64*)pArg);
+        if( tdeLayoutHasRegions(&L) && !L.pgsz ) return SQLITE_OK;   /* a hint only */
         return pReal->pMethods->xFileControl(pReal, op, &sz);
       }
       if( p->eKind==TDE_KIND_JOURNAL || p->eKind==TDE_KIND_TEMP ) return SQLITE_OK;

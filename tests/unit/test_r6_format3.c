@@ -1,0 +1,293 @@
+/*
+** Format version 3 (docs/FORMAT.md "Format version 3: one file"), issue 24
+** step 2: the layout of new databases created with format_version = 3.
+** Page N of a version-3 file lies at
+**   off(N) = 8192 + M*(1 + (N-1)/508) + (N-1)*P,  M = max(8192, P),
+** written out here on its own (not taken from src/keys/layout.c), and the
+** map regions before each group of 508 pages stay zero (the map does not
+** live there yet).  For page sizes 1024, 4096 and 65536 (SQLite turns 512
+** into 1024 when 48 bytes are reserved; test_r6_layout covers 512's
+** arithmetic), in rollback (DELETE) and WAL journal mode:
+**  - a new database passes 508 pages (three groups; 65536: two), its
+**    tde_status says format_version 3, its rows read back after a reopen,
+**    integrity_check and tde_verify pass;
+**  - the raw file: its size is off(N) + P for SQLite's page_count N (after
+**    a TRUNCATE checkpoint in WAL mode), page 1 lies at off(1) (16384 up
+**    to 8192-byte pages), every map region is all zeros, and a sample of
+**    pages (first and last of each group) is not;
+**  - truncation: rows deleted and VACUUM: the file shrinks to off(N') + P
+**    for the new page count, reads and checks pass again;
+**  - a page moved: the bytes of a page of the second group copied over
+**    another page's place are refused (SQLITE_IOERR_AUTH or
+**    SQLITE_CORRUPT), so pages are really authenticated where the layout
+**    puts them;
+**  - a rekey (tde_db_rekey) of the version-3 database rewrites its pages
+**    in place and the file keeps the layout.
+** A database without format_version stays version 2 (its page 1 at 8192).
+** Against SQLite 3.40 (system) and 3.53 (test_r6_format3_353).
+*/
+#include "tdetest.h"
+
+#include "tde_int.h"
+
+#define K 508
+
+/* zScratch/tde-v3.conf: the group's wallet, format_version = 3. */
+static char zCfg3[PATH_MAX];
+
+static int64_t regionBytes(uint32_t P){
+  return P>8192 ? P : 8192;
+}
+
+static int64_t specOff(uint32_t P, uint32_t N){
+  return 8192 + regionBytes(P)*(1 + (int64_t)((N-1)/K)) + (int64_t)(N-1)*P;
+}
+
+static sqlite3 *openDb(const char *zDb, const char *zConfig){
+  sqlite3 *db = 0;
+  int rc = openTdeCfg(zDb, zConfig, &db);
+  if( rc!=SQLITE_OK ) fail_msg("open %s: %s", zDb, db ? sqlite3_errmsg(db) : "?");
+  sqlite3_extended_result_codes(db, 1);
+  return db;
+}
+
+static int64_t queryInt(sqlite3 *db, const char *zSql){
+  sqlite3_stmt *p = 0;
+  int64_t v = -1;
+  if( sqlite3_prepare_v2(db, zSql, -1, &p, 0)!=SQLITE_OK ) fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
+  if( sqlite3_step(p)==SQLITE_ROW ) v = sqlite3_column_int64(p, 0);
+  else fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
+  sqlite3_finalize(p);
+  return v;
+}
+
+/* Rows 1..nRow of v = the id as a zero-padded string of nLen characters:
+** every row names itself, so a page served from another place fails the
+** check below. */
+static void fillRows(sqlite3 *db, int nFrom, int nTo, int nLen){
+  char *z = sqlite3_mprintf("WITH RECURSIVE c(i) AS (SELECT %d UNION ALL SELECT i+1 FROM c WHERE i<%d) "
+                            "INSERT INTO t(id, v) SELECT i, printf('%%0%dd', i) FROM c", nFrom, nTo, nLen);
+  exec(db, z);
+  sqlite3_free(z);
+}
+
+/* Every row reads back as written: count, and each v names its id. */
+static void checkRows(sqlite3 *db, int64_t nExpect){
+  assert_int_equal(queryInt(db, "SELECT count(*) FROM t"), nExpect);
+  assert_int_equal(queryInt(db, "SELECT count(*) FROM t WHERE CAST(v AS INTEGER)!=id"), 0);
+  assert_true(integrityOk(db));
+  {
+    int64_t nChecked = 0, iBad = 0;
+    int rc = tde_verify(db, "main", &nChecked, &iBad, 0, 0);
+    if( rc!=TDE_OK ) fail_msg("tde_verify: %s (page %lld)", tde_last_error(), (long long)iBad);
+    assert_true(nChecked>0);
+  }
+}
+
+static int allZero(const unsigned char *a, int64_t n){
+  for(int64_t i=0; i<n; i++) if( a[i] ) return 0;
+  return 1;
+}
+
+/* The raw file holds N pages in version 3's layout: size, zero regions,
+** page 1's place, sampled pages present. */
+static void checkRaw(const char *zDb, uint32_t P, uint32_t N){
+  size_t n = 0;
+  unsigned char *a = readAll(zDb, &n);
+  uint32_t nGroup = (N + K - 1)/K;
+  assert_non_null(a);
+  assert_int_equal((int64_t)n, specOff(P, N) + P);
+  assert_int_equal(specOff(P, 1), P<=8192 ? 16384 : 8192 + (int64_t)P);
+  for(uint32_t g=0; g<nGroup; g++){
+    int64_t r = 8192 + (int64_t)g*(regionBytes(P) + (int64_t)K*P);
+    assert_int_equal(r + regionBytes(P), specOff(P, g*K + 1));
+    if( !allZero(a + r, regionBytes(P)) ) fail_msg("map region %u is not zero (P=%u)", g, P);
+    if( allZero(a + specOff(P, g*K + 1), P) ) fail_msg("page %u is zero (P=%u)", g*K + 1, P);
+    {
+      uint32_t last = (g+1)*K < N ? (g+1)*K : N;
+      if( allZero(a + specOff(P, last), P) ) fail_msg("page %u is zero (P=%u)", last, P);
+    }
+  }
+  free(a);
+}
+
+/* Rows of nLen characters that give at least nPage pages of size P (no
+** more than P / nLen of them fit on a page). */
+static int rowsFor(uint32_t P, uint32_t nPage, int nLen){
+  int perPage = (int)P / nLen;
+  if( perPage<1 ) perPage = 1;
+  return (int)(nPage + 20) * perPage;
+}
+
+static void runLayout(uint32_t P, const char *zMode){
+  char zDb[PATH_MAX], zSql[128];
+  int nLen = (int)P/4 > 1000 ? 1000 : (int)P/4;
+  uint32_t nWant = P>=65536 ? K + 60 : 2*K + 60;
+  int nRow = rowsFor(P, nWant, nLen);
+  int64_t N, N2;
+  sqlite3 *db;
+  snprintf(zSql, sizeof(zSql), "f3-%u-%s.db", P, zMode);
+  pathOf(zDb, zSql);
+  removeDb(zDb);
+  db = openDb(zDb, zCfg3);
+  snprintf(zSql, sizeof(zSql), "PRAGMA page_size=%u; PRAGMA journal_mode=%s;", P, zMode);
+  exec(db, zSql);
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+  exec(db, "BEGIN");
+  fillRows(db, 1, nRow, nLen);
+  exec(db, "COMMIT");
+  assert_int_equal(queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 3);
+  N = queryInt(db, "PRAGMA page_count");
+  if( N <= (int64_t)nWant - 40 ) fail_msg("P=%u: %lld pages (page_size %lld), wanted %u", P, (long long)N, (long long)queryInt(db, "PRAGMA page_size"), nWant);
+  if( strcmp(zMode, "WAL")==0 ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  sqlite3_close(db);
+  checkRaw(zDb, P, (uint32_t)N);
+
+  db = openDb(zDb, zCfg3);
+  checkRows(db, nRow);
+  /* Truncation: two thirds of the rows go, VACUUM shrinks the file. */
+  snprintf(zSql, sizeof(zSql), "DELETE FROM t WHERE id %% 3 != 0");
+  exec(db, zSql);
+  exec(db, "VACUUM");
+  N2 = queryInt(db, "PRAGMA page_count");
+  assert_true(N2 < N);
+  checkRows(db, nRow/3);
+  if( strcmp(zMode, "WAL")==0 ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  sqlite3_close(db);
+  checkRaw(zDb, P, (uint32_t)N2);
+  /* Grow again past the group boundary, in several transactions. */
+  db = openDb(zDb, zCfg3);
+  for(int i=0; i<4; i++){
+    int nFrom = nRow + 1 + i*(nRow/4), nTo = nRow + (i+1)*(nRow/4);
+    fillRows(db, nFrom, nTo, nLen);
+  }
+  checkRows(db, nRow/3 + 4*(nRow/4));
+  N = queryInt(db, "PRAGMA page_count");
+  if( strcmp(zMode, "WAL")==0 ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  sqlite3_close(db);
+  checkRaw(zDb, P, (uint32_t)N);
+  removeDb(zDb);
+}
+
+static void test_layout_1024_delete(void **state){ (void)state; runLayout(1024, "DELETE"); }
+static void test_layout_1024_wal(void **state){ (void)state; runLayout(1024, "WAL"); }
+static void test_layout_4096_delete(void **state){ (void)state; runLayout(4096, "DELETE"); }
+static void test_layout_4096_wal(void **state){ (void)state; runLayout(4096, "WAL"); }
+static void test_layout_65536_delete(void **state){ (void)state; runLayout(65536, "DELETE"); }
+static void test_layout_65536_wal(void **state){ (void)state; runLayout(65536, "WAL"); }
+
+/* Page a (of the second group) copied over page b's place: refused. */
+static void test_page_moved(void **state){
+  char zDb[PATH_MAX];
+  const uint32_t P = 4096, a = K + 3, b = K + 7;
+  unsigned char *aFile;
+  size_t n = 0;
+  sqlite3 *db;
+  sqlite3_stmt *pStmt = 0;
+  int rc;
+  (void)state;
+  pathOf(zDb, "f3-moved.db");
+  removeDb(zDb);
+  db = openDb(zDb, zCfg3);
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+  fillRows(db, 1, rowsFor(P, K + 40, 1000), 1000);
+  sqlite3_close(db);
+  aFile = readAll(zDb, &n);
+  assert_non_null(aFile);
+  assert_true((int64_t)n >= specOff(P, b) + P);
+  memcpy(aFile + specOff(P, b), aFile + specOff(P, a), P);
+  writeAll(zDb, aFile, n);
+  free(aFile);
+  db = openDb(zDb, zCfg3);
+  rc = sqlite3_prepare_v2(db, "SELECT count(*), sum(length(v)) FROM t", -1, &pStmt, 0);
+  if( rc==SQLITE_OK ){
+    while( (rc = sqlite3_step(pStmt))==SQLITE_ROW ){}
+    sqlite3_finalize(pStmt);
+  }
+  assert_true(rc==SQLITE_IOERR_AUTH || (rc & 0xff)==SQLITE_CORRUPT);
+  sqlite3_close(db);
+  removeDb(zDb);
+}
+
+/* tde_db_rekey rewrites every page where the layout puts it. */
+static void test_rekey_v3(void **state){
+  char zDb[PATH_MAX];
+  const uint32_t P = 4096;
+  int nRow = rowsFor(P, K + 40, 1000);
+  sqlite3 *db;
+  int64_t N;
+  (void)state;
+  pathOf(zDb, "f3-rekey.db");
+  removeDb(zDb);
+  db = openDb(zDb, zCfg3);
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+  fillRows(db, 1, nRow, 1000);
+  assert_int_equal(tde_db_rekey(db, "main", 100, 0, 0), TDE_OK);
+  checkRows(db, nRow);
+  N = queryInt(db, "PRAGMA page_count");
+  sqlite3_close(db);
+  checkRaw(zDb, P, (uint32_t)N);
+  db = openDb(zDb, zCfg3);
+  checkRows(db, nRow);
+  sqlite3_close(db);
+  removeDb(zDb);
+}
+
+/* Without format_version the default stays version 2: page 1 at 8192. */
+static void test_default_v2(void **state){
+  char zDb[PATH_MAX];
+  unsigned char *a;
+  size_t n = 0;
+  sqlite3 *db;
+  (void)state;
+  pathOf(zDb, "f3-default.db");
+  removeDb(zDb);
+  db = openDb(zDb, zCfg);
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+  fillRows(db, 1, 100, 100);
+  assert_int_equal(queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 2);
+  {
+    int64_t N = queryInt(db, "PRAGMA page_count");
+    sqlite3_close(db);
+    a = readAll(zDb, &n);
+    assert_non_null(a);
+    assert_int_equal((int64_t)n, 8192 + N*4096);
+    assert_false(allZero(a + 8192, 4096));
+    free(a);
+  }
+  removeDb(zDb);
+}
+
+static int groupSetup(void **state){
+  FILE *f;
+  (void)state;
+  if( tdetestGroupSetup("test_r6_format3", 1) ) return -1;
+  snprintf(zCfg3, sizeof(zCfg3), "%s/tde-v3.conf", zScratch);
+  f = fopen(zCfg3, "w");
+  if( !f ) return -1;
+  fprintf(f, "%sformat_version = 3\n", TDETEST_WALLET_CONF);
+  fclose(f);
+  return 0;
+}
+
+static int groupTeardown(void **state){
+  (void)state;
+  tde_keystore_close(zCfg);
+  tdetestScratchRemove();
+  return 0;
+}
+
+int main(void){
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_default_v2),
+    cmocka_unit_test(test_layout_1024_delete),
+    cmocka_unit_test(test_layout_1024_wal),
+    cmocka_unit_test(test_layout_4096_delete),
+    cmocka_unit_test(test_layout_4096_wal),
+    cmocka_unit_test(test_layout_65536_delete),
+    cmocka_unit_test(test_layout_65536_wal),
+    cmocka_unit_test(test_page_moved),
+    cmocka_unit_test(test_rekey_v3),
+  };
+  return cmocka_run_group_tests(tests, groupSetup, groupTeardown);
+}
