@@ -197,6 +197,7 @@ static int verifySize(TdeFile *p, const char *zSchema, sqlite3_int64 *pnPage, in
   if( rc ) return tdeErr(TDE_IO, "cannot read the size of '%s' (SQLite error %d)", zSchema, rc);
   *pnPage = nPage;
   nExtra = sz - tdeLayoutPhysSize(&L, nPage*p->pDb->pgsz);
+  if( nExtra>0 && sz<=tdeMapKeepBytes(p) ) nExtra = 0;   /* version 3: the map's last regions */
   if( nExtra>0 ){
     if( pBadPage ) *pBadPage = nPage+1;
     return tdeErr(TDE_AUTH, "page %lld is only partly present (%lld of %u bytes: the file was "

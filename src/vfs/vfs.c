@@ -1023,6 +1023,31 @@ static int tdeMainSizeLayout(TdeFile *p, TdeLayout *pL){
   return rc;
 }
 
+/* xTruncate of a version-3 main file: to off(N) + P.  Map regions the
+** header in force names past it are first dropped from the map
+** (tdeMapShrink); when they cannot be, the file keeps them (the size rule
+** counts no page for a region it ends with) until a later truncation
+** (docs/FORMAT.md "The map in the file"; the header read again, as
+** another connection may have folded). */
+static int tdeMainTruncate3(TdeFile *p, const TdeLayout *pL, sqlite3_int64 size){
+  sqlite3_int64 nPhys, nKeep;
+  int rc;
+  if( !pL->pgsz && size>0 ){
+    tdeLog(TDE_LOG_ERROR, "%s: truncation to %lld bytes before the page size is known",
+           tdeFileName(p), (long long)size);
+    return SQLITE_IOERR_TRUNCATE;
+  }
+  rc = tdeMainRefreshIfChanged(p);
+  if( rc ) return rc;
+  nPhys = tdeLayoutPhysSize(pL, size);
+  if( tdeMapKeepBytes(p)>nPhys ){
+    rc = tdeMapShrink(p, (uint32_t)((size + pL->pgsz - 1) / pL->pgsz));
+    if( rc ) tdeErrClear();
+  }
+  nKeep = tdeMapKeepBytes(p);
+  return p->pReal->pMethods->xTruncate(p->pReal, nKeep>nPhys ? nKeep : nPhys);
+}
+
 static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   TdeFile *p = (TdeFile*)pFile;
   switch( p->eKind ){
@@ -1035,11 +1060,7 @@ static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
       if( !p->pDb->pKeys ) return p->pReal->pMethods->xTruncate(p->pReal, 0);
       rc = tdeMainSizeLayout(p, &L);
       if( rc ) return rc;
-      if( tdeLayoutHasRegions(&L) && !L.pgsz && size>0 ){
-        tdeLog(TDE_LOG_ERROR, "%s: truncation to %lld bytes before the page size is known",
-               tdeFileName(p), (long long)size);
-        return SQLITE_IOERR_TRUNCATE;
-      }
+      if( tdeLayoutHasRegions(&L) ) return tdeMainTruncate3(p, &L, size);
       return p->pReal->pMethods->xTruncate(p->pReal, tdeLayoutPhysSize(&L, size));
     }
     case TDE_KIND_WAL:     return tdeWalTruncate(p, size);

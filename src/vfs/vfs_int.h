@@ -567,6 +567,10 @@ const char *tdeAnchorKindName(int eKind);
 ** WAL follows (journal.c, a fold whose end is unknown, tde_db_remap). */
 int tdeMapActive(TdeFile *p);
 int tdeMapDrop(TdeFile *p);
+/* Version 3: the physical size the map in force needs (the end of its
+** last region in the database file), 0 if none: truncations keep it. */
+sqlite3_int64 tdeMapKeepBytes(TdeFile *p);
+int tdeMapShrink(TdeFile *p, uint32_t nPage);
 void tdeMapFree(TdeFile *p);
 /* repair.c: set p->mBypass from the URI parameter tde_bypass of a main
 ** file, which only tde_db_remap / tde_db_reanchor can fill (a one-time

@@ -4,8 +4,7 @@
 ** Page N of a version-3 file lies at
 **   off(N) = 8192 + M*(1 + (N-1)/508) + (N-1)*P,  M = max(8192, P),
 ** written out here on its own (not taken from src/keys/layout.c), and the
-** map regions before each group of 508 pages stay zero (the map does not
-** live there yet).  For page sizes 1024, 4096 and 65536 (SQLite turns 512
+** map region before each group of 508 pages holds only map slots.  For page sizes 1024, 4096 and 65536 (SQLite turns 512
 ** into 1024 when 48 bytes are reserved; test_r6_layout covers 512's
 ** arithmetic), in rollback (DELETE) and WAL journal mode:
 **  - a new database passes 508 pages (three groups; 65536: two), its
@@ -22,7 +21,13 @@
 **    SQLITE_CORRUPT), so pages are really authenticated where the layout
 **    puts them;
 **  - a rekey (tde_db_rekey) of the version-3 database rewrites its pages
-**    in place and the file keeps the layout.
+**    in place and the file keeps the layout;
+**  - the map in the file (step 3): map regions hold zeros or map slots
+**    naming their own map page, and no DB-tdemap is ever made; a WAL-mode
+**    database, checkpointed and closed, copied byte for byte (main file
+**    only) opens and verifies; one page of the copy put back to an older
+**    authentic version is refused, "does not match the page map the
+**    database file itself holds".
 ** A database without format_version stays version 2 (its page 1 at 8192).
 ** Against SQLite 3.40 (system) and 3.53 (test_r6_format3_353).
 */
@@ -89,19 +94,42 @@ static int allZero(const unsigned char *a, int64_t n){
   return 1;
 }
 
-/* The raw file holds N pages in version 3's layout: size, zero regions,
-** page 1's place, sampled pages present. */
+static uint32_t get32(const unsigned char *a){
+  return ((uint32_t)a[0]<<24) | ((uint32_t)a[1]<<16) | ((uint32_t)a[2]<<8) | a[3];
+}
+
+/* A map slot (4096 bytes of M/2) at a: zeros, or a map page naming
+** itself g (fold generation >= 1, k = g, zero, zeros after 4096). */
+static void checkSlot(const unsigned char *a, uint32_t P, uint32_t g){
+  if( allZero(a, regionBytes(P)/2) ) return;
+  if( get32(a)==0 && get32(a+4)==0 ) fail_msg("map slot of region %u has generation 0 (P=%u)", g, P);
+  if( get32(a+8)!=g || get32(a+12)!=0 ) fail_msg("map slot of region %u names map page %u (P=%u)", g, get32(a+8), P);
+  if( !allZero(a + 4096, regionBytes(P)/2 - 4096) ) fail_msg("map slot of region %u: bytes after 4096 (P=%u)", g, P);
+}
+
+/* The raw file holds N pages in version 3's layout: its size (off(N) + P,
+** or the end of a map region after it that the map in force still
+** names), page 1's place, regions holding map slots or zeros, sampled
+** pages present; no DB-tdemap beside it. */
 static void checkRaw(const char *zDb, uint32_t P, uint32_t N){
   size_t n = 0;
   unsigned char *a = readAll(zDb, &n);
   uint32_t nGroup = (N + K - 1)/K;
+  int64_t W = regionBytes(P) + (int64_t)K*P;
+  char zMap[PATH_MAX + 16];
   assert_non_null(a);
-  assert_int_equal((int64_t)n, specOff(P, N) + P);
+  if( (int64_t)n!=specOff(P, N) + P
+   && !((int64_t)n > specOff(P, N) + P && ((int64_t)n - 8192) % W==regionBytes(P)) ){
+    fail_msg("file of %zu bytes for %u pages of %u: off(N) + P is %lld", n, N, P, (long long)(specOff(P, N) + P));
+  }
   assert_int_equal(specOff(P, 1), P<=8192 ? 16384 : 8192 + (int64_t)P);
+  snprintf(zMap, sizeof(zMap), "%s-tdemap", zDb);
+  assert_int_equal(access(zMap, F_OK), -1);
   for(uint32_t g=0; g<nGroup; g++){
-    int64_t r = 8192 + (int64_t)g*(regionBytes(P) + (int64_t)K*P);
+    int64_t r = 8192 + (int64_t)g*W;
     assert_int_equal(r + regionBytes(P), specOff(P, g*K + 1));
-    if( !allZero(a + r, regionBytes(P)) ) fail_msg("map region %u is not zero (P=%u)", g, P);
+    checkSlot(a + r, P, g);
+    checkSlot(a + r + regionBytes(P)/2, P, g);
     if( allZero(a + specOff(P, g*K + 1), P) ) fail_msg("page %u is zero (P=%u)", g*K + 1, P);
     {
       uint32_t last = (g+1)*K < N ? (g+1)*K : N;
@@ -233,6 +261,96 @@ static void test_rekey_v3(void **state){
   removeDb(zDb);
 }
 
+/* Read acct's value on zDb: SQLite's code of the read, *pv the value. */
+static int readValue(const char *zDb, int64_t *pv){
+  sqlite3 *db = 0;
+  sqlite3_stmt *p = 0;
+  int rc = openTdeCfg(zDb, zCfg3, &db);
+  *pv = -1;
+  if( rc==SQLITE_OK ){
+    sqlite3_extended_result_codes(db, 1);
+    rc = sqlite3_prepare_v2(db, "SELECT value FROM acct WHERE id=1", -1, &p, 0);
+  }
+  if( rc==SQLITE_OK ){
+    rc = sqlite3_step(p);
+    if( rc==SQLITE_ROW ){ *pv = sqlite3_column_int64(p, 0); rc = SQLITE_OK; }
+    else rc = sqlite3_extended_errcode(db);
+  }
+  sqlite3_finalize(p);
+  sqlite3_close(db);
+  return rc;
+}
+
+/*
+** The copy a user makes (issue 24, "Done means"): a WAL-mode database
+** whose map has two map pages, checkpointed and closed, copied byte for
+** byte (the main file only, as cp would: there is no other) opens, reads
+** the current value, passes integrity_check and tde_verify; the same copy
+** with the one page of acct put back from an earlier checkpoint (an older
+** authentic version of that page) is refused with SQLITE_IOERR_AUTH and
+** the message that the file's pages do not match its own map.
+*/
+static void test_copy_and_rollback(void **state){
+  char zDb[PATH_MAX], zCopy[PATH_MAX], zSide[PATH_MAX + 16];
+  const uint32_t P = 4096;
+  unsigned char *aFile, aOld[4096];
+  size_t n = 0;
+  int64_t iPg, v;
+  sqlite3 *db;
+  (void)state;
+  pathOf(zDb, "f3-cp.db");
+  pathOf(zCopy, "f3-cp-copy.db");
+  removeDb(zDb);
+  removeDb(zCopy);
+  db = openDb(zDb, zCfg3);
+  exec(db, "PRAGMA journal_mode=WAL");
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+  exec(db, "CREATE TABLE acct(id INTEGER PRIMARY KEY, value INT)");
+  exec(db, "INSERT INTO acct VALUES(1, 999)");
+  fillRows(db, 1, rowsFor(P, K + 40, 1000), 1000);
+  exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");     /* the map is built, in the file */
+  iPg = queryInt(db, "SELECT rootpage FROM sqlite_schema WHERE name='acct'");
+  sqlite3_close(db);
+  aFile = readAll(zDb, &n);
+  assert_non_null(aFile);
+  memcpy(aOld, aFile + specOff(P, (uint32_t)iPg), P);
+  free(aFile);
+
+  db = openDb(zDb, zCfg3);
+  exec(db, "UPDATE acct SET value=0 WHERE id=1");
+  fillRows(db, 100000, 100100, 1000);
+  exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  exec(db, "UPDATE t SET v=printf('%01000d', id) WHERE id<50");
+  sqlite3_close(db);                               /* checkpoint, WAL deleted, map folded */
+  snprintf(zSide, sizeof(zSide), "%s-wal", zDb);
+  assert_int_equal(access(zSide, F_OK), -1);
+  snprintf(zSide, sizeof(zSide), "%s-tdemap", zDb);
+  assert_int_equal(access(zSide, F_OK), -1);
+
+  aFile = readAll(zDb, &n);                        /* cp zDb zCopy */
+  assert_non_null(aFile);
+  assert_memory_not_equal(aFile + specOff(P, (uint32_t)iPg), aOld, P);
+  writeAll(zCopy, aFile, n);
+  assert_int_equal(readValue(zCopy, &v), SQLITE_OK);
+  assert_int_equal(v, 0);
+  db = openDb(zCopy, zCfg3);
+  assert_int_equal(queryInt(db, "SELECT page_map='on' FROM tde_status WHERE schema='main'"), 1);
+  checkRows(db, rowsFor(P, K + 40, 1000) + 101);
+  sqlite3_close(db);
+
+  memcpy(aFile + specOff(P, (uint32_t)iPg), aOld, P);   /* one page rolled back */
+  writeAll(zCopy, aFile, n);
+  free(aFile);
+  assert_int_equal(readValue(zCopy, &v), SQLITE_IOERR_AUTH);
+  if( !strstr(tde_last_error(), "does not match the page map the database file itself holds")
+   || !strstr(tde_last_error(), "remap") ){
+    fail_msg("refusal says: %s", tde_last_error());
+  }
+  assert_int_equal(access(zSide, F_OK), -1);
+  removeDb(zDb);
+  removeDb(zCopy);
+}
+
 /* Without format_version the default stays version 2: page 1 at 8192. */
 static void test_default_v2(void **state){
   char zDb[PATH_MAX];
@@ -288,6 +406,7 @@ int main(void){
     cmocka_unit_test(test_layout_65536_wal),
     cmocka_unit_test(test_page_moved),
     cmocka_unit_test(test_rekey_v3),
+    cmocka_unit_test(test_copy_and_rollback),
   };
   return cmocka_run_group_tests(tests, groupSetup, groupTeardown);
 }
