@@ -27,7 +27,8 @@
 **    database, checkpointed and closed, copied byte for byte (main file
 **    only) opens and verifies; one page of the copy put back to an older
 **    authentic version is refused, "does not match the page map the
-**    database file itself holds".
+**    database file itself holds"; tde_db_remap (sqlite-tde remap) then
+**    accepts the pages as they are and the map is built in the file again.
 ** A database without format_version stays version 2 (its page 1 at 8192).
 ** Against SQLite 3.40 (system) and 3.53 (test_r6_format3_353).
 */
@@ -346,6 +347,19 @@ static void test_copy_and_rollback(void **state){
    || !strstr(tde_last_error(), "remap") ){
     fail_msg("refusal says: %s", tde_last_error());
   }
+  assert_int_equal(access(zSide, F_OK), -1);
+  /* remap accepts the pages as they are (the rollback included), as the
+  ** message says; the map is built again in the file, no side file. */
+  assert_int_equal(tde_db_remap(zCopy, zCfg3), TDE_OK);
+  assert_int_equal(readValue(zCopy, &v), SQLITE_OK);
+  assert_int_equal(v, 999);
+  db = openDb(zCopy, zCfg3);
+  exec(db, "UPDATE acct SET value=5 WHERE id=1");
+  exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  assert_int_equal(queryInt(db, "SELECT page_map='on' FROM tde_status WHERE schema='main'"), 1);
+  checkRows(db, rowsFor(P, K + 40, 1000) + 101);
+  sqlite3_close(db);
+  snprintf(zSide, sizeof(zSide), "%s-tdemap", zCopy);
   assert_int_equal(access(zSide, F_OK), -1);
   removeDb(zDb);
   removeDb(zCopy);
