@@ -152,9 +152,9 @@ int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName){
                     zName, pE->iLine);
     }
     if( strcmp(pE->zKey, "format_version")==0
-     && strcmp(pE->zValue, "1")!=0 && strcmp(pE->zValue, "2")!=0 ){
-      return tdeErr(TDE_CONFIG, "%s:%d: format_version must be 1 or 2 (the format of new "
-                    "databases)", zName, pE->iLine);
+     && strcmp(pE->zValue, "1")!=0 && strcmp(pE->zValue, "2")!=0 && strcmp(pE->zValue, "3")!=0 ){
+      return tdeErr(TDE_CONFIG, "%s:%d: format_version must be 1, 2 or 3 (the format of new "
+                    "databases; 3 is experimental)", zName, pE->iLine);
     }
   }
   /* The freshness anchor: a known kind, a store the keystore can hold, a

@@ -3,7 +3,8 @@
 ** calls nothing else of src/vfs -- raw reads of the file below (with the
 ** test fault hook), the per-handle scratch buffer, the tde_rc -> SQLite
 ** result-code mapping, the page sizes SQLite can use in probe order, the
-** page count of a main file, and the registry of open main files.  The
+** page count of a main file and where its pages lie (keys/layout.h, with
+** the header's format version), and the registry of open main files.  The
 ** other files of src/vfs call down into this one; it calls up into none
 ** (issue 12: vfs.c was a hub that eight files called back into).
 **
@@ -61,12 +62,34 @@ int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort){
   return rc;
 }
 
+TdeLayout tdeMainLayout(const TdeFile *p, uint32_t pgsz){
+  TdeLayout L;
+  const TdeDbKeys *k = p->pDb->pKeys;
+  L.version = k ? (int)k->hdr.version : TDE_FORMAT_V2;
+  L.pgsz = pgsz;
+  L.cursor = k && L.version>=TDE_FORMAT_V3 ? k->hdr.upgradeCursor : 0;
+  return L;
+}
+
+sqlite3_int64 tdeMainPageOff(const TdeFile *p, uint32_t pgsz, uint32_t pgno){
+  TdeLayout L = tdeMainLayout(p, pgsz);
+  return tdeLayoutPageOff(&L, pgno);
+}
+
+uint32_t tdeMainWholePages(const TdeFile *p, uint32_t pgsz, sqlite3_int64 nPhys){
+  TdeLayout L = tdeMainLayout(p, pgsz);
+  return tdeLayoutWholePages(&L, nPhys);
+}
+
 int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn){
   sqlite3_int64 sz = 0;
   int rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   *pn = 0;
   if( rc ) return rc;
-  if( p->pDb->pgsz && sz>TDE_HEADER_BYTES ) *pn = (sz - TDE_HEADER_BYTES) / p->pDb->pgsz;
+  if( p->pDb->pgsz ){
+    TdeLayout L = tdeMainLayout(p, p->pDb->pgsz);
+    *pn = tdeLayoutWholePages(&L, sz);
+  }
   return SQLITE_OK;
 }
 

@@ -76,7 +76,7 @@ int tdePage1Read(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   int bShort, rc;
   if( !pgsz || iOfst<0 || iOfst + iAmt > (sqlite3_int64)pgsz ) return SQLITE_NOTFOUND;
   if( p->pDb->nPage1==pgsz ){
-    rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + pgsz - TDE_TRAILER_SIZE, &bShort);
+    rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE, tdeMainPageOff(p, pgsz, 1) + pgsz - TDE_TRAILER_SIZE, &bShort);
     if( rc ) return rc;
     if( !bShort && tdeCtEqual(aTrailer, p->pDb->aPage1Trailer, TDE_TRAILER_SIZE) ){
       memcpy(zBuf, p->pDb->aPage1 + iOfst, (size_t)iAmt);
@@ -87,7 +87,7 @@ int tdePage1Read(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
   p->pDb->nPage1 = 0;
   rc = tdeScratch(p);
   if( rc ) return rc;
-  rc = tdeRealRead(p, p->aBuf, (int)pgsz, TDE_HEADER_BYTES, &bShort);
+  rc = tdeRealRead(p, p->aBuf, (int)pgsz, tdeMainPageOff(p, pgsz, 1), &bShort);
   if( rc ) return rc;
   if( bShort ) return SQLITE_NOTFOUND;
   memcpy(aTrailer, p->aBuf + pgsz - TDE_TRAILER_SIZE, TDE_TRAILER_SIZE);
@@ -118,14 +118,13 @@ int tdeMainDiscoverPgsz(TdeFile *p){
   int rc, bShort;
   rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   if( rc ) return rc;
-  sz -= TDE_HEADER_BYTES;
   /* No whole page yet (the header was written, page 1 not): nothing to
   ** authenticate, the database is empty. */
-  if( sz < 512 ) return SQLITE_IOERR_SHORT_READ;
+  if( sz < tdeMainPageOff(p, 512, 1) + 512 ) return SQLITE_IOERR_SHORT_READ;
   for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
     uint32_t n = tdeProbePgsz[i];
-    if( sz < n ) continue;
-    rc = tdeRealRead(p, p->aBuf, (int)n, TDE_HEADER_BYTES, &bShort);
+    if( sz < tdeMainPageOff(p, n, 1) + n ) continue;
+    rc = tdeRealRead(p, p->aBuf, (int)n, tdeMainPageOff(p, n, 1), &bShort);
     if( rc ) return rc;
     if( tdeOpenPage(p, p->aBuf, n, 1, 0)==SQLITE_OK ){
       p->pDb->pgsz = n;
@@ -134,7 +133,7 @@ int tdeMainDiscoverPgsz(TdeFile *p){
   }
   for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
     uint8_t aTag[16];           /* size discovery only: the read checks the page */
-    if( sz < tdeProbePgsz[i] ) continue;
+    if( sz < tdeMainPageOff(p, tdeProbePgsz[i], 1) + tdeProbePgsz[i] ) continue;
     if( tdeMainRescuePage(p, 1, tdeProbePgsz[i], p->aBuf, aTag)==SQLITE_OK ){
       p->pDb->pgsz = tdeProbePgsz[i];
       return SQLITE_OK;

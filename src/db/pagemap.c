@@ -1,7 +1,10 @@
 /*
-** The page map (format version 2, WAL mode): DB-tdemap lists the GCM tag
+** The page map (format version 2 and 3, WAL mode): it lists the GCM tag
 ** (first 8 bytes) of every data page as it is in the database file, so a
 ** page rolled back to an older authentic version of itself is refused.
+** Version 2 keeps it in DB-tdemap; version 3 in the database file's own
+** map regions (keys/layout.h), the same slots at other places (MapStore
+** below), so no DB-tdemap is ever made for it.
 ** The map needs no key: its root, in the authenticated header, covers it.
 ** Layout, reader rule, folds and builds: docs/FORMAT.md "Page rollback:
 ** the page map".
@@ -163,10 +166,85 @@ static void mapClose(TdeFile *p, sqlite3_file *pFd){
   }
 }
 
+/* Where the map's slots are: DB-tdemap (version 2: map page k, slot s at
+** (2k + s) * 4096) or the database file itself (version 3: slot s of map
+** page k in region k, keys/layout.h), open from mapStoreOpen to
+** mapStoreClose.  In the file, the database's own handle below the shim
+** is used and never closed here, and a sync of the store syncs the
+** database file. */
+typedef struct MapStore {
+  sqlite3_file *pFd;
+  int bInFile;
+  TdeLayout L;
+} MapStore;
+
+static int mapInFile(TdeFile *p){
+  return p->pDb->pKeys && p->pDb->pKeys->hdr.version>=TDE_FORMAT_V3;
+}
+
+static int mapStoreOpen(TdeFile *p, int bCreate, MapStore *s){
+  memset(s, 0, sizeof(*s));
+  if( mapInFile(p) ){
+    if( !p->pDb->pgsz ) return SQLITE_IOERR;      /* callers found the page size first */
+    s->pFd = p->pReal;
+    s->bInFile = 1;
+    s->L = tdeMainLayout(p, p->pDb->pgsz);
+    return SQLITE_OK;
+  }
+  return mapOpen(p, bCreate, &s->pFd);
+}
+
+static void mapStoreClose(TdeFile *p, MapStore *s){
+  mapClose(p, s->bInFile ? 0 : s->pFd);
+  s->pFd = 0;
+}
+
+static sqlite3_int64 mapSlotOff(const MapStore *s, uint32_t k, int iSlot){
+  if( s->bInFile ) return tdeLayoutMapOff(&s->L, k, iSlot);
+  return ((sqlite3_int64)k*2 + iSlot)*MAP_SLOT;
+}
+
+/* Read both slots of map page k into aBuf (2 * MAP_SLOT bytes); a slot
+** beyond the end of the store reads as zeros (invalid), *pbShort set. */
+static int mapReadSlots(const MapStore *s, uint32_t k, uint8_t *aBuf, int *pbShort){
+  int rc = SQLITE_OK;
+  for(int i=0; rc==SQLITE_OK && i<2; i++){
+    int n = s->bInFile ? MAP_SLOT : 2*MAP_SLOT;
+    if( !s->bInFile && i==1 ) break;              /* DB-tdemap: both in one read */
+    rc = s->pFd->pMethods->xRead(s->pFd, aBuf + i*MAP_SLOT, n, mapSlotOff(s, k, i));
+    if( rc==SQLITE_IOERR_SHORT_READ ){ *pbShort = 1; rc = SQLITE_OK; }
+  }
+  return rc;
+}
+
+/* The physical size the map in force needs (version 3: the end of its
+** last region), 0 when it has none: a truncation of the database file
+** never cuts the map the header names (the fold after it drops the map
+** pages past the new size, and a later truncation cuts their regions).
+** The xFileSize rule counts no page for a region the file ends with. */
+sqlite3_int64 tdeMapKeepBytes(TdeFile *p){
+  const TdeDbKeys *k = p->pDb->pKeys;
+  TdeLayout L;
+  if( !mapInFile(p) || !p->pDb->pgsz || mapZero16(k->hdr.aMapRoot) || k->hdr.mapPages==0 ) return 0;
+  L = tdeMainLayout(p, p->pDb->pgsz);
+  return tdeLayoutMapOff(&L, k->hdr.mapPages - 1, 0) + tdeLayoutRegionBytes(p->pDb->pgsz);
+}
+
 /* Log and record a map that cannot be used. */
 static _Thread_local int bMapQuiet;   /* a load that will be retried: no log line */
+static int mapRefuseInFile(TdeFile *p, const char *zWhy){
+  tdeErr(TDE_AUTH, "%s: the page map the database file itself holds does not match its header "
+         "(%s); nothing was read or changed. `sqlite-tde remap` accepts whatever pages are there "
+         "now, including a rollback: restore from a backup instead unless you know the pages are "
+         "the ones you want", mapDbName(p), zWhy);
+  tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+  p->nAuthFail++;
+  return SQLITE_IOERR_AUTH;
+}
+
 static int mapRefuse(TdeFile *p, const char *zWhy){
   if( bMapQuiet ) return SQLITE_IOERR_AUTH;
+  if( mapInFile(p) ) return mapRefuseInFile(p, zWhy);
   /* Never suggest remap here: a copy made without the map and pages
   ** rolled back with the map removed look the same, and remap accepts
   ** both (README "The page map": how to tell them apart first). */
@@ -189,10 +267,11 @@ static int mapRefuse(TdeFile *p, const char *zWhy){
 static int mapLoad(TdeFile *p){
   const TdeHeader *h = &p->pDb->pKeys->hdr;
   struct TdeMap *m;
-  sqlite3_file *pFd = 0;
+  MapStore st;
   uint8_t *aBuf = 0;
   uint8_t aRoot[16];
-  int rc;
+  int rc, bShort = 0;
+  memset(&st, 0, sizeof(st));
   tdeMapFree(p);
   m = sqlite3_malloc(sizeof(*m));
   if( !m ) return SQLITE_NOMEM;
@@ -202,7 +281,7 @@ static int mapLoad(TdeFile *p){
   rc = mapRoom(m, h->mapPages);
   if( rc ) goto fail;
   m->n = h->mapPages;
-  rc = mapOpen(p, 0, &pFd);
+  rc = mapStoreOpen(p, 0, &st);
   if( rc==SQLITE_CANTOPEN ){ rc = mapRefuse(p, "the file is missing"); goto fail; }
   if( rc ) goto fail;
   aBuf = sqlite3_malloc(2*MAP_SLOT);
@@ -211,8 +290,7 @@ static int mapLoad(TdeFile *p){
     int iBest = -1;
     uint64_t gBest = 0, gOther = 0;
     uint8_t aHash[2][16];
-    rc = pFd->pMethods->xRead(pFd, aBuf, 2*MAP_SLOT, (sqlite3_int64)k*2*MAP_SLOT);
-    if( rc==SQLITE_IOERR_SHORT_READ ) rc = SQLITE_OK;   /* zero-filled: invalid slots */
+    rc = mapReadSlots(&st, k, aBuf, &bShort);      /* zero-filled if short: invalid slots */
     if( rc ) goto fail;
     for(int s=0; s<2; s++){
       const uint8_t *a = aBuf + s*MAP_SLOT;
@@ -227,7 +305,11 @@ static int mapLoad(TdeFile *p){
         if( g>gOther ) gOther = g;
       }
     }
-    if( iBest<0 ){ rc = mapRefuse(p, "a map page has no valid slot"); goto fail; }
+    if( iBest<0 ){
+      rc = mapRefuse(p, st.bInFile && bShort ? "the file is shorter than its own map: a copy cut short "
+                     "or a truncated file" : "a map page has no valid slot");
+      goto fail;
+    }
     m->aSlot[k] = (uint8_t)iBest;
     m->aOther[k] = gOther;
     memcpy(m->aHash[k], aHash[iBest], 16);
@@ -235,14 +317,18 @@ static int mapLoad(TdeFile *p){
   }
   rc = mapRoot(h->dbid, m->G, m->n, m->aHash, aRoot);
   if( rc ) goto fail;
-  if( !tdeCtEqual(aRoot, h->aMapRoot, 16) ){ rc = mapRefuse(p, "its root differs"); goto fail; }
+  if( !tdeCtEqual(aRoot, h->aMapRoot, 16) ){
+    rc = mapRefuse(p, st.bInFile && bShort ? "the file is shorter than its own map: a copy cut short "
+                   "or a truncated file" : "its root differs");
+    goto fail;
+  }
   memcpy(m->aRoot, aRoot, 16);
   sqlite3_free(aBuf);
-  mapClose(p, pFd);
+  mapStoreClose(p, &st);
   return SQLITE_OK;
 fail:
   sqlite3_free(aBuf);
-  mapClose(p, pFd);
+  mapStoreClose(p, &st);
   tdeMapFree(p);
   return rc;
 }
@@ -288,6 +374,16 @@ static int mapCheck(TdeFile *p, uint32_t pgno, const uint8_t *aTag){
 }
 
 static int mapRefusePage(TdeFile *p, uint32_t pgno){
+  if( mapInFile(p) ){
+    tdeErr(TDE_AUTH, "%s: page %u does not match the page map the database file itself holds (the "
+           "file's pages were rolled back, in part or whole, or edited; the page was not returned "
+           "and nothing was changed). `sqlite-tde remap` accepts whatever pages are there now, "
+           "including a rollback: restore from a backup instead unless you know the pages are the "
+           "ones you want", mapDbName(p), pgno);
+    tdeLog(TDE_LOG_ERROR, "%s", tde_last_error());
+    p->nAuthFail++;
+    return SQLITE_IOERR_AUTH;
+  }
   tdeErr(TDE_AUTH, "%s: page %u is an older version than the page map records (the database "
          "file was rolled back, in part or whole, to an older copy; the page was not returned and "
          "nothing was changed): restore the database, its -wal and %s-tdemap from one backup",
@@ -340,7 +436,7 @@ static int mapReadFileTags(TdeFile *p, struct TdeMap *m, uint32_t nPage){
     uint8_t aTag[MAP_ENTRY];
     int bShort = 0;
     int rc = tdeRealRead(p, aTag, MAP_ENTRY,
-                         TDE_HEADER_BYTES + (sqlite3_int64)pg*pgsz - TDE_TRAILER_SIZE + MAP_TAG_OFF, &bShort);
+                         tdeMainPageOff(p, pgsz, pg) + pgsz - TDE_TRAILER_SIZE + MAP_TAG_OFF, &bShort);
     if( rc ) return rc;
     if( bShort ) memset(aTag, 0, MAP_ENTRY);
     memcpy(m->aTag + (size_t)(pg-1)*MAP_ENTRY, aTag, MAP_ENTRY);
@@ -355,6 +451,7 @@ static int mapReadFileTags(TdeFile *p, struct TdeMap *m, uint32_t nPage){
 static int mapFoldBase(TdeFile *p, int bBuild){
   struct TdeMap *m;
   sqlite3_int64 sz = 0;
+  TdeLayout L = tdeMainLayout(p, p->pDb->pgsz);
   uint32_t nFile;
   int rc;
   if( !bBuild ) return mapLoad(p);
@@ -365,7 +462,7 @@ static int mapFoldBase(TdeFile *p, int bBuild){
   p->pDb->map.pMap = m;
   rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   if( rc ) return rc;
-  nFile = sz>TDE_HEADER_BYTES ? (uint32_t)((sz - TDE_HEADER_BYTES) / p->pDb->pgsz) : 0;
+  nFile = tdeLayoutWholePages(&L, sz);
   rc = mapRoom(m, (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE);
   if( rc ) return rc;
   m->n = (nFile + MAP_PER_PAGE - 1) / MAP_PER_PAGE;
@@ -410,9 +507,15 @@ static int mapFoldApply(TdeFile *p, int bBuild, const uint32_t *aPgno, const uin
       if( memcmp(pE, z, MAP_ENTRY)!=0 ){ memset(pE, 0, MAP_ENTRY); aDirty[i/MAP_PER_PAGE] = 1; }
     }
   }
+  if( nFrame && nDb && mapInFile(p) && (nDb + MAP_PER_PAGE - 1) / MAP_PER_PAGE < m->n ){
+    /* Version 3: map pages past the database's size are dropped (their
+    ** regions go with the truncation that follows; FORMAT.md "Folding"). */
+    m->n = (nDb + MAP_PER_PAGE - 1) / MAP_PER_PAGE;
+    *pbAny = 1;
+  }
   /* A slot not in force that a fold which did not finish wrote with the
   ** generation about to be used would compete with the one in force. */
-  for(uint32_t kk=0; kk<nOld; kk++) if( m->aOther[kk] > m->G ) aDirty[kk] = 1;
+  for(uint32_t kk=0; kk<nOld && kk<m->n; kk++) if( m->aOther[kk] > m->G ) aDirty[kk] = 1;
   for(uint32_t kk=0; kk<m->n && !*pbAny; kk++) if( aDirty[kk] ) *pbAny = 1;
   return SQLITE_OK;
 }
@@ -423,16 +526,16 @@ static int mapFoldApply(TdeFile *p, int bBuild, const uint32_t *aPgno, const uin
 static int mapFoldWrite(TdeFile *p, int bBuild, const uint8_t *aDirty){
   TdeDbKeys *k = p->pDb->pKeys;
   struct TdeMap *m = p->pDb->map.pMap;
-  sqlite3_file *pFd = 0;
+  MapStore st;
   uint8_t *aBuf = 0;
   uint8_t aRoot[16];
   MapEdit e;
   int rc;
   e.G = k->hdr.mapGen + 1;
-  rc = mapOpen(p, 1, &pFd);
+  rc = mapStoreOpen(p, 1, &st);
   if( rc ) goto done;
-  if( bBuild ){
-    rc = pFd->pMethods->xTruncate(pFd, 0);
+  if( bBuild && !st.bInFile ){
+    rc = st.pFd->pMethods->xTruncate(st.pFd, 0);
     if( rc ) goto done;
   }
   aBuf = sqlite3_malloc(MAP_SLOT);
@@ -447,13 +550,13 @@ static int mapFoldWrite(TdeFile *p, int bBuild, const uint8_t *aDirty){
     memcpy(aBuf+16, m->aTag + (size_t)kk*MAP_PER_PAGE*MAP_ENTRY, MAP_PER_PAGE*MAP_ENTRY);
     rc = mapSlotHash(k->hdr.dbid, aBuf, aBuf+MAP_HASH_OFF);
     if( rc ) goto done;
-    rc = pFd->pMethods->xWrite(pFd, aBuf, MAP_SLOT, ((sqlite3_int64)kk*2 + s)*MAP_SLOT);
+    rc = st.pFd->pMethods->xWrite(st.pFd, aBuf, MAP_SLOT, mapSlotOff(&st, kk, s));
     if( rc ) goto done;
     memcpy(m->aHash[kk], aBuf+MAP_HASH_OFF, 16);
     m->aOther[kk] = 0;          /* the slot it replaces holds a generation <= G */
     m->aSlot[kk] = (uint8_t)s;
   }
-  rc = pFd->pMethods->xSync(pFd, SQLITE_SYNC_NORMAL);
+  rc = st.pFd->pMethods->xSync(st.pFd, SQLITE_SYNC_NORMAL);
   if( rc ) goto done;
   rc = mapRoot(k->hdr.dbid, e.G, m->n, m->aHash, aRoot);
   if( rc ) goto done;
@@ -465,7 +568,7 @@ static int mapFoldWrite(TdeFile *p, int bBuild, const uint8_t *aDirty){
   memcpy(m->aRoot, aRoot, 16);
 done:
   sqlite3_free(aBuf);
-  mapClose(p, pFd);
+  mapStoreClose(p, &st);
   return rc;
 }
 
@@ -500,6 +603,45 @@ static int mapFold(TdeFile *p, const uint32_t *aPgno, const uint8_t *aTag, uint3
   /* Whatever failed, the map in memory may not be what is on disk. */
   if( rc ) tdeMapFree(p);
   return rc;
+}
+
+/*
+** Version 3, before a truncation of the database file to nPage pages that
+** would cut regions of the map in force: the map pages past the new size
+** are dropped first, by a freshness update to {R' over the first n'
+** slots in force, G + 1, n' = ceil(nPage / 508)} (entries of the last
+** map page past nPage stay until the next fold rewrites it).  SQLITE_OK
+** with the map shrunk, SQLITE_BUSY when a slot not in force carries
+** generation G + 1 (a fold that did not finish: only a fold may take G + 1
+** then), or an error; the caller then keeps the regions.  Caller: the
+** checkpoint's truncation (every frame backfilled) or a write lock.
+*/
+int tdeMapShrink(TdeFile *p, uint32_t nPage){
+  TdeDbKeys *k = p->pDb->pKeys;
+  uint32_t n = (nPage + MAP_PER_PAGE - 1) / MAP_PER_PAGE;
+  struct TdeMap *m;
+  uint8_t aRoot[16];
+  MapEdit e;
+  int rc;
+  if( !mapInFile(p) || mapZero16(k->hdr.aMapRoot) || n>=k->hdr.mapPages ) return SQLITE_OK;
+  if( n==0 ) return tdeMapDrop(p);
+  if( !mapCurrent(p) ){
+    rc = mapLoad(p);
+    if( rc ) return rc;
+  }
+  m = p->pDb->map.pMap;
+  for(uint32_t kk=0; kk<n; kk++) if( m->aOther[kk] > m->G ) return SQLITE_BUSY;
+  e.G = k->hdr.mapGen + 1;
+  rc = mapRoot(k->hdr.dbid, e.G, n, m->aHash, aRoot);
+  if( rc ) return rc;
+  e.aRoot = aRoot;
+  e.n = n;
+  rc = tdeMainFreshnessUpdate(p, editMap, &e);
+  if( rc ){ tdeMapFree(p); return rc; }
+  m->G = e.G;
+  m->n = n;
+  memcpy(m->aRoot, aRoot, 16);
+  return SQLITE_OK;
 }
 
 /* ---- hooks -------------------------------------------------------------- */

@@ -155,13 +155,13 @@ int tdeRekeyRecover(TdeFile *p){
     const uint8_t *e = a + RJ_HDR + (size_t)i*(4+pgsz);
     uint32_t pgno = tdeGet32(e);
     int bShort = 0;
-    rc = tdeRealRead(p, aPage, (int)pgsz, TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz, &bShort);
+    rc = tdeRealRead(p, aPage, (int)pgsz, tdeMainPageOff(p, pgsz, pgno), &bShort);
     if( rc ) break;
     if( bShort ) continue;      /* the file no longer reaches it (truncated since) */
     if( tdeOpenPage(p, aPage, pgsz, pgno, 0)==SQLITE_OK ) continue;   /* intact */
     memcpy(aPage, e+4, pgsz);
     if( tdeOpenPage(p, aPage, pgsz, pgno, 0)!=SQLITE_OK ) continue;
-    rc = p->pReal->pMethods->xWrite(p->pReal, e+4, (int)pgsz, TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz);
+    rc = p->pReal->pMethods->xWrite(p->pReal, e+4, (int)pgsz, tdeMainPageOff(p, pgsz, pgno));
     nRestored++;
   }
   if( rc==SQLITE_OK && nRestored ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
@@ -296,8 +296,9 @@ int tdeMainRekeyBegin(TdeFile *p){
 /* Number of whole pages in the file. */
 static sqlite3_int64 filePages(TdeFile *p, uint32_t pgsz){
   sqlite3_int64 sz = 0;
-  if( p->pReal->pMethods->xFileSize(p->pReal, &sz) || sz<=TDE_HEADER_BYTES ) return 0;
-  return (sz - TDE_HEADER_BYTES) / pgsz;
+  TdeLayout L = tdeMainLayout(p, pgsz);
+  if( p->pReal->pMethods->xFileSize(p->pReal, &sz) ) return 0;
+  return tdeLayoutWholePages(&L, sz);
 }
 
 static int allZero(const uint8_t *a, uint32_t n){
@@ -379,7 +380,7 @@ int tdeMainRekeyStep(TdeFile *p, int nMax, sqlite3_int64 *pnRewritten,
     uint8_t *aPage = aOld + (size_t)nBatch*pgsz;
     int bShort;
     uint32_t v;
-    rc = tdeRealRead(p, aPage, (int)pgsz, TDE_HEADER_BYTES + (iPg-1)*pgsz, &bShort);
+    rc = tdeRealRead(p, aPage, (int)pgsz, tdeMainPageOff(p, pgsz, (uint32_t)iPg), &bShort);
     if( rc ) goto done;
     nScanned++;
     v = tdeTrailerVersion(aPage + pgsz - TDE_TRAILER_SIZE);
@@ -408,7 +409,7 @@ int tdeMainRekeyStep(TdeFile *p, int nMax, sqlite3_int64 *pnRewritten,
   /* 2. New pages, durable.  3. Empty the journal. */
   for(int i=0; rc==SQLITE_OK && i<nBatch; i++){
     rc = p->pReal->pMethods->xWrite(p->pReal, aNew + (size_t)i*pgsz, (int)pgsz,
-                                    TDE_HEADER_BYTES + (sqlite3_int64)(aPgno[i]-1)*pgsz);
+                                    tdeMainPageOff(p, pgsz, aPgno[i]));
   }
   if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
   if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
@@ -477,7 +478,7 @@ static int rekeyResealPage1(TdeFile *p){
   aNew = sqlite3_malloc((int)pgsz);
   aJ = sqlite3_malloc((int)(RJ_HDR + 4 + pgsz + RJ_SUM));
   if( !aOld || !aNew || !aJ ){ rc = SQLITE_NOMEM; goto done; }
-  rc = tdeRealRead(p, aOld, (int)pgsz, TDE_HEADER_BYTES, &bShort);
+  rc = tdeRealRead(p, aOld, (int)pgsz, tdeMainPageOff(p, pgsz, 1), &bShort);
   if( rc || bShort || allZero(aOld, pgsz) ) goto done;     /* no page 1 on disk */
   memcpy(aNew, aOld, pgsz);
   rc = tdeOpenPage(p, aNew, pgsz, 1, &vNoKey);
@@ -499,7 +500,7 @@ static int rekeyResealPage1(TdeFile *p){
     rc = j.pFd->pMethods->xWrite(j.pFd, aJ+off, (int)(nJ-off < 65536 ? nJ-off : 65536), off);
   }
   if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xSync(j.pFd, SQLITE_SYNC_NORMAL);
-  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aNew, (int)pgsz, TDE_HEADER_BYTES);
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xWrite(p->pReal, aNew, (int)pgsz, tdeMainPageOff(p, pgsz, 1));
   if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
   if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xTruncate(j.pFd, 0);
   if( rc==SQLITE_OK ) rc = j.pFd->pMethods->xSync(j.pFd, SQLITE_SYNC_NORMAL);
@@ -559,7 +560,8 @@ int tdeMainCountVersions(TdeFile *p, uint32_t *aVersion, sqlite3_int64 *anPages,
   for(sqlite3_int64 i=1; i<=nPages; i++){
     int bShort, f;
     uint32_t v;
-    rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + i*p->pDb->pgsz - TDE_TRAILER_SIZE, &bShort);
+    rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE,
+                     tdeMainPageOff(p, p->pDb->pgsz, (uint32_t)i) + p->pDb->pgsz - TDE_TRAILER_SIZE, &bShort);
     if( rc ) break;
     if( bShort || allZero(aTrailer, TDE_TRAILER_SIZE) ) continue;
     v = tdeTrailerVersion(aTrailer);

@@ -62,7 +62,7 @@ int tdeHeaderMacKey(const uint8_t dek[32], const uint8_t dbid[16], uint8_t out[3
 static atomic_int createVersion = TDE_FORMAT_V2;
 int tdeCreateVersion(void){ return atomic_load(&createVersion); }
 void tdeSetCreateVersion(int v){
-  atomic_store(&createVersion, v==TDE_FORMAT_V1 ? TDE_FORMAT_V1 : TDE_FORMAT_V2);
+  atomic_store(&createVersion, v==TDE_FORMAT_V1 || v==TDE_FORMAT_V3 ? v : TDE_FORMAT_V2);
 }
 
 int tdeHeaderEncode(const TdeHeader *p, const uint8_t macKey[32], uint8_t *a){
@@ -70,7 +70,7 @@ int tdeHeaderEncode(const TdeHeader *p, const uint8_t macKey[32], uint8_t *a){
   uint16_t version = p->version ? p->version : TDE_FORMAT_V1;
   size_t nKeyring = version>=TDE_FORMAT_V2 ? H_FRESH : H_MAC;   /* keyring must end here */
   int rc;
-  if( version!=TDE_FORMAT_V1 && version!=TDE_FORMAT_V2 ) return tdeErr(TDE_RANGE, "header: bad format version");
+  if( version<TDE_FORMAT_V1 || version>TDE_FORMAT_V3 ) return tdeErr(TDE_RANGE, "header: bad format version");
   memset(a, 0, TDE_SLOT_SIZE);
   memcpy(a+H_MAGIC, TDE_HDR_MAGIC, 8);
   tdePut16(a+H_VERSION, version);
@@ -128,9 +128,9 @@ int tdeHeaderDecode(const uint8_t *a, TdeHeader *p){
   if( rc ) return rc;
   if( !tdeCtEqual(sum, a+H_SUM, 32) ) return tdeErr(TDE_FORMAT, "header slot: checksum mismatch");
   version = tdeGet16(a+H_VERSION);
-  if( version!=TDE_FORMAT_V1 && version!=TDE_FORMAT_V2 ){
-    return tdeErr(TDE_FORMAT, "header slot: format version %u not supported (this build reads 1 and %d)",
-                  version, TDE_FORMAT_VERSION);
+  if( version<TDE_FORMAT_V1 || version>TDE_FORMAT_V3 ){
+    return tdeErr(TDE_FORMAT, "header slot: format version %u not supported (this build reads 1 to %d)",
+                  version, TDE_FORMAT_V3);
   }
   nKeyring = version>=TDE_FORMAT_V2 ? H_FRESH : H_MAC;
   if( tdeGet16(a+H_SLOTSZ)!=TDE_SLOT_SIZE ) return tdeErr(TDE_FORMAT, "header slot: bad slot size");

@@ -29,7 +29,9 @@
 #define TDE_CIPHER_AES256GCM_V1 1
 #define TDE_FORMAT_V1     1
 #define TDE_FORMAT_V2     2                   /* freshness (docs/FORMAT.md "Format version 2") */
-#define TDE_FORMAT_VERSION TDE_FORMAT_V2      /* the newest this build reads and writes */
+#define TDE_FORMAT_V3     3                   /* one file: the pages among map regions (docs/FORMAT.md
+                                              ** "Format version 3"); opt-in, experimental */
+#define TDE_FORMAT_VERSION TDE_FORMAT_V2      /* what new databases get by default */
 #define TDE_HDR_MAGIC     "SQLT-TDE"          /* 8 bytes, no NUL stored */
 #define TDE_DBID_BYTES    16
 
@@ -49,8 +51,8 @@ typedef struct TdeHeader {
   uint16_t reserve;                 /* TDE_RESERVE_BYTES */
   uint32_t curVersion;              /* data key version for new writes */
   uint32_t flags;                   /* 0: no flag is defined; a slot with any set is refused */
-  uint16_t version;                 /* format version: TDE_FORMAT_V1 or _V2 (0 encodes as 1) */
-  /* Version 2 only (the freshness area; zero in version 1): */
+  uint16_t version;                 /* format version: TDE_FORMAT_V1, _V2 or _V3 (0 encodes as 1) */
+  /* Version 2 and 3 only (the freshness area; zero in version 1): */
   uint64_t logEpoch;                /* L: what the current WAL generation / journal is bound to */
   uint8_t aWalSalt[8];              /* salts of the WAL generation bound to L (zero: a journal) */
   uint8_t aMapRoot[16];             /* page-map root (zero: none) */
@@ -95,7 +97,8 @@ void tdeWrapAad(const uint8_t dbid[16], uint32_t version, uint8_t out[TDE_WRAP_A
 int tdeKeyringCreate(TdeKeystore *ks, TdeHeader *p, uint8_t *aDek);
 
 /* Format version new databases get (TDE_FORMAT_V2 unless set; the setter
-** exists for tests that need a version-1 database).  Process-wide. */
+** exists for tests that need a version-1 or version-3 database).
+** Process-wide. */
 int tdeCreateVersion(void);
 void tdeSetCreateVersion(int v);
 

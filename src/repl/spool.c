@@ -16,6 +16,7 @@
 ** frame the spool does not hold, or record a partial transaction.
 */
 #include "repl/repl.h"
+#include "keys/layout.h"
 #include "cipher/cipher.h"
 #include "keys/keys.h"
 
@@ -1007,6 +1008,9 @@ int tdeRecValidate(const uint8_t *aRec, const TdeRec *r, uint32_t pgszCopy, uint
 
 int tdeApplyRecord(int fd, const uint8_t *aRec, const TdeRec *r){
   const uint8_t *p = aRec + TDE_REC_HDR;
+  /* The copy's layout: version 2's (the standby does not take a
+  ** version-3 primary yet: docs/FORMAT.md "Format version 3: Standby"). */
+  TdeLayout L = { TDE_FORMAT_V2, r->pgsz, 0 };
   uint32_t nTrunc = 0;
   int rc;
   if( r->kind!=TDE_REC_TXN ) return TDE_OK;
@@ -1018,11 +1022,11 @@ int tdeApplyRecord(int fd, const uint8_t *aRec, const TdeRec *r){
   for(uint32_t i=0; i<r->nFrame; i++, p += TDE_FRAME_HDR + r->pgsz){
     uint32_t pgno = tdeGet32(p);
     if( pgno==0 ) return tdeErr(TDE_FORMAT, "frame with page number 0");
-    rc = writeAll(fd, p + TDE_FRAME_HDR, r->pgsz, (off_t)TDE_HEADER_BYTES + (off_t)(pgno-1)*r->pgsz);
+    rc = writeAll(fd, p + TDE_FRAME_HDR, r->pgsz, (off_t)tdeLayoutPageOff(&L, pgno));
     if( rc ) return rc;
     if( tdeGet32(p+4) ) nTrunc = tdeGet32(p+4);
   }
-  if( nTrunc && ftruncate(fd, (off_t)TDE_HEADER_BYTES + (off_t)nTrunc*r->pgsz)!=0 ){
+  if( nTrunc && ftruncate(fd, (off_t)tdeLayoutPhysSize(&L, (int64_t)nTrunc*r->pgsz))!=0 ){
     return tdeErr(TDE_IO, "truncate failed: %s", strerror(errno));
   }
   return TDE_OK;

@@ -31,6 +31,7 @@
 #include "repl/repl.h"
 #include "cipher/cipher.h"
 #include "keys/keys.h"
+#include "keys/layout.h"
 #include "audit/audit.h"
 
 #include <errno.h>
@@ -339,8 +340,9 @@ static int sbValidate(Standby *p, SbCheck *c, const SbRec *pRec){
   if( !c->bInit ){
     struct stat st;
     if( fstat(p->fdDb, &st)!=0 ) return tdeErr(TDE_IO, "%s: %s", p->zDb, strerror(errno));
+    TdeLayout L = { TDE_FORMAT_V2, 0, 0 };   /* the copy's layout; page size not yet known: bytes */
     c->pgsz = p->pgsz;
-    c->nBytes = st.st_size>TDE_HEADER_BYTES ? (uint64_t)(st.st_size - TDE_HEADER_BYTES) : 0;
+    c->nBytes = (uint64_t)tdeLayoutSqliteSize(&L, (int64_t)st.st_size);
     c->bInit = 1;
   }
   if( r->kind==TDE_REC_TXN && r->nFrame>0 && c->pgsz==0 && (c->nBytes % r->pgsz)!=0 ){
@@ -683,7 +685,11 @@ static int sbBaseAdopt(Standby *p, const SbBase *pB){
   p->appliedCapture = p->receivedCapture = pB->tCap;
   /* A WAL database keeps its page size: keep the one known unless the
   ** new copy's size says otherwise (then learn it again). */
-  if( p->pgsz && (pB->size<TDE_HEADER_BYTES || (pB->size - TDE_HEADER_BYTES) % p->pgsz) ) p->pgsz = 0;
+  if( p->pgsz ){
+    TdeLayout L = { TDE_FORMAT_V2, p->pgsz, 0 };
+    int64_t nWhole = (int64_t)tdeLayoutWholePages(&L, (int64_t)pB->size) * p->pgsz;
+    if( tdeLayoutPhysSize(&L, nWhole)!=(int64_t)pB->size ) p->pgsz = 0;
+  }
   p->appliedAt = tdeNowMs();
   p->bHave = 1;
   snprintf(p->zStatus, sizeof(p->zStatus), "streaming");

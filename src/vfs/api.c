@@ -190,16 +190,19 @@ static int verifyHeader(TdeFile *p, sqlite3_int64 nPageSize, const char *zSchema
 ** page cut short by a truncated file, or junk appended: SQLite never
 ** writes part of a page). */
 static int verifySize(TdeFile *p, const char *zSchema, sqlite3_int64 *pnPage, int64_t *pBadPage){
-  sqlite3_int64 sz = 0, nPage = 0;
+  sqlite3_int64 sz = 0, nPage = 0, nExtra;
+  TdeLayout L = tdeMainLayout(p, p->pDb->pgsz);
   int rc = tdeMainPageCount(p, &nPage);
   if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   if( rc ) return tdeErr(TDE_IO, "cannot read the size of '%s' (SQLite error %d)", zSchema, rc);
   *pnPage = nPage;
-  if( sz>TDE_HEADER_BYTES && (sz-TDE_HEADER_BYTES)%p->pDb->pgsz!=0 ){
+  nExtra = sz - tdeLayoutPhysSize(&L, nPage*p->pDb->pgsz);
+  if( nExtra>0 && sz<=tdeMapKeepBytes(p) ) nExtra = 0;   /* version 3: the map's last regions */
+  if( nExtra>0 ){
     if( pBadPage ) *pBadPage = nPage+1;
     return tdeErr(TDE_AUTH, "page %lld is only partly present (%lld of %u bytes: the file was "
                   "truncated, or has junk appended after its last page)", (long long)(nPage+1),
-                  (long long)((sz-TDE_HEADER_BYTES)%p->pDb->pgsz), p->pDb->pgsz);
+                  (long long)nExtra, p->pDb->pgsz);
   }
   return TDE_OK;
 }
@@ -230,7 +233,7 @@ static int verifyPage(TdeFile *p, uint8_t *aPage, sqlite3_int64 i, sqlite3_int64
                       int bNewer, int64_t *pBadPage, int *pbHole){
   uint8_t aTag[16];
   int bShort = 0;
-  int rc = tdeRealRead(p, aPage, (int)p->pDb->pgsz, TDE_HEADER_BYTES + (i-1)*p->pDb->pgsz, &bShort);
+  int rc = tdeRealRead(p, aPage, (int)p->pDb->pgsz, tdeMainPageOff(p, p->pDb->pgsz, (uint32_t)i), &bShort);
   if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
   *pbHole = rc==SQLITE_OK && tdePageIsZero(aPage, p->pDb->pgsz)
          && tdePageIsHole((uint32_t)i, nPageCount>=0 && nPageCount<UINT32_MAX ? (uint32_t)nPageCount : UINT32_MAX, bNewer);

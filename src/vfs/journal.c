@@ -585,7 +585,7 @@ static int jBindNew(TdeFile *p, struct TdeJrnl *j, uint32_t pgsz){
   j->bindId = 0;
   memset(j->aTag, 0, JB_TAG);
   if( !m || !m->pDb->pKeys || m->pDb->pKeys->hdr.version<TDE_FORMAT_V2 ) return SQLITE_OK;
-  rc = tdeRealRead(m, aTr, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + pgsz - TDE_TRAILER_SIZE, &bShort);
+  rc = tdeRealRead(m, aTr, TDE_TRAILER_SIZE, tdeMainPageOff(m, pgsz, 1) + pgsz - TDE_TRAILER_SIZE, &bShort);
   if( rc ) return rc;
   if( bShort ) memset(aTr, 0, sizeof(aTr));
   memcpy(j->aTag, aTr+24, JB_TAG);
@@ -978,7 +978,7 @@ static int jBindCheck(TdeFile *p, struct TdeJrnl *j){
   uint8_t aTr[TDE_TRAILER_SIZE];
   int bShort = 0, rc;
   if( !m ) return SQLITE_OK;      /* (no keys either: nothing of it reads) */
-  rc = tdeRealRead(m, aTr, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + j->pgsz - TDE_TRAILER_SIZE, &bShort);
+  rc = tdeRealRead(m, aTr, TDE_TRAILER_SIZE, tdeMainPageOff(m, j->pgsz, 1) + j->pgsz - TDE_TRAILER_SIZE, &bShort);
   if( rc ) return rc;
   if( bShort ) memset(aTr, 0, sizeof(aTr));
   if( tdeCtEqual(aTr+24, j->aTag, JB_TAG) || tdeGet32(aTr+12)==j->bindId ) return SQLITE_OK;
@@ -1044,7 +1044,7 @@ static int jUnboundCheck(TdeFile *p, uint32_t pgsz){
   uint8_t aTr[TDE_TRAILER_SIZE];
   int bShort = 0, rc;
   if( !m || !m->pDb->pKeys || m->pDb->pKeys->hdr.version<TDE_FORMAT_V2 ) return SQLITE_OK;
-  rc = tdeRealRead(m, aTr, TDE_TRAILER_SIZE, TDE_HEADER_BYTES + pgsz - TDE_TRAILER_SIZE, &bShort);
+  rc = tdeRealRead(m, aTr, TDE_TRAILER_SIZE, tdeMainPageOff(m, pgsz, 1) + pgsz - TDE_TRAILER_SIZE, &bShort);
   if( rc ) return rc;
   if( bShort || tdeGet32(aTr+12)==0 ){
     tdeLog(TDE_LOG_WARNING, "%s: hot journal without a freshness binding (written by format "
@@ -1458,8 +1458,8 @@ static int jResealPage1(TdeFile *pMain){
   }
   rc = pMain->pReal->pMethods->xFileSize(pMain->pReal, &sz);
   if( rc ) goto done;
-  if( sz < TDE_HEADER_BYTES + (sqlite3_int64)P ) goto done;        /* no page 1 yet */
-  rc = tdeRealRead(pMain, aPage, (int)P, TDE_HEADER_BYTES, &bShort);
+  if( sz < tdeMainPageOff(pMain, P, 1) + (sqlite3_int64)P ) goto done;        /* no page 1 yet */
+  rc = tdeRealRead(pMain, aPage, (int)P, tdeMainPageOff(pMain, P, 1), &bShort);
   if( rc==SQLITE_OK && bShort ) rc = SQLITE_IOERR_SHORT_READ;
   if( rc==SQLITE_OK ) rc = tdeOpenPage(pMain, aPage, P, 1, &vNoKey);
   if( rc==SQLITE_IOERR_AUTH ) tdeAuthFail(pMain, 1, "database", vNoKey);
@@ -1479,7 +1479,7 @@ static int jResealPage1(TdeFile *pMain){
   if( tdeRandom(a4, 4)!=TDE_OK ){ rc = SQLITE_IOERR_WRITE; goto done; }
   ckInit = tdeGet32(a4);
   tdePut32(aHdr+12, ckInit);
-  tdePut32(aHdr+16, (uint32_t)((sz - TDE_HEADER_BYTES) / P));    /* dbOrigSize */
+  tdePut32(aHdr+16, tdeMainWholePages(pMain, P, sz));             /* dbOrigSize */
   tdePut32(aHdr+20, 512);                                         /* sector size */
   tdePut32(aHdr+24, P);
   rc = tdeJournalWrite(&jf, aHdr, (int)sizeof(aHdr), 0);
@@ -1501,7 +1501,7 @@ static int jResealPage1(TdeFile *pMain){
   /* Page 1 sealed again (it carries the journal's J), durable; then the
   ** journal goes. */
   rc = tdeSealPage(pMain, aPage, P, 1, aSealed);
-  if( rc==SQLITE_OK ) rc = pMain->pReal->pMethods->xWrite(pMain->pReal, aSealed, (int)P, TDE_HEADER_BYTES);
+  if( rc==SQLITE_OK ) rc = pMain->pReal->pMethods->xWrite(pMain->pReal, aSealed, (int)P, tdeMainPageOff(pMain, P, 1));
   tdePage1Forget(pMain);
   if( rc==SQLITE_OK ) rc = pMain->pReal->pMethods->xSync(pMain->pReal, SQLITE_SYNC_NORMAL);
   if( rc ) goto done;

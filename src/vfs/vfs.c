@@ -4,7 +4,8 @@
 ** kind, the method table, and the main database file:
 **
 **   file offset 0 .. TDE_HEADER_BYTES   two header slots (keys/keys.h)
-**   then page N at TDE_HEADER_BYTES + (N-1)*pgsz, sealed with AES-256-GCM,
+**   then the pages, where keys/layout.h puts them (version 1 and 2: page N
+**   at TDE_HEADER_BYTES + (N-1)*pgsz), sealed with AES-256-GCM, each with
 **   its 48-byte trailer in the page's reserved bytes (docs/FORMAT.md).
 **
 ** Must never: return a page that failed authentication (the buffer is
@@ -265,11 +266,17 @@ done:
 }
 
 /* The configuration's format_version for a new database: "2" (the
-** default) or "1" (for a fleet that still has version-1 readers, and for
-** the benchmark kit's cost-of-version-2 comparison).  A version-1 header
-** has no freshness area: the log epoch stays 0. */
+** default), "1" (for a fleet that still has version-1 readers, and for
+** the benchmark kit's cost-of-version-2 comparison) or "3" (experimental:
+** the pages among map regions, keys/layout.h).  A version-1 header has no
+** freshness area: the log epoch stays 0. */
 static int tdeCreateFormat(const TdeConfig *pCfg, TdeHeader *h){
   const char *z = tdeConfigGet(pCfg, "format_version");
+  if( z && strcmp(z, "3")==0 ){
+    h->version = TDE_FORMAT_V3;
+    h->logEpoch = 1;
+    return TDE_OK;
+  }
   if( z==0 || strcmp(z, "1")!=0 ) return TDE_OK;   /* the config check refused others */
   h->version = TDE_FORMAT_V1;
   h->logEpoch = 0;
@@ -462,7 +469,7 @@ static int tdeMainCommittedPages(TdeFile *p, uint32_t pgsz, uint32_t *pn){
   *pn = UINT32_MAX;
   rc = tdeScratch(p);
   if( rc ) return rc;
-  rc = tdeRealRead(p, p->aBuf, (int)pgsz, TDE_HEADER_BYTES, &bShort);
+  rc = tdeRealRead(p, p->aBuf, (int)pgsz, tdeMainPageOff(p, pgsz, 1), &bShort);
   if( rc ) return rc;
   if( bShort ){
     n = 0;
@@ -520,7 +527,7 @@ static int tdeMainIsHole(TdeFile *p, uint32_t pgno, uint32_t pgsz, int *pbHole){
 */
 static int tdeMainShortPage(TdeFile *p, uint8_t *zBuf, int iAmt, uint32_t pgno, uint32_t pgsz){
   sqlite3_int64 sz = 0;
-  sqlite3_int64 iStart = TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz;
+  sqlite3_int64 iStart = tdeMainPageOff(p, pgsz, pgno);
   int rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
   memset(zBuf, 0, (size_t)iAmt);
   if( rc ) return rc;
@@ -635,7 +642,7 @@ static int tdeMainShortWhole(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t 
 static int tdeMainRescue(TdeFile *p, uint8_t *zBuf, uint32_t pgno, uint32_t pgsz, uint8_t aTag[16]){
   int64_t vNoKey = -1;
   int bShort, rc;
-  rc = tdeRealRead(p, zBuf, (int)pgsz, TDE_HEADER_BYTES + (sqlite3_int64)(pgno-1)*pgsz, &bShort);
+  rc = tdeRealRead(p, zBuf, (int)pgsz, tdeMainPageOff(p, pgsz, pgno), &bShort);
   if( rc ) return rc;
   if( bShort ) return tdeMainShortPage(p, zBuf, (int)pgsz, pgno, pgsz);
   memcpy(aTag, zBuf + pgsz - 24, 16);
@@ -663,7 +670,7 @@ static int tdeMainReadWhole(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 i
   uint32_t pgsz = (uint32_t)iAmt, pgno = (uint32_t)(iOfst/iAmt) + 1;     /* locate */
   uint8_t aTrailer1[TDE_TRAILER_SIZE], aTag[16];
   int bShort, rc;
-  rc = tdeRealRead(p, zBuf, iAmt, iOfst + TDE_HEADER_BYTES, &bShort);   /* read */
+  rc = tdeRealRead(p, zBuf, iAmt, tdeMainPageOff(p, pgsz, pgno), &bShort);   /* read */
   if( rc ) return rc;
   if( bShort ) return tdeMainShortWhole(p, zBuf, pgno, pgsz);
   if( p->pDb->pgsz==pgsz && tdePageIsZero(zBuf, pgsz) ){
@@ -696,7 +703,7 @@ static int tdeMainReadPiece(TdeFile *p, uint8_t *zBuf, int iAmt, int nDone, uint
   int64_t vNoKey = -1;
   int bShort, rc;
   *pbFinal = 1;
-  rc = tdeRealRead(p, p->aBuf, (int)pgsz, (sqlite3_int64)(pgno-1)*pgsz + TDE_HEADER_BYTES, &bShort);
+  rc = tdeRealRead(p, p->aBuf, (int)pgsz, tdeMainPageOff(p, pgsz, pgno), &bShort);
   if( rc ) return rc;
   if( bShort ){
     /* Past the last whole page: what was read stays, the rest is zero; a
@@ -845,7 +852,7 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
     /* A checkpoint copying the frame page it just read: that frame's
     ** ciphertext is already this page sealed for this position. */
     p->pDb->ckpt.bValid = 0;
-    rc = p->pReal->pMethods->xWrite(p->pReal, p->pDb->ckpt.aCipher, iAmt, iOfst + TDE_HEADER_BYTES);
+    rc = p->pReal->pMethods->xWrite(p->pReal, p->pDb->ckpt.aCipher, iAmt, tdeMainPageOff(p, (uint32_t)iAmt, pgno));
     if( rc==SQLITE_OK ) p->pDb->pgsz = (uint32_t)iAmt;
     if( pgno==1 ) tdePage1Forget(p);
     return rc;
@@ -854,7 +861,7 @@ static int tdeMainWrite(TdeFile *p, const uint8_t *zBuf, int iAmt, sqlite3_int64
   if( rc ) return rc;
   rc = tdeSealPage(p, zBuf, (uint32_t)iAmt, pgno, p->aBuf);
   if( rc ) return rc;
-  rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, iAmt, iOfst + TDE_HEADER_BYTES);
+  rc = p->pReal->pMethods->xWrite(p->pReal, p->aBuf, iAmt, tdeMainPageOff(p, (uint32_t)iAmt, pgno));
   if( rc==SQLITE_OK ) p->pDb->pgsz = (uint32_t)iAmt;
   if( pgno==1 ){
     if( rc==SQLITE_OK ) tdePage1Keep(p, zBuf, (uint32_t)iAmt, p->aBuf + iAmt - TDE_TRAILER_SIZE);
@@ -1002,16 +1009,59 @@ static int tdeWrite(sqlite3_file *pFile, const void *zBuf, int iAmt, sqlite3_int
   }
 }
 
+/* The layout of main file p for SQLite's sizes: version 3 needs the page
+** size, found from page 1 when this handle has not seen it yet (a
+** database without a whole page 1 has none: its size is then 0). */
+static int tdeMainSizeLayout(TdeFile *p, TdeLayout *pL){
+  int rc = SQLITE_OK;
+  if( p->pDb->pKeys && p->pDb->pKeys->hdr.version>=TDE_FORMAT_V3 && !p->pDb->pgsz ){
+    rc = tdeScratch(p);
+    if( rc==SQLITE_OK ) rc = tdeMainDiscoverPgsz(p);
+    if( rc==SQLITE_IOERR_SHORT_READ ) rc = SQLITE_OK;
+  }
+  *pL = tdeMainLayout(p, p->pDb->pgsz);
+  return rc;
+}
+
+/* xTruncate of a version-3 main file: to off(N) + P.  Map regions the
+** header in force names past it are first dropped from the map
+** (tdeMapShrink); when they cannot be, the file keeps them (the size rule
+** counts no page for a region it ends with) until a later truncation
+** (docs/FORMAT.md "The map in the file"; the header read again, as
+** another connection may have folded). */
+static int tdeMainTruncate3(TdeFile *p, const TdeLayout *pL, sqlite3_int64 size){
+  sqlite3_int64 nPhys, nKeep;
+  int rc;
+  if( !pL->pgsz && size>0 ){
+    tdeLog(TDE_LOG_ERROR, "%s: truncation to %lld bytes before the page size is known",
+           tdeFileName(p), (long long)size);
+    return SQLITE_IOERR_TRUNCATE;
+  }
+  rc = tdeMainRefreshIfChanged(p);
+  if( rc ) return rc;
+  nPhys = tdeLayoutPhysSize(pL, size);
+  if( tdeMapKeepBytes(p)>nPhys ){
+    rc = tdeMapShrink(p, (uint32_t)((size + pL->pgsz - 1) / pL->pgsz));
+    if( rc ) tdeErrClear();
+  }
+  nKeep = tdeMapKeepBytes(p);
+  return p->pReal->pMethods->xTruncate(p->pReal, nKeep>nPhys ? nKeep : nPhys);
+}
+
 static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   TdeFile *p = (TdeFile*)pFile;
   switch( p->eKind ){
     case TDE_KIND_MAIN: {
+      TdeLayout L;
       int rc;
       if( p->pDb->repl.bStandby ) return tdeStandbyRefuse(p);
       rc = tdeMainEnsureKeys(p, 0);
       if( rc ) return rc;
       if( !p->pDb->pKeys ) return p->pReal->pMethods->xTruncate(p->pReal, 0);
-      return p->pReal->pMethods->xTruncate(p->pReal, size + TDE_HEADER_BYTES);
+      rc = tdeMainSizeLayout(p, &L);
+      if( rc ) return rc;
+      if( tdeLayoutHasRegions(&L) ) return tdeMainTruncate3(p, &L, size);
+      return p->pReal->pMethods->xTruncate(p->pReal, tdeLayoutPhysSize(&L, size));
     }
     case TDE_KIND_WAL:     return tdeWalTruncate(p, size);
     case TDE_KIND_JOURNAL: return tdeJournalTruncate(p, size);
@@ -1037,16 +1087,18 @@ static int tdeFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
   switch( p->eKind ){
     case TDE_KIND_MAIN: {
       sqlite3_int64 sz = 0;
+      TdeLayout L;
       rc = tdeMainEnsureKeys(p, 0);
       if( rc ) return rc;
       rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
       if( rc ) return rc;
-      *pSize = (p->pDb->pKeys && sz>TDE_HEADER_BYTES) ? sz - TDE_HEADER_BYTES : 0;
       /* Whole pages only: a page the file ends inside of counts whole, so
       ** that SQLite reads it (and the read reports the damage,
       ** tdeMainShortPage) or truncates it away (rolling back a
-      ** transaction whose append a crash tore). */
-      if( p->pDb->pgsz && *pSize % p->pDb->pgsz ) *pSize += p->pDb->pgsz - *pSize % p->pDb->pgsz;
+      ** transaction whose append a crash tore): keys/layout.h. */
+      rc = tdeMainSizeLayout(p, &L);
+      if( rc ) return rc;
+      *pSize = p->pDb->pKeys ? tdeLayoutSqliteSize(&L, sz) : 0;
       return SQLITE_OK;
     }
     case TDE_KIND_WAL:
@@ -1225,7 +1277,9 @@ static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
     }
     case SQLITE_FCNTL_SIZE_HINT:
       if( p->eKind==TDE_KIND_MAIN ){
-        sqlite3_int64 sz = *(sqlite3_int64*)pArg + TDE_HEADER_BYTES;
+        TdeLayout L = tdeMainLayout(p, p->pDb->pgsz);
+        sqlite3_int64 sz = tdeLayoutPhysSize(&L, *(sqlite3_int64*)pArg);
+        if( tdeLayoutHasRegions(&L) && !L.pgsz ) return SQLITE_OK;   /* a hint only */
         return pReal->pMethods->xFileControl(pReal, op, &sz);
       }
       if( p->eKind==TDE_KIND_JOURNAL || p->eKind==TDE_KIND_TEMP ) return SQLITE_OK;

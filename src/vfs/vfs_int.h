@@ -48,6 +48,7 @@
 #include "tde_int.h"
 #include "cipher/cipher.h"
 #include "keys/keys.h"
+#include "keys/layout.h"
 #include "repl/repl.h"
 
 #include <limits.h>
@@ -353,7 +354,15 @@ int tdeSqliteRc(int rc);
 int tdeMainEnsureKeys(TdeFile *p, int bCreate);
 int tdeScratch(TdeFile *p);
 int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort);
+/* fileio.c: pages lying wholly in the main file (0 while the page size
+** is unknown); the layout of main file p at page size pgsz (its header's
+** format version and upgrade cursor; version 2's before the header is
+** loaded), the physical offset of page pgno in it, and the pages lying
+** wholly in nPhys bytes of it. */
 int tdeMainPageCount(TdeFile *p, sqlite3_int64 *pn);
+uint32_t tdeMainWholePages(const TdeFile *p, uint32_t pgsz, sqlite3_int64 nPhys);
+TdeLayout tdeMainLayout(const TdeFile *p, uint32_t pgsz);
+sqlite3_int64 tdeMainPageOff(const TdeFile *p, uint32_t pgsz, uint32_t pgno);
 int tdeMainCheckHeader(TdeFile *p, int *piBad);
 
 /* dek.c: data keys by version, cipher choice, header refresh. */
@@ -568,6 +577,10 @@ const char *tdeAnchorKindName(int eKind);
 ** WAL follows (journal.c, a fold whose end is unknown, tde_db_remap). */
 int tdeMapActive(TdeFile *p);
 int tdeMapDrop(TdeFile *p);
+/* Version 3: the physical size the map in force needs (the end of its
+** last region in the database file), 0 if none: truncations keep it. */
+sqlite3_int64 tdeMapKeepBytes(TdeFile *p);
+int tdeMapShrink(TdeFile *p, uint32_t nPage);
 void tdeMapFree(TdeFile *p);
 /* repair.c: set p->mBypass from the URI parameter tde_bypass of a main
 ** file, which only tde_db_remap / tde_db_reanchor can fill (a one-time

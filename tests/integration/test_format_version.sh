@@ -47,11 +47,11 @@ RC=$?
 check '[ $RC -eq 0 ] && grep -q "^format_version: 2$" st.txt' "a format-1 database made this way upgrades to 2"
 
 cp base.conf bad.conf
-echo "format_version = 3" >> bad.conf
+echo "format_version = 4" >> bad.conf
 "$CLI" --config "$WORK/bad.conf" shell bad.db "CREATE TABLE t(x);" > bad.txt 2>&1
 RC=$?
-check '[ $RC -ne 0 ] && grep -q "bad.conf:3: format_version must be 1 or 2" bad.txt' \
-  "format_version = 3 is refused with file and line ($(grep -o "format_version must.*" bad.txt | head -1))"
+check '[ $RC -ne 0 ] && grep -q "bad.conf:3: format_version must be 1, 2 or 3" bad.txt' \
+  "format_version = 4 is refused with file and line ($(grep -o "format_version must.*" bad.txt | head -1))"
 check '[ ! -s bad.db ]' "and nothing was written to bad.db"
 
 echo
