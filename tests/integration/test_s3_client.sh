@@ -23,6 +23,7 @@ cleanup() {
   if [ "${fail:-1}" = 0 ]; then rm -rf "$tmp"; else echo "kept for inspection: $tmp"; fi
 }
 trap cleanup EXIT
+trap "exit 1" INT TERM HUP
 fail=0
 n=0
 ok()  { echo "ok   $*"; }

@@ -27,7 +27,20 @@ set -euo pipefail
 
 WAIT_S=${S3SERVER_WAIT_S:-300}
 
-die() { echo "s3server: $*" >&2; exit 1; }
+STARTING=0
+# A failed start stops what it had started (by pid) before it exits.
+die() {
+  echo "s3server: $*" >&2
+  if [ "$STARTING" = 1 ] && [ -d "$D/run" ]; then STARTING=0; stop >&2; fi
+  exit 1
+}
+
+PHASES=""
+phase() {                       # phase NAME: the seconds since the last phase
+  local now=$EPOCHREALTIME
+  PHASES+=" $1 $(python3 -c "print('%.1f' % ($now - $T_PHASE))")s"
+  T_PHASE=$now
+}
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -49,7 +62,7 @@ wait_for() {
       echo "s3server: $name died while waiting for $what; its log ends:" >&2
       tail -n 30 "$D/log/$name.log" >&2 2>/dev/null || true
       tail -n 10 "$D/log/$name.out" >&2 2>/dev/null || true
-      exit 1
+      die "$name died"
     fi
     [ $((SECONDS - t0)) -lt "$WAIT_S" ] || die "no $what after ${WAIT_S}s"
     sleep 0.5
@@ -69,12 +82,14 @@ cephc() { timeout 120 ceph -c "$D/ceph.conf" --connect-timeout 60 "$@"; }
 start() {
   local t0 fsid monport httpport tlsport
   t0=$EPOCHREALTIME
+  T_PHASE=$t0
   for t in ceph ceph-mon ceph-osd radosgw radosgw-admin ceph-authtool monmaptool openssl curl python3; do
     command -v "$t" >/dev/null || die "$t is missing (scripts/deps.sh test installs it)"
   done
   [ ! -e "$D/run" ] || die "$D is in use (stop it first or pick a new folder)"
   mkdir -p "$D"/{run,log,mon,osd,rgw,tls,asok}
   chmod 700 "$D"
+  STARTING=1
   fsid=$(python3 -c 'import uuid; print(uuid.uuid4())')
   monport=$(free_port); httpport=$(free_port); tlsport=$(free_port)
 
@@ -148,6 +163,7 @@ CONF
     >"$D/log/mkfs-mon.out" 2>&1 || { cat "$D/log/mkfs-mon.out" >&2; die "ceph-mon --mkfs failed"; }
   spawn mon.a ceph-mon -c "$D/ceph.conf" -f -i a
   wait_for mon.a "monitor quorum" cephc mon stat
+  phase mon
 
   # One OSD on memstore
   local osduuid osdid
@@ -160,12 +176,14 @@ CONF
   cephc auth add osd.0 osd 'allow *' mon 'allow profile osd' -i "$D/osd/osd.0/keyring" >/dev/null 2>&1
   spawn osd.0 ceph-osd -c "$D/ceph.conf" -f -i 0
   wait_for osd.0 "OSD up" osd_up
+  phase osd
 
   # RADOS gateway
   cephc auth get-or-create client.rgw.a mon 'allow rw' osd 'allow rwx' -o "$D/rgw/keyring" >/dev/null
   spawn client.rgw.a radosgw -c "$D/ceph.conf" -f -n client.rgw.a
   wait_for client.rgw.a "the gateway on 127.0.0.1:$httpport" \
     curl -sf -o /dev/null "http://127.0.0.1:$httpport/"
+  phase radosgw
 
   # The S3 user: radosgw-admin makes the keys; they reach only files
   local user_json="$D/rgw/user.json"
@@ -193,9 +211,11 @@ PY
 
   # The bucket, with curl's SigV4 over TLS; the keys go in a config on stdin
   wait_for client.rgw.a "the gateway on TLS" make_bucket
+  phase user+bucket
+  STARTING=0
 
-  printf 's3server: started in %s s (https://127.0.0.1:%s, http://127.0.0.1:%s, %s)\n' \
-    "$(python3 -c "print('%.1f' % ($EPOCHREALTIME - $t0))")" "$tlsport" "$httpport" "$D"
+  printf 's3server: started in %s s (%s) (https://127.0.0.1:%s, http://127.0.0.1:%s, %s)\n' \
+    "$(python3 -c "print('%.1f' % ($EPOCHREALTIME - $t0))")" "${PHASES# }" "$tlsport" "$httpport" "$D"
 }
 
 osd_up() { cephc osd stat -f json | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["num_up_osds"] >= 1 else 1)'; }
