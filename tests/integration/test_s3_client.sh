@@ -154,6 +154,46 @@ SQLITE_TDE_LOG=stderr "$C" --cred "$D/s3.env" --endpoint https://127.0.0.1:1 hea
 [ $? = 3 ] && grep -q "try 3 of 4" "$O/refused.err" && grep -q "Couldn't connect" "$O/refused.err" \
   && ok "connection refused: 4 tries with backoff, then curl's error" || bad "retries: $(cat "$O/refused.err")"
 
+# --- which answers are tried again ----------------------------------------
+# A stand-in on plain HTTP that answers with a fixed status, counting the
+# requests: the client's retry rule, not S3 (the real server cannot be made
+# to fail on cue).  503 twice then 200: three requests, success; 400 and 403:
+# one request each.
+cat >"$tmp/flaky.py" <<'PY'
+import http.server, sys
+plan = [int(x) for x in sys.argv[2].split(",")]
+count = open(sys.argv[3], "w")
+class H(http.server.BaseHTTPRequestHandler):
+    def do_HEAD(self):
+        code = plan.pop(0) if len(plan) > 1 else plan[0]
+        count.write("%d\n" % code); count.flush()
+        self.send_response(code)
+        self.send_header("Content-Length", "0" if code >= 300 else "7")
+        self.end_headers()
+    def log_message(self, *a): pass
+srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+open(sys.argv[1], "w").write(str(srv.server_address[1]))
+srv.serve_forever()
+PY
+flaky() {  # flaky NAME PLAN WANT-RC WANT-REQUESTS
+  rm -f "$tmp/flaky.port"
+  python3 "$tmp/flaky.py" "$tmp/flaky.port" "$2" "$tmp/flaky.$1" &
+  local pid=$! k=0
+  while [ ! -s "$tmp/flaky.port" ] && [ $k -lt 600 ]; do sleep 0.1; k=$((k + 1)); done
+  "$C" --cred "$D/s3.env" --endpoint "http://127.0.0.1:$(cat "$tmp/flaky.port")" head k \
+    >"$O/flaky-$1.out" 2>"$O/flaky-$1.err"
+  local rc=$?
+  kill "$pid"; wait "$pid" 2>/dev/null
+  local reqs
+  reqs=$(wc -l <"$tmp/flaky.$1")
+  [ "$rc" = "$3" ] && [ "$reqs" = "$4" ] && ok "HTTP $2: exit $rc after $reqs request(s)" \
+    || bad "HTTP $2: exit $rc after $reqs request(s), want $3 after $4: $(cat "$O/flaky-$1.err")"
+}
+flaky 503 503,503,200 0 3
+flaky 500 500 3 4
+flaky 400 400 3 1
+flaky 403 403 4 1
+
 # --- a body damaged on the way is refused by the server ------------------
 # (the headers the client sends: the signed SHA-256 and Content-MD5; curl
 # sends a body that does not match them, as a corrupted upload would be)
