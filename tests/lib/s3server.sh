@@ -130,8 +130,8 @@ log_to_syslog = false
 crash_dir = $D/crash
 osd_pool_default_size = 1
 osd_pool_default_min_size = 1
-osd_pool_default_pg_num = 8
-osd_pool_default_pgp_num = 8
+osd_pool_default_pg_num = 1
+osd_pool_default_pgp_num = 1
 osd_crush_chooseleaf_type = 0
 mon_allow_pool_size_one = true
 mon_warn_on_pool_no_redundancy = false
@@ -139,6 +139,9 @@ mon_max_pg_per_osd = 1000
 [mon]
 mon_data = $D/mon/\$name
 mon_cluster_log_file = $D/log/cluster.log
+# one node: no need to batch proposals for a second (every pool the gateway
+# makes would wait for it)
+paxos_propose_interval = 0.05
 [osd]
 osd_data = $D/osd/\$name
 keyring = $D/osd/\$name/keyring
