@@ -1023,6 +1023,37 @@ static int tdeMainSizeLayout(TdeFile *p, TdeLayout *pL){
   return rc;
 }
 
+/*
+** Version 3: SQLite truncates the database file in a checkpoint (after
+** SQLITE_FCNTL_CKPT_DONE, before its sync) only when it copied every frame
+** of the WAL: the map is folded then, so that the file alone is a
+** complete database while its connections stay open (docs/FORMAT.md
+** "Folding"; a generation already folded is not folded again).  The fold
+** syncs the database file (the checkpoint's pages and the map slots) before
+** its header update.  Under SQLite's WAL write lock: held by this
+** connection (a RESTART or TRUNCATE checkpoint), or taken here without
+** waiting and released; busy, the fold waits for the next fold point.  A
+** failed fold changes nothing SQLite sees (logged; the next fold point
+** tries again).  Without a shared WAL index (locking_mode=EXCLUSIVE) the
+** fold comes at the restart, truncation or deletion of the WAL.
+*/
+static void tdeMainCkptFold(TdeFile *p){
+  int bTaken = 0, rc;
+  p->pDb->ckpt.bCkptEnd = 0;
+  if( !p->pDb->pShm0 || !p->pDb->pWalFile || p->bReadOnly || p->pDb->repl.bStandby ) return;
+  if( !p->pDb->map.bWalWrite ){
+    if( p->pReal->pMethods->xShmLock(p->pReal, 0, 1, SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE) ) return;
+    bTaken = 1;
+  }
+  rc = tdeWalFoldMap(p->pDb->pWalFile);
+  if( bTaken ) p->pReal->pMethods->xShmLock(p->pReal, 0, 1, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
+  if( rc ){
+    tdeLog(TDE_LOG_WARNING, "%s: the page map was not folded after the checkpoint (SQLite error "
+           "%d): it is at the next WAL restart, truncation or close", tdeFileName(p), rc);
+    tdeErrClear();
+  }
+}
+
 /* xTruncate of a version-3 main file: to off(N) + P.  Map regions the
 ** header in force names past it are first dropped from the map
 ** (tdeMapShrink); when they cannot be, the file keeps them (the size rule
@@ -1037,6 +1068,7 @@ static int tdeMainTruncate3(TdeFile *p, const TdeLayout *pL, sqlite3_int64 size)
            tdeFileName(p), (long long)size);
     return SQLITE_IOERR_TRUNCATE;
   }
+  if( p->pDb->ckpt.bCkptEnd ) tdeMainCkptFold(p);
   rc = tdeMainRefreshIfChanged(p);
   if( rc ) return rc;
   nPhys = tdeLayoutPhysSize(pL, size);
@@ -1285,10 +1317,13 @@ static int tdeFileControl(sqlite3_file *pFile, int op, void *pArg){
       if( p->eKind==TDE_KIND_JOURNAL || p->eKind==TDE_KIND_TEMP ) return SQLITE_OK;
       break;
     case SQLITE_FCNTL_CKPT_START:
-      if( p->eKind==TDE_KIND_MAIN ) p->pDb->ckpt.bInCkpt = 1;
+      if( p->eKind==TDE_KIND_MAIN ){ p->pDb->ckpt.bInCkpt = 1; p->pDb->ckpt.bCkptEnd = 0; }
       break;
     case SQLITE_FCNTL_CKPT_DONE:
-      if( p->eKind==TDE_KIND_MAIN ) p->pDb->ckpt.bInCkpt = 0;
+      if( p->eKind==TDE_KIND_MAIN ){
+        p->pDb->ckpt.bInCkpt = 0;
+        p->pDb->ckpt.bCkptEnd = 1;
+      }
       break;
     case SQLITE_FCNTL_COMMIT_PHASETWO:
       /* Committed (also with locking_mode=EXCLUSIVE, which keeps the lock):

@@ -198,6 +198,8 @@ typedef struct TdeBlockFile {
 typedef struct TdeCkptCopy {
   int bHeld;                  /* this connection holds the checkpoint lock */
   int bInCkpt;                /* SQLite is inside a checkpoint (SQLITE_FCNTL_CKPT_START .. CKPT_DONE) */
+  int bCkptEnd;               /* CKPT_DONE seen, the checkpoint's truncation not yet (version 3's
+                              ** fold point: SQLite truncates only when every frame was copied) */
   int bValid;
   uint32_t pgno, pgsz;
   uint8_t *aPlain, *aCipher;  /* TDE_MAX_PAGE each, heap */

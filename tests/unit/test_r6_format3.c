@@ -365,6 +365,52 @@ static void test_copy_and_rollback(void **state){
   removeDb(zCopy);
 }
 
+/*
+** The fold at SQLITE_FCNTL_CKPT_DONE: a WAL database whose map is in force
+** (a TRUNCATE checkpoint built it), then changed and checkpointed with
+** PASSIVE (every frame backfilled, the WAL left in place) while its
+** connection stays open: the main file copied alone at that moment opens
+** with the new value and verifies (without the fold its pages would be
+** newer than its map, and refused).
+*/
+static void test_ckpt_done_fold(void **state){
+  char zDb[PATH_MAX], zCopy[PATH_MAX];
+  const uint32_t P = 4096;
+  unsigned char *aFile;
+  size_t n = 0;
+  int64_t v;
+  sqlite3 *db;
+  (void)state;
+  pathOf(zDb, "f3-ckpt.db");
+  pathOf(zCopy, "f3-ckpt-copy.db");
+  removeDb(zDb);
+  removeDb(zCopy);
+  db = openDb(zDb, zCfg3);
+  exec(db, "PRAGMA journal_mode=WAL");
+  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+  exec(db, "CREATE TABLE acct(id INTEGER PRIMARY KEY, value INT)");
+  exec(db, "INSERT INTO acct VALUES(1, 999)");
+  fillRows(db, 1, rowsFor(P, K + 40, 1000), 1000);
+  exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");     /* the map is built */
+  exec(db, "UPDATE acct SET value=7 WHERE id=1");
+  exec(db, "UPDATE t SET v=printf('%01000d', id) WHERE id<30");
+  assert_int_equal(queryInt(db, "PRAGMA wal_checkpoint(PASSIVE)"), 0);
+  aFile = readAll(zDb, &n);                        /* cp while the connection is open */
+  assert_non_null(aFile);
+  writeAll(zCopy, aFile, n);
+  free(aFile);
+  assert_int_equal(readValue(zCopy, &v), SQLITE_OK);
+  assert_int_equal(v, 7);
+  {
+    sqlite3 *c = openDb(zCopy, zCfg3);
+    checkRows(c, rowsFor(P, K + 40, 1000));
+    sqlite3_close(c);
+  }
+  sqlite3_close(db);
+  removeDb(zDb);
+  removeDb(zCopy);
+}
+
 /* Without format_version the default stays version 2: page 1 at 8192. */
 static void test_default_v2(void **state){
   char zDb[PATH_MAX];
@@ -421,6 +467,7 @@ int main(void){
     cmocka_unit_test(test_page_moved),
     cmocka_unit_test(test_rekey_v3),
     cmocka_unit_test(test_copy_and_rollback),
+    cmocka_unit_test(test_ckpt_done_fold),
   };
   return cmocka_run_group_tests(tests, groupSetup, groupTeardown);
 }
