@@ -236,6 +236,7 @@ for page in "$x<IsTruncated>false</IsTruncated>" \
             "$x<IsTruncated>false</IsTruncated><Contents><Key>p/&bogus;</Key><Size>1</Size></Contents></ListBucketResult>" \
             "$x<IsTruncated>false</IsTruncated><Contents><Key>p/x</Key><Size>1</Size></Contentz></ListBucketResult>" \
             "$x<IsTruncated>false</IsTruncated><!-- c --></ListBucketResult>" \
+            "$x<IsTruncated>false</IsTruncated></ListBucketResult x=\"1\">" \
             "$x<IsTruncated>false</IsTruncated></ListBucketResult>trailing" \
             "<Error><Code>AccessDenied</Code></Error>"; do
   i=$((i + 1))
