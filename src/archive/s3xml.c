@@ -50,7 +50,8 @@ static int xmlTag(XmlCur *c, char *zName, size_t nName, int *pEnd, int *pEmpty){
   for(; c->i<c->n; c->i++){
     char ch = c->z[c->i];
     if( q ){ if( ch==q ) q = 0; continue; }
-    if( ch=='"' || ch=='\'' ){ if( *pEnd ) return -1; q = ch; continue; }
+    if( *pEnd && ch!='>' && ch!=' ' && ch!='\t' && ch!='\r' && ch!='\n' ) return -1;
+    if( ch=='"' || ch=='\'' ){ q = ch; continue; }
     if( ch=='<' ) return -1;
     if( ch=='>' ){
       *pEmpty = !*pEnd && c->z[c->i-1]=='/';
