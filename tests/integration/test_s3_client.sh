@@ -215,17 +215,20 @@ flaky 403 403 4 1
 # --- a body damaged on the way is refused by the server ------------------
 # (the headers the client sends: the signed SHA-256 and Content-MD5; curl
 # sends a body that does not match them, as a corrupted upload would be)
+# curl is not under test: no sanitizer runtime preloaded into it (the ASan
+# suite's environment deadlocked it in a futex)
+nosan() { env -u LD_PRELOAD -u ASAN_OPTIONS -u UBSAN_OPTIONS "$@"; }
 curlcfg() { printf 'user = "%s:%s"\n' "$(sed -n 's/^AWS_ACCESS_KEY_ID=//p' "$D/s3.env")" "$SECRET"; }
 printf 'the real body' >"$tmp/body"
 sha_other=$(printf 'another body!' | sha256sum | cut -c1-64)
-code=$(curlcfg | curl -sS -K - --cacert "$S3_CA_FILE" --aws-sigv4 "aws:amz:$S3_REGION:s3" \
+code=$(curlcfg | nosan curl -sS -K - --cacert "$S3_CA_FILE" --aws-sigv4 "aws:amz:$S3_REGION:s3" \
   -H "x-amz-content-sha256: $sha_other" -T "$tmp/body" -o "$O/damaged-sha.body" -w '%{http_code}' \
   "$S3_ENDPOINT/$S3_BUCKET/damaged-sha")
 [ "$code" = 400 ] && grep -q XAmzContentSHA256Mismatch "$O/damaged-sha.body" \
   && ok "a body not matching its signed SHA-256: 400 XAmzContentSHA256Mismatch" || bad "sha mismatch: $code"
 sha_real=$(sha256sum <"$tmp/body" | cut -c1-64)
 md5_other=$(printf 'another body!' | openssl dgst -md5 -binary | base64)
-code=$(curlcfg | curl -sS -K - --cacert "$S3_CA_FILE" --aws-sigv4 "aws:amz:$S3_REGION:s3" \
+code=$(curlcfg | nosan curl -sS -K - --cacert "$S3_CA_FILE" --aws-sigv4 "aws:amz:$S3_REGION:s3" \
   -H "x-amz-content-sha256: $sha_real" -H "Content-MD5: $md5_other" -T "$tmp/body" \
   -o "$O/damaged-md5.body" -w '%{http_code}' "$S3_ENDPOINT/$S3_BUCKET/damaged-md5")
 [ "$code" = 400 ] && grep -q BadDigest "$O/damaged-md5.body" \
@@ -273,9 +276,10 @@ hits=$(grep -rlF -f "$tmp/secret.pat" "$O" "$D/log" "$D/run" "$D/rgw" 2>/dev/nul
   || bad "the secret key appears in: $hits"
 grep -qF -f "$tmp/secret.pat" <<<"$start_out" && bad "the secret key is in the server's start output"
 
+pids=$(cat "$D"/run/{mon.a,osd.0,client.rgw.a}.pid)
 bash "$root/tests/lib/s3server.sh" stop "$D" >"$O/stop.out" 2>&1 || bad "stop failed"
 for f in "$D"/run/{mon.a,osd.0,client.rgw.a}.pid; do [ -e "$f" ] && bad "pid file $f left after stop"; done
-pgrep -f -- "-c $D/ceph.conf" >/dev/null && bad "a daemon of $D still runs after stop"
+for p in $pids; do kill -0 "$p" 2>/dev/null && bad "daemon $p still runs after stop"; done
 [ $fail = 0 ] && ok "server stopped, no daemon left"
 printf 'test_s3_client: %d client runs; server %s; total %.1f s\n' "$n" \
   "$(grep -o 'started in [0-9.]* s' <<<"$start_out")" "$(python3 -c "print($EPOCHREALTIME - $T0)")"

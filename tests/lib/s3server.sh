@@ -24,6 +24,10 @@
 # has died (then its log's tail is printed).  The bounds are generous for a
 # loaded 2-core machine.
 set -euo pipefail
+# The server is not the code under test: under the sanitizer suite the
+# tests' environment preloads the ASan runtime, which Ceph (tcmalloc) must
+# not get.
+unset LD_PRELOAD ASAN_OPTIONS UBSAN_OPTIONS
 
 WAIT_S=${S3SERVER_WAIT_S:-300}
 
