@@ -386,29 +386,6 @@ static void test_chain_boundary(void **state){
   assert_int_equal(sqlite3_close(dbA), SQLITE_OK);
 }
 
-/* locking_mode=EXCLUSIVE (no WAL lock calls at all, so nothing clears the
-** session's range): a spilled transaction rolled back, then another at
-** the same frames, then a third after a commit; a savepoint between. */
-static void test_exclusive(void **state){
-  sqlite3 *db;
-  sqlite3_int64 want = sumWant(NROW/3, 'r', 'q');
-  (void)state;
-  db = openDb("excl.db", 1);
-  exec(db, "PRAGMA locking_mode=EXCLUSIVE");
-  exec(db, "BEGIN; UPDATE t SET v=printf('%.200c', 'x'); UPDATE t SET v=printf('%.200c', 'y') WHERE id%2=0;"
-           "ROLLBACK");
-  assert_int_equal(sumOf(db), sumWant(NROW, 'A', 'A'));
-  assert_int_equal(spillUpdate(db, NROW, 'q'), SQLITE_OK);
-  exec(db, "BEGIN; UPDATE t SET v=printf('%.200c', 'z') WHERE id%3=0; SAVEPOINT s;"
-           "UPDATE t SET v=printf('%.200c', 'w'); ROLLBACK TO s; RELEASE s;"
-           "UPDATE t SET v=printf('%.200c', 'q') WHERE id%3=0; ROLLBACK");
-  assert_int_equal(spillUpdate(db, NROW/3, 'r'), SQLITE_OK);
-  assert_int_equal(sumOf(db), want);
-  assert_true(integrityOk(db));
-  assert_int_equal(recoveredSum("excl.db"), want);
-  assert_int_equal(sqlite3_close(db), SQLITE_OK);
-}
-
 static int groupSetup(void **state){
   (void)state;
   pBelowOrig = sqlite3_vfs_find(0);
@@ -431,7 +408,6 @@ int main(void){
     cmocka_unit_test(test_turns),
     cmocka_unit_test(test_savepoint),
     cmocka_unit_test(test_chain_boundary),
-    cmocka_unit_test(test_exclusive),
   };
   return cmocka_run_group_tests_name("r6_walrev", tests, groupSetup, groupTeardown);
 }
