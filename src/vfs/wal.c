@@ -289,11 +289,6 @@ static int walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const 
 void tdeWalLockChanged(TdeFile *p){
   if( p && p->eKind==TDE_KIND_WAL ){
     p->pWal->iSessLo = p->pWal->iSessHi = 0;
-    /* The running checksum after a frame beyond the committed end (a
-    ** transaction whose commit failed after SQLite rewrote its checksums)
-    ** is stale once another writer puts other frames there, in the same
-    ** generation: it is valid only under the lock it was computed in. */
-    p->pWal->iRunFrame = 0;
     /* A header SQLite rewrites alone is one of its open transaction's
     ** frames: frames of an earlier transaction (one that failed or rolled
     ** back) at the same index are new frames, written with their page. */
