@@ -694,31 +694,14 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
 */
 static int walChainExtend(TdeFile *p, uint32_t idx){
   uint32_t pgsz = p->pWal->pgsz;
-  /* A frame's trailer and the next frame's header are adjacent: one read
-  ** of both (aRd) per frame; iNext: the frame whose header aRd holds. */
-  uint8_t aRd[TDE_TRAILER_SIZE + FRAME_HDR];
-  uint32_t iNext = 0;
   while( p->pWal->bChain && p->pWal->iChainCommit<idx ){
     uint32_t j = p->pWal->iChain + 1;
     uint8_t aHdr[FRAME_HDR], aTrl[TDE_TRAILER_SIZE], mac[MAC_BYTES];
-    sqlite3_int64 iTrl = walFrameOffset(p, j) + FRAME_HDR + pgsz - TDE_TRAILER_SIZE;
-    int bShort = 0, rc = SQLITE_OK;
+    int bShort = 0, rc;
     if( !walMacRoom(p, j) ) return SQLITE_NOMEM;
-    if( iNext==j ){
-      memcpy(aHdr, aRd + TDE_TRAILER_SIZE, FRAME_HDR);
-    }else{
-      rc = tdeRealRead(p, aHdr, FRAME_HDR, walFrameOffset(p, j), &bShort);
-    }
-    iNext = 0;
+    rc = tdeRealRead(p, aHdr, FRAME_HDR, walFrameOffset(p, j), &bShort);
     if( rc==SQLITE_OK && !bShort ){
-      rc = tdeRealRead(p, aRd, (int)sizeof(aRd), iTrl, &bShort);
-      if( rc==SQLITE_OK && !bShort ){
-        memcpy(aTrl, aRd, TDE_TRAILER_SIZE);
-        iNext = j + 1;
-      }else if( rc==SQLITE_OK ){
-        /* The file ends before frame j+1's header: the trailer alone. */
-        rc = tdeRealRead(p, aTrl, TDE_TRAILER_SIZE, iTrl, &bShort);
-      }
+      rc = tdeRealRead(p, aTrl, TDE_TRAILER_SIZE, walFrameOffset(p, j) + FRAME_HDR + pgsz - TDE_TRAILER_SIZE, &bShort);
     }
     if( rc ) return rc;
     if( bShort ) break;

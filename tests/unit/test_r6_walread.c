@@ -11,8 +11,6 @@
 **    spills pages to the WAL, rewrites them in place and reads them back;
 **    tde's WAL reads per deleted row against plain's (a rewrite in place
 **    read the stored frame header first: about 2x plain's before);
-**  - pages read from the WAL by a second connection, whose newest copies
-**    another connection committed: WAL reads per page read;
 **  - single-row commits: reads of the main file per commit (tde checks at
 **    the WAL write lock whether another process changed the header).
 ** Fixed seeds; figures as "# ..." lines.
@@ -210,36 +208,6 @@ static void test_spill_reads(void **state){
   assert_true((double)aReads[1] <= 1.10*(double)aReads[0]);
 }
 
-/* A writer commits an UPDATE of every row (each page's newest copy in the
-** WAL, one frame per page), then a second connection, its cache cold,
-** reads the table: WAL reads of the reader.  Plain SQLite reads each page
-** once; tde also verifies the chain of frame MACs up to the commit frame,
-** once per connection and WAL generation: one read per frame (its trailer
-** and the next frame's header are adjacent; two reads per frame before). */
-static void test_frame_reads(void **state){
-  sqlite3_int64 aReads[2], aSum[2];
-  int bTde;
-  (void)state;
-  for(bTde=0; bTde<2; bTde++){
-    sqlite3 *db = openDb(bTde ? "frames-tde.db" : "frames-plain.db", bTde, 1);
-    sqlite3 *db2;
-    exec(db, "UPDATE t SET v=printf('%.200c', char(97 + id%26))");
-    db2 = openDb(bTde ? "frames-tde.db" : "frames-plain.db", bTde, 0);
-    memset(&bw, 0, sizeof(bw));
-    aSum[bTde] = sumOf(db2);
-    aReads[bTde] = bw.nWalReads;
-    assert_int_equal(sqlite3_close(db2), SQLITE_OK);
-    assert_int_equal(sqlite3_close(db), SQLITE_OK);
-  }
-  printf("# a cold reader of %d rows updated in the WAL: WAL reads plain %lld, tde %lld (%.3fx)\n",
-         NROW, (long long)aReads[0], (long long)aReads[1], (double)aReads[1]/(double)aReads[0]);
-  assert_true(aSum[0]==aSum[1]);
-  assert_true(aReads[0] > 100);             /* the pages did come from the WAL */
-  /* Each page once (plain) plus one read per frame for the chain: 2x,
-  ** and a few for the WAL header; 3x before. */
-  assert_true((double)aReads[1] <= 2.1*(double)aReads[0]);
-}
-
 static int groupSetup(void **state){
   (void)state;
   pBelowOrig = sqlite3_vfs_find(0);
@@ -259,7 +227,6 @@ static int groupTeardown(void **state){
 int main(void){
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_spill_reads),
-    cmocka_unit_test(test_frame_reads),
   };
   return cmocka_run_group_tests_name("r6_walread", tests, groupSetup, groupTeardown);
 }
