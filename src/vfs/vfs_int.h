@@ -146,11 +146,6 @@ typedef struct TdeWal {
   ** connection took the WAL write lock (0: none): no other connection can
   ** have rewritten them, so their aMac values need no re-read. */
   uint32_t iSessLo, iSessHi;
-  /* The trailer of the frame this handle loaded (authenticated) last,
-  ** iTrlFrame (0: none); forgotten when this handle writes that frame or
-  ** the chain resets (wal.c walOwnTrailer). */
-  uint32_t iTrlFrame;
-  uint8_t aTrl[TDE_TRAILER_SIZE];
   /* Version 2: a restart's epoch update {L = wDue, salts} waits for the
   ** sync of the WAL header SQLite makes next (tdeWalSync), or for the
   ** shim's own sync before anything else touches the WAL (tdeWalFlush). */

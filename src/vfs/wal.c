@@ -181,7 +181,6 @@ static sqlite3_int64 walFrameOffset(TdeFile *p, uint32_t idx){
 ** succeeds -- never reported as a broken chain, see walReadPage). */
 static int walMacRoom(TdeFile *p, uint32_t idx);
 static int walChainReset(TdeFile *p, int bHdr){
-  p->pWal->iTrlFrame = 0;
   p->pWal->iChain = 0;
   p->pWal->iChainCommit = 0;
   p->pWal->bChain = 0;
@@ -262,7 +261,6 @@ static int walChainNote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const u
 ** handle could not tell it from a spliced one when it reads it back. */
 static int walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const uint8_t *aTrl,
                          const uint8_t *mac, const uint8_t *aPrev, int bChain){
-  if( p->pWal->iTrlFrame==idx ) p->pWal->iTrlFrame = 0;
   if( !walMacRoom(p, idx) ){ walChainCut(p, 0); return SQLITE_NOMEM; }
   walChainCut(p, idx-1);
   if( bChain && p->pWal->iChain==idx-1 ){
@@ -678,10 +676,6 @@ static int walLoadFrame(TdeFile *p, uint32_t idx, uint8_t *aFrame, int *pState, 
     if( rc && rc!=SQLITE_IOERR_AUTH ) bad.eWhy = WAL_BAD_NONE;
     if( pBad ) *pBad = bad;
     *pState = rc==SQLITE_OK ? FRAME_OK : FRAME_BAD;
-    if( rc==SQLITE_OK ){
-      p->pWal->iTrlFrame = idx;
-      memcpy(p->pWal->aTrl, aTrl, TDE_TRAILER_SIZE);
-    }
     if( rc==SQLITE_OK && bChain ) return walChainNote(p, idx, aFrame, aTrl, mac);
   }
   return SQLITE_OK;
@@ -1269,21 +1263,6 @@ int tdeWalSync(TdeFile *p, int flags){
 
 static void walWriteFailed(TdeFile *p, uint32_t idx);
 
-/* Version 2: the trailer of frame idx from memory when it is on disk as
-** this handle loaded it last: the frame is this handle's own, written
-** since its connection took the WAL write lock it still holds (no other
-** connection writes meanwhile), and loaded after that write (a write of
-** the frame forgets the trailer).  SQLite rewrites the header of each
-** frame of a transaction that spilled right after reading the frame: the
-** trailer's read for the new MAC is not needed.  1 if aOut was filled. */
-static int walOwnTrailer(TdeFile *p, uint32_t idx, uint8_t *aOut){
-  if( !walV2(p) || idx==0 || p->pWal->iTrlFrame!=idx ) return 0;
-  if( !p->pWal->iSessLo || idx<p->pWal->iSessLo || idx>p->pWal->iSessHi ) return 0;
-  if( idx>=p->pWal->nMac || !p->pWal->aMac[idx].bOwn ) return 0;
-  memcpy(aOut, p->pWal->aTrl, TDE_TRAILER_SIZE);
-  return 1;
-}
-
 /* Write the held-back frame header whose page is already on disk. */
 static int walFlushFrame(TdeFile *p){
   uint8_t aTrailer[TDE_TRAILER_SIZE];
@@ -1293,13 +1272,9 @@ static int walFlushFrame(TdeFile *p){
   if( p->eKind!=TDE_KIND_WAL || !p->pWal->bPending ) return SQLITE_OK;
   p->pWal->bPending = 0;
   idx = (uint32_t)((p->pWal->iPendingOff - WAL_HDR) / (FRAME_HDR + p->pWal->pgsz)) + 1;
-  if( walOwnTrailer(p, idx, aTrailer) ){
-    bShort = 0;
-  }else{
-    rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE,
-                     p->pWal->iPendingOff + FRAME_HDR + p->pWal->pgsz - TDE_TRAILER_SIZE, &bShort);
-    if( rc ) return rc;
-  }
+  rc = tdeRealRead(p, aTrailer, TDE_TRAILER_SIZE,
+                   p->pWal->iPendingOff + FRAME_HDR + p->pWal->pgsz - TDE_TRAILER_SIZE, &bShort);
+  if( rc ) return rc;
   if( bShort ){
     /* Its page write never reached tde (it failed above it, and the
     ** statement with it): nothing to complete, and no error for the
@@ -1326,16 +1301,7 @@ static int walFlushFrame(TdeFile *p){
     return rc;
   }
   walCkRemember(p, idx, aHdr+16, p->pWal->aPending+16);
-  if( p->pWal->iRunFrame>idx ){
-    p->pWal->iRunFrame = 0;
-  }else if( p->pWal->iRunFrame==idx ){
-    /* SQLite's checksum field of frame idx is by definition its running
-    ** checksum after the frame (what walCkAfter's aCk path answers): the
-    ** next frame's read (SQLite rewriting the checksums of a transaction
-    ** that spilled) needs no read to confirm it. */
-    p->pWal->aRunCk[0] = tdeGet32(p->pWal->aPending+16);
-    p->pWal->aRunCk[1] = tdeGet32(p->pWal->aPending+20);
-  }
+  if( p->pWal->iRunFrame>=idx ) p->pWal->iRunFrame = 0;
   return SQLITE_OK;
 }
 
@@ -1398,7 +1364,6 @@ static void walNoteWritten(TdeFile *p, uint32_t idx, const uint8_t *aSalt){
 ** the frame until SQLite writes it again. */
 static void walWriteFailed(TdeFile *p, uint32_t idx){
   if( idx<p->pWal->nMac ) p->pWal->aMac[idx].bOwn = 0;
-  if( p->pWal->iTrlFrame==idx ) p->pWal->iTrlFrame = 0;
   if( idx>0 ) walChainCut(p, idx-1);
   if( idx<p->pWal->nCk ) p->pWal->aCk[idx].bValid = 0;
   if( p->pWal->iRunFrame>=idx ) p->pWal->iRunFrame = 0;
