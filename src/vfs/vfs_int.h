@@ -131,11 +131,9 @@ typedef struct TdeWal {
   /* Format version 2 (chained frame MACs, docs/FORMAT.md): aMac[0] is the
   ** WAL header's stored MAC, aMac[i] frame i's MAC as verified (i <=
   ** iChain: one chain from the header) or as this handle wrote it (bOwn,
-  ** with the predecessor it was computed from, and bHdr: the header
-  ** fields it wrote, hdr, when it wrote the frame whole). */
-  struct TdeWalMac { uint8_t mac[8]; uint8_t prev[8]; uint8_t bOwn, bCommit, bHdr;
-                     uint32_t pgno; uint8_t tag[8];            /* page and tag (page map) */
-                     uint8_t hdr[16]; } *aMac;
+  ** with the predecessor it was computed from). */
+  struct TdeWalMac { uint8_t mac[8]; uint8_t prev[8]; uint8_t bOwn, bCommit;
+                     uint32_t pgno; uint8_t tag[8]; } *aMac;   /* page and tag (page map) */
   uint32_t nMac;              /* entries allocated in aMac */
   int bChain;                 /* aMac[0] is the current header's MAC */
   uint32_t iChain;            /* frames 1..iChain verified as one chain */

@@ -270,10 +270,6 @@ static int walChainWrote(TdeFile *p, uint32_t idx, const uint8_t *aHdr16, const 
   memcpy(p->pWal->aMac[idx].mac, mac, MAC_BYTES);
   memcpy(p->pWal->aMac[idx].prev, aPrev, MAC_BYTES);
   p->pWal->aMac[idx].bOwn = 1;
-  /* The header fields go out with the MAC (a frame in pieces clears
-  ** bHdr: walSplitBegin). */
-  memcpy(p->pWal->aMac[idx].hdr, aHdr16, 16);
-  p->pWal->aMac[idx].bHdr = 1;
   /* SQLite appends frames in order and rewrites in place only frames of
   ** its open transaction, so the frames written under one write lock are
   ** one range. */
@@ -1435,7 +1431,6 @@ static int walSplitBegin(TdeFile *p, uint32_t idx, const uint8_t *aHdr, uint32_t
   memcpy(aSealed, aSql, 16);
   rc = walSealFrame(p, idx, aSealed, aPlain);
   if( rc ) goto fail;
-  p->pWal->aMac[idx].bHdr = 0;     /* on disk in pieces: walOwnFrameHeader reads it */
   rc = p->pReal->pMethods->xWrite(p->pReal, aSealed, (int)(nHdr + nPage), iOff);
   if( rc ){
     walWriteFailed(p, idx);
@@ -1689,31 +1684,12 @@ static int walWriteJoined(TdeFile *p, uint32_t idx, const uint8_t *z, sqlite3_in
   return SQLITE_OK;
 }
 
-/* The stored header of frame idx before SQLite rewrites its page in place.
-** Version 2: a frame this handle wrote whole since its connection took the
-** WAL write lock it still holds is on disk as this handle wrote it (no
-** other connection writes meanwhile; a failed write clears bOwn), so its
-** header fields come from memory -- SQLite rewrites spilled pages of a
-** large transaction many times, and a read each time doubled the WAL's
-** reads (docs/PERFORMANCE.md, "WAL mode's system calls").  Else the read. */
-static int walOwnFrameHeader(TdeFile *p, uint32_t idx, sqlite3_int64 iOfst, uint8_t *aHdr){
-  int rc = tdeWalFlush(p);     /* a held header of this frame goes out first */
-  if( rc ) return rc;
-  if( walV2(p) && p->pWal->iSessLo && idx>=p->pWal->iSessLo && idx<=p->pWal->iSessHi
-   && idx<p->pWal->nMac && p->pWal->aMac[idx].bOwn && p->pWal->aMac[idx].bHdr ){
-    memcpy(aHdr, p->pWal->aMac[idx].hdr, 16);
-    memcpy(aHdr+16, p->pWal->aMac[idx].mac, MAC_BYTES);
-    return SQLITE_OK;
-  }
-  return walStoredFrameHeader(p, idx, iOfst, aHdr);
-}
-
 /* A whole page rewritten in place (a frame of the open transaction, whose
 ** headers SQLite rewrites at commit): the header fields as stored, the
 ** header's new MAC and the page out in one write. */
 static int walWriteRewrite(TdeFile *p, uint32_t idx, const uint8_t *z, int iAmt, sqlite3_int64 iOfst){
   uint8_t *aFrame = p->aBuf;
-  int rc = walOwnFrameHeader(p, idx, iOfst, aFrame);
+  int rc = walStoredFrameHeader(p, idx, iOfst, aFrame);
   if( rc==SQLITE_OK ) rc = walSealFrame(p, idx, aFrame, z);
   if( rc ) return rc;
   if( idx<p->pWal->nCk ) p->pWal->aCk[idx].bValid = 0;
