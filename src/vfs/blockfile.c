@@ -20,7 +20,12 @@
 ** journal appends 4-byte page numbers and P-byte pages, so nearly every
 ** write ends inside a block) keeps that block's plaintext in memory
 ** (aHeld) instead of sealing it; the writes that follow into the same
-** block only update it.  It is sealed and written once, when a write
+** block only update it.  A block that already exists on disk is not
+** loaded when it becomes held: only the range SQLite writes is kept
+** (bPart), and the stored bytes are decrypted and merged under it when a
+** read or the seal needs bytes outside that range.  A statement journal
+** rewritten from offset 0 by the next statement covers each block from
+** its start, so its blocks are sealed without ever being decrypted.  It is sealed and written once, when a write
 ** reaches its end, when a write goes to another block, and before xSync,
 ** xTruncate and xClose (not for a DELETEONCLOSE file: its bytes are
 ** gone anyway).  Reads of it are served from memory and xFileSize counts
@@ -132,6 +137,30 @@ static sqlite3_int64 blockSize(TdeFile *p, sqlite3_int64 phys){
 static void blockDrop(TdeFile *p){
   if( p->pBlk->bHeld ) tdeWipe(p->pBlk->aHeld, BSIZE(p));
   p->pBlk->bHeld = 0;
+  p->pBlk->bPart = 0;
+}
+
+/*
+** A partly known held block (bPart) becomes whole: its stored bytes are
+** loaded and what SQLite wrote since, [iLo, iHi), is laid over them.  On
+** failure nothing changes (the block stays partly known).  Needs
+** tdeScratch; uses its first half.
+*/
+static int blockHeldLoad(TdeFile *p){
+  TdeBlockFile *b = p->pBlk;
+  sqlite3_int64 phys = 0;
+  uint32_t nLen;
+  int rc;
+  if( !b->bHeld || !b->bPart ) return SQLITE_OK;
+  rc = blockPhysSize(p, &phys);
+  if( rc==SQLITE_OK ) rc = blockLoad(p, b->iHeld, phys, p->aBuf, &nLen);
+  if( rc==SQLITE_OK ){
+    memcpy(p->aBuf + b->iLo, b->aHeld + b->iLo, b->iHi - b->iLo);
+    memcpy(b->aHeld, p->aBuf, BSIZE(p));
+    b->bPart = 0;
+  }
+  tdeWipe(p->aBuf, BSIZE(p));
+  return rc;
 }
 
 /*
@@ -142,6 +171,10 @@ static void blockDrop(TdeFile *p){
 static int blockFlushAt(TdeFile *p, sqlite3_int64 *pPhys){
   int rc;
   if( !p->pBlk->bHeld ) return SQLITE_OK;
+  if( p->pBlk->bPart && (p->pBlk->iLo>0 || p->pBlk->iHi<p->pBlk->nHeld) ){
+    rc = blockHeldLoad(p);
+    if( rc ) return rc;
+  }
   rc = blockStoreAt(p, p->pBlk->iHeld, p->pBlk->aHeld, p->pBlk->nHeld, pPhys);
   if( rc ) return rc;
   blockDrop(p);
@@ -149,37 +182,48 @@ static int blockFlushAt(TdeFile *p, sqlite3_int64 *pPhys){
 }
 
 /*
-** Make block iBlock the held block, after flushing the one held before:
-** loaded from the file below unless bFresh (the caller overwrites all its
-** nExist bytes).  The buffer is zero beyond nExist.
+** Make block iBlock the held block, after flushing the one held before.
+** Its nExist stored bytes are not loaded (bPart, nothing written yet):
+** blockHeldPut records what SQLite writes and blockHeldLoad merges (it
+** replaces every byte outside that range, so only a new block's buffer
+** needs zeroing).
 */
-static int blockHold(TdeFile *p, sqlite3_int64 iBlock, uint32_t nExist, int bFresh,
-                     sqlite3_int64 *pPhys){
+static int blockHold(TdeFile *p, sqlite3_int64 iBlock, uint32_t nExist, sqlite3_int64 *pPhys){
+  TdeBlockFile *b = p->pBlk;
   int rc = blockFlushAt(p, pPhys);
   if( rc ) return rc;
-  if( !p->pBlk->aHeld ){
-    p->pBlk->aHeld = sqlite3_malloc((int)BSIZE(p));
-    if( !p->pBlk->aHeld ) return SQLITE_NOMEM;
+  if( !b->aHeld ){
+    b->aHeld = sqlite3_malloc((int)BSIZE(p));
+    if( !b->aHeld ) return SQLITE_NOMEM;
   }
-  if( bFresh ){
-    memset(p->pBlk->aHeld, 0, BSIZE(p));
-  }else{
-    uint32_t nLen;
-    rc = blockLoad(p, iBlock, *pPhys, p->pBlk->aHeld, &nLen);
-    if( rc ){ tdeWipe(p->pBlk->aHeld, BSIZE(p)); return rc; }
-  }
-  p->pBlk->bHeld = 1;
-  p->pBlk->iHeld = iBlock;
-  p->pBlk->nHeld = nExist;
+  if( nExist==0 ) memset(b->aHeld, 0, BSIZE(p));
+  b->bHeld = 1;
+  b->bPart = nExist>0;
+  b->iLo = b->iHi = 0;
+  b->iHeld = iBlock;
+  b->nHeld = nExist;
   return SQLITE_OK;
 }
 
 /* Write n bytes at iIn into the held block; a write that reaches the
-** block's end seals it (SQLite has moved past it). */
+** block's end seals it (SQLite has moved past it).  A partly known block
+** keeps one written range: a write that does not touch it merges first. */
 static int blockHeldPut(TdeFile *p, uint32_t iIn, const uint8_t *z, uint32_t n,
                         sqlite3_int64 *pPhys){
-  memcpy(p->pBlk->aHeld + iIn, z, n);
-  if( iIn + n > p->pBlk->nHeld ) p->pBlk->nHeld = iIn + n;
+  TdeBlockFile *b = p->pBlk;
+  if( b->bPart ){
+    if( b->iHi==b->iLo ){
+      b->iLo = iIn; b->iHi = iIn + n;
+    }else if( iIn<=b->iHi && iIn + n>=b->iLo ){
+      if( iIn<b->iLo ) b->iLo = iIn;
+      if( iIn + n>b->iHi ) b->iHi = iIn + n;
+    }else{
+      int rc = blockHeldLoad(p);
+      if( rc ) return rc;
+    }
+  }
+  memcpy(b->aHeld + iIn, z, n);
+  if( iIn + n > b->nHeld ) b->nHeld = iIn + n;
   if( iIn + n==BSIZE(p) ) return blockFlushAt(p, pPhys);
   return SQLITE_OK;
 }
@@ -218,6 +262,13 @@ int tdeBlockRead(TdeFile *p, void *zBuf, int iAmt, sqlite3_int64 iOfst){
   sqlite3_int64 phys = 0, size;
   int nDone = 0;
   int rc;
+  if( p->pBlk->bPart && iOfst<(p->pBlk->iHeld+1)*BSIZE(p) && iOfst+iAmt>p->pBlk->iHeld*BSIZE(p)
+   && (iOfst<p->pBlk->iHeld*BSIZE(p) + p->pBlk->iLo || iOfst+iAmt>p->pBlk->iHeld*BSIZE(p) + p->pBlk->iHi) ){
+    /* The read needs stored bytes of the held block that are not loaded. */
+    rc = tdeScratch(p);
+    if( rc==SQLITE_OK ) rc = blockHeldLoad(p);
+    if( rc ){ memset(z, 0, (size_t)iAmt); return rc==SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_READ : rc; }
+  }
   if( p->pBlk->bHeld && iOfst>=p->pBlk->iHeld*BSIZE(p) && iOfst+iAmt<=(p->pBlk->iHeld+1)*BSIZE(p)
    && iOfst - p->pBlk->iHeld*BSIZE(p) < p->pBlk->nHeld ){
     /* All of it in the held block (as below: bytes past the end read as zero). */
@@ -328,7 +379,7 @@ int tdeBlockWrite(TdeFile *p, const void *zBuf, int iAmt, sqlite3_int64 iOfst){
       /* A whole block (a temp database's page): sealed where it is. */
       rc = blockStoreAt(p, iBlock, z+nDone, n, &phys);
     }else{
-      rc = blockHold(p, iBlock, nExist, iIn==0 && n>=nExist, &phys);
+      rc = blockHold(p, iBlock, nExist, &phys);
       if( rc==SQLITE_OK ) rc = blockHeldPut(p, iIn, z+nDone, n, &phys);
     }
     if( rc ) return rc;

@@ -176,12 +176,17 @@ typedef struct TdeBlockFile {
   int bSized;                 /* nBlock fixed by the first write */
   /* the block written last while SQLite is still inside it, as plaintext
   ** not yet sealed (blockfile.c, "the held block"): aHeld (nBlock bytes,
-  ** sqlite3_malloc'd, zero beyond nHeld, wiped when dropped), its number
-  ** and logical length; bHeld 0: none. */
+  ** sqlite3_malloc'd, zero beyond nHeld unless bPart, wiped when dropped), its number
+  ** and logical length; bHeld 0: none.  bPart: the block's stored bytes
+  ** are not loaded yet, and aHeld holds only what SQLite wrote since,
+  ** [iLo, iHi); the rest is loaded (merged under it) only when something
+  ** needs it, which a block overwritten from its start never does. */
   uint8_t *aHeld;
   int bHeld;
+  int bPart;
   sqlite3_int64 iHeld;
   uint32_t nHeld;
+  uint32_t iLo, iHi;
 } TdeBlockFile;
 
 /* main, WAL mode: while this connection checkpoints, the last frame page

@@ -37,6 +37,7 @@ static int bTrace;
 static struct {
   sqlite3_int64 nSubBytes, nSubWrites;    /* written to statement journals */
   sqlite3_int64 nTempBytes;               /* written to any temp file */
+  sqlite3_int64 nSubReads;                /* reads of statement journals */
   int iFailIn;                /* >0: the Nth temp-file write from now fails */
   int bPersist;               /* ... and every one after it, until cleared */
   int bFailing;
@@ -55,6 +56,7 @@ static void belowClear(void){ bw.iFailIn = 0; bw.bFailing = 0; }
 
 static int belowClose(sqlite3_file *f){ return BREAL(f)->pMethods->xClose(BREAL(f)); }
 static int belowRead(sqlite3_file *f, void *z, int n, sqlite3_int64 o){
+  if( ((BelowFile*)f)->bSub ) bw.nSubReads++;
   return BREAL(f)->pMethods->xRead(BREAL(f), z, n, o);
 }
 static int belowWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 o){
@@ -293,6 +295,39 @@ static void test_stmt_pattern(void **state){
   }
 }
 
+/* The next statement rewrites the on-disk sub-journal from offset 0:
+** every block it enters already exists, and each is covered from its
+** start before it is sealed, so none is read (decrypted) below; a write
+** into the middle of a stored block, then a read of the whole file, still
+** merges the stored bytes (checked against the reference). */
+static void test_rewrite_reads_nothing(void **state){
+  static const int aP[] = { 1024, 4096, 8192 };
+  size_t k;
+  (void)state;
+  rngState = 26003;
+  for(k=0; k<sizeof(aP)/sizeof(aP[0]); k++){
+    Tmp t;
+    int P = aP[k];
+    sqlite3_int64 nReads;
+    tmpOpen(&t, SQLITE_OPEN_SUBJOURNAL);
+    stmtRecords(&t, P, 0, 30, 0);
+    assert_int_equal(t.f->pMethods->xSync(t.f, SQLITE_SYNC_NORMAL), SQLITE_OK);
+    nReads = bw.nSubReads;
+    stmtRecords(&t, P, 0, 20, 0);            /* the next statement, in place */
+    print_message("# P=%d: rewrite of 20 records read the file below %lld times\n",
+                  P, (long long)(bw.nSubReads - nReads));
+    assert_int_equal(bw.nSubReads - nReads, 0);
+    tmpCheck(&t);
+    assert_int_equal(tmpWrite(&t, 10, 5*4096 + 100), SQLITE_OK);    /* inside a stored block */
+    assert_int_equal(tmpWrite(&t, 10, 5*4096 + 3000), SQLITE_OK);   /* not adjacent: merges */
+    tmpCheck(&t);
+    assert_int_equal(tmpWrite(&t, 10, 9*4096 + 7), SQLITE_OK);
+    assert_int_equal(t.f->pMethods->xSync(t.f, SQLITE_SYNC_NORMAL), SQLITE_OK);
+    tmpCheck(&t);
+    assert_int_equal(tmpClose(&t), SQLITE_OK);
+  }
+}
+
 /* Random writes (overlapping, past the end leaving holes, within one
 ** block) and truncations on files of 4096-byte blocks and of page-sized
 ** blocks (first write a 1024-byte page), each call checked. */
@@ -524,6 +559,7 @@ int main(void){
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup(test_stmt_pattern, testSetup),
     cmocka_unit_test_setup(test_random_writes, testSetup),
+    cmocka_unit_test_setup(test_rewrite_reads_nothing, testSetup),
     cmocka_unit_test_setup(test_write_faults, testSetup),
     cmocka_unit_test_setup(test_close_reports, testSetup),
     cmocka_unit_test_setup(test_stmt_bytes, testSetup),
