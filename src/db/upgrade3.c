@@ -229,6 +229,40 @@ static int upgradeMove(TdeFile *p, int *pbDone){
   return rc;
 }
 
+/* The rescue hook (xPageRescue, hooks.c): a connection that read the
+** header before another process moved the pages (in rollback mode it
+** holds no lock between read transactions) looks for a page at its old
+** place, and it fails.  If the header on disk now names another layout
+** (format version or cursor), it is adopted and the page read where it
+** lies now; the caller's checks (the page map's) still run. */
+static int moveRescue(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, uint8_t aTag[16]){
+  TdeLayout L0, L1;
+  int bShort = 0, rc;
+  if( !p->pDb->pKeys ) return SQLITE_IOERR_AUTH;
+  L0 = tdeMainLayout(p, pgsz);
+  if( tdeMainRefreshIfChanged(p)!=SQLITE_OK ) return SQLITE_IOERR_AUTH;
+  L1 = tdeMainLayout(p, pgsz);
+  if( L1.version==L0.version && L1.cursor==L0.cursor ) return SQLITE_IOERR_AUTH;
+  rc = tdeRealRead(p, aOut, (int)pgsz, tdeLayoutPageOff(&L1, pgno), &bShort);
+  if( rc || bShort ) return SQLITE_IOERR_AUTH;
+  memcpy(aTag, aOut + pgsz - 24, 16);        /* for the page-map check, as for any page */
+  return tdeOpenPage(p, aOut, pgsz, pgno, 0);
+}
+
+const TdeMainHook tdeUpgradeHook = {
+  "upgrade",
+  0,                          /* xLoaded */
+  0,                          /* xWriteLock */
+  0,                          /* xWriteEnd */
+  0,                          /* xBeforeKeyDrop */
+  moveRescue,                 /* xPageRescue */
+  0,                          /* xWalLock */
+  0,                          /* xWalEnd */
+  0,                          /* xPageCheck */
+  0,                          /* xWriteOutsideWal */
+  0,                          /* xWalFold */
+};
+
 int tdeUpgradeFinish(TdeFile *p){
   int bDone = 0;
   const TdeDbKeys *k = p->pDb->pKeys;

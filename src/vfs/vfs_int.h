@@ -29,7 +29,7 @@
 **   capture.c    the standby's capture and sync wait, as hooks (raised
 **                through hooks.c; calls only repl/);
 **   hooks.c      the list of a main database's feature hooks (TdeMainHook:
-**                page map, anchor, rekey, capture) and their dispatchers:
+**                page map, anchor, rekey, upgrade, capture) and their dispatchers:
 **                calls only through the pointers;
 **   fileio.c     the lowest layer: raw reads, scratch, result codes, the
 **                registry of main files -- calls nothing else here.
@@ -541,6 +541,7 @@ extern const TdeMainHook tdeMapHook;      /* pagemap.c */
 extern const TdeMainHook tdeAnchorHook;   /* anchor.c */
 extern const TdeMainHook tdeRekeyHook;    /* rekey.c */
 extern const TdeMainHook tdeCaptureHook;  /* capture.c */
+extern const TdeMainHook tdeUpgradeHook;  /* upgrade3.c */
 int tdeMainHookLoaded(TdeFile *pMain, int bNew);
 void tdeMainHookWriteLock(TdeFile *pMain);
 void tdeMainHookWriteEnd(TdeFile *pMain, int bWal);

@@ -358,6 +358,56 @@ static void test_stale_header(void **state){
   removeDb(zDb);
 }
 
+/* Another process's connection, open across the upgrade: in rollback mode
+** idle between its read transactions (the upgrade runs, and its next read
+** finds every row through the new header); in WAL mode it holds SHARED
+** all along, so the upgrade is refused (TDE_LOCKED, nothing changed) until
+** it closes. */
+static void runOtherConnection(const char *zMode){
+  char zDb[PATH_MAX];
+  int64_t digest = 0;
+  int aGo[2], aReady[2], st = 0, bWal = strcmp(zMode, "WAL")==0;
+  pid_t pid;
+  char c = 0;
+  pathOf(zDb, "other.db");
+  makeV2(zDb, 4096, zMode, 600, &digest);
+  assert_int_equal(pipe(aGo), 0);
+  assert_int_equal(pipe(aReady), 0);
+  pid = fork();
+  if( pid==0 ){
+    sqlite3 *db = 0;
+    int64_t d1, d2;
+    openTdeCfg(zDb, zCfg, &db);
+    d1 = rowDigest(db);
+    if( write(aReady[1], "r", 1)!=1 || read(aGo[0], &c, 1)!=1 ) _exit(6);
+    d2 = rowDigest(db);
+    if( d2!=digest ) fprintf(stderr, "other connection: %s / %s\n", sqlite3_errmsg(db), tde_last_error());
+    sqlite3_close(db);
+    _exit(d1==digest && d2==digest ? 0 : 5);
+  }
+  assert_int_equal(read(aReady[0], &c, 1), 1);
+  if( bWal ){
+    assert_int_equal(upgradeTo3(zDb), TDE_LOCKED);
+    {
+      sqlite3 *db = openDb(zDb);
+      assert_int_equal(queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 2);
+      sqlite3_close(db);
+    }
+  }else if( upgradeTo3(zDb)!=TDE_OK ){
+    fail_msg("upgrade beside an idle connection: %s", tde_last_error());
+  }
+  assert_int_equal(write(aGo[1], "g", 1), 1);
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  if( !(WIFEXITED(st) && WEXITSTATUS(st)==0) ) fail_msg("the other connection (%s): status %d", zMode, st);
+  if( bWal && upgradeTo3(zDb)!=TDE_OK ) fail_msg("upgrade after the other closed: %s", tde_last_error());
+  checkUpgraded(zDb, 4096, digest);
+  close(aGo[0]); close(aGo[1]); close(aReady[0]); close(aReady[1]);
+  removeDb(zDb);
+}
+
+static void test_other_delete(void **state){ (void)state; runOtherConnection("DELETE"); }
+static void test_other_wal(void **state){ (void)state; runOtherConnection("WAL"); }
+
 static int groupSetup(void **state){
   (void)state;
   return tdetestGroupSetup("test_r7_f3up", 1);
@@ -379,6 +429,8 @@ int main(void){
     cmocka_unit_test(test_resume_wal),
     cmocka_unit_test(test_resume_delete),
     cmocka_unit_test(test_stale_header),
+    cmocka_unit_test(test_other_delete),
+    cmocka_unit_test(test_other_wal),
     cmocka_unit_test(test_crash),
   };
   return cmocka_run_group_tests(tests, groupSetup, groupTeardown);
