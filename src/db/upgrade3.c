@@ -183,7 +183,7 @@ static int moveLock(TdeFile *p, int *pbDrop){
 /* Move a version-2 database, or finish a version-3 header's move. */
 static int upgradeMove(TdeFile *p, int *pbDone){
   TdeDbKeys *k = p->pDb->pKeys;
-  int rc, bDrop = 0, bStart = k->hdr.version==TDE_FORMAT_V2;
+  int rc, bDrop = 0, bRun = 0, bStart = k->hdr.version==TDE_FORMAT_V2;
   if( tdeRekeyInProgress(k) ){
     tdeErr(TDE_ERROR, "%s: a rekey is in progress: finish it (`sqlite-tde rekey`) before the upgrade",
            p->zName ? p->zName : "");
@@ -220,12 +220,15 @@ static int upgradeMove(TdeFile *p, int *pbDone){
       if( rc==SQLITE_OK ) rc = tdeMainHeaderUpdate(p, editMove, &e);
     }
   }
-  if( rc==SQLITE_OK && k->hdr.version==TDE_FORMAT_V3 && k->hdr.upgradeCursor ) rc = moveRun(p);
+  bRun = rc==SQLITE_OK && k->hdr.version==TDE_FORMAT_V3 && k->hdr.upgradeCursor;
+  if( bRun ) rc = moveRun(p);
   tdePage1Forget(p);
   if( bDrop ) p->pReal->pMethods->xUnlock(p->pReal, SQLITE_LOCK_SHARED);
-  tdeUpgradeAudit(p, rc, bStart ? "format version 2 -> 3 (the page map inside the database file); "
-                  "pages moved" : "format version 2 -> 3: an interrupted move finished");
-  if( rc==SQLITE_OK ) *pbDone = 1;
+  if( bStart || bRun || rc ){       /* else another connection finished it meanwhile */
+    tdeUpgradeAudit(p, rc, bStart ? "format version 2 -> 3 (the page map inside the database file); "
+                    "pages moved" : "format version 2 -> 3: an interrupted move finished");
+  }
+  if( rc==SQLITE_OK && (bStart || bRun) ) *pbDone = 1;
   return rc;
 }
 
