@@ -249,8 +249,23 @@ TDE_API int tde_db_rekey(struct sqlite3 *db, const char *zSchema, int nPagesPerS
 ** TRUNCATE checkpoint first, then one header update under the write lock,
 ** audited.  Crash-safe and resumable; TDE_OK without change if already
 ** version 2; TDE_LOCKED while readers keep the WAL from being emptied.
+** When the configuration says format_version = 3, on to version 3 (as
+** tde_db_upgrade_to(db, zSchema, 3) below).
 */
 TDE_API int tde_db_upgrade(struct sqlite3 *db, const char *zSchema);
+
+/*
+** tde_db_upgrade_to: as tde_db_upgrade, to format version iVersion (2 or
+** 3).  Version 3 (experimental; docs/FORMAT.md "Upgrade from version 2")
+** moves every page in place to make room for the page map inside the
+** database file, in synced batches recorded in the header: crash-safe and
+** resumable (a writer that finds a move unfinished finishes it), audited;
+** DB-tdemap is deleted at the end.  Needs the database alone (TDE_LOCKED
+** while another connection has it open).  tde_db_upgrade goes to the
+** version new databases get (format_version in the configuration: 2
+** unless it says 3).
+*/
+TDE_API int tde_db_upgrade_to(struct sqlite3 *db, const char *zSchema, int iVersion);
 
 /*
 ** tde_db_reanchor: accept the current state of the database at zDbPath as

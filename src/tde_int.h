@@ -49,6 +49,7 @@ void tdeLog(int level, const char *zFmt, ...) __attribute__((format(printf, 2, 3
 #define TDE_FAULT_READ_JOURNAL  3    /* rollback journal */
 #define TDE_FAULT_READ_WAL      4    /* WAL */
 #define TDE_FAULT_ALLOC_SECURE  5    /* tdeSecureAlloc */
+#define TDE_FAULT_UPGRADE_BATCH 6    /* the move to version 3 stops after a batch (as if killed) */
 extern int (*tdeFaultHook)(int eSite);
 
 /*

@@ -65,6 +65,7 @@ struct CliArgs {
   uint32_t kdfT;             /* keystore passwd --kdf-t N (0: keep) */
   uint32_t kdfM;             /* keystore passwd --kdf-m KIB (0: keep) */
   int bAll;                  /* status --all */
+  int iToVersion;            /* upgrade --to N (0: the library's default) */
 };
 
 /* One command.  zName is "encrypt" or "keystore create". */
@@ -85,6 +86,7 @@ struct CliCommand {
 #define CLI_OPT_STEP      0x10   /* accepts --step N */
 #define CLI_OPT_KDF       0x20   /* accepts --kdf-t N and --kdf-m KIB */
 #define CLI_OPT_ALL       0x40   /* accepts --all */
+#define CLI_OPT_TOVER     0x80   /* accepts --to N (a format version) */
 
 /* Commands (cmd_*.c). */
 int cliCmdKeystoreCreate(Cli*, const CliArgs*);

@@ -158,7 +158,16 @@ static const CliCommand aCommand[] = {
     "rollback-journal mode: each step holds an exclusive lock (a few ms).\n"
     "\nOptions:\n  --step N   pages per step (default 1024)\n",
     1, CLI_OPT_STEP, cliCmdRekey },
-  { "upgrade", "DB", "move a format-version-1 database to version 2 (freshness checks)", "Move DB from format version 1 to 2 in place (docs/FORMAT.md \"Upgrade from version 1\"): in WAL mode\na TRUNCATE checkpoint first, then one header update under the write lock, audited.  Pages\nare not rewritten.  Crash-safe and resumable; a version-2 database is left as it is.\n", 1, 0, cliCmdUpgrade },
+  { "upgrade", "[--to 2|3] DB", "move a database to a newer format version in place",
+    "Move DB from format version 1 to 2 in place (docs/FORMAT.md \"Upgrade from version 1\"): in WAL mode\n"
+    "a TRUNCATE checkpoint first, then one header update under the write lock, audited.  Pages\n"
+    "are not rewritten.  Crash-safe and resumable; a version-2 database is left as it is.\n"
+    "--to 3 (experimental; the default when the configuration says format_version = 3) goes on\n"
+    "to format version 3, the page map inside the database file (\"Upgrade from version 2\"):\n"
+    "every page moves in place, in synced batches recorded in the header, then DB-tdemap is\n"
+    "deleted.  It needs the database alone (no other connection open).  Crash-safe and\n"
+    "resumable: run it again, or the next writer finishes an interrupted move.  Audited.\n",
+    1, CLI_OPT_TOVER, cliCmdUpgrade },
   { "reanchor", "DB", "accept DB's current state in its freshness anchor (a backup restored on purpose)",
     "Record DB's current state as its freshness anchor (freshness_anchor in the\n"
     "configuration; docs/FORMAT.md \"External anchor\"), although DB may be older\n"
@@ -326,6 +335,13 @@ static int parseArgs(Cli *pCli, const CliCommand *pCmd, int argc, char **argv, C
         snprintf(pArgs->zToBuf, sizeof(pArgs->zToBuf), "%s", zReal);
         free(zReal);
         pArgs->zTo = pArgs->zToBuf;
+        continue;
+      }
+      if( (pCmd->flags & CLI_OPT_TOVER) && strcmp(z, "--to")==0 ){
+        if( i+1>=argc ) return usageError(pCmd, "--to needs a format version");
+        i++;
+        if( strcmp(argv[i], "2")!=0 && strcmp(argv[i], "3")!=0 ) return usageError(pCmd, "--to: format version 2 or 3");
+        pArgs->iToVersion = argv[i][0] - '0';
         continue;
       }
       if( (pCmd->flags & CLI_OPT_STEP) && strcmp(z, "--step")==0 ){

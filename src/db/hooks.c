@@ -19,6 +19,7 @@ static const TdeMainHook *const aHook[] = {
   &tdeMapHook,              /* pagemap.c: the check of every page read, drops, folds */
   &tdeAnchorHook,           /* anchor.c: check at load, update at the end of a write */
   &tdeRekeyHook,            /* rekey.c: a page torn by an interrupted rekey, from its journal */
+  &tdeUpgradeHook,          /* upgrade3.c: a page moved by another process's upgrade to format 3 */
   &tdeCaptureHook,          /* capture.c: the standby's capture and sync wait */
 };
 

@@ -178,8 +178,10 @@ typedef struct MapStore {
   TdeLayout L;
 } MapStore;
 
+/* Version 3 with no move in progress: while the upgrade from version 2
+** moves pages (cursor != 0) the map in force is still DB-tdemap's. */
 static int mapInFile(TdeFile *p){
-  return p->pDb->pKeys && p->pDb->pKeys->hdr.version>=TDE_FORMAT_V3;
+  return p->pDb->pKeys && p->pDb->pKeys->hdr.version>=TDE_FORMAT_V3 && p->pDb->pKeys->hdr.upgradeCursor==0;
 }
 
 static int mapStoreOpen(TdeFile *p, int bCreate, MapStore *s){
@@ -642,6 +644,94 @@ int tdeMapShrink(TdeFile *p, uint32_t nPage){
   m->n = n;
   memcpy(m->aRoot, aRoot, 16);
   return SQLITE_OK;
+}
+
+/* ---- the upgrade from version 2 (upgrade.c) ----------------------------- */
+
+/* Does DB-tdemap hold the map the header names (nothing to check under a
+** zero root)?  SQLITE_OK, or version 2's refusal (logged) or an error.
+** Before the move writes anything: a map missing or from another time
+** stops the upgrade with nothing changed. */
+int tdeMapCheckSource(TdeFile *p){
+  const TdeDbKeys *k = p->pDb->pKeys;
+  if( !k || k->hdr.version<TDE_FORMAT_V2 || mapZero16(k->hdr.aMapRoot) ) return SQLITE_OK;
+  if( mapInFile(p) ) return SQLITE_MISUSE;
+  return mapLoad(p);
+}
+
+/*
+** Step 3 of the move (docs/FORMAT.md "Upgrade from version 2"): header at
+** version 3 with cursor 1 (the map in force still DB-tdemap's), caller
+** holds the EXCLUSIVE lock.  The slot in force of each map page k <
+** min(n, ceil(nPage / 508)) is copied verbatim (its own g) into slot 0 of
+** region k, the rest of the region zero; the file is synced.  *pOut gets
+** the header's map fields for the update to cursor 0: unchanged when no
+** map page was dropped (no trust on first use), else the root over the
+** pages kept with G + 1.  No map: nothing written, *pOut zero.
+*/
+int tdeMapIntoFile(TdeFile *p, uint32_t nPage, TdeMapFields *pOut){
+  const TdeHeader *h = &p->pDb->pKeys->hdr;
+  TdeLayout L3 = { TDE_FORMAT_V3, p->pDb->pgsz, 0 };
+  int64_t nRegion = tdeLayoutRegionBytes(p->pDb->pgsz);
+  uint32_t nKeep;
+  struct TdeMap *m;
+  sqlite3_file *pFd = 0;
+  uint8_t *aBuf = 0;
+  int rc;
+  memset(pOut, 0, sizeof(*pOut));
+  if( mapZero16(h->aMapRoot) ) return SQLITE_OK;
+  rc = tdeMapCheckSource(p);
+  if( rc ) return rc;
+  m = p->pDb->map.pMap;
+  nKeep = (nPage + MAP_PER_PAGE - 1) / MAP_PER_PAGE;
+  if( nKeep>m->n ) nKeep = m->n;
+  rc = mapOpen(p, 0, &pFd);
+  if( rc==SQLITE_OK ){
+    aBuf = sqlite3_malloc64((sqlite3_uint64)nRegion + 2*MAP_SLOT);
+    if( !aBuf ) rc = SQLITE_NOMEM;
+  }
+  for(uint32_t kk=0; rc==SQLITE_OK && kk<nKeep; kk++){
+    uint8_t *aPair = aBuf + nRegion, aHash[16];
+    rc = pFd->pMethods->xRead(pFd, aPair, 2*MAP_SLOT, (sqlite3_int64)kk*2*MAP_SLOT);
+    if( rc==SQLITE_IOERR_SHORT_READ ) rc = SQLITE_OK;   /* a slot never written: zeros */
+    if( rc ) break;
+    aPair += m->aSlot[kk]*MAP_SLOT;
+    rc = mapSlotHash(h->dbid, aPair, aHash);
+    if( rc==SQLITE_OK && !tdeCtEqual(aHash, m->aHash[kk], 16) ) rc = mapRefuse(p, "it changed during the upgrade");
+    if( rc ) break;
+    memset(aBuf, 0, (size_t)nRegion);
+    memcpy(aBuf, aPair, MAP_SLOT);
+    rc = p->pReal->pMethods->xWrite(p->pReal, aBuf, (int)nRegion, tdeLayoutMapOff(&L3, kk, 0));
+  }
+  if( rc==SQLITE_OK ) rc = p->pReal->pMethods->xSync(p->pReal, SQLITE_SYNC_NORMAL);
+  if( rc==SQLITE_OK ){
+    pOut->G = m->G;
+    pOut->n = nKeep;
+    memcpy(pOut->aRoot, m->aRoot, 16);
+    if( nKeep<m->n ){
+      pOut->G = m->G + 1;
+      rc = mapRoot(h->dbid, pOut->G, nKeep, m->aHash, pOut->aRoot);
+    }
+  }
+  sqlite3_free(aBuf);
+  mapClose(p, pFd);
+  tdeMapFree(p);
+  return rc;
+}
+
+/* The version-2 map file, no longer used once the header says version 3
+** with cursor 0: deleted (SQLITE_OK if there is none). */
+int tdeMapRemoveFile(TdeFile *p){
+  sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
+  char *zPath;
+  int bExists = 0, rc;
+  if( !p->zName ) return SQLITE_OK;
+  zPath = sqlite3_mprintf("%s-tdemap", p->zName);
+  if( !zPath ) return SQLITE_NOMEM;
+  rc = pOrig->xAccess(pOrig, zPath, SQLITE_ACCESS_EXISTS, &bExists);
+  if( rc==SQLITE_OK && bExists ) rc = pOrig->xDelete(pOrig, zPath, 1);
+  sqlite3_free(zPath);
+  return rc;
 }
 
 /* ---- hooks -------------------------------------------------------------- */

@@ -1,7 +1,7 @@
 /*
 ** Upgrade of a format-version-1 database to version 2 in place
 ** (docs/FORMAT.md "Upgrade from version 1"), for tde_db_upgrade() and
-** `sqlite-tde upgrade`.
+** `sqlite-tde upgrade` (through upgrade3.c, which goes on to version 3).
 **
 ** The upgrade is one header update under SQLite's write lock: version 2,
 ** log epoch 1, no WAL generation bound yet.  Pages are not rewritten
@@ -53,11 +53,11 @@ void tdeUpgradeAudit(TdeFile *p, int rc, const char *zHow){
   r.zDetail = rc==SQLITE_OK ? zHow : tde_last_error();
   tdeAudit(p->pDb->pKeys->pCfg, &r);
   if( rc==SQLITE_OK ){
-    tdeLog(TDE_LOG_INFO, "%s: upgraded to format version 2", p->zName ? p->zName : "");
+    tdeLog(TDE_LOG_INFO, "%s: upgrade: %s", p->zName ? p->zName : "", zHow);
   }
 }
 
-int tdeMainUpgrade(TdeFile *p, int *pbDone){
+int tdeMainUpgradeV2(TdeFile *p, int *pbDone){
   int rc;
   *pbDone = 0;
   if( !p->pDb->pKeys ) return SQLITE_MISUSE;

@@ -57,6 +57,16 @@ static int64_t v3Pages(const TdeLayout *L, int64_t nPhys, int bPartial){
   return g*TDE_LAYOUT_K + extra;
 }
 
+/* While a move is in progress (cursor c): the database's N pages are
+** pages c .. N at their new places, so the file reaches off(N) once the
+** first batch moved page N, and 1 .. c-1 at their old ones; before that
+** batch c = N + 1 and the file is version 2's, whose version-3 page count
+** is below N (every page's new place is higher than its old one). */
+static int64_t movePages(const TdeLayout *L, int64_t nV3){
+  if( L->cursor && (int64_t)(L->cursor - 1) > nV3 ) return (int64_t)(L->cursor - 1);
+  return nV3;
+}
+
 int64_t tdeLayoutSqliteSize(const TdeLayout *L, int64_t nPhys){
   if( !V3(L) ){
     int64_t n = nPhys>TDE_LAYOUT_HDR ? nPhys - TDE_LAYOUT_HDR : 0;
@@ -64,13 +74,11 @@ int64_t tdeLayoutSqliteSize(const TdeLayout *L, int64_t nPhys){
     return n;
   }
   if( L->pgsz==0 ) return 0;
-  if( L->cursor ) return (int64_t)(L->cursor - 1) * L->pgsz;
-  return v3Pages(L, nPhys, 1) * L->pgsz;
+  return movePages(L, v3Pages(L, nPhys, 1)) * L->pgsz;
 }
 
 uint32_t tdeLayoutWholePages(const TdeLayout *L, int64_t nPhys){
   if( L->pgsz==0 ) return 0;
   if( !V3(L) ) return nPhys>TDE_LAYOUT_HDR ? (uint32_t)((nPhys - TDE_LAYOUT_HDR) / L->pgsz) : 0;
-  if( L->cursor ) return (uint32_t)(L->cursor - 1);
-  return (uint32_t)v3Pages(L, nPhys, 0);
+  return (uint32_t)movePages(L, v3Pages(L, nPhys, 0));
 }

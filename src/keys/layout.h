@@ -46,7 +46,8 @@ int64_t tdeLayoutPageOff(const TdeLayout *L, uint32_t pgno);
 int64_t tdeLayoutMapOff(const TdeLayout *L, uint32_t g, int s);
 
 /* The physical size a truncation to SQLite size nSqlite bytes asks for
-** (xTruncate, SQLITE_FCNTL_SIZE_HINT).  Versions 1 and 2: nSqlite + 8192;
+** (xTruncate, SQLITE_FCNTL_SIZE_HINT; never while the cursor is not 0:
+** a writer finishes the move first).  Versions 1 and 2: nSqlite + 8192;
 ** version 3: off(N) + P for N = ceil(nSqlite / P) pages, 8192 for N = 0
 ** (and while the page size is unknown: the caller refuses that case). */
 int64_t tdeLayoutPhysSize(const TdeLayout *L, int64_t nSqlite);
@@ -57,8 +58,9 @@ int64_t tdeLayoutPhysSize(const TdeLayout *L, int64_t nSqlite);
 ** below), rounded up to whole pages when the page size is known (pgsz 0:
 ** to the byte); version 3: whole pages, a region the file ends inside of
 ** counting no page (0 while the page size is unknown).
-** While an upgrade moves pages (cursor c != 0) the database holds c - 1
-** pages, wherever the file ends. */
+** While an upgrade moves pages (cursor c != 0) the database holds
+** max(c - 1, the version-3 count) pages: c - 1 until page N has moved,
+** then N (docs/FORMAT.md "Upgrade from version 2"). */
 int64_t tdeLayoutSqliteSize(const TdeLayout *L, int64_t nPhys);
 
 /* Pages lying wholly inside a file of nPhys bytes (a last partial page

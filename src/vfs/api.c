@@ -458,12 +458,22 @@ static void rekeyUnlock(sqlite3 *db, TdeFile *p, int bWal){
   sqlite3_exec(db, "COMMIT", 0, 0, 0);
 }
 
+typedef struct UpgradeArg { int iTo; int bDone; } UpgradeArg;
 static int opUpgrade(TdeFile *p, void *pArg){
-  return tdeMainUpgrade(p, (int*)pArg);
+  UpgradeArg *a = pArg;
+  return tdeMainUpgrade(p, a->iTo, &a->bDone);
 }
 
 int tde_db_upgrade(sqlite3 *db, const char *zSchema){
-  int bDone = 0, nLog = -1, nCkpt = -1, trc = TDE_OK, rc;
+  return tde_db_upgrade_to(db, zSchema, tdeCreateVersion()>=TDE_FORMAT_V3 ? 3 : 2);
+}
+
+int tde_db_upgrade_to(sqlite3 *db, const char *zSchema, int iVersion){
+  int nLog = -1, nCkpt = -1, trc = TDE_OK, rc;
+  UpgradeArg a;
+  a.iTo = iVersion;
+  a.bDone = 0;
+  if( iVersion!=2 && iVersion!=3 ) return tdeErr(TDE_MISUSE, "upgrade: format version %d: 2 or 3", iVersion);
   if( !zSchema ) zSchema = "main";
   if( !sqlite3_get_autocommit(db) ){
     return tdeErr(TDE_MISUSE, "a transaction is open on this connection; commit it first");
@@ -472,7 +482,7 @@ int tde_db_upgrade(sqlite3 *db, const char *zSchema){
   ** in rollback-journal mode). */
   for(int nTry=0; nTry<100; nTry++){
     rc = sqlite3_wal_checkpoint_v2(db, zSchema, SQLITE_CHECKPOINT_TRUNCATE, &nLog, &nCkpt);
-    if( rc==SQLITE_OK ) trc = tdeUnderWriteLock(db, zSchema, opUpgrade, &bDone);
+    if( rc==SQLITE_OK ) trc = tdeUnderWriteLock(db, zSchema, opUpgrade, &a);
     if( rc==SQLITE_OK && trc!=TDE_LOCKED ) break;
     sqlite3_sleep(50);
   }

@@ -1200,7 +1200,7 @@ void tdeMainReserveDone(TdeFile *p){
 ** tdeShmLock): I/O and memory errors as they are, anything else (a key
 ** that cannot be had) as SQLITE_AUTH. */
 static int tdeRefreshLockRc(int rc){
-  return (rc&0xff)==SQLITE_IOERR || rc==SQLITE_NOMEM ? rc : SQLITE_AUTH;
+  return (rc&0xff)==SQLITE_IOERR || rc==SQLITE_NOMEM || rc==SQLITE_BUSY ? rc : SQLITE_AUTH;
 }
 
 /*
@@ -1215,7 +1215,7 @@ static int tdeRefreshLockRc(int rc){
 ** before it are kept: a change after that read shows at the next check.
 ** Uses p->aBuf.
 */
-static int tdeMainLockCheck(TdeFile *p){
+static int tdeMainLockCheckHeader(TdeFile *p){
   uint8_t aSums[64];
   int rc, bShort = 1;
   if( !p->pDb->pKeys ) return SQLITE_OK;
@@ -1232,6 +1232,16 @@ static int tdeMainLockCheck(TdeFile *p){
     memcpy(p->pDb->aHdrSums, aSums, sizeof(aSums));
     p->pDb->bHdrSums = 1;
   }
+  return rc;
+}
+
+/* The check, then a move to format version 3 that a crash or an
+** interrupted upgrade left unfinished (upgrade.c): no write while the
+** header's upgrade cursor is not 0 (SQLITE_BUSY while another connection
+** keeps the move from finishing). */
+static int tdeMainLockCheck(TdeFile *p){
+  int rc = tdeMainLockCheckHeader(p);
+  if( rc==SQLITE_OK && p->pDb->pKeys && p->pDb->pKeys->hdr.upgradeCursor ) rc = tdeUpgradeFinish(p);
   return rc;
 }
 

@@ -14,6 +14,7 @@
 **   anchor.c     the external freshness anchor (check at load, updates);
 **   pagemap.c    the page map DB-tdemap (reader check, folds, drops);
 **   rekey.c      rekey: begin, steps, finish, the rekey journal;
+**   upgrade3.c   format version 2 -> 3: the move of the pages;
 **   upgrade.c    format version 1 -> 2;
 **   keyops.c     the generic header writer (rotation, migration, epoch and
 **                freshness updates): writes the header region only;
@@ -28,14 +29,14 @@
 **   capture.c    the standby's capture and sync wait, as hooks (raised
 **                through hooks.c; calls only repl/);
 **   hooks.c      the list of a main database's feature hooks (TdeMainHook:
-**                page map, anchor, rekey, capture) and their dispatchers:
+**                page map, anchor, rekey, upgrade, capture) and their dispatchers:
 **                calls only through the pointers;
 **   fileio.c     the lowest layer: raw reads, scratch, result codes, the
 **                registry of main files -- calls nothing else here.
 ** Calls go down one order, checked by scripts/callgraph.py (no circle
 ** between files or folders):
 **   src/vfs:  api, status -> vfs -> repair, wal, journal, blockfile
-**   src/db:   anchor -> pagemap -> rekey -> upgrade -> keyops -> page1
+**   src/db:   upgrade3 -> anchor -> pagemap -> rekey -> upgrade -> keyops -> page1
 **             -> dek -> header_io, capture -> hooks, fileio.
 ** A feature below its caller that must tell one above it (the rekey's
 ** finish asking the anchor for a record under the key it keeps) raises a
@@ -545,6 +546,7 @@ extern const TdeMainHook tdeMapHook;      /* pagemap.c */
 extern const TdeMainHook tdeAnchorHook;   /* anchor.c */
 extern const TdeMainHook tdeRekeyHook;    /* rekey.c */
 extern const TdeMainHook tdeCaptureHook;  /* capture.c */
+extern const TdeMainHook tdeUpgradeHook;  /* upgrade3.c */
 int tdeMainHookLoaded(TdeFile *pMain, int bNew);
 void tdeMainHookWriteLock(TdeFile *pMain);
 void tdeMainHookWriteEnd(TdeFile *pMain, int bWal);
@@ -601,7 +603,23 @@ int tdeWalFoldMapTo(TdeFile *p, uint32_t bound);
 
 /* upgrade.c: format version 1 -> 2 (caller holds the write lock, the WAL
 ** emptied); *pbDone 1 if this call upgraded it. */
-int tdeMainUpgrade(TdeFile *pMain, int *pbDone);
+int tdeMainUpgradeV2(TdeFile *pMain, int *pbDone);
+/* upgrade3.c: format version 1 -> 2 (as above), then to 3 if iTo is 3
+** (the move of the pages, docs/FORMAT.md "Upgrade from version 2"); caller
+** holds the write lock, the WAL emptied; *pbDone 1 if this call changed
+** the version or finished a move. */
+int tdeMainUpgrade(TdeFile *pMain, int iTo, int *pbDone);
+/* upgrade3.c: a writer (the write-lock check, vfs.c) finds a version-3
+** header with a move not finished: finish it under an EXCLUSIVE lock taken
+** without waiting (SQLITE_BUSY if another connection is open). */
+int tdeUpgradeFinish(TdeFile *pMain);
+/* pagemap.c, for the upgrade to version 3: does DB-tdemap hold the map
+** the header names; the map's slots in force into the file's regions
+** (*pOut: the header's map fields after); DB-tdemap deleted. */
+typedef struct TdeMapFields { uint8_t aRoot[16]; uint64_t G; uint32_t n; } TdeMapFields;
+int tdeMapCheckSource(TdeFile *pMain);
+int tdeMapIntoFile(TdeFile *pMain, uint32_t nPage, TdeMapFields *pOut);
+int tdeMapRemoveFile(TdeFile *pMain);
 /* The header fields an upgrade writes; whether the WAL holds no frame (1
 ** in rollback mode); the audit line of an upgrade (zHow on success). */
 void tdeUpgradeEdit(TdeHeader *h);

@@ -147,8 +147,14 @@ static void test_v3_sizes(void **state){
 }
 
 /* An upgrade in progress (cursor c): pages m < c at version 2's place,
-** pages m >= c at version 3's; the database holds c - 1 pages. */
+** pages m >= c at version 3's.  A database of N pages (here across group
+** boundaries) keeps its size N through the move: before the first batch
+** (c = N + 1, the file still version 2's, a last partial page counted
+** whole), after any batch (the file reaches page N's new place), at c = 1,
+** and also when the file was extended past the new place; SQLite never
+** sees a page vanish or appear mid-move. */
 static void test_v3_cursor(void **state){
+  static const uint32_t aN[] = { 1, 2, 508, 509, 1200 };
   (void)state;
   for(size_t i=0; i<N_PGSZ; i++){
     uint32_t P = aPgsz[i];
@@ -157,8 +163,24 @@ static void test_v3_cursor(void **state){
     assert_int_equal(tdeLayoutPageOff(&L, 599), 8192 + 598*(int64_t)P);
     assert_int_equal(tdeLayoutPageOff(&L, 600), specOff(P, 600));
     assert_true(tdeLayoutPageOff(&L, 600) > tdeLayoutPageOff(&L, 599));
-    assert_int_equal(tdeLayoutSqliteSize(&L, 12345678), 599*(int64_t)P);
-    assert_int_equal(tdeLayoutWholePages(&L, 12345678), 599);
+    for(size_t j=0; j<sizeof(aN)/sizeof(aN[0]); j++){
+      uint32_t N = aN[j];
+      int64_t v2End = 8192 + (int64_t)N*P, v3End = specOff(P, N) + P;
+      TdeLayout Ls = { 3, P, N + 1 };
+      assert_int_equal(tdeLayoutSqliteSize(&Ls, v2End), (int64_t)N*P);
+      assert_int_equal(tdeLayoutSqliteSize(&Ls, v2End - 1), (int64_t)N*P);   /* partial: whole */
+      assert_int_equal(tdeLayoutWholePages(&Ls, v2End), N);
+      assert_true(tdeLayoutSqliteSize(&(TdeLayout){ 3, P, 0 }, v2End) < (int64_t)N*P);
+      for(uint32_t c=N; c>=1; c = c>3 ? c/2 : c-1){
+        TdeLayout Lc = { 3, P, c };
+        assert_int_equal(tdeLayoutSqliteSize(&Lc, v3End), (int64_t)N*P);
+        assert_int_equal(tdeLayoutWholePages(&Lc, v3End), N);
+        assert_int_equal(tdeLayoutSqliteSize(&Lc, specOff(P, N+1) + P), (int64_t)(N+1)*P);
+        /* Moved pages above c at their new places, the rest at their old. */
+        assert_int_equal(tdeLayoutPageOff(&Lc, N), c<=N ? specOff(P, N) : 8192 + (int64_t)(N-1)*P);
+        if( c>1 ) assert_int_equal(tdeLayoutPageOff(&Lc, c-1), 8192 + (int64_t)(c-2)*P);
+      }
+    }
   }
 }
 
