@@ -12,6 +12,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +28,31 @@ typedef struct CopyJob {
   char zTmp[PATH_MAX];      /* temporary copy next to DST */
   int bTmp;                 /* zTmp exists and must go on failure */
   int64_t nExpected;        /* approximate size of the copy, for progress */
+  int64_t nPage, pgsz;      /* SRC's pages and page size */
+  int bFormatSeen;          /* the copy's header was read for its format */
   mode_t srcMode;           /* SRC's permission bits */
 } CopyJob;
+
+/* An encrypted copy's size depends on its format version, which the
+** configuration chooses: once the copy's header region is written, its
+** version (bytes 8..9, big-endian: docs/FORMAT.md "Header region") is read,
+** and version 3 adds its map regions, one of max(8192, P) bytes before each
+** 508 pages (docs/FORMAT.md "Format version 3: Layout"). */
+static void expectedFormat(CopyJob *pJob, int64_t nNow){
+  unsigned char aV[2];
+  int fd;
+  if( !pJob->bEncrypt || pJob->bFormatSeen || nNow < tde_header_bytes() ) return;
+  fd = open(pJob->zTmp, O_RDONLY | O_CLOEXEC);
+  if( fd<0 ) return;
+  if( pread(fd, aV, 2, 8)==2 ){
+    pJob->bFormatSeen = 1;
+    if( ((aV[0]<<8) | aV[1])==3 ){
+      int64_t nRegion = pJob->pgsz>8192 ? pJob->pgsz : 8192;
+      pJob->nExpected += nRegion * ((pJob->nPage + 507) / 508);
+    }
+  }
+  close(fd);
+}
 
 /* sqlite3_progress_handler callback: progress bar, and stop on a signal. */
 static int copyProgress(void *pArg){
@@ -36,6 +60,7 @@ static int copyProgress(void *pArg){
   struct stat st;
   if( cliInterrupted ) return 1;
   if( pJob->pCli->bProgress && stat(pJob->zTmp, &st)==0 ){
+    expectedFormat(pJob, (int64_t)st.st_size);
     cliProgress(pJob->pCli, pJob->zLabel, (int64_t)st.st_size, pJob->nExpected);
   }
   return 0;
@@ -55,7 +80,8 @@ static int checkDst(const char *zDst){
   return CLI_OK;
 }
 
-/* Size the copy will roughly have: SRC's pages (plus our header). */
+/* Size the copy will roughly have: SRC's pages (plus our header, and on
+** format version 3 its map regions: expectedFormat). */
 static void expectedSize(CopyJob *pJob, sqlite3 *db){
   sqlite3_stmt *pStmt = 0;
   int64_t nPage = 0, pgsz = 0;
@@ -65,6 +91,8 @@ static void expectedSize(CopyJob *pJob, sqlite3 *db){
     pgsz = sqlite3_column_int64(pStmt, 1);
   }
   sqlite3_finalize(pStmt);
+  pJob->nPage = nPage;
+  pJob->pgsz = pgsz;
   pJob->nExpected = nPage*pgsz + (pJob->bEncrypt ? tde_header_bytes() : 0);
 }
 

@@ -113,10 +113,14 @@ int tdePage1Read(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 iOfst){
 ** the database is empty), SQLITE_IOERR_AUTH (logged, counted once), or an
 ** I/O error.  Uses p->aBuf (the caller made it, tdeScratch).
 */
-int tdeMainDiscoverPgsz(TdeFile *p){
+/* Page 1 at each legal size, then through the rescue hook: the size it
+** authenticates at, or 0 (nothing logged or counted); *pSz the file's size. */
+static int discoverPage1(TdeFile *p, sqlite3_int64 *pSz, uint32_t *pPgsz){
   sqlite3_int64 sz = 0;
   int rc, bShort;
+  *pPgsz = 0;
   rc = p->pReal->pMethods->xFileSize(p->pReal, &sz);
+  *pSz = sz;
   if( rc ) return rc;
   /* No whole page yet (the header was written, page 1 not): nothing to
   ** authenticate, the database is empty. */
@@ -127,7 +131,7 @@ int tdeMainDiscoverPgsz(TdeFile *p){
     rc = tdeRealRead(p, p->aBuf, (int)n, tdeMainPageOff(p, n, 1), &bShort);
     if( rc ) return rc;
     if( tdeOpenPage(p, p->aBuf, n, 1, 0)==SQLITE_OK ){
-      p->pDb->pgsz = n;
+      *pPgsz = n;
       return SQLITE_OK;
     }                 /* a wrong guess is not a failure */
   }
@@ -135,9 +139,71 @@ int tdeMainDiscoverPgsz(TdeFile *p){
     uint8_t aTag[16];           /* size discovery only: the read checks the page */
     if( sz < tdeMainPageOff(p, tdeProbePgsz[i], 1) + tdeProbePgsz[i] ) continue;
     if( tdeMainRescuePage(p, 1, tdeProbePgsz[i], p->aBuf, aTag)==SQLITE_OK ){
-      p->pDb->pgsz = tdeProbePgsz[i];
+      *pPgsz = tdeProbePgsz[i];
       return SQLITE_OK;
     }
+  }
+  return SQLITE_OK;
+}
+
+int tdeMainDiscoverPgsz(TdeFile *p){
+  sqlite3_int64 sz = 0;
+  uint32_t n = 0;
+  int rc = discoverPage1(p, &sz, &n);
+  if( rc ) return rc;
+  if( n ){
+    p->pDb->pgsz = n;
+    return SQLITE_OK;
+  }
+  tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", (p->zName ? p->zName : ""));
+  tdeAuthFail(p, 1, 0, -1);
+  return SQLITE_IOERR_AUTH;
+}
+
+/*
+** The page size SQLite's size of a version-3 file needs (xFileSize,
+** xTruncate), also when page 1 is torn: a crash tore SQLite's rewrite of
+** page 1 while its hot journal holds the page, and SQLite asks for the size
+** before it plays the journal back (a size of 0 would make it delete the
+** journal as stale).  Page 1 first (tdeMainDiscoverPgsz, p->pDb->pgsz
+** set); else page 2 at each size (authentic at one size only; kept as the
+** database's page size, as page 1's would be); else a file that ends right
+** after page 1 at exactly one size (a one-page database; not kept).  When
+** none fits, SQLITE_IOERR_AUTH as tdeMainDiscoverPgsz (never a size of 0,
+** which would let SQLite delete a hot journal).  *pPgsz 0 and SQLITE_OK:
+** no whole page yet.  Uses p->aBuf (tdeScratch).  Nothing here returns
+** bytes; a page that failed is failed by the read that returns it.
+*/
+int tdeMainSizePgsz(TdeFile *p, uint32_t *pPgsz){
+  sqlite3_int64 sz = 0;
+  uint32_t n = 0, nFit = 0, nFits = 0;
+  int rc, bShort;
+  *pPgsz = p->pDb->pgsz;
+  if( *pPgsz ) return SQLITE_OK;
+  rc = discoverPage1(p, &sz, &n);
+  if( rc==SQLITE_IOERR_SHORT_READ ) return SQLITE_OK;
+  if( rc ) return rc;
+  if( n ){
+    p->pDb->pgsz = *pPgsz = n;
+    return SQLITE_OK;
+  }
+  for(size_t i=0; i<TDE_N_PROBE_PGSZ; i++){
+    n = tdeProbePgsz[i];
+    if( sz == tdeMainPageOff(p, n, 1) + n ){ nFit = n; nFits++; }
+    if( sz < tdeMainPageOff(p, n, 2) + n ) continue;
+    rc = tdeRealRead(p, p->aBuf, (int)n, tdeMainPageOff(p, n, 2), &bShort);
+    if( rc ) return rc;
+    if( tdeOpenPage(p, p->aBuf, n, 2, 0)==SQLITE_OK ){
+      tdeWipe(p->aBuf, n);
+      p->pDb->pgsz = *pPgsz = n;
+      return SQLITE_OK;
+    }
+  }
+  if( nFits==1 ){
+    *pPgsz = nFit;
+    tdeLog(TDE_LOG_WARNING, "%s: page 1 does not authenticate (a torn write, if a hot journal "
+           "restores it); the page size is taken from the file's length", (p->zName ? p->zName : ""));
+    return SQLITE_OK;
   }
   tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", (p->zName ? p->zName : ""));
   tdeAuthFail(p, 1, 0, -1);

@@ -1010,17 +1010,36 @@ static int tdeWrite(sqlite3_file *pFile, const void *zBuf, int iAmt, sqlite3_int
 }
 
 /* The layout of main file p for SQLite's sizes: version 3 needs the page
-** size, found from page 1 when this handle has not seen it yet (a
-** database without a whole page 1 has none: its size is then 0). */
+** size, found from page 1 when this handle has not seen it yet, from page
+** 2 or the file's length when page 1 is torn (tdeMainSizePgsz; a database
+** without a whole page 1 has none: its size is then 0). */
 static int tdeMainSizeLayout(TdeFile *p, TdeLayout *pL){
+  uint32_t pgsz = p->pDb->pgsz;
   int rc = SQLITE_OK;
-  if( p->pDb->pKeys && p->pDb->pKeys->hdr.version>=TDE_FORMAT_V3 && !p->pDb->pgsz ){
+  if( p->pDb->pKeys && p->pDb->pKeys->hdr.version>=TDE_FORMAT_V3 && !pgsz ){
     rc = tdeScratch(p);
-    if( rc==SQLITE_OK ) rc = tdeMainDiscoverPgsz(p);
-    if( rc==SQLITE_IOERR_SHORT_READ ) rc = SQLITE_OK;
+    if( rc==SQLITE_OK ) rc = tdeMainSizePgsz(p, &pgsz);   /* page 1 torn: page 2 */
   }
-  *pL = tdeMainLayout(p, p->pDb->pgsz);
+  *pL = tdeMainLayout(p, pgsz);
   return rc;
+}
+
+/* SQLite's WAL write lock for a change of the map at a truncation (the
+** fold, a shrink): 1 when it is held (by this connection: a RESTART or
+** TRUNCATE checkpoint, a commit; or taken here without waiting, *pbTaken,
+** released by tdeMainWalWriteEnd) or when there is no shared WAL index
+** (locking_mode=EXCLUSIVE, or rollback mode: no other connection can
+** write); 0 when another connection holds it. */
+static int tdeMainWalWriteTry(TdeFile *p, int *pbTaken){
+  *pbTaken = 0;
+  if( !p->pDb->pShm0 || p->pDb->map.bWalWrite ) return 1;
+  if( p->pReal->pMethods->xShmLock(p->pReal, 0, 1, SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE) ) return 0;
+  *pbTaken = 1;
+  return 1;
+}
+
+static void tdeMainWalWriteEnd(TdeFile *p, int bTaken){
+  if( bTaken ) p->pReal->pMethods->xShmLock(p->pReal, 0, 1, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
 }
 
 /*
@@ -1030,54 +1049,61 @@ static int tdeMainSizeLayout(TdeFile *p, TdeLayout *pL){
 ** complete database while its connections stay open (docs/FORMAT.md
 ** "Folding"; a generation already folded is not folded again).  The fold
 ** syncs the database file (the checkpoint's pages and the map slots) before
-** its header update.  Under SQLite's WAL write lock: held by this
-** connection (a RESTART or TRUNCATE checkpoint), or taken here without
-** waiting and released; busy, the fold waits for the next fold point.  A
-** failed fold changes nothing SQLite sees (logged; the next fold point
-** tries again).  Without a shared WAL index (locking_mode=EXCLUSIVE) the
-** fold comes at the restart, truncation or deletion of the WAL.
+** its header update.  Under SQLite's WAL write lock (tdeMainWalWriteTry);
+** busy, the fold waits for the next fold point.  Without a shared WAL
+** index (locking_mode=EXCLUSIVE) no other connection exists: the fold runs
+** to the end of the WAL's verified chain, every frame of which this
+** checkpoint copied.  A fold that fails fails the truncation, so the
+** checkpoint reports it (as a fold at a WAL restart does) and records no
+** backfill; the pages it copied stay, and the next checkpoint folds.
 */
-static void tdeMainCkptFold(TdeFile *p){
+static int tdeMainCkptFold(TdeFile *p){
   int bTaken = 0, rc;
   p->pDb->ckpt.bCkptEnd = 0;
-  if( !p->pDb->pShm0 || !p->pDb->pWalFile || p->bReadOnly || p->pDb->repl.bStandby ) return;
-  if( !p->pDb->map.bWalWrite ){
-    if( p->pReal->pMethods->xShmLock(p->pReal, 0, 1, SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE) ) return;
-    bTaken = 1;
-  }
+  if( !p->pDb->pWalFile || p->bReadOnly || p->pDb->repl.bStandby ) return SQLITE_OK;
+  if( !tdeMainWalWriteTry(p, &bTaken) ) return SQLITE_OK;
   rc = tdeWalFoldMap(p->pDb->pWalFile);
-  if( bTaken ) p->pReal->pMethods->xShmLock(p->pReal, 0, 1, SQLITE_SHM_UNLOCK|SQLITE_SHM_EXCLUSIVE);
+  tdeMainWalWriteEnd(p, bTaken);
   if( rc ){
     tdeLog(TDE_LOG_WARNING, "%s: the page map was not folded after the checkpoint (SQLite error "
-           "%d): it is at the next WAL restart, truncation or close", tdeFileName(p), rc);
-    tdeErrClear();
+           "%d): the checkpoint fails, the next one folds", tdeFileName(p), rc);
   }
+  return rc;
 }
 
 /* xTruncate of a version-3 main file: to off(N) + P.  Map regions the
 ** header in force names past it are first dropped from the map
-** (tdeMapShrink); when they cannot be, the file keeps them (the size rule
-** counts no page for a region it ends with) until a later truncation
-** (docs/FORMAT.md "The map in the file"; the header read again, as
-** another connection may have folded). */
+** (tdeMapShrink, under the WAL write lock as a fold: a PASSIVE checkpoint
+** does not hold it, and another connection's fold may be updating the
+** header); when they cannot be (the lock busy, a fold unfinished), the
+** file keeps them (the size rule counts no page for a region it ends
+** with) until a later truncation (docs/FORMAT.md "The map in the file";
+** the header read again, as another connection may have folded). */
 static int tdeMainTruncate3(TdeFile *p, const TdeLayout *pL, sqlite3_int64 size){
   sqlite3_int64 nPhys, nKeep;
-  int rc;
+  int bTaken = 0, rc;
   if( !pL->pgsz && size>0 ){
     tdeLog(TDE_LOG_ERROR, "%s: truncation to %lld bytes before the page size is known",
            tdeFileName(p), (long long)size);
     return SQLITE_IOERR_TRUNCATE;
   }
-  if( p->pDb->ckpt.bCkptEnd ) tdeMainCkptFold(p);
-  rc = tdeMainRefreshIfChanged(p);
+  rc = p->pDb->ckpt.bCkptEnd ? tdeMainCkptFold(p) : SQLITE_OK;
+  if( rc==SQLITE_OK ) rc = tdeMainRefreshIfChanged(p);
   if( rc ) return rc;
   nPhys = tdeLayoutPhysSize(pL, size);
-  if( tdeMapKeepBytes(p)>nPhys ){
-    rc = tdeMapShrink(p, (uint32_t)((size + pL->pgsz - 1) / pL->pgsz));
-    if( rc ) tdeErrClear();
+  if( tdeMapKeepBytes(p)>nPhys && tdeMainWalWriteTry(p, &bTaken) ){
+    rc = tdeMainRefreshIfChanged(p);
+    if( rc==SQLITE_OK && tdeMapKeepBytes(p)>nPhys
+     && tdeMapShrink(p, (uint32_t)((size + pL->pgsz - 1) / pL->pgsz))!=SQLITE_OK ){
+      tdeErrClear();              /* the file keeps the regions */
+    }
   }
-  nKeep = tdeMapKeepBytes(p);
-  return p->pReal->pMethods->xTruncate(p->pReal, nKeep>nPhys ? nKeep : nPhys);
+  if( rc==SQLITE_OK ){
+    nKeep = tdeMapKeepBytes(p);
+    rc = p->pReal->pMethods->xTruncate(p->pReal, nKeep>nPhys ? nKeep : nPhys);
+  }
+  tdeMainWalWriteEnd(p, bTaken);
+  return rc;
 }
 
 static int tdeTruncate(sqlite3_file *pFile, sqlite3_int64 size){

@@ -448,6 +448,9 @@ void tdePage1Free(TdeFile *p);
 ** can use (then the rescue hook).  SQLITE_OK (p->pgsz set),
 ** SQLITE_IOERR_SHORT_READ (no whole page yet), SQLITE_IOERR_AUTH (logged). */
 int tdeMainDiscoverPgsz(TdeFile *p);
+/* page1.c: the page size for version 3's sizes, also with page 1 torn
+** (page 2, then the file's length). */
+int tdeMainSizePgsz(TdeFile *p, uint32_t *pPgsz);
 /* page1.c: the rescue stage, the one place xPageRescue is raised from: a
 ** page that failed to open looked for through the hook; SQLITE_OK (aOut
 ** authentic, aTag its stored tag) or SQLITE_IOERR_AUTH.  Pure: the caller

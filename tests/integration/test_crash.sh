@@ -42,6 +42,12 @@ MAXDELAY_MS=${TDE_CRASH_MAXDELAY_MS:-40}
 echo "crash test: seed $SEED, $CYCLES cycles per mode, kill delay 0..${MAXDELAY_MS} ms"
 
 printf 'keystore = wallet\nwallet = w.tdew\n' > tde.conf
+# TDE_TEST_FORMAT=3: the format-3 twin (tests/CMakeLists.txt) creates its
+# databases as version 3.
+if [ "${TDE_TEST_FORMAT:-}" = 3 ]; then
+  echo 'format_version = 3' >> tde.conf
+  echo "crash test: format 3 (TDE_TEST_FORMAT=3)"
+fi
 chmod 600 tde.conf
 "$CLI" --config tde.conf keystore create --auto-login >/dev/null 2>&1
 
@@ -96,6 +102,11 @@ run_mode(){
     checks=$((checks + L))
   done
   local done_cycles=$(( bad ? i - 1 : CYCLES ))
+  # The format-3 twin runs on format 3 indeed.
+  if [ "${TDE_TEST_FORMAT:-}" = 3 ] && [ $bad = 0 ] &&
+     ! "$CLI" --config tde.conf status "$db" 2>&1 | grep -q '^format_version: 3$'; then
+    echo "FAIL - $name: the database is not format 3"; bad=1
+  fi
   printf '%-4s %-16s cycles %5d  killed: mid-transaction %5d, in explicit checkpoint %4d, between/at startup %4d;  transactions committed %6d, transaction checks %8d\n' \
     "$([ $bad = 0 ] && echo ok || echo FAIL)" "$name" "$done_cycles" "$mid" "$inckpt" "$idle" "$L" "$checks"
   fails=$((fails + bad)); total_cycles=$((total_cycles + done_cycles)); total_mid=$((total_mid + mid))

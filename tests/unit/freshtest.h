@@ -73,7 +73,7 @@ static inline void captureLog(void *pArg, int level, const char *zMsg){
 /* A database of NROW rows "T0 <id> ..." (about 150 pages), rollback mode. */
 static inline void makeDb(const char *zDb, int bV2){
   sqlite3 *db = 0;
-  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
+  tdeSetCreateVersion(bV2 ? tdetestNewFormat() : TDE_FORMAT_V1);
   removeDb(zDb);
   assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
   exec(db, "PRAGMA page_size=4096; PRAGMA journal_mode=DELETE;"
@@ -81,7 +81,7 @@ static inline void makeDb(const char *zDb, int bV2){
            "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<600)"
            " INSERT INTO t SELECT i, printf('T0 %04d %.900c', i, 'a') FROM c;");
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
-  tdeSetCreateVersion(TDE_FORMAT_V2);
+  tdeSetCreateVersion(tdetestNewFormat());
 }
 
 /* Open zDb and read it: the hot journal is played back or refused. */

@@ -224,7 +224,7 @@ static void oldWalCase(int bV2){
   sqlite3 *db = 0;
   sqlite3_int64 v = 0;
   int rc;
-  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
+  tdeSetCreateVersion(bV2 ? tdetestNewFormat() : TDE_FORMAT_V1);
   pathOf(zDb, bV2 ? "oldwal-v2.db" : "oldwal-v1.db");
   dbSide(zWal, zDb, "-wal");
   dbSide(zShm, zDb, "-shm");
@@ -252,7 +252,7 @@ static void oldWalCase(int bV2){
     assert_int_equal(stepInt(db, "SELECT count(*) FROM acct", &v), SQLITE_OK);
     assert_int_equal(v, 1);                      /* the later rows are gone */
     closeKeepWal(db);
-    tdeSetCreateVersion(TDE_FORMAT_V2);
+    tdeSetCreateVersion(tdetestNewFormat());
     return;
   }
   assert_int_equal(rc, SQLITE_IOERR_AUTH);
@@ -299,7 +299,7 @@ static void splicedFramesCase(int bV2){
   sqlite3_int64 v = 0;
   const size_t P = 4096;
   int rc;
-  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
+  tdeSetCreateVersion(bV2 ? tdetestNewFormat() : TDE_FORMAT_V1);
   pathOf(zDb, bV2 ? "splice-v2.db" : "splice-v1.db");
   dbSide(zWal, zDb, "-wal");
   dbSide(zShm, zDb, "-shm");
@@ -355,7 +355,7 @@ static void splicedFramesCase(int bV2){
   }
   free(aT2);
   free(aT3);
-  tdeSetCreateVersion(TDE_FORMAT_V2);
+  tdeSetCreateVersion(tdetestNewFormat());
 }
 
 static void test_case2_spliced_frames_v1(void **state){ (void)state; splicedFramesCase(0); }
@@ -431,7 +431,7 @@ static void test_upgrade_v1_wal(void **state){
            "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<200)"
            " INSERT INTO t SELECT i, printf('row %d', i) FROM c;");
   closeKeepWal(db);                              /* frames left in the version-1 WAL */
-  tdeSetCreateVersion(TDE_FORMAT_V2);
+  tdeSetCreateVersion(tdetestNewFormat());
   upgradeAndCheck(zDb, zCfg, 200, "SELECT sum(id) FROM t WHERE id<=200", 200*201/2);
 
   /* Freshness is on now: the case-1 replay is refused. */
@@ -462,7 +462,7 @@ static void test_upgrade_v1_delete(void **state){
            "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<300)"
            " INSERT INTO t SELECT i, printf('row %d %.500c', i, 'r') FROM c;");
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
-  tdeSetCreateVersion(TDE_FORMAT_V2);
+  tdeSetCreateVersion(tdetestNewFormat());
   upgradeAndCheck(zDb, zCfg, 300, "SELECT sum(id) FROM t WHERE id<=300", 300*301/2);
 }
 
@@ -538,8 +538,8 @@ static void headerRollbackCase(int bV2){
   size_t nBefore = 0, nNow = 0;
   sqlite3 *db = 0;
   sqlite3_int64 v = 0;
-  int rc;
-  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
+  int rc, nFormat;
+  tdeSetCreateVersion(bV2 ? tdetestNewFormat() : TDE_FORMAT_V1);
   pathOf(zDb, bV2 ? "hdrroll-v2.db" : "hdrroll-v1.db");
   snprintf(zRekeyDb, sizeof(zRekeyDb), "%s", zDb);
   removeDb(zDb);
@@ -558,7 +558,8 @@ static void headerRollbackCase(int bV2){
   assert_true(bHeaderSaved);
   assert_int_equal(stepInt(db, "SELECT count(*) FROM t WHERE v LIKE 'after %'", &v), SQLITE_OK);
   assert_int_equal(v, 200);
-  assert_int_equal(queryInt64(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 2);
+  nFormat = bV2 ? tdetestNewFormat() : 2;
+  assert_int_equal(queryInt64(db, "SELECT format_version FROM tde_status WHERE schema='main'"), nFormat);
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
   bV2 = 1;                                      /* (a version-1 database is one now) */
 
@@ -570,8 +571,8 @@ static void headerRollbackCase(int bV2){
   memcpy(aCurHeader, aNow, sizeof(aCurHeader));
   memcpy(aNow, aSavedHeader, sizeof(aSavedHeader));
   {
-    size_t pgsz = 4096;
-    memcpy(aNow + 8192 + pgsz, aBefore + 8192 + pgsz, nNow - 8192 - pgsz);
+    size_t off2 = nFormat==3 ? (size_t)tdetestPageOff(4096, 2) : 8192 + 4096;   /* page 2 on */
+    memcpy(aNow + off2, aBefore + off2, nNow - off2);
   }
   writeAll(zDb, aNow, nNow);
 
@@ -609,7 +610,7 @@ static void headerRollbackCase(int bV2){
   }
   free(aBefore);
   free(aNow);
-  tdeSetCreateVersion(TDE_FORMAT_V2);
+  tdeSetCreateVersion(tdetestNewFormat());
 }
 
 static void test_case4_header_rollback_v1_rekey_upgrades(void **state){ (void)state; headerRollbackCase(0); }
@@ -630,7 +631,7 @@ static void rotationRollbackCase(int bV2){
   sqlite3 *db = 0;
   sqlite3_int64 v = 0;
   int rc;
-  tdeSetCreateVersion(bV2 ? TDE_FORMAT_V2 : TDE_FORMAT_V1);
+  tdeSetCreateVersion(bV2 ? tdetestNewFormat() : TDE_FORMAT_V1);
   pathOf(zDb, bV2 ? "rotroll-v2.db" : "rotroll-v1.db");
   removeDbFiles(zDb, 1);
   assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
@@ -683,7 +684,7 @@ static void rotationRollbackCase(int bV2){
     assert_int_equal(sqlite3_close(db), SQLITE_OK);
   }
   free(a);
-  tdeSetCreateVersion(TDE_FORMAT_V2);
+  tdeSetCreateVersion(tdetestNewFormat());
 }
 
 static void test_case4_after_rotation_v1(void **state){ (void)state; rotationRollbackCase(0); }
@@ -718,5 +719,5 @@ int main(void){
     cmocka_unit_test(test_case4_after_rotation_v1),
     cmocka_unit_test(test_case4_after_rotation_v2),
   };
-  return cmocka_run_group_tests_name("fresh", tests, groupSetup, groupTeardown);
+  return tdetestExit(cmocka_run_group_tests_name("fresh", tests, groupSetup, groupTeardown));
 }

@@ -397,7 +397,7 @@ static void test_torn_reseal_rotation(void **s){
   char zId[TDE_KEYID_MAX+1];
   unsigned char *aOld, *aImg;
   size_t nOld = 0, nImg = 0;
-  const size_t P = PGSZ, HDR = 8192;
+  const size_t P = PGSZ, HDR = (size_t)tdetestPageOff(PGSZ, 1);   /* page 1 */
   sqlite3 *db = 0;
   (void)s;
   pathOf(zDb, "reseal-rotate.db");
@@ -444,7 +444,7 @@ static void test_torn_reseal_rekey(void **s){
   unsigned char *aDb, *aOldPage;
   size_t nDb = 0;
   sqlite3 *db = 0;
-  const size_t P = PGSZ, HDR = 8192;
+  const size_t P = PGSZ, HDR = (size_t)tdetestPageOff(PGSZ, 1);   /* page 1 */
   (void)s;
   pathOf(zDb, "torn-reseal-rekey.db");
   sidePath(zRk, zDb, "-tderekey");
@@ -517,5 +517,5 @@ int main(void){
   snapVfs.szOsFile = (int)sizeof(SnapFile) + pUnix->szOsFile;
   snapVfs.xDelete = snapDelete;
   if( sqlite3_vfs_register(&snapVfs, 1) ) return 1;
-  return cmocka_run_group_tests_name("fresh_journal", tests, groupSetup, groupTeardown);
+  return tdetestExit(cmocka_run_group_tests_name("fresh_journal", tests, groupSetup, groupTeardown));
 }

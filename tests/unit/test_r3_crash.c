@@ -470,5 +470,5 @@ int main(void){
   if( tdetestGroupSetup("r3_crash", 1) ) return 1;
   tde_set_log(crashLog, 0);
   printf("# crash points: seed %u\n", SEED);
-  return cmocka_run_group_tests_name("r3_crash", tests, 0, groupTeardown);
+  return tdetestExit(cmocka_run_group_tests_name("r3_crash", tests, 0, groupTeardown));
 }
