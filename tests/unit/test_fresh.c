@@ -19,8 +19,10 @@
 **
 ** Upgrade: version-1 databases (made by this build's version-1 path, and
 ** by main's code at 0ad65da: tests/fixtures/v1-0ad65da) open, are moved to
-** version 2 in place by tde_db_upgrade, verify, and then refuse a stale
-** WAL like any version-2 database; tde_status shows format_version and
+** version 2 in place by tde_db_upgrade_to(db, "main", 2) (in the format-3
+** twin too: these cases are about version 2; the move to 3 is
+** test_r7_f3up's), verify, and then refuse a stale WAL like any version-2
+** database; tde_status shows format_version and
 ** freshness.
 **
 ** Nonce hardening (docs/FORMAT.md "Nonce uniqueness"):
@@ -386,11 +388,11 @@ static void upgradeAndCheck(const char *zDb, const char *zConfig, sqlite3_int64 
   statusFormat(db, &v, zFresh, sizeof(zFresh));
   assert_int_equal(v, 1);
   assert_string_equal(zFresh, "off");
-  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  assert_int_equal(tde_db_upgrade_to(db, "main", 2), TDE_OK);
   statusFormat(db, &v, zFresh, sizeof(zFresh));
   assert_int_equal(v, 2);
   assert_string_equal(zFresh, "on");
-  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);            /* again: nothing to do */
+  assert_int_equal(tde_db_upgrade_to(db, "main", 2), TDE_OK);            /* again: nothing to do */
   assert_int_equal(stepInt(db, "SELECT count(*) FROM t", &v), SQLITE_OK);
   assert_int_equal(v, nRows);
   assert_int_equal(stepInt(db, zSumSql, &v), SQLITE_OK);

@@ -102,7 +102,7 @@ static void test_v1_journal_after_upgrade(void **s){
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
 
   assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
-  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  assert_int_equal(tde_db_upgrade_to(db, "main", 2), TDE_OK);
   exec(db, "UPDATE t SET v=printf('T2 %04d %.900c', id, 'c') WHERE id%2=0");
   exec(db, "UPDATE t SET v=printf('T3 %04d %.900c', id, 'd') WHERE id%3=0");
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
@@ -148,7 +148,7 @@ static void test_unbound_crash_v2_header(void **s){
   makeDb(zDb, 0);
   fileCopy(zDb, zUp);
   assert_int_equal(openTdeCfg(zUp, zCfg, &db), SQLITE_OK);
-  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  assert_int_equal(tde_db_upgrade_to(db, "main", 2), TDE_OK);
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
 
   db = beginSpill(zDb, 0, zImg);
@@ -220,7 +220,7 @@ static void test_prev_format_journal_after_upgrade(void **s){
   assert_int_equal(openPrev(zDb, zCfgPrev, &db), SQLITE_OK);     /* played back */
   assert_int_equal(stepInt(db, "SELECT count(*) FROM t WHERE v LIKE 'committed %'", &v), SQLITE_OK);
   assert_int_equal(v, 30);
-  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  assert_int_equal(tde_db_upgrade_to(db, "main", 2), TDE_OK);
   exec(db, "PRAGMA journal_mode=DELETE; UPDATE t SET v='later' WHERE rowid%2=0");
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
   fileCopy(zDb, zBefore);
@@ -335,7 +335,7 @@ static void test_v1_header_after_upgrade(void **s){
   aOld = readAll(zDb, &nOld);
   assert_true(aOld && nOld>HDRSZ);
   assert_int_equal(openTdeCfg(zDb, zCfg, &db), SQLITE_OK);
-  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  assert_int_equal(tde_db_upgrade_to(db, "main", 2), TDE_OK);
   exec(db, "UPDATE t SET v=printf('T2 %04d %.900c', id, 'c') WHERE id%2=0");
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
   aCur = readAll(zDb, &nCur);
@@ -395,7 +395,7 @@ static void test_v1_header_wal_after_upgrade(void **s){
   aOld = readAll(zDb, &nOld);                    /* the version-1 header */
   fileCopy(zWal, zSavedWal);                     /* ... and its WAL, T1 in it */
   exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
-  assert_int_equal(tde_db_upgrade(db, "main"), TDE_OK);
+  assert_int_equal(tde_db_upgrade_to(db, "main", 2), TDE_OK);
   exec(db, "UPDATE t SET v=printf('T2 %04d %.900c', id, 'c'); PRAGMA wal_checkpoint(TRUNCATE)");
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
   aCur = readAll(zDb, &nCur);
