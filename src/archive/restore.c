@@ -251,11 +251,20 @@ done:
   return rc;
 }
 
-/* A temporary file next to the output for a base copy's download. */
+/* A temporary file for a base copy's download: next to the output (zOut),
+** or, for --list (zOut NULL), a new file in $TMPDIR or /tmp. */
 static int rsTempOpen(const char *zOut, char *zTmp, size_t nTmp, int *pfd){
-  if( snprintf(zTmp, nTmp, "%s.part-base", zOut)>=(int)nTmp ) return tdeErr(TDE_RANGE, "restore: path too long");
-  unlink(zTmp);
-  *pfd = open(zTmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if( zOut ){
+    if( snprintf(zTmp, nTmp, "%s.part-base", zOut)>=(int)nTmp ) return tdeErr(TDE_RANGE, "restore: path too long");
+    unlink(zTmp);     /* OUT.part, created O_EXCL before, says no other restore uses it */
+    *pfd = open(zTmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  }else{
+    const char *zDir = getenv("TMPDIR");
+    if( snprintf(zTmp, nTmp, "%s/sqlite-tde-restore-XXXXXX", zDir && zDir[0] ? zDir : "/tmp")>=(int)nTmp ){
+      return tdeErr(TDE_RANGE, "restore: TMPDIR too long");
+    }
+    *pfd = mkostemp(zTmp, O_CLOEXEC);
+  }
   if( *pfd<0 ) return tdeErr(TDE_IO, "restore: %s: %s", zTmp, strerror(errno));
   return TDE_OK;
 }
@@ -591,7 +600,7 @@ static int rsListHist(Rs *p, RsHist *h, void (*xLine)(void*, const char*), void 
     char zTmp[4200];
     int fdTmp = -1, rc, eStop = 0;
     uint64_t gap = 0;
-    rc = rsTempOpen(p->pOpt->zOut ? p->pOpt->zOut : "restore-list", zTmp, sizeof(zTmp), &fdTmp);
+    rc = rsTempOpen(0, zTmp, sizeof(zTmp), &fdTmp);
     if( rc ) return rc;
     rc = rsBaseFetch(p, h, &h->aBase[i], fdTmp, -1, &b);
     close(fdTmp);
