@@ -110,7 +110,11 @@ int cliCmdBench(Cli*, const CliArgs*);
 int cliCmdShip(Cli*, const CliArgs*);       /* cmd_standby.c */
 int cliCmdStandby(Cli*, const CliArgs*);
 extern const char cliShipHelp[], cliStandbyHelp[];
+/* --status of ship, standby and archive: the replication figures (cmd_standby.c). */
+int cliReplStatus(const char *zDb);
 #ifdef TDE_HAVE_ARCHIVE
+int cliCmdArchive(Cli*, const CliArgs*);   /* cmd_archive.c */
+extern const char cliArchiveHelp[];
 int cliCmdRestore(Cli*, const CliArgs*);   /* cmd_restore.c */
 extern const char cliRestoreHelp[];
 #endif

@@ -37,11 +37,12 @@ const char cliRestoreHelp[] =
   "names the primary's page map, which the archive does not hold).\n"
   "\nOptions:\n"
   "  --s3 FILE        the bucket: KEY=VALUE lines S3_ENDPOINT, S3_REGION,\n"
-  "                   S3_BUCKET, optional S3_CA_FILE, and AWS_ACCESS_KEY_ID,\n"
+  "                   S3_BUCKET, optional S3_CA_FILE and S3_PREFIX, and AWS_ACCESS_KEY_ID,\n"
   "                   AWS_SECRET_ACCESS_KEY (mode 0600).  Without it: the same\n"
   "                   names from the environment\n"
   "  --db-id HEX      the database id (32 hex digits; 'sqlite-tde status' shows it)\n"
   "  --prefix P       the folder in the bucket the archiver writes under\n"
+  "                   (default S3_PREFIX, else none)\n"
   "  --history HEX    the history to restore (needed when the archive holds\n"
   "                   several; --list shows them)\n"
   "  --pubkey PEM[,PEM]  the primary's Ed25519 public key(s) (repl_sign_key's)\n"
@@ -55,7 +56,7 @@ const char cliRestoreHelp[] =
 typedef struct RestoreCli {
   TdeS3Config s3;
   TdeRestoreOpts o;
-  char zEndpoint[512], zRegion[128], zBucket[128], zCa[4096], zCred[4096];
+  char zEndpoint[512], zRegion[128], zBucket[128], zCa[4096], zCred[4096], zPrefix[512];
   int bList, bDbid;
 } RestoreCli;
 
@@ -88,6 +89,7 @@ static int restoreReadEnv(RestoreCli *r, const char *zPath){
     else if( strncmp(zLine, "S3_REGION=", 10)==0 ) restoreSet(r->zRegion, sizeof(r->zRegion), zLine+10);
     else if( strncmp(zLine, "S3_BUCKET=", 10)==0 ) restoreSet(r->zBucket, sizeof(r->zBucket), zLine+10);
     else if( strncmp(zLine, "S3_CA_FILE=", 11)==0 ) restoreSet(r->zCa, sizeof(r->zCa), zLine+11);
+    else if( strncmp(zLine, "S3_PREFIX=", 10)==0 ) restoreSet(r->zPrefix, sizeof(r->zPrefix), zLine+10);
   }
   explicit_bzero(zLine, sizeof(zLine));
   fclose(f);
@@ -193,6 +195,8 @@ static int restoreArgs(RestoreCli *r, int argc, char **argv){
   restoreFromEnv(r->zRegion, sizeof(r->zRegion), "S3_REGION");
   restoreFromEnv(r->zBucket, sizeof(r->zBucket), "S3_BUCKET");
   restoreFromEnv(r->zCa, sizeof(r->zCa), "S3_CA_FILE");
+  restoreFromEnv(r->zPrefix, sizeof(r->zPrefix), "S3_PREFIX");
+  if( !r->o.zPrefix ) r->o.zPrefix = r->zPrefix;
   if( !r->zEndpoint[0] || !r->zBucket[0] ) return restoreUsage("no bucket: give --s3 S3ENV%s", "");
   if( !r->bDbid ) return restoreUsage("--db-id HEX is required%s", "");
   if( !r->o.zPubKey ) return restoreUsage("--pubkey PUB.pem is required: nothing unsigned is restored%s", "");
