@@ -94,6 +94,7 @@ def main():
             C.finish("test_restore")
     d = C.workdir("test_restore")
     cfg = C.make_config(d)
+    usage_errors(d)
     srv = os.path.join(d, "s3")
     started = False
     ship = None
@@ -118,6 +119,25 @@ def main():
     if C.NFAIL == 0 and not os.environ.get("TDE_KEEP_SCRATCH"):
         shutil.rmtree(d, ignore_errors=True)
     C.finish("test_restore")
+
+
+def usage_errors(d):
+    C.step("bad command lines (exit 2, nothing written)")
+    env = os.path.join(d, "fake.env")
+    with open(env, "w") as f:
+        f.write("S3_ENDPOINT=https://127.0.0.1:1\nS3_BUCKET=b\nS3_REGION=r\n")
+    base = [C.CLI, "restore", "--s3", env, "--db-id", "ab" * 16]
+    for args, what in ((["out.db"], "no --pubkey"),
+                       (["--pubkey", "p.pem", "--to-time", "yesterday", "out.db"], "a time that does not parse"),
+                       (["--pubkey", "p.pem", "--to-time", "2026-12-03T12:00:00+02:00", "out.db"], "a time not in UTC"),
+                       (["--pubkey", "p.pem", "--to-seq", "5", "--to-time", "5", "out.db"], "two targets"),
+                       (["--pubkey", "p.pem", "--to-seq", "-1", "out.db"], "a negative sequence"),
+                       (["--pubkey", "p.pem", "--list", "out.db"], "--list with an output"),
+                       (["--pubkey", "p.pem"], "no output"),
+                       (["--pubkey", "p.pem", "--db-id", "xyz", "out.db"], "a database id that is not hex")):
+        r = subprocess.run(base + args, capture_output=True, text=True, cwd=d)
+        C.check(r.returncode == 2 and not os.path.exists(os.path.join(d, "out.db")),
+                "%s: exit %d: %s" % (what, r.returncode, r.stderr.strip().splitlines()[0][:120] if r.stderr else ""))
 
 
 def make_primary(d, cfg):
