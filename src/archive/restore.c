@@ -434,9 +434,36 @@ static int rsWalk(Rs *p, const RsHist *h, int *peStop, uint64_t *pGap){
 
 /* ---- restore ------------------------------------------------------------ */
 
+/* Capture times of a history's first and last records, from its first and
+** last segments (verified; 0 when it has none). */
+static int rsHistSpan(Rs *p, const RsHist *h, uint64_t *ptFirst, uint64_t *ptLast){
+  int iFirst = 0, iLast = 0, rc = TDE_OK;
+  *ptFirst = *ptLast = 0;
+  if( h->nSeg==0 ) return TDE_OK;
+  for(int i=1; i<h->nSeg; i++) if( h->aSeg[i].b>h->aSeg[iLast].b ) iLast = i;
+  for(int k=0; rc==TDE_OK && k<2; k++){
+    RsSeg s;
+    TdeRec r;
+    rc = rsSegFetch(p, h, &h->aSeg[k ? iLast : iFirst], &s);
+    if( rc==TDE_OK && s.nRec>0 && tdeRecDecode(s.a + s.aOff[k ? s.nRec-1 : 0], &r)==TDE_OK ){
+      *(k ? ptLast : ptFirst) = r.tCapture;
+    }
+    rsSegFree(&s);
+  }
+  return rc;
+}
+
+/*
+** The history to restore: --history, or the only one.  With several, a
+** sequence number is ambiguous (they count per history): refused; the
+** newest state is in the history whose last record is the newest, the
+** state at time T in the newest history whose first record is at or
+** before T.
+*/
 static int rsPickHist(Rs *p, RsHist **ppHist){
   const TdeRestoreOpts *o = p->pOpt;
   char zDbid[33], zHist[33];
+  uint64_t tBest = 0;
   tdeHex(o->aDbid, 16, zDbid);
   *ppHist = 0;
   if( o->bHistory ){
@@ -447,11 +474,27 @@ static int rsPickHist(Rs *p, RsHist **ppHist){
   }
   if( p->nHist==0 ) return tdeErr(TDE_NOTFOUND, "restore: the archive holds nothing of database %s (under %s)",
                                   zDbid, p->zRoot);
-  if( p->nHist>1 ){
-    return tdeErr(TDE_MISUSE, "restore: the archive holds %d histories of database %s: name one with "
-                  "--history (see --list)", p->nHist, zDbid);
+  if( p->nHist==1 ){
+    *ppHist = &p->aHist[0];
+    return TDE_OK;
   }
-  *ppHist = &p->aHist[0];
+  if( o->eTarget==TDE_RESTORE_SEQ ){
+    return tdeErr(TDE_MISUSE, "restore: the archive holds %d histories of database %s and sequence numbers "
+                  "count per history: name one with --history (see --list)", p->nHist, zDbid);
+  }
+  for(int i=0; i<p->nHist; i++){
+    uint64_t tFirst, tLast;
+    int rc = rsHistSpan(p, &p->aHist[i], &tFirst, &tLast);
+    if( rc ) return rc;
+    if( o->eTarget==TDE_RESTORE_LATEST ? tLast>tBest : (tFirst<=o->target && tFirst>tBest) ){
+      tBest = o->eTarget==TDE_RESTORE_LATEST ? tLast : tFirst;
+      *ppHist = &p->aHist[i];
+    }
+  }
+  if( !*ppHist ) return tdeErr(TDE_NOTFOUND, "restore: the target is before the first record of every history");
+  tdeHex((*ppHist)->aHist, 16, zHist);
+  tdeLog(TDE_LOG_INFO, "restore: %d histories of database %s: restoring history %s (the %s)", p->nHist, zDbid,
+         zHist, o->eTarget==TDE_RESTORE_LATEST ? "newest" : "newest begun by the target time");
   return TDE_OK;
 }
 

@@ -108,7 +108,8 @@ def main():
             print(r.stdout[-2000:], r.stderr[-2000:])
             return
         s3 = S3(srv)
-        run_cases(d, cfg, srv, s3)
+        ctx = run_cases(d, cfg, srv, s3)
+        second_history(d, cfg, srv, s3, *ctx)
         real_archiver(d, cfg, srv)
     finally:
         C.stop(ship)
@@ -432,6 +433,68 @@ def run_cases(d, cfg, srv, s3):
     r, _ = restore(d, srv, "00" * 16, [], os.path.join(d, "none.db"))
     C.check(r.returncode != 0 and not os.path.exists(os.path.join(d, "none.db")),
             "a database the archive does not hold: %s" % r.stderr.strip()[:160])
+    return pdb, snaps, dbid, hist, tcap, k_of
+
+
+def second_history(d, cfg, srv, s3, pdb, snaps, dbid, hist, tcap, k_of):
+    """A new spool (its history id is new) for the same database: latest and
+    --to-time pick the history by the capture times of its records; a bare
+    --to-seq is ambiguous and refused; --history names one."""
+    C.step("a second history of the same database")
+    os.rename(pdb + "-tdeship", pdb + "-tdeship.first")
+    db = C.connect(pdb, cfg)
+    mirror = sqlite3.connect(":memory:", isolation_level=None)
+    mirror.execute("CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT, b BLOB)")
+    for k in range(1, N_TXN + 1):
+        txn(mirror, k)
+    ship = C.start_ship(d, pdb, cfg, [C.free_port()], conf="insecure")
+    t0 = time.time()
+    while time.time() - t0 < 120 and not dump(pdb):
+        time.sleep(0.1)
+    objs = os.path.join(d, "objs2")
+    names = []
+    for k in range(N_TXN + 1, N_TXN + 16):
+        txn(db, k)
+        txn(mirror, k)
+        snaps[k] = rows(mirror)
+        if k == N_TXN + 5:
+            while db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] != 0:
+                time.sleep(0.05)
+            out = subprocess.run([MOCK, "base", pdb, os.path.join(d, "sign.pem"), objs, PREFIX],
+                                 capture_output=True, text=True)
+            names += out.stdout.split()
+    t0 = time.time()
+    while time.time() - t0 < 120 and sum(1 for r in dump(pdb) if r[2] > 0) < 15:
+        time.sleep(0.1)
+    C.stop(ship)
+    db.close()
+    out = subprocess.run([MOCK, "segs", pdb, os.path.join(d, "sign.pem"), str(SEG), objs, PREFIX],
+                         capture_output=True, text=True)
+    names += out.stdout.split()
+    hist2 = names[0].split("/")[-3]
+    C.check(len(names) >= 3 and hist2 != hist, "objects of a new history %s: %d" % (hist2, len(names)))
+    for n in names:
+        s3.put(n, os.path.join(objs, n))
+    o = os.path.join(d, "h2-latest.db")
+    r, _ = restore(d, srv, dbid, [], o)
+    if C.check(r.returncode == 0 and hist2 in r.stdout, "latest picks the newer history: %s" % (r.stdout + r.stderr)[:200]):
+        got, ic = read_restored(d, cfg, o)
+        C.check(got == snaps[N_TXN + 15], "it equals the workload after transaction %d" % (N_TXN + 15))
+    s = sorted(tcap)[len(tcap) // 2]
+    o = os.path.join(d, "h2-time.db")
+    r, _ = restore(d, srv, dbid, ["--to-time", str(tcap[s])], o)
+    if C.check(r.returncode == 0 and hist in r.stdout, "--to-time in the first history's span picks it"):
+        got, ic = read_restored(d, cfg, o)
+        want = max(q for q in tcap if tcap[q] <= tcap[s])
+        C.check(got == snaps[k_of(want)], "it equals the workload after transaction %d" % k_of(want))
+    refused(d, srv, dbid, "a bare --to-seq with two histories", ["--to-seq", str(s)], word="--history")
+    o = os.path.join(d, "h1-seq.db")
+    r, _ = restore(d, srv, dbid, ["--history", hist, "--to-seq", str(s)], o)
+    if C.check(r.returncode == 0, "--history names the first: --to-seq %d" % s):
+        got, ic = read_restored(d, cfg, o)
+        C.check(got == snaps[k_of(s)], "it equals the workload after transaction %d" % k_of(s))
+    r, _ = restore(d, srv, dbid, ["--list"], None)
+    C.check(r.returncode == 0 and hist in r.stdout and hist2 in r.stdout, "--list shows both histories")
 
 
 if __name__ == "__main__":
