@@ -17,10 +17,14 @@
 #include "archive/restore.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 const char cliRestoreHelp[] =
   "Rebuild an encrypted database from the keyless archive in an S3 bucket\n"
@@ -212,6 +216,34 @@ static int restoreArgs(RestoreCli *r, int argc, char **argv){
   return CLI_OK;
 }
 
+/* SIGINT, SIGTERM, SIGHUP during a restore: remove OUT.part and
+** OUT.part-base (the library removes them on every failure it returns;
+** a signal ends the process before that), then exit 130.  unlink and
+** _exit are async-signal-safe. */
+static char zPartPath[4200], zPartBasePath[4200];
+
+static void restoreOnSignal(int sig){
+  (void)sig;
+  if( zPartPath[0] ) unlink(zPartPath);
+  if( zPartBasePath[0] ) unlink(zPartBasePath);
+  _exit(130);
+}
+
+static void restoreCatch(const char *zOut){
+  struct sigaction sa;
+  if( snprintf(zPartPath, sizeof(zPartPath), "%s.part", zOut)>=(int)sizeof(zPartPath)
+      || snprintf(zPartBasePath, sizeof(zPartBasePath), "%s.part-base", zOut)>=(int)sizeof(zPartBasePath) ){
+    zPartPath[0] = zPartBasePath[0] = 0;
+    return;
+  }
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = restoreOnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, 0);
+  sigaction(SIGTERM, &sa, 0);
+  sigaction(SIGHUP, &sa, 0);
+}
+
 static void restorePrintLine(void *pArg, const char *zLine){
   (void)pArg;
   printf("%s\n", zLine);
@@ -237,6 +269,13 @@ int cliCmdRestore(Cli *pCli, const CliArgs *pArgs){
   if( r.bList ){
     rc = tdeRestoreList(&r.o, restorePrintLine, 0);
   }else{
+    struct stat st;
+    char zPart[4200];
+    /* Only a restore that may create OUT.part may remove it: one that will
+    ** be refused because OUT or OUT.part exists (another restore) leaves
+    ** them alone. */
+    snprintf(zPart, sizeof(zPart), "%s.part", r.o.zOut);
+    if( stat(r.o.zOut, &st)!=0 && errno==ENOENT && stat(zPart, &st)!=0 && errno==ENOENT ) restoreCatch(r.o.zOut);
     rc = tdeRestoreRun(&r.o, &res);
     if( rc==TDE_OK ){
       char zHist[33], zT[40];

@@ -433,7 +433,31 @@ def run_cases(d, cfg, srv, s3):
     r, _ = restore(d, srv, "00" * 16, [], os.path.join(d, "none.db"))
     C.check(r.returncode != 0 and not os.path.exists(os.path.join(d, "none.db")),
             "a database the archive does not hold: %s" % r.stderr.strip()[:160])
+    interrupted(d, cfg, srv, dbid, snaps[N_TXN])
     return pdb, snaps, dbid, hist, tcap, k_of
+
+
+def interrupted(d, cfg, srv, dbid, want):
+    """SIGTERM at several moments of a restore: afterwards either OUT is the
+    whole restore (it finished first) or nothing is there, never OUT.part."""
+    C.step("a restore interrupted by SIGTERM leaves nothing half-written")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQLITE_TDE")}
+    env["HOME"] = os.path.join(d, "nohome")
+    outcomes = []
+    for i, delay in enumerate((0.0, 0.03, 0.06, 0.1, 0.15, 0.25)):
+        o = os.path.join(d, "sig%d.db" % i)
+        p = subprocess.Popen([C.CLI, "restore", "--s3", os.path.join(srv, "s3.env"), "--db-id", dbid, "--prefix",
+                              PREFIX, "--pubkey", os.path.join(d, "pub.pem"), o], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        p.terminate()
+        rc = p.wait(60)
+        left = [x for x in (o + ".part", o + ".part-base") if os.path.exists(x)]
+        whole = os.path.exists(o) and read_restored(d, cfg, o)[0] == want
+        outcomes.append("%s:%s" % (rc, "whole" if whole else ("absent" if not os.path.exists(o) else "BAD")))
+        C.check(not left and (whole or (not os.path.exists(o) and rc != 0)),
+                "SIGTERM after %.2f s: exit %d, %s" % (delay, rc, "OUT whole" if whole else "nothing written"
+                                                       if not left and not os.path.exists(o) else "left %s" % left))
 
 
 def second_history(d, cfg, srv, s3, pdb, snaps, dbid, hist, tcap, k_of):
