@@ -36,6 +36,11 @@ typedef struct tde_archive_options {
   uint64_t baseEveryBytes;    /* a new base copy after this many bytes of segments (default 1 GiB) */
   uint64_t baseEveryMs;       /* ... or after this interval (default 86400000: a day) */
   uint64_t maxSpool;          /* spool bytes kept for an unreachable bucket (default 1 GiB) */
+  /* Retention (docs/ARCHIVE.md "Retention"), after each base copy and by tde_archive_prune. */
+  uint32_t retainBases;       /* keep the newest N base copies (0: no count rule) */
+  uint64_t retainAgeMs;       /* keep every point of the last N ms (0: no age rule) */
+  const char *zDbId;          /* tde_archive_prune: the database id, 32 hex digits (NULL: zDb's header) */
+  int bDryRun;                /* tde_archive_prune: list what would go, delete nothing */
 } tde_archive_options;
 
 /*
@@ -44,6 +49,18 @@ typedef struct tde_archive_options {
 ** Returns TDE_OK once stopped, or the error that stopped it.
 */
 int tde_archive_run(const char *zDb, const char *zConfig, const tde_archive_options *pOpt, volatile int *pbStop);
+
+/*
+** One retention pass over the archive of a database (pOpt: the bucket's
+** settings, zPrefix, retainBases and/or retainAgeMs, zDbId, bDryRun),
+** without running the archiver and without any key: the database id is
+** pOpt->zDbId or read from the plaintext header of zDb (then zDb may be
+** NULL otherwise).  xLine (may be NULL) gets one line per object deleted
+** (or that would be) and a summary; with zDb, a prune that deleted
+** something appends one "archive_prune" line to zDb-tdeship-audit.
+*/
+int tde_archive_prune(const char *zDb, const tde_archive_options *pOpt,
+                      void (*xLine)(void *pArg, const char *zLine), void *pArg);
 
 #ifdef __cplusplus
 }

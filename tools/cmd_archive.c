@@ -51,6 +51,14 @@ const char cliArchiveHelp[] =
   "  --cycle-ms N         capture interval (default 50)\n"
   "  --to HOST:PORT       also a standby (then --repl-config or --insecure-no-tls)\n"
   "  --repl-config F, --insecure-no-tls, --sync   as for `ship`\n"
+  "  --retain-bases K     retention after each base copy: keep the newest K base\n"
+  "                       copies (and the segments after the oldest kept one),\n"
+  "  --retain-age D       and/or every point of the last D (seconds, or 90s, 30m,\n"
+  "                       12h, 7d); both: what either keeps (docs/ARCHIVE.md)\n"
+  "\n--prune: one retention pass (the --retain-* options), no archiver, no key,\n"
+  "no keystore: the database id from --db-id HEX or DB's plaintext header;\n"
+  "--dry-run lists what would go.  With DB, an 'archive_prune' line goes to\n"
+  "DB-tdeship-audit.\n"
   "\n--status DB: as `ship --status`: the archive is a peer 's3:BUCKET/PREFIX' with\n"
   "its archived (acknowledged) sequence; lag in transactions, bytes, seconds; its\n"
   "last error in 'note:'.\n";
@@ -101,11 +109,51 @@ static int numberOpt(const char *z, const char *zVal, tde_archive_options *o){
   return CLI_OK;
 }
 
+/* --retain-bases K, --retain-age D (seconds, or a number with s, m, h, d). */
+static int retainOpt(const char *z, const char *zVal, tde_archive_options *o){
+  unsigned long long n = 0, unit = 1000;
+  char zNum[32];
+  size_t k = strlen(zVal);
+  if( strcmp(z, "--retain-bases")==0 ){
+    int rc = number(z, zVal, 1000000ull, &n);
+    if( rc==CLI_OK ) o->retainBases = (uint32_t)n;
+    return rc;
+  }
+  if( k>0 && k<sizeof(zNum) && strchr("smhd", zVal[k-1]) ){
+    unit = zVal[k-1]=='s' ? 1000ull : zVal[k-1]=='m' ? 60000ull : zVal[k-1]=='h' ? 3600000ull : 86400000ull;
+    memcpy(zNum, zVal, k-1);
+    zNum[k-1] = 0;
+    zVal = zNum;
+  }
+  if( number(z, zVal, 100000000000ull, &n) ) return CLI_USAGE;
+  o->retainAgeMs = n * unit;
+  return CLI_OK;
+}
+
+static void pruneLine(void *pArg, const char *zLine){
+  (void)pArg;
+  printf("%s\n", zLine);
+}
+
+/* archive --prune: one retention pass, no archiver, no keystore. */
+static int prune(const char *zDb, const tde_archive_options *o){
+  int rc;
+  if( !o->retainBases && !o->retainAgeMs ) return usage("--prune needs --retain-bases K and/or --retain-age D%s", "");
+  if( !zDb && !o->zDbId ) return usage("--prune needs --db-id HEX or the database%s", "");
+  rc = tde_archive_prune(zDb, o, pruneLine, 0);
+  fflush(stdout);
+  if( rc ){
+    cliErrDetail("archive --prune", rc);
+    return CLI_FAIL;
+  }
+  return CLI_OK;
+}
+
 int cliCmdArchive(Cli *pCli, const CliArgs *pArgs){
   tde_archive_options o;
   const char *azTo[16];
   const char *zDb = 0;
-  int nTo = 0, bStatus = 0, rc;
+  int nTo = 0, bStatus = 0, bPrune = 0, rc;
   memset(&o, 0, sizeof(o));
   o.nSize = sizeof(o);
   for(int i=0; i<pArgs->nRest; i++){
@@ -113,10 +161,14 @@ int cliCmdArchive(Cli *pCli, const CliArgs *pArgs){
     const char *zVal = i+1<pArgs->nRest ? pArgs->azRest[i+1] : 0;
     if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){
       printf("usage: sqlite-tde [--config CFG] archive --s3 S3ENV (--sign-key KEY | --repl-config F) [options] DB\n"
+             "       sqlite-tde archive --prune --s3 S3ENV (--retain-bases K | --retain-age D)... [--dry-run]\n"
+             "                          [--prefix P] (--db-id HEX | DB)\n"
              "       sqlite-tde archive --status DB\n\n%s", cliArchiveHelp);
       return CLI_OK;
     }
     if( strcmp(z, "--status")==0 ){ bStatus = 1; continue; }
+    if( strcmp(z, "--prune")==0 ){ bPrune = 1; continue; }
+    if( strcmp(z, "--dry-run")==0 ){ o.bDryRun = 1; continue; }
     if( strcmp(z, "--insecure-no-tls")==0 ){ o.replFlags |= TDE_REPL_INSECURE_NO_TLS; continue; }
     if( strcmp(z, "--sync")==0 ){ o.replFlags |= TDE_REPL_SYNC; continue; }
     if( z[0]=='-' && z[1] ){
@@ -126,6 +178,11 @@ int cliCmdArchive(Cli *pCli, const CliArgs *pArgs){
       else if( strcmp(z, "--prefix")==0 ) o.zPrefix = zVal;
       else if( strcmp(z, "--sign-key")==0 ) o.zSignKey = zVal;
       else if( strcmp(z, "--repl-config")==0 ) o.zReplConfig = zVal;
+      else if( strcmp(z, "--db-id")==0 ) o.zDbId = zVal;
+      else if( strcmp(z, "--retain-bases")==0 || strcmp(z, "--retain-age")==0 ){
+        rc = retainOpt(z, zVal, &o);
+        if( rc ) return rc;
+      }
       else if( strcmp(z, "--to")==0 ){
         if( nTo>=16 ) return usage("%s: at most 16 standbys", z);
         azTo[nTo++] = zVal;
@@ -139,6 +196,8 @@ int cliCmdArchive(Cli *pCli, const CliArgs *pArgs){
     if( zDb ) return usage("unexpected argument '%s'", z);
     zDb = z;
   }
+  if( bPrune ) return prune(zDb, &o);
+  if( o.bDryRun || o.zDbId ) return usage("--dry-run and --db-id go with --prune%s", "");
   if( !zDb ) return usage("missing argument%s", "");
   if( bStatus ) return cliReplStatus(zDb);
   if( nTo>0 && (o.zReplConfig!=0)==((o.replFlags & TDE_REPL_INSECURE_NO_TLS)!=0) ){

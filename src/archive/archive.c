@@ -21,6 +21,7 @@
 ** one before it, put a credential in a log line or the state file.
 */
 #include "archive/object.h"
+#include "archive/retain.h"
 #include "archive/s3.h"
 #include "cipher/cipher.h"
 #include "sqlite-tde-archive.h"
@@ -247,6 +248,8 @@ static int archBase(Archive *a, TdeShipLink *pLink, int bPeriodic){
   a->lastBaseMs = tdeNowMs();
   a->bytesSinceBase = 0;
   archUp(a, pLink);
+  tdeRetainAfterBase(pLink, a->pS3, a->zPrefix, a->aDbid, a->aHistory, zKey, b.tCapture, a->o.retainBases,
+                     a->o.retainAgeMs);
 done:
   if( fd>=0 ) close(fd);
   free(aObj);
@@ -425,6 +428,27 @@ int tde_archive_run(const char *zDb, const char *zConfig, const tde_archive_opti
     rc = tdeShipRun(zDb, zConfig, a->o.zReplConfig, a->o.zSignKey, a->o.replFlags, a->o.azTo, a->o.nTo,
                     apDest, 1, a->o.nCycleMs, pbStop);
   }
+  tdeS3Close(a->pS3);
+  free(a);
+  return rc;
+}
+
+/* ---- retention without the archiver (tde_archive_prune) ------------------ */
+
+int tde_archive_prune(const char *zDb, const tde_archive_options *pOpt,
+                      void (*xLine)(void *pArg, const char *zLine), void *pArg){
+  Archive *a;
+  int rc;
+  if( !pOpt || pOpt->nSize<sizeof(tde_archive_options) ){
+    return tdeErr(TDE_MISUSE, "tde_archive_prune: options (nSize set)");
+  }
+  a = calloc(1, sizeof(*a));
+  if( !a ) return TDE_NOMEM;
+  a->o = *pOpt;
+  rc = archSettings(a);
+  if( rc==TDE_OK ) rc = archOpenS3(a);
+  if( rc==TDE_OK ) rc = tdeRetainOnce(a->pS3, a->zPrefix, zDb, pOpt->zDbId, pOpt->retainBases, pOpt->retainAgeMs,
+                                      pOpt->bDryRun, xLine, pArg);
   tdeS3Close(a->pS3);
   free(a);
   return rc;
