@@ -265,9 +265,13 @@ def run(d, srv, procs):
     r = restore(d, srv, dbid, ["--list"], None)
     C.check(r.returncode == 0 and r.stdout.count("restorable to sequences") == 2
             and ("base %d " % s_keep) in r.stdout, "--list shows the two kept base copies:\n%s" % r.stdout.strip())
-    for what, args in (("the oldest kept point (--to-seq %d)" % s_keep, ["--to-seq", str(s_keep)]),
-                       ("latest", [])):
-        o = os.path.join(d, "r%d.db" % len(args))
+    s_next = bases_of(want)[-1][0] - 1
+    points = (("the oldest kept point (--to-seq %d)" % s_keep, ["--to-seq", str(s_keep)]),
+              ("the point before the newest kept base (--to-seq %d: the oldest kept base and the segments "
+               "after it)" % s_next, ["--to-seq", str(s_next)]),
+              ("latest", []))
+    for i, (what, args) in enumerate(points):
+        o = os.path.join(d, "r%d.db" % i)
         r = restore(d, srv, dbid, args, o)
         if not C.check(r.returncode == 0, "restore %s: %s" % (what, (r.stdout + r.stderr).strip()[:200])):
             continue
