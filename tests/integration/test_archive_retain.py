@@ -15,7 +15,9 @@ snapshotted after every transaction.  Then:
   - `restore --list` shows the two kept points; a restore to the oldest
     kept point and to latest (no keystore reachable) each equal the mirror
     then; a restore to a pruned point is refused, nothing written;
-  - the archiver's own retention (`--retain-bases 2`) after a new base copy.
+  - the archiver's own retention (`--retain-bases 2`) after a new base copy;
+  - a new history (a new spool): the old one goes whole once the new one
+    holds two base copies.
 
 Environment: TDE_BUILD, TDE_TEST_TMP (set by ctest)."""
 
@@ -314,6 +316,41 @@ def run(d, srv, procs):
     if C.check(r.returncode == 0, "restore latest after the archiver's retention: %s" % r.stdout.strip()[:200]):
         got, ic = read_restored(cfg, o)
         C.check(got == snaps[k - 1] and ic == "ok", "it equals the mirror after transaction %d" % (k - 1))
+    k = new_history(d, srv, cfg, pdb, mirror, snaps, k, keys, procs)
+
+
+def new_history(d, srv, cfg, pdb, mirror, snaps, k, old_keys, procs):
+    """A new spool (a new history id): the archiver's own --retain-bases 2
+    deletes the old history whole once the new one holds two base copies."""
+    C.step("a new history: the old one goes whole once the new one holds 2 base copies")
+    hist = lambda key: key.split("/")[-3]  # noqa: E731
+    h_old = {hist(x) for x in old_keys}
+    os.rename(pdb + "-tdeship", pdb + "-tdeship.old")
+    db = C.connect(pdb, cfg)
+    a = start_archiver(d, srv, cfg, pdb, ["--retain-bases", "2"])
+    procs.append(a)
+    t0 = time.time()
+    keys = []
+    while time.time() - t0 < 240:
+        workload(db, mirror, snaps, k, k + 10, 0.05)
+        k += 10
+        keys = listing(srv) or []
+        if not {hist(x) for x in keys} & h_old:
+            break
+    caught_up(srv, pdb)
+    C.stop(a)
+    db.close()
+    keys = listing(srv) or []
+    hists = {hist(x) for x in keys}
+    C.check(len(hists) == 1 and not hists & h_old and len(bases_of(keys)) == 2,
+            "only the new history is left (%s), with 2 base copies; the old one (%s) went whole"
+            % (sorted(hists), sorted(h_old)))
+    o = os.path.join(d, "newhist.db")
+    r = restore(d, srv, db_id(pdb), [], o)
+    if C.check(r.returncode == 0, "restore latest: %s" % r.stdout.strip()[:200]):
+        got, ic = read_restored(cfg, o)
+        C.check(got == snaps[k - 1] and ic == "ok", "it equals the mirror after transaction %d" % (k - 1))
+    return k
 
 
 if __name__ == "__main__":
