@@ -140,6 +140,9 @@ static int prune(const char *zDb, const tde_archive_options *o){
   int rc;
   if( !o->retainBases && !o->retainAgeMs ) return usage("--prune needs --retain-bases K and/or --retain-age D%s", "");
   if( !zDb && !o->zDbId ) return usage("--prune needs --db-id HEX or the database%s", "");
+  if( o->zDbId && (strlen(o->zDbId)!=32 || strspn(o->zDbId, "0123456789abcdefABCDEF")!=32) ){
+    return usage("--db-id: 32 hex digits, not '%s'", o->zDbId);
+  }
   rc = tde_archive_prune(zDb, o, pruneLine, 0);
   fflush(stdout);
   if( rc ){
