@@ -9,6 +9,7 @@
 **   cmd_lifecycle.c rotate-master-key / migrate-keystore / keystore retire
 **   cmd_bench.c     bench (runs sqlite-tde-bench from bench/)
 **   cmd_standby.c   ship / standby (encrypted standby)
+**   cmd_restore.c   restore from the keyless S3 archive (links src/archive)
 **
 ** The tool is a client of the library like any other program: it uses only
 ** the public header <sqlite-tde.h> and <sqlite3.h>, never anything from
@@ -111,6 +112,14 @@ int cliCmdBench(Cli*, const CliArgs*);
 int cliCmdShip(Cli*, const CliArgs*);       /* cmd_standby.c */
 int cliCmdStandby(Cli*, const CliArgs*);
 extern const char cliShipHelp[], cliStandbyHelp[];
+/* --status of ship, standby and archive: the replication figures (cmd_standby.c). */
+int cliReplStatus(const char *zDb);
+#ifdef TDE_HAVE_ARCHIVE
+int cliCmdArchive(Cli*, const CliArgs*);   /* cmd_archive.c */
+extern const char cliArchiveHelp[];
+int cliCmdRestore(Cli*, const CliArgs*);   /* cmd_restore.c */
+extern const char cliRestoreHelp[];
+#endif
 
 /* ---- messages (cli_util.c) --------------------------------------------- */
 

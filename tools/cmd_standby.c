@@ -202,7 +202,7 @@ int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
 
 /* --status: the replication figures of either side, from its state files
 ** (no keystore needed). */
-static int printReplStatus(const char *zDb){
+int cliReplStatus(const char *zDb){
   tde_repl_info r = { .nSize = sizeof(tde_repl_info) };
   int rc = tde_repl_status(zDb, &r);
   if( rc ){
@@ -269,7 +269,7 @@ int cliCmdStandby(Cli *pCli, const CliArgs *pArgs){
   if( bPromote + bStatus + (zListen!=0)!=1 ){
     return usage("standby", "give exactly one of --listen, --promote and --status%s", "");
   }
-  if( bStatus ) return printReplStatus(zDb);
+  if( bStatus ) return cliReplStatus(zDb);
   if( bPromote ){
     rc = tde_standby_promote(zDb);
     if( rc ){

@@ -206,6 +206,14 @@ static const CliCommand aCommand[] = {
   { "standby", "--listen|--promote|--status",
     "apply shipped transactions without the key; promote; lag",
     cliStandbyHelp, 0, CLI_OPT_PASSTHRU, cliCmdStandby },
+#ifdef TDE_HAVE_ARCHIVE
+  { "archive", "--s3 S3ENV --sign-key KEY DB",
+    "archive committed transactions, encrypted and signed, to an S3 bucket",
+    cliArchiveHelp, 0, CLI_OPT_PASSTHRU, cliCmdArchive },
+  { "restore", "--s3 S3ENV --db-id HEX --pubkey PEM (--list | OUT.db)",
+    "rebuild a database from the keyless S3 archive, verified, without a key",
+    cliRestoreHelp, 0, CLI_OPT_PASSTHRU, cliCmdRestore },
+#endif
 };
 
 static void printCommandUsage(FILE *out, const CliCommand *pCmd){

@@ -362,6 +362,58 @@ int tdeSyncCreate(const char *zDb, uint32_t timeoutMs, int *pFd);
 void tdeSyncPublish(int fd, int bDegraded, const uint8_t *aSalt, uint32_t iLast, int bValid);
 void tdeSyncRemove(const char *zDb, int fd);
 
+/* ---- destinations other than a standby (ship.c) ---------------------------- */
+
+/*
+** A destination the shipper feeds from its one spool besides the standbys
+** (the archive, src/archive/archive.c; src/repl never calls that folder
+** otherwise).  The shipper runs xRun in a thread of its own; xRun reads
+** records and makes base copies through its link (below) and acknowledges
+** what it stored durably: the spool is trimmed only below what every
+** destination acknowledged, unless the spool grew past nMaxSpool bytes
+** (0: no bound), when this destination is left behind (it then needs a
+** base copy).  xRun returns when tdeShipLinkStopped says so.
+*/
+typedef struct TdeShipLink TdeShipLink;
+typedef struct TdeShipDest {
+  int iVersion;               /* 1 */
+  const char *zName;          /* its "address" in the state file and the log */
+  uint64_t nMaxSpool;
+  void *pArg;
+  int (*xRun)(TdeShipLink *pLink, void *pArg);
+} TdeShipDest;
+
+/* tde_ship_run_v2 with destinations (nTo may be 0 when nDest > 0: then no
+** replication configuration is needed) and a signing key file zSignKey
+** (NULL: repl_sign_key of the configuration, if any). */
+int tdeShipRun(const char *zDb, const char *zConfig, const char *zReplConfig, const char *zSignKey,
+               unsigned flags, const char *const *azTo, int nTo, const TdeShipDest *const *apDest, int nDest,
+               int nCycleMs, volatile int *pbStop);
+
+int tdeShipLinkStopped(TdeShipLink *l);
+const char *tdeShipLinkDb(TdeShipLink *l);
+/* Database id, history id of the spool, the signing key (NULL: none). */
+void tdeShipLinkIds(TdeShipLink *l, uint8_t *aDbid, uint8_t *aHistory, struct evp_pkey_st **ppSignKey);
+/* Read what the spool gained: *pFirst its first TXN/GAP sequence (0:
+** none), *pDurable the last one synced (sendable), *pCaptureMs the capture
+** time of that one. */
+int tdeShipLinkScan(TdeShipLink *l, uint64_t *pFirst, uint64_t *pDurable, uint64_t *pCaptureMs);
+/* Record seq whole (checked, sqlite3_malloc'd *ppRec) and the chain before
+** and after it.  TDE_NOTFOUND when the spool no longer holds it or its
+** chain is unknown (a base copy is needed); TDE_FORMAT when damaged. */
+int tdeShipLinkRecord(TdeShipLink *l, uint64_t seq, TdeRec *r, uint8_t **ppRec, size_t *pnRec,
+                      uint8_t *aChainBefore, uint8_t *aChainAfter);
+/* A base copy into the file zTmp (created 0600), consistent with record
+** *pSeq (synced), captured at *pCaptureMs, the chain there in aChain. */
+int tdeShipLinkBase(TdeShipLink *l, const char *zTmp, uint64_t *pSeq, uint64_t *pCaptureMs, uint8_t *aChain);
+/* The destination holds records up to seq durably. */
+void tdeShipLinkAck(TdeShipLink *l, uint64_t seq);
+/* Its state ("streaming", "unreachable", ...) and last error (NULL: keep,
+** "": none), shown in DB-tdeship-state and the status. */
+void tdeShipLinkState(TdeShipLink *l, const char *zState, const char *zError);
+/* One line in the shipper's audit log. */
+void tdeShipLinkAudit(TdeShipLink *l, const char *zOp, const char *zDetail);
+
 /* ---- record chain and signatures (sign.c) -------------------------------- */
 
 struct evp_pkey_st;

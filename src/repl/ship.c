@@ -67,10 +67,15 @@ typedef struct ShipPeer {
   Ship *pShip;
   int iPeer;
   const char *zAddr;
+  const TdeShipDest *pDest;   /* not a standby: a destination (the archive) */
+  TdeSpool *pSpool;           /* the destination's reader of the spool */
   pthread_t tid;
   int bThread;
   /* Guarded by Ship.mu. */
   char zState[32];
+  char zError[256];           /* destination: its last error ("" none) */
+  uint64_t errorMs;
+  int bLeftBehind;            /* destination: the spool was trimmed past it (nMaxSpool) */
   int bAcked;                 /* has acknowledged something in this run */
   uint64_t ackedSeq, ackedCapture, sentSeq;
   int64_t lagBytes;
@@ -90,6 +95,7 @@ struct Ship {
   int nCycleMs;
   pthread_mutex_t mu;
   int nPeer;
+  int nTo;                    /* standbys: aPeer[0..nTo), then the destinations */
   ShipPeer *aPeer;
   uint8_t aDbid[16];
   uint8_t aHistory[16];
@@ -485,7 +491,7 @@ static void shipWriteState(Ship *p, const char *zState){
   tdeKvSet(kv, "history", "%s", zHex);
   tdeKvSet(kv, "pid", "%d", (int)getpid());
   tdeKvSet(kv, "state", "%s", zState);
-  tdeKvSet(kv, "transport", "%s", p->pCfg && p->pCfg->bInsecure ? "insecure-no-tls" : "tls");
+  tdeKvSet(kv, "transport", "%s", p->nTo==0 ? "none" : p->pCfg && p->pCfg->bInsecure ? "insecure-no-tls" : "tls");
   tdeKvSet(kv, "mode", "%s", p->fdSync>=0 ? "sync" : "async");
   tdeKvSet(kv, "sync_state", "%s", p->fdSync<0 ? "" : p->bDegraded ? "degraded" : "ok");
   tdeKvSet(kv, "captured_seq", "%llu", (unsigned long long)p->capturedSeq);
@@ -507,6 +513,11 @@ static void shipWriteState(Ship *p, const char *zState){
     snprintf(zK, sizeof(zK), "peer%d_acked_seq", i);  tdeKvSet(kv, zK, "%llu", (unsigned long long)q->ackedSeq);
     snprintf(zK, sizeof(zK), "peer%d_acked_capture_ms", i); tdeKvSet(kv, zK, "%llu", (unsigned long long)q->ackedCapture);
     snprintf(zK, sizeof(zK), "peer%d_lag_bytes", i);  tdeKvSet(kv, zK, "%lld", (long long)q->lagBytes);
+    snprintf(zK, sizeof(zK), "peer%d_kind", i);       tdeKvSet(kv, zK, "%s", q->pDest ? "archive" : "standby");
+    if( q->pDest ){
+      snprintf(zK, sizeof(zK), "peer%d_error", i);    tdeKvSet(kv, zK, "%s", q->zError);
+      snprintf(zK, sizeof(zK), "peer%d_error_ms", i); tdeKvSet(kv, zK, "%llu", (unsigned long long)q->errorMs);
+    }
   }
   pthread_mutex_unlock(&p->mu);
   tdeKvSet(kv, "updated_ms", "%llu", (unsigned long long)tdeNowMs());
@@ -690,7 +701,7 @@ static void peerNoteAck(ShipPeer *q, uint64_t seq){
   ShipIdx *e;
   int64_t nBytes = 0;
   pthread_mutex_lock(&q->pShip->mu);
-  if( q->pShip->fdSync>=0 && seq>q->pShip->ackBest ){
+  if( q->pShip->fdSync>=0 && !q->pDest && seq>q->pShip->ackBest ){   /* sync waits for standbys only */
     /* Sync mode: writers waiting for this position may return. */
     Ship *p = q->pShip;
     ShipIdx *a = peerFind(q, seq);
@@ -1100,11 +1111,38 @@ static int peerSession(ShipPeer *q, TdeConn *pConn, TdeSpool *s){
   return TDE_OK;
 }
 
+/* A destination's thread: its own reader of the spool, then its xRun
+** until the shipper stops (run again after an error, 1 s later). */
+static void destMain(ShipPeer *q){
+  Ship *p = q->pShip;
+  while( !*p->pbStop ){
+    int rc;
+    if( !q->pSpool ){
+      rc = tdeSpoolOpen(p->zDb, 0, p->aDbid, &q->pSpool);
+      if( rc ){ q->pSpool = 0; msleep(200); continue; }
+      q->pSpool->xOnRec = peerOnRec;
+      q->pSpool->pOnRecArg = q;
+    }
+    rc = q->pDest->xRun((TdeShipLink*)q, q->pDest->pArg);
+    if( rc && !*p->pbStop ){
+      tdeLog(TDE_LOG_WARNING, "ship %s: %s stopped (%s); starting it again", p->zDb, q->zAddr, tde_last_error());
+      for(int i=0; i<10 && !*p->pbStop; i++) msleep(100);
+    }
+  }
+  tdeSpoolClose(q->pSpool);
+  q->pSpool = 0;
+  if( q->db ){ sqlite3_close(q->db); q->db = 0; }
+}
+
 static void *peerMain(void *pArg){
   ShipPeer *q = pArg;
   Ship *p = q->pShip;
   TdeSpool *s = 0;
   int bQuiet = 0, bTold = 0;
+  if( q->pDest ){
+    destMain(q);
+    return 0;
+  }
   while( !*p->pbStop ){
     TdeConn conn;
     int fd = -1, rc;
@@ -1256,7 +1294,7 @@ static int shipAnnounce(Ship *p){
     tdeLog(TDE_LOG_WARNING, "ship %s: no repl_sign_key: records and base copies are not signed (a standby with "
            "repl_primary_pubkey refuses them)", p->zDb);
   }
-  if( p->pCfg->bInsecure ){
+  if( p->pCfg->bInsecure && p->nTo>0 ){
     tdeLog(TDE_LOG_WARNING, "ship %s: --insecure-no-tls: the standby link is plaintext and unauthenticated; "
            "anyone on the network path can read, inject or redirect it", p->zDb);
   }
@@ -1316,21 +1354,22 @@ static int shipStartSync(Ship *p){
   return TDE_OK;
 }
 
-/* One sender thread per standby. */
-static int shipStartPeers(Ship *p, const char *const *azTo, int nTo){
-  int i, rc = TDE_OK;
-  p->aPeer = sqlite3_malloc64(sizeof(ShipPeer)*(sqlite3_uint64)nTo);
+/* One sender thread per standby and per destination. */
+static int shipStartPeers(Ship *p, const char *const *azTo, int nTo, const TdeShipDest *const *apDest, int nDest){
+  int i, rc = TDE_OK, nAll = nTo + nDest;
+  p->aPeer = sqlite3_malloc64(sizeof(ShipPeer)*(sqlite3_uint64)nAll);
   if( !p->aPeer ) return TDE_NOMEM;
-  memset(p->aPeer, 0, sizeof(ShipPeer)*(size_t)nTo);
-  p->nPeer = nTo;
-  for(i=0; i<nTo; i++){
+  memset(p->aPeer, 0, sizeof(ShipPeer)*(size_t)nAll);
+  p->nPeer = nAll;
+  for(i=0; i<nAll; i++){
     ShipPeer *q = &p->aPeer[i];
     q->pShip = p;
     q->iPeer = i;
-    q->zAddr = azTo[i];
+    q->pDest = i<nTo ? 0 : apDest[i-nTo];
+    q->zAddr = q->pDest ? q->pDest->zName : azTo[i];
     snprintf(q->zState, sizeof(q->zState), "connecting");
   }
-  for(i=0; i<nTo; i++){
+  for(i=0; i<nAll; i++){
     if( pthread_create(&p->aPeer[i].tid, 0, peerMain, &p->aPeer[i])!=0 ){
       rc = tdeErr(TDE_ERROR, "cannot start a sender thread");
       *(volatile int*)p->pbStop = 1;
@@ -1348,10 +1387,23 @@ static int shipTrim(Ship *p, sqlite3 *db, TdeSpool *s){
   if( s->iEnd <= SHIP_TRIM_BYTES ) return TDE_OK;
   pthread_mutex_lock(&p->mu);
   for(int i=0; i<p->nPeer; i++){
-    if( !p->aPeer[i].bAcked ) bAll = 0;
-    else if( p->aPeer[i].ackedSeq<minAck ) minAck = p->aPeer[i].ackedSeq;
+    ShipPeer *q = &p->aPeer[i];
+    if( q->pDest && q->pDest->nMaxSpool && (uint64_t)s->iEnd > q->pDest->nMaxSpool ){
+      /* Bounded: a destination that cannot keep up (an unreachable
+      ** bucket) is left behind; it takes a base copy when it is back. */
+      if( !q->bLeftBehind ){
+        tdeLog(TDE_LOG_WARNING, "ship %s: the spool is past %llu bytes: trimming it past %s, which will need "
+               "a new base copy", p->zDb, (unsigned long long)q->pDest->nMaxSpool, q->zAddr);
+      }
+      q->bLeftBehind = 1;
+      continue;
+    }
+    q->bLeftBehind = 0;
+    if( !q->bAcked ) bAll = 0;
+    else if( q->ackedSeq<minAck ) minAck = q->ackedSeq;
   }
   pthread_mutex_unlock(&p->mu);
+  if( bAll && minAck==UINT64_MAX ) minAck = s->pos.seq>0 ? s->pos.seq - 1 : 0;   /* every one left behind */
   if( bAll && minAck!=UINT64_MAX && minAck>=s->firstSeq && shipBegin(db)==TDE_OK ){
     /* Only once the chain there is saved: the trimmed spool must
     ** continue it, or every standby would need a base copy. */
@@ -1404,8 +1456,130 @@ static int shipCaptureLoop(Ship *p, sqlite3 *db, TdeSpool *s){
   return rc;
 }
 
+/* ---- the link of a destination (repl.h "destinations") ------------------ */
+
+int tdeShipLinkStopped(TdeShipLink *l){ return *((ShipPeer*)l)->pShip->pbStop; }
+const char *tdeShipLinkDb(TdeShipLink *l){ return ((ShipPeer*)l)->pShip->zDb; }
+
+void tdeShipLinkIds(TdeShipLink *l, uint8_t *aDbid, uint8_t *aHistory, struct evp_pkey_st **ppSignKey){
+  Ship *p = ((ShipPeer*)l)->pShip;
+  memcpy(aDbid, p->aDbid, 16);
+  memcpy(aHistory, p->aHistory, 16);
+  *ppSignKey = p->pCfg->pSignKey;
+}
+
+int tdeShipLinkScan(TdeShipLink *l, uint64_t *pFirst, uint64_t *pDurable, uint64_t *pCaptureMs){
+  ShipPeer *q = (ShipPeer*)l;
+  uint64_t d;
+  ShipIdx *e;
+  int rc = tdeSpoolScan(q->pSpool, 0);
+  if( rc ) return rc;
+  d = shipDurable(q->pShip);
+  if( d>q->pSpool->pos.seq ) d = q->pSpool->pos.seq;
+  *pFirst = q->nIdx>0 ? q->aIdx[0].seq : 0;
+  *pDurable = d;
+  e = peerFind(q, d);
+  *pCaptureMs = e ? e->tCapture : 0;
+  return TDE_OK;
+}
+
+/* The chain before record e (index i): the one before it, or for the
+** spool's first record what shipChainRec started it from. */
+static int linkChainBefore(ShipPeer *q, int i, uint8_t *aOut){
+  Ship *p = q->pShip;
+  int ok = 0;
+  if( i>0 ){
+    if( !q->aIdx[i-1].bChain || q->aIdx[i-1].seq+1!=q->aIdx[i].seq ) return 0;
+    memcpy(aOut, q->aIdx[i-1].aChain, 32);
+    return 1;
+  }
+  pthread_mutex_lock(&p->mu);
+  if( p->bChainBase && p->chainBaseSeq+1==q->aIdx[0].seq ){ memcpy(aOut, p->aChainBase, 32); ok = 1; }
+  else if( p->bChainBase && p->chainBaseSeq==q->aIdx[0].seq ) ok = -1;   /* unknown */
+  pthread_mutex_unlock(&p->mu);
+  if( ok==0 ){ tdeChainAnchor(p->aHistory, q->aIdx[0].seq - 1, aOut); ok = 1; }
+  return ok>0;
+}
+
+int tdeShipLinkRecord(TdeShipLink *l, uint64_t seq, TdeRec *r, uint8_t **ppRec, size_t *pnRec,
+                      uint8_t *aChainBefore, uint8_t *aChainAfter){
+  ShipPeer *q = (ShipPeer*)l;
+  ShipIdx *e = peerFind(q, seq);
+  int rc;
+  *ppRec = 0;
+  if( !e || !e->bChain || !linkChainBefore(q, (int)(e - q->aIdx), aChainBefore) ){
+    return tdeErr(TDE_NOTFOUND, "record %llu is not in the spool any more", (unsigned long long)seq);
+  }
+  rc = tdeSpoolRead(q->pSpool, e->iOff, r, ppRec, pnRec);
+  if( rc ) return rc;
+  if( r->seq!=seq ){
+    sqlite3_free(*ppRec);
+    *ppRec = 0;
+    return tdeErr(TDE_FORMAT, "spool record at the place of %llu is %llu", (unsigned long long)seq,
+                  (unsigned long long)r->seq);
+  }
+  memcpy(aChainAfter, e->aChain, 32);
+  return TDE_OK;
+}
+
+int tdeShipLinkBase(TdeShipLink *l, const char *zTmp, uint64_t *pSeq, uint64_t *pCaptureMs, uint8_t *aChain){
+  ShipPeer *q = (ShipPeer*)l;
+  Ship *p = q->pShip;
+  ShipIdx *e;
+  int rc = peerMakeBase(q, q->pSpool, zTmp, pSeq, pCaptureMs);
+  if( rc==TDE_OK ) rc = tdeSpoolSync(q->pSpool);      /* the copy's sequence must be durable */
+  if( rc==TDE_OK ) rc = tdeSpoolScan(q->pSpool, 0);
+  if( rc ) return rc;
+  pthread_mutex_lock(&p->mu);
+  if( *pSeq>p->durableSeq ) p->durableSeq = *pSeq;
+  pthread_mutex_unlock(&p->mu);
+  e = peerFind(q, *pSeq);
+  if( e && e->bChain ) memcpy(aChain, e->aChain, 32);
+  else tdeChainAnchor(p->aHistory, *pSeq, aChain);      /* the chain starts again here */
+  return TDE_OK;
+}
+
+void tdeShipLinkAck(TdeShipLink *l, uint64_t seq){ peerNoteAck((ShipPeer*)l, seq); }
+
+void tdeShipLinkState(TdeShipLink *l, const char *zState, const char *zError){
+  ShipPeer *q = (ShipPeer*)l;
+  pthread_mutex_lock(&q->pShip->mu);
+  if( zState ) snprintf(q->zState, sizeof(q->zState), "%s", zState);
+  if( zError ){
+    snprintf(q->zError, sizeof(q->zError), "%s", zError);
+    for(char *z = q->zError; *z; z++){ if( (unsigned char)*z<0x20 ) *z = ' '; }   /* one line of the state file */
+    q->errorMs = zError[0] ? tdeNowMs() : 0;
+  }
+  pthread_mutex_unlock(&q->pShip->mu);
+}
+
+void tdeShipLinkAudit(TdeShipLink *l, const char *zOp, const char *zDetail){
+  shipAudit(((ShipPeer*)l)->pShip, zOp, zDetail);
+}
+
+/* The shipper's configuration: TLS and the repl_* keys (none needed
+** without standbys), and the signing key given apart from it. */
+static int shipLoadCfg(Ship *p, const char *zReplConfig, const char *zSignKey, unsigned flags, int nTo){
+  int rc;
+  if( nTo==0 && !zReplConfig ) flags |= TDE_REPL_INSECURE_NO_TLS;   /* no connection is ever made */
+  rc = tdeReplCfgLoad(zReplConfig, flags, 0, &p->pCfg);
+  if( rc ) return rc;
+  if( zSignKey ){
+    if( p->pCfg->pSignKey ) return tdeErr(TDE_CONFIG, "a signing key both in the replication configuration and given apart");
+    rc = tdeSignKeyLoad(zSignKey, &p->pCfg->pSignKey);
+  }
+  return rc;
+}
+
 TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zReplConfig, unsigned flags,
                             const char *const *azTo, int nTo, int nCycleMs, volatile int *pbStop){
+  if( nTo<1 ) return tdeErr(TDE_MISUSE, "tde_ship_run_v2: a database and at least one standby");
+  return tdeShipRun(zDb, zConfig, zReplConfig, 0, flags, azTo, nTo, 0, 0, nCycleMs, pbStop);
+}
+
+int tdeShipRun(const char *zDb, const char *zConfig, const char *zReplConfig, const char *zSignKey,
+               unsigned flags, const char *const *azTo, int nTo, const TdeShipDest *const *apDest, int nDest,
+               int nCycleMs, volatile int *pbStop){
   Ship ship;
   Ship *p = &ship;
   sqlite3 *db = 0;
@@ -1416,15 +1590,18 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
 
   memset(p, 0, sizeof(*p));
   p->fdDb = p->fdShm = p->fdLock = p->fdSync = -1;
-  if( !zDb || nTo<1 ) return tdeErr(TDE_MISUSE, "tde_ship_run_v2: a database and at least one standby");
+  if( !zDb || nTo<0 || nDest<0 || nTo+nDest<1 ){
+    return tdeErr(TDE_MISUSE, "ship: a database and at least one standby or destination");
+  }
   for(i=0; i<nTo; i++){
     char zHost[256];
     int port;
     if( tdeNetParseAddr(azTo[i], zHost, sizeof(zHost), &port) ) return TDE_CONFIG;
   }
   if( !realpath(zDb, zAbs) ) return tdeErr(TDE_NOTFOUND, "%s: %s", zDb, strerror(errno));
-  rc = tdeReplCfgLoad(zReplConfig, flags, 0, &p->pCfg);
-  if( rc ) return rc;
+  p->nTo = nTo;
+  rc = shipLoadCfg(p, zReplConfig, zSignKey, flags, nTo);
+  if( rc ){ tdeReplCfgFree(p->pCfg); return rc; }
   p->zDb = zAbs;
   p->pbStop = pbStop ? pbStop : &bNever;
   p->nCycleMs = nCycleMs>0 ? nCycleMs : 50;
@@ -1439,7 +1616,7 @@ TDE_API int tde_ship_run_v2(const char *zDb, const char *zConfig, const char *zR
   if( rc==TDE_OK ) rc = shipFirstCapture(p, db, s);
   if( rc==TDE_OK ) rc = shipStartSync(p);
   if( rc ) goto done;
-  rc = shipStartPeers(p, azTo, nTo);
+  rc = shipStartPeers(p, azTo, nTo, apDest, nDest);
   if( !p->aPeer ) goto done;             /* no sender started */
   if( rc==TDE_OK ) rc = shipCaptureLoop(p, db, s);
   *(volatile int*)p->pbStop = 1;

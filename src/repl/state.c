@@ -386,6 +386,16 @@ int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){
       n += snprintf(p->zPeer+n, sizeof(p->zPeer)-(size_t)(n<(int)sizeof(p->zPeer)?n:(int)sizeof(p->zPeer)-1),
                     "%s%s(%s,acked=%lld)", i ? " " : "", zAddr ? zAddr : "?", zSt ? zSt : "?", (long long)acked);
       if( n>=(int)sizeof(p->zPeer) ) n = (int)sizeof(p->zPeer)-1;
+      snprintf(zK, sizeof(zK), "peer%d_error", i);
+      if( tdeKvGet(kv, zK) && tdeKvGet(kv, zK)[0] ){
+        /* A destination (the archive): its last error, and since when. */
+        int64_t t;
+        snprintf(zK, sizeof(zK), "peer%d_error_ms", i);
+        t = tdeKvInt(kv, zK);
+        snprintf(zK, sizeof(zK), "peer%d_error", i);
+        noteAdd(p, "%s %s; last error %.0f s ago: %s", zAddr ? zAddr : "?", zSt ? zSt : "?",
+                t>0 ? (double)((int64_t)now - t)/1000.0 : 0.0, tdeKvGet(kv, zK));
+      }
       if( minAck<0 || acked<minAck ) minAck = acked;
       if( bytes>maxBytes ) maxBytes = bytes;
       if( acked<captured && capturedMs>ackedCap && (double)(capturedMs-ackedCap)/1000.0>maxSec ){
