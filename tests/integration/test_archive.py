@@ -386,6 +386,10 @@ def run(d, srv, procs, timings):
     captured = int(st.get("captured_seq", "0"))
     stop(a)
     check(a.returncode == 0, "the archiver stops cleanly on SIGTERM (exit %s)" % a.returncode)
+    r = subprocess.run([CLI, "ship", "--status", db], capture_output=True, text=True, timeout=60)
+    check("role: primary" in r.stdout and "(streaming,acked=%d)" % captured in r.stdout,
+          "ship --status shows the archive as a peer with its archived sequence: %s" %
+          " / ".join(r.stdout.splitlines()[:4]))
 
     step("the bucket read back with the object codec")
     wallet = open(os.path.join(d, "tde.wallet"), "rb").read()
