@@ -278,6 +278,11 @@ def main():
     for k, v in timings.items():
         print("timing: %s %.1f s" % (k, v))
     print("timing: total %.1f s" % (time.time() - T0))
+    import standby_common
+    if standby_common.NFAIL == 0 and not os.environ.get("TDE_KEEP_SCRATCH"):
+        shutil.rmtree(d, ignore_errors=True)
+    elif standby_common.NFAIL:
+        print("kept for inspection: %s" % d)
     finish("test_archive")
 
 
