@@ -397,7 +397,8 @@ static int archRun(TdeShipLink *pLink, void *pArg){
   }
   while( rc==TDE_OK ){
     int bStop = tdeShipLinkStopped(pLink);
-    if( tdeNowMs()>=a->nextTryMs ) rc = archStep(a, pLink, &g, bStop && !a->bDown);
+    if( bStop && a->bDown ) break;      /* what is spooled waits for the next run */
+    if( bStop || tdeNowMs()>=a->nextTryMs ) rc = archStep(a, pLink, &g, bStop);
     if( bStop ) break;
     archSleep(50);
   }
