@@ -36,6 +36,7 @@ const char cliShipHelp[] =
   "                   durably), or after repl_sync_timeout_ms (default 2000): then\n"
   "                   commits continue async until a standby catches up, and\n"
   "                   --status, tde_status and the audit log say so\n"
+  "  --status         as `standby --status` (the shipper's side; also `archive --status`)\n"
   "A second shipper on the same database is refused, naming the running one's pid.\n"
   "\nTransport security (README \"Standby\"): every connection runs mutual TLS\n"
   "(TLS 1.3 preferred, 1.2 at least) configured by --repl-config FILE, a file of\n"
@@ -145,7 +146,7 @@ int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
   const char *azTo[16];
   const char *zDb = 0, *zRepl = 0;
   unsigned flags = 0;
-  int nTo = 0, nCycle = 0, rc;
+  int nTo = 0, nCycle = 0, bStatus = 0, rc;
   for(int i=0; i<pArgs->nRest; i++){
     const char *z = pArgs->azRest[i];
     if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){
@@ -171,6 +172,8 @@ int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
       flags |= TDE_REPL_INSECURE_NO_TLS;
     }else if( strcmp(z, "--sync")==0 ){
       flags |= TDE_REPL_SYNC;
+    }else if( strcmp(z, "--status")==0 ){
+      bStatus = 1;
     }else if( strcmp(z, "--config")==0 ){
       if( i+1>=pArgs->nRest ) return usage("ship", "%s needs a file name", z);
       setConfig(pCli, pArgs->azRest[++i]);
@@ -183,6 +186,7 @@ int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
     }
   }
   if( !zDb ) return usage("ship", "missing argument%s", "");
+  if( bStatus ) return cliReplStatus(zDb);
   if( nTo==0 ) return usage("ship", "--to HOST:PORT is required%s", "");
   if( (zRepl!=0)==((flags & TDE_REPL_INSECURE_NO_TLS)!=0) ){
     return usage("ship", "give --repl-config FILE (TLS) or --insecure-no-tls%s", "");

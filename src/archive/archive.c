@@ -256,11 +256,11 @@ done:
 
 /* Records archived+1.. into a segment: at most segTxns records and about
 ** segBytes bytes, TXN records only (a GAP ends it and makes a base copy
-** due).  *pnRec records collected (0: none ready). */
+** due).  Kept across steps: only records new since the last step are read. */
 typedef struct ArchSeg {
   uint8_t *aBuf;
   size_t nBuf, nAlloc;
-  uint64_t last;
+  uint64_t first, last;       /* records collected so far (nRec of them) */
   uint32_t nRec;
   uint8_t aChainBefore[32], aChain[32];
   uint64_t tOldest;           /* capture time of its first record */
@@ -280,9 +280,12 @@ static int archSegAdd(ArchSeg *g, const uint8_t *aRec, size_t nRec){
 }
 
 static int archCollect(Archive *a, TdeShipLink *pLink, uint64_t durable, ArchSeg *g){
-  g->nBuf = TDE_ARCH_SEG_HDR;
-  g->nRec = 0;
-  for(uint64_t seq=a->archived+1; seq<=durable && g->nRec<a->o.segTxns && g->nBuf<a->o.segBytes; seq++){
+  if( g->nRec==0 || g->first!=a->archived+1 ){
+    g->nBuf = TDE_ARCH_SEG_HDR;
+    g->nRec = 0;
+    g->first = a->archived + 1;
+  }
+  for(uint64_t seq=g->first+g->nRec; seq<=durable && g->nRec<a->o.segTxns && g->nBuf<a->o.segBytes; seq++){
     TdeRec r;
     uint8_t *aRec = 0, aBefore[32], aAfter[32];
     size_t nRec = 0;
@@ -327,6 +330,7 @@ static int archSegPut(Archive *a, TdeShipLink *pLink, ArchSeg *g){
   if( rc ){ archDown(a, pLink, "uploading a segment"); return TDE_OK; }
   a->archived = h.last;
   a->bytesSinceBase += h.nRecBytes;
+  g->nRec = 0;
   archUp(a, pLink);
   tdeShipLinkAck(pLink, h.last);
   return TDE_OK;
@@ -345,6 +349,16 @@ static int archStep(Archive *a, TdeShipLink *pLink, ArchSeg *g, int bStop){
   uint64_t first = 0, durable = 0, capMs = 0;
   int rc = tdeShipLinkScan(pLink, &first, &durable, &capMs);
   if( rc ) return rc;
+  if( a->bDown && a->bListed ){
+    /* A cheap look before anything costly (a base copy takes SQLite's
+    ** write lock for its copy): is the bucket back? */
+    char zKey[TDE_ARCH_NAME_MAX];
+    TdeS3Object obj;
+    rc = tdeArchBaseName(a->zPrefix, a->aDbid, a->aHistory, 0, zKey, sizeof(zKey));
+    if( rc==TDE_OK ) rc = tdeS3Head(a->pS3, zKey, &obj);
+    if( rc==TDE_NOTFOUND ){ tdeErrClear(); rc = TDE_OK; }
+    if( rc ){ archDown(a, pLink, "probing the bucket"); return TDE_OK; }
+  }
   if( !a->bListed ){
     rc = archList(a, pLink, durable);
     if( rc ){ archDown(a, pLink, "listing the bucket"); return TDE_OK; }

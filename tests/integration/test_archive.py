@@ -191,7 +191,7 @@ def start_archiver(d, db, cfg, log):
     f = open(os.path.join(d, log), "ab")
     return subprocess.Popen([CLI, "--config", cfg, "archive", "--s3", os.path.join(d, "arch.env"),
                              "--prefix", PREFIX, "--sign-key", os.path.join(d, "sign.pem"),
-                             "--segment-txns", "25", "--segment-ms", "400", "--cycle-ms", "20", db],
+                             "--segment-txns", "25", "--segment-ms", "400", "--cycle-ms", "20", "--max-spool", "1048576", db],
                             stdout=f, stderr=f)
 
 
@@ -199,7 +199,7 @@ NAME = re.compile(r"^%s/[0-9a-f]{32}/[0-9a-f]{32}/(base/[0-9a-f]{16}\.base|seg/[
                   % re.escape(PREFIX))
 
 
-def check_bucket(d, captured, secrets):
+def check_bucket(d, captured, secrets, nbases):
     """Every object read back and verified; segments cover every sequence
     after the first base copy up to `captured` once, chained."""
     keys = list_objects(d) or []
@@ -225,12 +225,14 @@ def check_bucket(d, captured, secrets):
         elif w[0] == "seg":
             segs.append((w[1], int(w[2]), int(w[3]), int(w[4]), w[5], w[6]))
     hists = {b[0] for b in bases}
-    check(len(hists) == 1, "one history, %d base copies" % len(bases))
+    check(len(hists) == 1 and len(bases) == nbases, "one history, %d base copies (want %d)" % (len(bases), nbases))
     segs.sort(key=lambda s: s[1])
     base0 = min(b[1] for b in bases) if bases else 0
     chain_at = {b[1]: b[2] for b in bases}
     nxt, good = base0 + 1, True
     for s in segs:
+        if s[1] > nxt and s[1] - 1 in chain_at and chain_at[s[1] - 1] == s[4]:
+            nxt = s[1]          # the archive continues after a base copy (the spool was trimmed past it)
         if s[1] != nxt or s[3] != s[2] - s[1] + 1:
             bad("segment %d..%d where %d was expected (lost or duplicated records)" % (s[1], s[2], nxt))
             good = False
@@ -242,8 +244,8 @@ def check_bucket(d, captured, secrets):
         chain_at[s[2]] = s[5]
         nxt = s[2] + 1
     if good:
-        ok("segments cover %d..%d exactly once, each continuing the chain (%d segments)" % (base0 + 1, nxt - 1,
-                                                                                             len(segs)))
+        ok("segments cover %d..%d exactly once, each continuing the chain of the base copy or segment before it "
+       "(%d segments)" % (base0 + 1, nxt - 1, len(segs)))
     check(nxt - 1 >= captured, "the bucket holds up to sequence %d (captured %d)" % (nxt - 1, captured))
     blobs = [open(p, "rb").read() for p in files]
     for name, needle in secrets:
@@ -355,6 +357,23 @@ def run(d, srv, procs, timings):
     timings["resume after the bucket came back"] = time.time() - t_back
     check("archive_restored" in open(db + "-tdeship-audit").read(), "the audit log says it is back")
 
+    step("a long outage: the spool reaches its bound, the archive is left behind and takes a new base copy")
+    spool = db + "-tdeship"
+    relay.cut()
+    t = time.time()
+    sizes = []
+
+    def trimmed():
+        sizes.append(os.path.getsize(spool))
+        return b"trimming it past" in open(os.path.join(d, "archive.log"), "rb").read()
+    check(wait_for(trimmed, 300, "the shipper to trim past the archive"), "the shipper trimmed the spool past the "
+          "unreachable archive (largest spool seen %.1f MiB)" % (max(sizes) / 2**20))
+    check(max(sizes) < 9 * 2**20, "the spool stayed bounded")
+    check(w.err is None and w.n > 0, "commits went on")
+    relay.start()
+    wait_for(lambda: len([k for k in (list_objects(d) or []) if "/base/" in k]) == 2, 120, "a second base copy")
+    timings["long outage"] = time.time() - t
+
     step("stop the writer; everything captured reaches the bucket")
     w.stop()
     check(w.err is None, "the writer saw no error (%s)" % w.err)
@@ -367,13 +386,17 @@ def run(d, srv, procs, timings):
     captured = int(st.get("captured_seq", "0"))
     stop(a)
     check(a.returncode == 0, "the archiver stops cleanly on SIGTERM (exit %s)" % a.returncode)
+    r = subprocess.run([CLI, "ship", "--status", db], capture_output=True, text=True, timeout=60)
+    check("role: primary" in r.stdout and "(streaming,acked=%d)" % captured in r.stdout,
+          "ship --status shows the archive as a peer with its archived sequence: %s" %
+          " / ".join(r.stdout.splitlines()[:4]))
 
     step("the bucket read back with the object codec")
     wallet = open(os.path.join(d, "tde.wallet"), "rb").read()
     secrets = [("the canary", CANARY), ("the S3 secret", env["AWS_SECRET_ACCESS_KEY"].encode())]
     secrets += [("wallet bytes %d..%d" % (i, i + 32), wallet[i:i + 32]) for i in range(0, len(wallet) - 32, 32)
                 if len(set(wallet[i:i + 32])) > 8]
-    check_bucket(d, captured, secrets)
+    check_bucket(d, captured, secrets, 2)
     log = open(os.path.join(d, "archive.log"), "rb").read()
     check(env["AWS_SECRET_ACCESS_KEY"].encode() not in log, "no secret in the archiver's log")
     print("commits: %d; captured sequence %d" % (w.n, captured))
