@@ -528,34 +528,49 @@ static void shipWriteState(Ship *p, const char *zState){
 /* ---- sender ------------------------------------------------------------- */
 
 /*
+** The chain before record seq, where nothing before it in the index says
+** (the spool's first record, bFirst, or one after a record of unknown
+** chain): DB-tdeship-chain's when the file names seq - 1; the history's
+** anchor only for the first record of a spool that has no such file (it
+** was never trimmed, so its first record starts the history).  Else
+** unknown (0): the file names a later record (a trim was recorded and
+** has not happened yet, or a crash came between the two), and the anchor
+** would be a wrong chain that every receiver refuses further on.
+*/
+static int shipChainBefore(Ship *p, uint64_t seq, int bFirst, uint8_t *aOut){
+  int ok = 0;
+  pthread_mutex_lock(&p->mu);
+  if( p->bChainBase && p->chainBaseSeq+1==seq ){ memcpy(aOut, p->aChainBase, 32); ok = 1; }
+  else if( !p->bChainBase && bFirst ) ok = 2;
+  pthread_mutex_unlock(&p->mu);
+  if( ok==2 ){ tdeChainAnchor(p->aHistory, seq - 1, aOut); ok = 1; }
+  return ok;
+}
+
+/*
 ** The record chain (sign.c) of index entry e for record r: from the
-** record before (pPrev), or for the spool's first record from
-** DB-tdeship-chain (a trimmed spool), else from the history's anchor.
-** Unknown after a hole (then the standby gets a signed base copy).
+** record before (pPrev), else from DB-tdeship-chain when it names r or
+** the record before (shipChainBefore).  Unknown otherwise (then the
+** standby gets a signed base copy).
 */
 static void shipChainRec(Ship *p, const TdeRec *r, const uint8_t *aSum, const ShipIdx *pPrev, ShipIdx *e){
+  uint8_t aBefore[32];
   e->bChain = 0;
   if( !aSum ) return;
-  if( pPrev ){
-    if( pPrev->bChain && pPrev->seq+1==r->seq ){
-      tdeChainNext(pPrev->aChain, aSum, e->aChain);
-      e->bChain = 1;
-    }
+  if( pPrev && pPrev->bChain && pPrev->seq+1==r->seq ){
+    tdeChainNext(pPrev->aChain, aSum, e->aChain);
+    e->bChain = 1;
     return;
   }
+  if( pPrev && pPrev->seq+1!=r->seq ) return;         /* a hole */
   pthread_mutex_lock(&p->mu);
   if( p->bChainBase && p->chainBaseSeq==r->seq ){
     memcpy(e->aChain, p->aChainBase, 32);     /* the record the file names itself */
     e->bChain = 1;
-  }else if( p->bChainBase && p->chainBaseSeq+1==r->seq ){
-    tdeChainNext(p->aChainBase, aSum, e->aChain);
-    e->bChain = 1;
   }
   pthread_mutex_unlock(&p->mu);
-  if( !e->bChain ){
-    uint8_t aAnchor[32];
-    tdeChainAnchor(p->aHistory, r->seq - 1, aAnchor);
-    tdeChainNext(aAnchor, aSum, e->aChain);
+  if( !e->bChain && shipChainBefore(p, r->seq, pPrev==0, aBefore) ){
+    tdeChainNext(aBefore, aSum, e->aChain);
     e->bChain = 1;
   }
 }
@@ -925,10 +940,10 @@ static int peerHello(ShipPeer *q, TdeConn *pConn, TdeSpool *s, PeerStream *st){
     /* The standby verifies: continue its chain, or give it a signed base
     ** copy (flag 4: it knows its chain, which follows at 25). */
     ShipIdx *e = peerFind(q, acked);
-    uint8_t aAnchor[32];
+    uint8_t aBefore[32];
     const uint8_t *aMine = 0;
     if( e && e->bChain ) aMine = e->aChain;
-    else if( q->nIdx>0 && q->aIdx[0].seq==acked+1 ){ tdeChainAnchor(p->aHistory, acked, aAnchor); aMine = aAnchor; }
+    else if( q->nIdx>0 && q->aIdx[0].seq==acked+1 && shipChainBefore(p, acked+1, 1, aBefore) ) aMine = aBefore;
     if( !(aBody[8] & 4) || nBody<57 || !aMine || memcmp(aMine, aBody+25, 32)!=0 ){
       tdeLog(TDE_LOG_INFO, "ship %s: the standby's record chain at %llu is not this spool's: a signed base copy",
              q->zAddr, (unsigned long long)acked);
@@ -1486,19 +1501,12 @@ int tdeShipLinkScan(TdeShipLink *l, uint64_t *pFirst, uint64_t *pDurable, uint64
 /* The chain before record e (index i): the one before it, or for the
 ** spool's first record what shipChainRec started it from. */
 static int linkChainBefore(ShipPeer *q, int i, uint8_t *aOut){
-  Ship *p = q->pShip;
-  int ok = 0;
   if( i>0 ){
     if( !q->aIdx[i-1].bChain || q->aIdx[i-1].seq+1!=q->aIdx[i].seq ) return 0;
     memcpy(aOut, q->aIdx[i-1].aChain, 32);
     return 1;
   }
-  pthread_mutex_lock(&p->mu);
-  if( p->bChainBase && p->chainBaseSeq+1==q->aIdx[0].seq ){ memcpy(aOut, p->aChainBase, 32); ok = 1; }
-  else if( p->bChainBase && p->chainBaseSeq==q->aIdx[0].seq ) ok = -1;   /* unknown */
-  pthread_mutex_unlock(&p->mu);
-  if( ok==0 ){ tdeChainAnchor(p->aHistory, q->aIdx[0].seq - 1, aOut); ok = 1; }
-  return ok>0;
+  return shipChainBefore(q->pShip, q->aIdx[0].seq, 1, aOut);
 }
 
 int tdeShipLinkRecord(TdeShipLink *l, uint64_t seq, TdeRec *r, uint8_t **ppRec, size_t *pnRec,

@@ -61,16 +61,14 @@ public key (tests/tools/archive_check.c), the segments' records are
 contiguous, and each segment's chain before and after is the chain
 recomputed from the base copy over the records (what the restore joins).
 
-Known bug (found by this test, round 7, reported to the lead): when a scan
-of the spool starts at a record F that DB-tdeship-chain does not name (F or
-F-1), shipChainRec gives F the history's anchor chain; the archive signs
-segments with it, which verify alone but do not join, and restore to latest
-is refused.  Part 4 hits it every time, part 3 sometimes (a kill -9 inside
-shipTrim, or a peer re-reading the spool while a trim is under way).  Until
-it is fixed the test recognises that exact signature (known_chain_bug),
-prints it and asserts what still holds (the refusal writes nothing, a
-restore to the sequence before the break holds every transaction up to
-it); any other break fails.  TDE_PITR_STRICT=1 counts it as a failure.
+A bug this test found (round 7, fixed in src/repl/ship.c shipChainBefore):
+when a scan of the spool started at a record F that DB-tdeship-chain did
+not name (F or F-1), the shipper gave F the history's anchor chain; the
+archive signed segments with it, which verified alone but did not join,
+and restore to latest was refused.  Part 4 hit it every time, part 3
+sometimes (a kill -9 inside shipTrim, or a peer re-reading the spool while
+a trim was under way).  A segment that does not join fails the test; the
+failure says whether it has that signature (chain_breaks).
 
 Prints its timings.  Environment: TDE_BUILD, TDE_TEST_TMP; TDE_PITR_ONLY
 (e.g. "14") runs only those parts."""
@@ -680,7 +678,7 @@ def final_restore(d, s3srv, s3, cfg, db_path, prefix, ids_w, cap, windows):
     recs = res["recs"]
     C.check(max(recs, default=0) >= cap, "the bucket holds up to sequence %d (captured %d)" % (max(recs, default=0), cap))
     if res["unjoined"]:
-        known_chain_bug(res, windows)
+        chain_breaks(res, windows)
         first = res["unjoined"][0][0]
         out = os.path.join(d, os.path.basename(db_path) + "-latest.db")
         r = restore(d, s3srv, db_id(db_path), prefix, [], out)
@@ -706,15 +704,12 @@ def final_restore(d, s3srv, s3, cfg, db_path, prefix, ids_w, cap, windows):
                 "transactions%s" % (len(ids_w), "" if not missing else ": MISSING %s" % missing[:20]))
 
 
-def known_chain_bug(res, windows):
-    """Segments that verify alone but do not join (found by this test, round
-    7): the shipper gave a scan's first record F, which follows a trimmed
-    part of the spool, the history's anchor chain (src/repl/ship.c
-    shipChainRec: neither DB-tdeship-chain's sequence nor the one after it
-    -> tdeChainAnchor(history, F-1)), and the archive signed segments with
-    it.  Each point where the chain breaks is matched against that
-    signature; a break it does not explain is a failure.  Reported to the
-    lead; until fixed it is printed, not counted, unless TDE_PITR_STRICT=1."""
+def chain_breaks(res, windows):
+    """Segments that verify alone but do not join: a failure.  Each point
+    where the chain breaks is matched against the signature of the bug
+    this test found in round 7 (the shipper gave a scan's first record F,
+    following a trimmed part of the spool, the history's anchor chain), so
+    the message says whether that bug is back."""
     segs = sorted(res["chains"])
     breaks = [res["unjoined"][0]] + [b for a, b in zip(segs, segs[1:])
                                      if res["chains"][a][1] != res["chains"][b][0] and b != res["unjoined"][0]]
@@ -726,10 +721,7 @@ def known_chain_bug(res, windows):
             "start, F) the anchor chain from the scan's first record F (src/repl/ship.c shipChainRec falls back to "
             "tdeChainAnchor); chain file vs spool start at each kill: %s"
             % (len(res["unjoined"]), res["unjoined"][0][0], found, windows))
-    if os.environ.get("TDE_PITR_STRICT") == "1" or not explained:
-        C.bad(text if explained else "UNEXPLAINED chain break: " + text)
-    else:
-        print("  KNOWN BUG (not counted; TDE_PITR_STRICT=1 counts it): " + text, flush=True)
+    C.bad(("the round-7 anchor-chain bug is back: " if explained else "chain break: ") + text)
 
 
 def chain_file(db_path, hist, seq, chain):
