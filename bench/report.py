@@ -27,7 +27,7 @@ PRIMARY = "wallet"                       # the sqlite-tde condition the summary 
 CHART_CONDITIONS = ["wallet", "sqlcipher4", "sqlite3mc"]
 COLORS = {"plain": "#6b6b6b", "wallet": "#1f77b4", "wallet-password": "#2ca02c", "pkcs11": "#9467bd",
           "kmip": "#8c564b", "sqlcipher": "#e377c2", "sqlcipher4": "#d62728", "sqlite3mc": "#ff7f0e",
-          "standby": "#17becf", "standby-sync": "#bcbd22", "wallet-v1": "#aec7e8", "wallet-anchor": "#98df8a"}
+          "standby": "#17becf", "standby-sync": "#bcbd22", "archive": "#8c564b", "wallet-v1": "#aec7e8", "wallet-anchor": "#98df8a"}
 MODE_TEXT = {"DELETE": "rollback journal (DELETE, SQLite's default)", "WAL": "WAL",
              "DELETE+cached": "rollback journal, everything cached"}
 MODE_PHRASE = {"DELETE": "with the rollback journal (SQLite's default)", "WAL": "in WAL mode",
@@ -325,6 +325,59 @@ def standby_rows(res):
     return rows
 
 
+ARCHIVE_COST_HEAD = ["workload", "mode", "metric", "wallet", "archive", "archive / wallet"]
+ARCHIVE_COST_TEXT = ("Condition archive: the auto-login wallet with sqlite-tde archive attached (50 ms "
+                     "capture cycles, default segments: 1000 transactions, 16 MiB or 10 s), uploading "
+                     "Ed25519-signed objects over TLS to a local S3 server (Ceph's RADOS gateway on "
+                     "127.0.0.1, tests/lib/s3server.sh), against the wallet alone: medians over runs, "
+                     "the ratio of medians.")
+ARCHIVE_HEAD = ["repeat", "mode", "workload", "rows/s", "transactions", "segments",
+                "upload bytes / txn", "WAL bytes / txn", "upload / WAL", "base copy (bytes)",
+                "lag max (txn / bytes / s)", "caught up after (s)", "ship lock mean / max (ms)"]
+ARCHIVE_TEXT = ("Per run of condition archive: the transactions the archiver captured during the run, "
+                "the segments the bucket then held for them (each run archives to a folder of its "
+                "own, after a base copy of the data set), the segments' bytes per transaction "
+                "(object headers, records and signed heads) against the WAL bytes per transaction "
+                "the driver wrote (its VFS counters), the lag (captured but not yet in the bucket, "
+                "sampled every 50 ms from the shipper's state file) and the time after the run until "
+                "the bucket held every transaction.")
+
+
+def archive_cost_rows(res):
+    """Every summary metric of condition archive beside wallet's."""
+    S = index(res)
+    if "archive" not in live_conditions(res):
+        return []
+    rows = []
+    for mn in modes(res):
+        for w in res["options"]["workloads"]:
+            for (w2, mn2, m, c), r in S.items():
+                if (w2, mn2, c) != (w, mn, "archive"):
+                    continue
+                base = S.get((w, mn, m, "wallet"))
+                ratio = r["median"] / base["median"] if base and base["median"] else None
+                rows.append((w, mn, m, num(base["median"]) if base else "n/a", num(r["median"]),
+                             "%sx" % num(ratio) if ratio is not None else "n/a"))
+    return rows
+
+
+def archive_rows(res):
+    rows = []
+    for ob in res["observations"]:
+        q = ob.get("result") or {}
+        if "archive_txns" not in q:
+            continue
+        up, wal = q.get("archive_upload_bytes_per_txn"), q.get("archive_wal_bytes_per_txn")
+        rows.append((ob["repeat"], ob["mode"], ob["workload"], num(q.get("rows_per_s")),
+                     str(q["archive_txns"]), str(q["archive_segments"]), num(up), num(wal),
+                     num(up / wal) if up and wal else "n/a", num(q.get("archive_base_bytes")),
+                     "%d / %d / %s" % (q["archive_lag_txn_max"], q["archive_lag_bytes_max"],
+                                       num(q["archive_lag_s_max"])),
+                     num(q.get("archive_catchup_s")),
+                     "%s / %s" % (num(q.get("ship_lock_ms_avg")), num(q.get("ship_lock_ms_max")))))
+    return rows
+
+
 # ---- the broad SQL suite and commit latency ----------------------------------------------
 
 SUITE_TEXT = ("The broad SQL suite: small tests run in order over one data set (--suite-rows rows per "
@@ -574,6 +627,12 @@ def md_report(res):
     sb = standby_rows(res)
     if sb:
         L += ["## Standby lag", "", STANDBY_TEXT, ""] + md_table(STANDBY_HEAD, sb) + [""]
+    ac = archive_cost_rows(res)
+    if ac:
+        L += ["## Archive cost", "", ARCHIVE_COST_TEXT, ""] + md_table(ARCHIVE_COST_HEAD, ac) + [""]
+    ar = archive_rows(res)
+    if ar:
+        L += ["## Archive upload", "", ARCHIVE_TEXT, ""] + md_table(ARCHIVE_HEAD, ar) + [""]
     L += ["## Method", "", method_text(res), "", "Conditions:", ""]
     L += ["- %s: %s" % c for c in conditions_text(res)]
     L += ["", "## Environment", ""]
@@ -830,6 +889,14 @@ def html_report(res):
     if sb:
         P.append("<h2>Standby lag</h2><p>%s</p>" % e(STANDBY_TEXT))
         P.append(h_table(STANDBY_HEAD, sb, left=5))
+    ac = archive_cost_rows(res)
+    if ac:
+        P.append("<h2>Archive cost</h2><p>%s</p>" % e(ARCHIVE_COST_TEXT))
+        P.append(h_table(ARCHIVE_COST_HEAD, ac, left=3))
+    ar = archive_rows(res)
+    if ar:
+        P.append("<h2>Archive upload</h2><p>%s</p>" % e(ARCHIVE_TEXT))
+        P.append(h_table(ARCHIVE_HEAD, ar, left=3))
     P.append("<h2>Method</h2><p>%s</p><h3>Conditions</h3><ul>%s</ul>" % (
         e(method_text(res)), "".join("<li><b>%s</b>: %s</li>" % (e(a), e(b)) for a, b in conditions_text(res))))
     P.append("<h2>Environment</h2>")

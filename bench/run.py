@@ -149,6 +149,9 @@ CONDITION_HELP = {
                "signed records (scripts/standby-certs.sh), async (WAL only)",
     "standby-sync": "the same in protection mode sync (ship --sync): each commit waits for the "
                     "standby's acknowledgement (WAL only)",
+    "archive": "auto-login wallet with sqlite-tde archive to a local S3 server the kit starts "
+               "(tests/lib/s3server.sh: Ceph's RADOS gateway on 127.0.0.1), signed objects, default "
+               "segments; its cost and its upload bytes per transaction (WAL only)",
     "tpm2": "sqlite-tde, auto-login wallet sealed by a swtpm the kit starts (PCR 7 policy)",
     "command": "sqlite-tde, keystore = command with the openssl example helper",
     "wallet-v1": "sqlite-tde, auto-login wallet, databases in format version 1 (format_version = 1): "
@@ -162,7 +165,7 @@ DEFAULT_MODES = "DELETE,WAL"
 # Run only when named in --conditions: the auto-login wallet with a standby
 # attached on 127.0.0.1 (sqlite-tde ship + standby over mutual TLS with
 # signed records; standby-sync in protection mode sync), its lag sampled.
-EXTRA_CONDITIONS = ["standby", "standby-sync", "tpm2", "command", "wallet-v1", "wallet-anchor"]
+EXTRA_CONDITIONS = ["standby", "standby-sync", "archive", "tpm2", "command", "wallet-v1", "wallet-anchor"]
 STANDBY_CONDITIONS = ["standby", "standby-sync"]
 TDE_CONDITIONS = ["wallet", "wallet-password", "pkcs11", "kmip", "tpm2", "command", "wallet-v1",
                   "wallet-anchor"]
@@ -213,6 +216,8 @@ class Condition:
         self.standby = False   # run with a shipper and a standby attached
         self.sync = False      # ... in protection mode sync (ship --sync)
         self.repl = None       # folder of the replication certificates and configurations
+        self.archive = None    # archive: {"s3env", "sign_key", "s3_client"} once its S3 server runs
+        self.wal_only = False  # runs in the WAL modes only (shipping needs WAL)
 
     def driver_args(self):
         a = []
@@ -360,6 +365,54 @@ def standby_certs(c, d, opt):
         c.skip = "scripts/standby-certs.sh failed: %s" % (p.stdout + p.stderr).strip()[-300:]
 
 
+def s3server(opt, action, folder):
+    """tests/lib/s3server.sh start|stop FOLDER of this kit's source tree."""
+    script = os.path.join(source_tree(opt) or "/nonexistent", "tests", "lib", "s3server.sh")
+    p = subprocess.run(["bash", script, action, folder], capture_output=True, text=True, timeout=900,
+                       env=env_without_preload())
+    return p.returncode, (p.stdout + p.stderr).strip()
+
+
+def archive_setup(c, d, opt):
+    """The archive's bucket: a local S3 server (tests/lib/s3server.sh, Ceph's
+    RADOS gateway on 127.0.0.1; stopped by main) and the Ed25519 key the
+    archiver signs with.  Sets c.skip when it cannot."""
+    missing = [t for t in ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin") if shutil.which(t) is None]
+    script = os.path.join(source_tree(opt) or "/nonexistent", "tests", "lib", "s3server.sh")
+    s3c = os.path.join(opt.build, "s3_client")
+    cli = os.path.join(opt.build, "sqlite-tde")
+    if missing:
+        c.skip = "Ceph is not installed (%s missing): no local S3 server" % ", ".join(missing)
+        return
+    if not os.path.isfile(script):
+        c.skip = "tests/lib/s3server.sh not found next to the build"
+        return
+    if not os.access(s3c, os.X_OK):
+        c.skip = "s3_client (the tests' S3 tool, to count the bucket's bytes) not built"
+        return
+    p = subprocess.run([cli, "archive", "--help"], capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        c.skip = "this sqlite-tde has no archive command (built without libcurl >= 7.85)"
+        return
+    folder = os.path.join(d, "s3")
+    t0 = time.time()
+    rc, out = s3server(opt, "start", folder)
+    if os.path.isdir(os.path.join(folder, "run")):
+        SERVICES.append(lambda: s3server(opt, "stop", folder))
+    if rc != 0:
+        c.skip = "tests/lib/s3server.sh start failed: %s" % out[-300:]
+        return
+    key = os.path.join(d, "archive-sign.key")
+    p = subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", key], capture_output=True,
+                       text=True, timeout=60, env=env_without_preload())
+    if p.returncode != 0:
+        c.skip = "openssl genpkey ed25519 failed: %s" % (p.stdout + p.stderr).strip()[-300:]
+        return
+    os.chmod(key, 0o600)
+    c.archive = {"s3env": os.path.join(folder, "s3.env"), "sign_key": key, "s3_client": s3c, "runs": 0,
+                 "server_start_s": round(time.time() - t0, 1)}
+
+
 def setup_condition(name, work, opt):
     c = Condition(name)
     d = os.path.join(work, name)
@@ -405,13 +458,24 @@ def setup_condition(name, work, opt):
         if rc != 0:
             c.skip = "keystore status failed for %s: %s" % (c.config, out[-300:])
         return c
-    if name in ["wallet"] + STANDBY_CONDITIONS:
+    if name in ["wallet", "archive"] + STANDBY_CONDITIONS:
         write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\n")
         rc, out = run_cli(cli, c.config, ["keystore", "create", "--auto-login"])
         c.label = "wallet (auto-login)"
+        if name == "archive":
+            c.wal_only = True
+            c.label = ("archive (auto-login wallet; sqlite-tde archive to a local S3 server, Ceph's RADOS "
+                       "gateway on 127.0.0.1 over TLS (tests/lib/s3server.sh); Ed25519-signed base copy "
+                       "and segments, default segment bounds (1000 transactions, 16 MiB, 10 s); 50 ms "
+                       "capture cycles; WAL modes only)")
+            if not any(m["journal"] == "WAL" for m in opt.modes):
+                c.skip = "the archive needs journal_mode WAL (--journal %s)" % opt.journal
+            elif rc == 0:
+                archive_setup(c, d, opt)
         if name in STANDBY_CONDITIONS:
             # Shipping needs WAL: the conditions run in the WAL modes only.
             c.standby = True
+            c.wal_only = True
             c.sync = name == "standby-sync"
             c.label = ("%s (auto-login wallet; sqlite-tde ship to a standby on 127.0.0.1 over mutual "
                        "TLS, Ed25519-signed record chain, certificates by scripts/standby-certs.sh; "
@@ -732,6 +796,8 @@ def run_one(c, workload, mode, opt, work):
             raise RuntimeError("sqlite-tde reanchor failed: %s" % out[-300:])
     if c.standby:
         return run_one_standby(c, workload, mode, opt, work, run_db)
+    if c.archive:
+        return run_one_archive(c, workload, mode, opt, work, run_db)
     return run_one_driver(c, workload, mode, opt, work, run_db)
 
 
@@ -789,6 +855,117 @@ def run_one_standby(c, workload, mode, opt, work, run_db):
     finally:
         stop.append(1)
         standby_stop(procs)
+        shutil.rmtree(d, ignore_errors=True)
+        remove_db(run_db)
+        for f in glob.glob(glob.escape(run_db) + "-tdeship*"):
+            try:
+                os.unlink(f)
+            except FileNotFoundError:
+                pass
+
+
+def archive_objects(c, prefix):
+    """(segment bytes, segments, base bytes, bases) under prefix in the bucket."""
+    env = env_without_preload()
+    s3 = dict(l.rstrip("\n").split("=", 1) for l in open(c.archive["s3env"]) if "=" in l)
+    for k in ("S3_ENDPOINT", "S3_REGION", "S3_BUCKET", "S3_CA_FILE"):
+        env[k] = s3[k]
+    p = subprocess.run([c.archive["s3_client"], "--cred", c.archive["s3env"], "list", prefix + "/"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    if p.returncode != 0:
+        raise RuntimeError("s3_client list %s: %s" % (prefix, (p.stdout + p.stderr).strip()[-300:]))
+    seg = [0, 0]
+    base = [0, 0]
+    for line in p.stdout.splitlines():
+        w = line.split()
+        if len(w) == 2 and w[0].endswith(".seg"):
+            seg[0] += int(w[1])
+            seg[1] += 1
+        elif len(w) == 2 and w[0].endswith(".base"):
+            base[0] += int(w[1])
+            base[1] += 1
+    return seg[0], seg[1], base[0], base[1]
+
+
+def run_one_archive(c, workload, mode, opt, work, run_db):
+    """The driver run with sqlite-tde archive attached (a folder of the
+    bucket per run): lag sampled every 50 ms, the time until the bucket held
+    every transaction, and the bucket's bytes per archived transaction
+    against the WAL bytes the driver wrote."""
+    c.archive["runs"] += 1
+    prefix = "bench/%d" % c.archive["runs"]
+    d = os.path.join(work, c.name, "archiver")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    cli = os.path.join(opt.build, "sqlite-tde")
+    log = open(os.path.join(d, "log"), "a")
+    proc = subprocess.Popen([cli, "--config", c.config, "archive", "--s3", c.archive["s3env"], "--sign-key",
+                             c.archive["sign_key"], "--prefix", prefix, "--cycle-ms", "50", run_db],
+                            stdout=subprocess.DEVNULL, stderr=log, env=env_without_preload())
+    log.close()
+    samples, stop = [], []
+    try:
+        t0 = time.time()
+        while True:
+            st = read_state(run_db + "-tdeship-state")
+            lag = ship_lag(run_db)
+            if st.get("pid") == str(proc.pid) and st.get("peer0_kind") == "archive" and lag is not None \
+                    and lag[0] == 0 and int(st.get("peer0_acked_seq", "0")) > 0:
+                break
+            if proc.poll() is not None or time.time() - t0 > 300:
+                raise RuntimeError("the archiver did not upload its base copy: %s"
+                                   % open(os.path.join(d, "log")).read()[-300:])
+            time.sleep(0.1)
+        seq0 = int(st["captured_seq"])
+
+        def sample():
+            while not stop:
+                lag = ship_lag(run_db)
+                if lag is not None:
+                    samples.append(lag)
+                time.sleep(0.05)
+        import threading
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        r = run_one_driver(c, workload, mode, opt, work, run_db, keep=True)
+        t_end = time.time()
+        stop.append(1)
+        th.join()
+        end = samples[-1] if samples else (ship_lag(run_db) or (0, 0, 0.0))
+        # Caught up: a state written after the run (so after its last
+        # capture) that shows nothing left to upload.
+        caught = None
+        while time.time() - t_end < 120:
+            st = read_state(run_db + "-tdeship-state")
+            lag = ship_lag(run_db)
+            if lag is not None and lag[0] == 0 and int(st.get("updated_ms", "0")) > (t_end + 0.3) * 1000:
+                caught = time.time() - t_end
+                break
+            time.sleep(0.05)
+        if caught is None:
+            raise RuntimeError("the archive did not catch up within 120 s (lag %s)" % (ship_lag(run_db),))
+        txns = int(st["captured_seq"]) - seq0
+        standby_stop([proc])
+        seg_bytes, nseg, base_bytes, nbase = archive_objects(c, prefix)
+        r["archive_lag_txn_max"] = max([x[0] for x in samples] or [0])
+        r["archive_lag_bytes_max"] = max([x[1] for x in samples] or [0])
+        r["archive_lag_s_max"] = round(max([x[2] for x in samples] or [0.0]), 3)
+        r["archive_lag_txn_end"], r["archive_lag_bytes_end"], r["archive_lag_s_end"] = end[0], end[1], round(end[2], 3)
+        r["archive_catchup_s"] = round(caught, 3)
+        r["archive_txns"] = txns
+        r["archive_segments"], r["archive_segment_bytes"] = nseg, seg_bytes
+        r["archive_bases"], r["archive_base_bytes"] = nbase, base_bytes
+        r["archive_upload_bytes_per_txn"] = round(seg_bytes / txns, 1) if txns else None
+        wal = r.get("vfs_wal_write_bytes")
+        r["archive_wal_bytes_per_txn"] = round(wal / txns, 1) if txns and wal is not None else None
+        r["ship_lock_ms_avg"] = float(st.get("capture_lock_ms_avg", "nan"))
+        r["ship_lock_ms_max"] = float(st.get("capture_lock_ms_max", "nan"))
+        if txns <= 0 or nseg == 0:
+            raise RuntimeError("the archive holds no segment of the run (%d transactions captured)" % txns)
+        return r
+    finally:
+        stop.append(1)
+        standby_stop([proc])
         shutil.rmtree(d, ignore_errors=True)
         remove_db(run_db)
         for f in glob.glob(glob.escape(run_db) + "-tdeship*"):
@@ -1316,8 +1493,12 @@ def main(argv):
     try:
         return bench_main(argv)
     finally:
-        for stop in SERVICES:
-            stop()
+        stop_services()
+
+
+def stop_services():
+    while SERVICES:
+        SERVICES.pop()()
 
 
 def help_epilog():
@@ -1450,6 +1631,8 @@ def bench_main(argv):
     names = opt.conditions.split(",")
     if "plain" not in names:
         names.insert(0, "plain")
+    if "archive" in names and "wallet" not in names:
+        names.insert(names.index("archive"), "wallet")     # the archive's cost is against wallet
     for n in names:
         if n not in ALL_CONDITIONS + EXTRA_CONDITIONS:
             ap.error("unknown condition %s (see --help)" % n)
@@ -1498,7 +1681,7 @@ def bench_main(argv):
     obs, failures = [], []
     total = opt.repeats * sum(
         1 for c in live for m in opt.modes for w in workloads
-        if not (c.standby and m["journal"] != "WAL") and applicable(w, m))
+        if not (c.wal_only and m["journal"] != "WAL") and applicable(w, m))
     rng = random.Random(opt.seed)
     k, t_start = 0, time.time()
     for rep in range(opt.repeats):
@@ -1506,7 +1689,7 @@ def bench_main(argv):
             for w in workloads:
                 if not applicable(w, mode):
                     continue
-                order = [c for c in live if not (c.standby and mode["journal"] != "WAL")]
+                order = [c for c in live if not (c.wal_only and mode["journal"] != "WAL")]
                 rng.shuffle(order)
                 for pos, c in enumerate(order):
                     k += 1
@@ -1565,6 +1748,7 @@ def bench_main(argv):
     with open(os.path.join(opt.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1, allow_nan=False)
     report.write_reports(res, opt.out)
+    stop_services()     # before the scratch folder goes: the S3 server's pid files are there
     shutil.rmtree(work, ignore_errors=True)
     print(stdout_table(res))
     n = {s: sum(1 for t in res["targets"] if t["status"] == s) for s in ("met", "missed", "undecided")}

@@ -31,6 +31,14 @@ guide's blocks find what the README's made):
 (test_packages.py runs the README again with the built wheel installed in
 a venv and the packed npm tarball installed: run_docs(python=, node_path=).)
 
+A block that uses $S3ENV (README "Archive and point-in-time restore")
+gets in its environment the path of the s3.env file of a local S3 server
+(tests/lib/s3server.sh: Ceph's RADOS gateway on 127.0.0.1), started in the
+scratch folder before the first block and stopped by pid at the end, also
+on failure; a block that starts a process in the background leaves its pid
+in a file NAME.pid of the scratch folder, and any still running at the end
+is stopped (SIGTERM) before the server.
+
 expect="TEXT" must appear in the block's output.  The only change made to a
 block is the README's documented path rule: /etc/sqlite-tde/ and
 /var/lib/myapp/ and /var/backups/ become folders of the scratch folder, /usr/local/lib/sqlite-tde/
@@ -45,6 +53,7 @@ import re
 import select
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -296,6 +305,40 @@ def run_block(n, kind, args, body, scratch, env, where="README.md", python=None,
     return out
 
 
+def s3server(action, folder):
+    """tests/lib/s3server.sh start|stop FOLDER: (exit status, output)."""
+    p = subprocess.run(["bash", os.path.join(SRC, "tests", "lib", "s3server.sh"), action, folder],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    return p.returncode, p.stdout.decode(errors="replace")
+
+
+def stop_background(scratch):
+    """SIGTERM to the processes whose pids blocks left in scratch/*.pid
+    (only those still running a sqlite-tde command); waits up to 30 s."""
+    pids = []
+    for f in os.listdir(scratch):
+        if not f.endswith(".pid"):
+            continue
+        try:
+            pid = int(open(os.path.join(scratch, f)).read().split()[0])
+            with open("/proc/%d/cmdline" % pid, "rb") as c:
+                if b"sqlite-tde" not in c.read():
+                    continue
+            os.kill(pid, signal.SIGTERM)
+            pids.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    t0 = time.time()
+    for pid in pids:
+        while time.time() - t0 < 30 and os.path.exists("/proc/%d" % pid):
+            time.sleep(0.1)
+        if os.path.exists("/proc/%d" % pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def run_docs(docs=None, python=None, node_path=None):
     """Run every block of docs (default README.md and GUIDES) in one
     scratch folder.  python: the interpreter for python blocks (default
@@ -313,13 +356,42 @@ def run_docs(docs=None, python=None, node_path=None):
         node_path = node_path or nodepath
     ran = 0
     skipped = []
+    found_in = []
     for doc in docs:
         try:
             with open(os.path.join(SRC, doc)) as f:
-                found = blocks(numbered_lines(f.read()))
+                found_in.append((doc, blocks(numbered_lines(f.read()))))
         except OSError as e:
             fail("%s: %s" % (doc, e))
-            continue
+    s3dir = None
+    if any("$S3ENV" in body or "${S3ENV" in body for _, found in found_in for _, marker, body in found
+           if marker and not marker.startswith("skip")):
+        s3dir = os.path.join(scratch, ".s3server")
+        t0 = time.time()
+        rc, out = s3server("start", s3dir)
+        if rc != 0:
+            fail("tests/lib/s3server.sh start (for the blocks that use $S3ENV): exit %d:\n%s" % (rc, out[-2000:]))
+        else:
+            print("local S3 server for $S3ENV: %.1f s to start" % (time.time() - t0), flush=True)
+        env["S3ENV"] = os.path.join(s3dir, "s3.env")
+    try:
+        ran += run_found(found_in, scratch, env, skipped, python, node_path)
+    finally:
+        stop_background(scratch)
+        if s3dir and os.path.isdir(os.path.join(s3dir, "run")):
+            rc, out = s3server("stop", s3dir)
+            if rc != 0:
+                fail("tests/lib/s3server.sh stop: exit %d:\n%s" % (rc, out[-1000:]))
+    print("%d blocks run, %d not run (skip), %d failures" % (ran, len(skipped), len(failures)))
+    if not failures and os.environ.get("TDE_KEEP_SCRATCH") != "1":
+        shutil.rmtree(scratch, ignore_errors=True)
+    return ran
+
+
+def run_found(found_in, scratch, env, skipped, python, node_path):
+    """Run the blocks of every (doc, blocks) pair in turn; returns how many ran."""
+    ran = 0
+    for doc, found in found_in:
         if len(found) < LEAST.get(doc, 0):
             fail("%s: only %d code blocks found" % (doc, len(found)))
         for n, marker, body in found:
@@ -354,9 +426,6 @@ def run_docs(docs=None, python=None, node_path=None):
                 fail("%s:%d (%s): the test password appeared in the output" % (doc, n, kind))
             ran += 1
             print("ok   %s:%d %s%s" % (doc, n, kind, (" " + args[0]) if args else ""), flush=True)
-    print("%d blocks run, %d not run (skip), %d failures" % (ran, len(skipped), len(failures)))
-    if not failures and os.environ.get("TDE_KEEP_SCRATCH") != "1":
-        shutil.rmtree(scratch, ignore_errors=True)
     return ran
 
 
