@@ -13,29 +13,8 @@
 # Environment (set by ctest): TDE_BUILD, TDE_SRC, TDE_TEST_TMP.
 set -uo pipefail
 
-TDE_BUILD=${TDE_BUILD:?set TDE_BUILD to the build folder}
-TDE_SRC=${TDE_SRC:?set TDE_SRC to the repository root}
-TDE_TEST_TMP=${TDE_TEST_TMP:-/tmp}
-CLI="$TDE_BUILD/sqlite-tde"
-FIX="$TDE_SRC/tests/fixtures/v2-08272f4"
-mkdir -p "$TDE_TEST_TMP"
-WORK=$(mktemp -d "$TDE_TEST_TMP/test_r7_fixture_upgrade.XXXXXX")
-cd "$WORK"
-echo "test_r7_fixture_upgrade: working in $WORK"
-
-NFAIL=0
-NPASS=0
-ok()  { NPASS=$((NPASS+1)); echo "  ok    $*"; }
-bad() { NFAIL=$((NFAIL+1)); echo "  FAIL  $*"; }
-check() { if eval "$1"; then ok "$2"; else bad "$2"; fi; }
-
-for f in fix2.db fixwal2.db fixwal2.db-tdemap tde.conf w.tdew; do
-  cp "$FIX/$f" . || { echo "FAIL: missing fixture $f"; exit 1; }
-done
-chmod 600 ./*
+. "${TDE_SRC:?set TDE_SRC to the repository root}/tests/lib/fixture_v2.sh" test_r7_fixture_upgrade
 printf 'audit_log = %s/audit.log\n' "$WORK" >> tde.conf
-CFG="$WORK/tde.conf"
-q() { "$CLI" --config "$CFG" shell "$1" "$2" 2>&1; }
 
 # Without --to: the configured version (2 here), nothing moves.
 "$CLI" --config "$CFG" upgrade fix2.db > up0.txt 2>&1
