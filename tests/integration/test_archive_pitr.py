@@ -95,6 +95,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import standby_common as C  # noqa: E402
+from archive_common import db_id  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 S3SERVER = os.path.join(ROOT, "tests", "lib", "s3server.sh")
@@ -331,12 +332,6 @@ def open_restored(cfg, out):
         C.bad("remap %s: %s" % (out, (r.stdout + r.stderr).strip()[:300]))
         return None
     return C.connect(out, cfg)
-
-
-def db_id(path):
-    with open(path, "rb") as f:
-        f.seek(20)
-        return f.read(16).hex()
 
 
 def start_archiver(d, s3srv, db, cfg, prefix, log):

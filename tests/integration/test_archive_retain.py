@@ -21,7 +21,6 @@ snapshotted after every transaction.  Then:
 
 Environment: TDE_BUILD, TDE_TEST_TMP (set by ctest)."""
 
-import hashlib
 import os
 import shutil
 import sqlite3
@@ -31,34 +30,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import standby_common as C  # noqa: E402
+from archive_common import clean_env, db_id, read_restored, rows, s3env  # noqa: E402
+import archive_common as A  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 S3C = os.path.join(C.BUILD, "s3_client")
 PREFIX = "arch/retain"
-
-
-def txn(db, k):
-    """Transaction k of the workload, the same on both databases."""
-    blob = hashlib.sha256(b"row-%d" % k).digest() * (100 if k % 10 == 0 else 4)
-    db.execute("BEGIN")
-    db.execute("INSERT INTO t(k, v, b) VALUES(?, ?, ?)", (k, "value %d" % (k * 7919 % 1000), blob))
-    if k % 4 == 0:
-        db.execute("UPDATE t SET v = v || '+' WHERE k = ?", (k // 2,))
-    if k % 7 == 0:
-        db.execute("DELETE FROM t WHERE k = ?", (k - 5,))
-    db.execute("COMMIT")
-
-
-def rows(db):
-    return db.execute("SELECT k, v, hex(b) FROM t ORDER BY k").fetchall()
-
-
-def s3env(srv):
-    env = {}
-    for line in open(os.path.join(srv, "s3.env")):
-        k, _, v = line.rstrip("\n").partition("=")
-        env[k] = v
-    return env
 
 
 def listing(srv):
@@ -91,21 +68,6 @@ def expected(keys, n):
     return sorted([k for _, k in keep] + [k for _, last, k in segs_of(keys) if last >= s_keep]), s_keep
 
 
-def db_id(path):
-    """The database id: plaintext at offset 20 of the header (FORMAT.md)."""
-    with open(path, "rb") as f:
-        f.seek(20)
-        return f.read(16).hex()
-
-
-def clean_env(d):
-    """No keystore reachable: HOME and the configuration point nowhere."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SQLITE_TDE") and not k.startswith("AWS_")}
-    env["HOME"] = os.path.join(d, "nohome")
-    env["SQLITE_TDE_CONFIG"] = os.path.join(d, "nohome", "none.conf")
-    return env
-
-
 def prune(d, srv, args):
     r = subprocess.run([C.CLI, "archive", "--prune", "--s3", os.path.join(srv, "s3.env"), "--prefix", PREFIX]
                        + list(args), capture_output=True, text=True, env=clean_env(d), timeout=600)
@@ -116,18 +78,6 @@ def restore(d, srv, dbid, args, out):
     cmd = [C.CLI, "restore", "--s3", os.path.join(srv, "s3.env"), "--db-id", dbid, "--prefix", PREFIX,
            "--pubkey", os.path.join(d, "pub.pem")] + list(args) + ([out] if out else [])
     return subprocess.run(cmd, capture_output=True, text=True, env=clean_env(d), cwd=d, timeout=600)
-
-
-def read_restored(cfg, out):
-    """Rows of a restored database (after `sqlite-tde remap`, as for a
-    standby's copy: its header names the primary's page map)."""
-    r = subprocess.run([C.CLI, "--config", cfg, "remap", out], capture_output=True, text=True)
-    C.check(r.returncode == 0, "remap %s: %s" % (os.path.basename(out), (r.stdout + r.stderr).strip()[:300]))
-    db = C.connect(out, cfg)
-    try:
-        return rows(db), db.execute("PRAGMA integrity_check").fetchone()[0]
-    finally:
-        db.close()
 
 
 def start_archiver(d, srv, cfg, db, extra=()):
@@ -146,8 +96,8 @@ def spool_last(db):
 
 def workload(db, mirror, snaps, k0, k1, pause):
     for k in range(k0, k1):
-        txn(db, k)
-        txn(mirror, k)
+        A.txn(db, k, big=100)
+        A.txn(mirror, k, big=100)
         snaps[k] = rows(mirror)
         time.sleep(pause)
 

@@ -21,7 +21,6 @@ nowhere (no wallet reachable):
 
 Environment: TDE_BUILD, TDE_TEST_TMP (set by ctest)."""
 
-import hashlib
 import os
 import random
 import shutil
@@ -32,6 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import standby_common as C  # noqa: E402
+from archive_common import clean_env, db_id, read_restored, rows, s3env, txn  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MOCK = os.path.join(C.BUILD, "archive_mock")
@@ -39,30 +39,6 @@ S3C = os.path.join(C.BUILD, "s3_client")
 PREFIX = "arch/t1"
 N_TXN = 90          # transactions 1..90; base copies after 30 and 60
 SEG = 7             # records per segment
-
-
-def txn(db, k):
-    """Transaction k of the workload, the same on both databases."""
-    blob = hashlib.sha256(b"row-%d" % k).digest() * (200 if k % 10 == 0 else 4)
-    db.execute("BEGIN")
-    db.execute("INSERT INTO t(k, v, b) VALUES(?, ?, ?)", (k, "value %d" % (k * 7919 % 1000), blob))
-    if k % 4 == 0:
-        db.execute("UPDATE t SET v = v || '+' WHERE k = ?", (k // 2,))
-    if k % 7 == 0:
-        db.execute("DELETE FROM t WHERE k = ?", (k - 5,))
-    db.execute("COMMIT")
-
-
-def rows(db):
-    return db.execute("SELECT k, v, hex(b) FROM t ORDER BY k").fetchall()
-
-
-def s3env(dirs):
-    env = {}
-    for line in open(os.path.join(dirs, "s3.env")):
-        k, _, v = line.rstrip("\n").partition("=")
-        env[k] = v
-    return env
 
 
 class S3:
@@ -246,43 +222,21 @@ def real_archiver(d, cfg, srv):
         if not C.check(r.returncode == 0, "restore %s from the archiver's objects (%.2f s): %s"
                        % (what, secs, (r.stdout + r.stderr).strip()[:200])):
             continue
-        got, ic = read_restored(d, cfg, o)
+        got, ic = read_restored(cfg, o)
         k = max((row[0] for row in got), default=0)
         C.check(got == snaps[k] and ic == "ok" and (k == 40 if what == "latest" else 0 < k < 40),
                 "%s equals the workload after transaction %d (%d rows), integrity ok" % (what, k, len(got)))
 
 
-def db_id(path):
-    """The database id: plaintext at offset 20 of the header (FORMAT.md)."""
-    with open(path, "rb") as f:
-        f.seek(20)
-        return f.read(16).hex()
-
-
 def restore(d, srv, dbid, args, out, pubkey=None, prefix=PREFIX):
     """sqlite-tde restore with no keystore reachable: HOME and the
     configuration point nowhere."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SQLITE_TDE") and not k.startswith("AWS_")}
-    env["HOME"] = os.path.join(d, "nohome")
-    env["SQLITE_TDE_CONFIG"] = os.path.join(d, "nohome", "none.conf")
+    env = clean_env(d)
     cmd = [C.CLI, "restore", "--s3", os.path.join(srv, "s3.env"), "--db-id", dbid, "--prefix", prefix,
            "--pubkey", pubkey or os.path.join(d, "pub.pem")] + list(args) + ([out] if out else [])
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=d)
     return r, time.time() - t0
-
-
-def read_restored(d, cfg, out):
-    """Rows of a restored database: its header names the primary's page map,
-    which the archive does not hold, so `sqlite-tde remap` (with the key)
-    accepts its pages first, as for a standby's copy."""
-    r = subprocess.run([C.CLI, "--config", cfg, "remap", out], capture_output=True, text=True)
-    C.check(r.returncode == 0, "remap %s: %s" % (os.path.basename(out), (r.stdout + r.stderr).strip()[:300]))
-    db = C.connect(out, cfg)
-    try:
-        return rows(db), db.execute("PRAGMA integrity_check").fetchone()[0]
-    finally:
-        db.close()
 
 
 def refused(d, srv, dbid, what, args=(), pubkey=None, want_rc=None, word=None):
@@ -333,7 +287,7 @@ def run_cases(d, cfg, srv, s3):
     C.check(r.returncode == 0 and os.path.exists(rout) and not os.path.exists(rout + ".part"),
             "restore latest (%.2f s): %s" % (secs, (r.stdout + r.stderr).strip()[:300]))
     if os.path.exists(rout):
-        got, ic = read_restored(d, cfg, rout)
+        got, ic = read_restored(cfg, rout)
         prim = C.connect(pdb, cfg)
         want = rows(prim)
         prim.close()
@@ -354,7 +308,7 @@ def run_cases(d, cfg, srv, s3):
         r, secs = restore(d, srv, dbid, ["--to-seq", str(s)], o)
         if not C.check(r.returncode == 0, "restore --to-seq %d (%.2f s): %s" % (s, secs, (r.stdout + r.stderr).strip()[:200])):
             continue
-        got, ic = read_restored(d, cfg, o)
+        got, ic = read_restored(cfg, o)
         C.check(got == snaps[k_of(s)] and ic == "ok", "--to-seq %d equals the workload after transaction %d (%d rows)"
                 % (s, k_of(s), len(got)))
     s = seq_of[52]
@@ -364,7 +318,7 @@ def run_cases(d, cfg, srv, s3):
         o = os.path.join(d, "time%d.db" % len(arg))
         r, secs = restore(d, srv, dbid, ["--to-time", arg], o)
         if C.check(r.returncode == 0, "restore --to-time %s (%.2f s)" % (label, secs)):
-            got, ic = read_restored(d, cfg, o)
+            got, ic = read_restored(cfg, o)
             C.check(got == snaps[k_of(want_seq)], "--to-time %s equals the workload after transaction %d"
                     % (label, k_of(want_seq)))
 
@@ -453,7 +407,7 @@ def interrupted(d, cfg, srv, dbid, want):
         p.terminate()
         rc = p.wait(60)
         left = [x for x in (o + ".part", o + ".part-base") if os.path.exists(x)]
-        whole = os.path.exists(o) and read_restored(d, cfg, o)[0] == want
+        whole = os.path.exists(o) and read_restored(cfg, o)[0] == want
         outcomes.append("%s:%s" % (rc, "whole" if whole else ("absent" if not os.path.exists(o) else "BAD")))
         C.check(not left and (whole or (not os.path.exists(o) and rc != 0)),
                 "SIGTERM after %.2f s: exit %d, %s" % (delay, rc, "OUT whole" if whole else "nothing written"
@@ -502,20 +456,20 @@ def second_history(d, cfg, srv, s3, pdb, snaps, dbid, hist, tcap, k_of):
     o = os.path.join(d, "h2-latest.db")
     r, _ = restore(d, srv, dbid, [], o)
     if C.check(r.returncode == 0 and hist2 in r.stdout, "latest picks the newer history: %s" % (r.stdout + r.stderr)[:200]):
-        got, ic = read_restored(d, cfg, o)
+        got, ic = read_restored(cfg, o)
         C.check(got == snaps[N_TXN + 15], "it equals the workload after transaction %d" % (N_TXN + 15))
     s = sorted(tcap)[len(tcap) // 2]
     o = os.path.join(d, "h2-time.db")
     r, _ = restore(d, srv, dbid, ["--to-time", str(tcap[s])], o)
     if C.check(r.returncode == 0 and hist in r.stdout, "--to-time in the first history's span picks it"):
-        got, ic = read_restored(d, cfg, o)
+        got, ic = read_restored(cfg, o)
         want = max(q for q in tcap if tcap[q] <= tcap[s])
         C.check(got == snaps[k_of(want)], "it equals the workload after transaction %d" % k_of(want))
     refused(d, srv, dbid, "a bare --to-seq with two histories", ["--to-seq", str(s)], word="--history")
     o = os.path.join(d, "h1-seq.db")
     r, _ = restore(d, srv, dbid, ["--history", hist, "--to-seq", str(s)], o)
     if C.check(r.returncode == 0, "--history names the first: --to-seq %d" % s):
-        got, ic = read_restored(d, cfg, o)
+        got, ic = read_restored(cfg, o)
         C.check(got == snaps[k_of(s)], "it equals the workload after transaction %d" % k_of(s))
     r, _ = restore(d, srv, dbid, ["--list"], None)
     C.check(r.returncode == 0 and hist in r.stdout and hist2 in r.stdout, "--list shows both histories")
