@@ -27,7 +27,7 @@ PRIMARY = "wallet"                       # the sqlite-tde condition the summary 
 CHART_CONDITIONS = ["wallet", "sqlcipher4", "sqlite3mc"]
 COLORS = {"plain": "#6b6b6b", "wallet": "#1f77b4", "wallet-password": "#2ca02c", "pkcs11": "#9467bd",
           "kmip": "#8c564b", "sqlcipher": "#e377c2", "sqlcipher4": "#d62728", "sqlite3mc": "#ff7f0e",
-          "standby": "#17becf", "standby-sync": "#bcbd22", "archive": "#8c564b", "wallet-v1": "#aec7e8", "wallet-anchor": "#98df8a"}
+          "standby": "#17becf", "standby-sync": "#bcbd22", "archive": "#8c564b", "wallet-v1": "#aec7e8", "wallet-v2": "#c5b0d5", "wallet-v3": "#c49c94", "wallet-anchor": "#98df8a"}
 MODE_TEXT = {"DELETE": "rollback journal (DELETE, SQLite's default)", "WAL": "WAL",
              "DELETE+cached": "rollback journal, everything cached"}
 MODE_PHRASE = {"DELETE": "with the rollback journal (SQLite's default)", "WAL": "in WAL mode",

@@ -156,6 +156,10 @@ CONDITION_HELP = {
     "command": "sqlite-tde, keystore = command with the openssl example helper",
     "wallet-v1": "sqlite-tde, auto-login wallet, databases in format version 1 (format_version = 1): "
                  "beside wallet, the cost of version 2's freshness checks",
+    "wallet-v2": "sqlite-tde, auto-login wallet, databases in format version 2 (format_version = 2: "
+                 "the page map in DB-tdemap)",
+    "wallet-v3": "sqlite-tde, auto-login wallet, databases in format version 3 (format_version = 3: "
+                 "one file, the page map inside it); beside wallet-v2, what one file costs",
     "wallet-anchor": "sqlite-tde, auto-login wallet with freshness_anchor = file:DIR (default interval "
                      "60 s): beside wallet, the cost of the external anchor",
 }
@@ -165,10 +169,11 @@ DEFAULT_MODES = "DELETE,WAL"
 # Run only when named in --conditions: the auto-login wallet with a standby
 # attached on 127.0.0.1 (sqlite-tde ship + standby over mutual TLS with
 # signed records; standby-sync in protection mode sync), its lag sampled.
-EXTRA_CONDITIONS = ["standby", "standby-sync", "archive", "tpm2", "command", "wallet-v1", "wallet-anchor"]
+EXTRA_CONDITIONS = ["standby", "standby-sync", "archive", "tpm2", "command", "wallet-v1", "wallet-v2",
+                    "wallet-v3", "wallet-anchor"]
 STANDBY_CONDITIONS = ["standby", "standby-sync"]
 TDE_CONDITIONS = ["wallet", "wallet-password", "pkcs11", "kmip", "tpm2", "command", "wallet-v1",
-                  "wallet-anchor"]
+                  "wallet-v2", "wallet-v3", "wallet-anchor"]
 # Throughput workloads of the ">= 0.97" target (encryption overhead, WAL).
 THROUGHPUT_TARGET = ["insert", "delete-replenish", "row-at-a-time", "tpcb-select", "tpcb-rw"]
 BOUNCE_TARGET_MS = {"wallet": 2.0, "pkcs11": 10.0, "kmip": 50.0}
@@ -487,10 +492,13 @@ def setup_condition(name, work, opt):
                 c.skip = "shipping needs journal_mode WAL (--journal %s)" % opt.journal
             else:
                 standby_certs(c, d, opt)
-    elif name == "wallet-v1":
-        write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\nformat_version = 1\n")
+    elif name in ("wallet-v1", "wallet-v2", "wallet-v3"):
+        version = name[-1]
+        write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\nformat_version = %s\n" % version)
         rc, out = run_cli(cli, c.config, ["keystore", "create", "--auto-login"])
-        c.label = "wallet-v1 (auto-login; format version 1: no freshness checks)"
+        c.label = "%s (auto-login; format version %s: %s)" % (name, version, {
+            "1": "no freshness checks", "2": "the page map in DB-tdemap",
+            "3": "one file, the page map inside it"}[version])
     elif name == "wallet-anchor":
         adir = os.path.join(d, "anchors")
         os.makedirs(adir, mode=0o700, exist_ok=True)
