@@ -111,8 +111,7 @@ deb-files:
 # tests with TDE_STRESS=1 -- 5,000 kill -9 cycles per mode at page sizes
 # 1024, 4096 and 8192, 120 s per concurrency mode with 4 processes x 4
 # threads (about an hour and a half on 2 cores).  Known-bug modes, which
-# `make test` reports as XFAIL, fail here (TDE_CRASH_STRICT=1), and so does
-# test_archive_pitr.py's known false "lost commits" GAP.  Then the
+# `make test` reports as XFAIL, fail here (TDE_CRASH_STRICT=1).  Then the
 # ctest tests labelled `stress` (format 3's twins of the longest suites on
 # SQLite 3.53), which `make test` leaves out.
 stress: build
@@ -120,6 +119,4 @@ stress: build
 	@rc=0; for t in tests/integration/test_crash.sh tests/integration/test_concurrency.sh; do \
 	  TDE_STRESS=1 TDE_CRASH_STRICT=1 TDE_BUILD=$(abspath $(BUILD)) TDE_SRC=$(CURDIR) \
 	  TDE_TEST_TMP=$(abspath $(BUILD))/testtmp bash $$t || rc=1; done; \
-	  TDE_CRASH_STRICT=1 TDE_BUILD=$(abspath $(BUILD)) TDE_SRC=$(CURDIR) TDE_TEST_TMP=$(abspath $(BUILD))/testtmp \
-	    /usr/bin/python3 tests/integration/test_archive_pitr.py || rc=1; \
 	  (cd $(BUILD) && ctest --output-on-failure -L stress -j$(JOBS)) || rc=1; exit $$rc

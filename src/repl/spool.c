@@ -648,16 +648,24 @@ static int capCheckLastFrame(const Capture *c, int *pbRewound){
   return TDE_OK;
 }
 
-/* The last committed frame: the WAL index's, or with no WAL index to ask,
-** the last commit frame of this generation. */
+/* The last committed frame: the WAL index's, or with no WAL index of this
+** generation to ask, the last commit frame of this generation.  (An index
+** of the next generation: a restart whose writer died before it wrote the
+** new WAL header.) */
 static int capLastFrame(Capture *c, const TdeWalEnd *aEnd, int nEnd){
   uint8_t aFh[TDE_FRAME_HDR];
+  int bMovedOn = 0;
   for(int k=0; k<nEnd; k++){
     if( aEnd[k].bKnown && memcmp(aEnd[k].aSalt, c->aSalt, 8)==0 ){
       c->iEnd = aEnd[k].mxFrame;
       return TDE_OK;
     }
+    if( aEnd[k].bKnown ) bMovedOn = 1;
   }
+  /* An index of another generation restarted the WAL, which SQLite does
+  ** only once every frame was copied to the database: nothing captured
+  ** from this one was lost, whatever remains of it in the file. */
+  c->iEnd = bMovedOn && c->iStart>0 ? c->iStart - 1 : 0;
   for(uint32_t i=c->iStart;; i++){
     sqlite3_int64 off = capFrameOffset(c, i);
     uint8_t aLast;
