@@ -14,7 +14,9 @@
 ** deleted.  Under the EXCLUSIVE lock on the database file, taken without
 ** waiting: no other connection reads a page mid-move.  A writer that finds
 ** c != 0 finishes the move first (tdeUpgradeFinish, from vfs.c's
-** write-lock check).  The rekey's finish does not move pages (yet).
+** write-lock check).  A rekey's finish runs the same move when the
+** configuration's new databases are version 3 (tdeMainUpgradeAfterRekey,
+** from tde_db_rekey).
 **
 ** Above the page map in the order of src/db (it calls pagemap, rekey,
 ** upgrade, keyops, page1, dek, fileio; only src/vfs calls it).
@@ -25,6 +27,8 @@
 ** associated data names page number and size, not the place).
 */
 #include "vfs/vfs_int.h"
+
+#include <stdio.h>
 
 typedef struct MoveEdit {
   int bStart;                 /* version 2 -> 3 with the cursor */
@@ -152,7 +156,7 @@ static int moveRun(TdeFile *p){
   if( rc==SQLITE_OK ) rc = tdeMainHeaderUpdate(p, editMove, &e);
   if( rc==SQLITE_OK ){
     tdeMapFree(p);
-    rc = tdeMapRemoveFile(p);
+    rc = tdeMapRemoveFile(p, 0);
   }
   return rc;
 }
@@ -279,4 +283,25 @@ int tdeMainUpgrade(TdeFile *p, int iTo, int *pbDone){
   if( rc || iTo<TDE_FORMAT_V3 ) return rc;
   if( p->pDb->pKeys->hdr.version==TDE_FORMAT_V3 && p->pDb->pKeys->hdr.upgradeCursor==0 ) return SQLITE_OK;
   return upgradeMove(p, pbDone);
+}
+
+int tdeMainUpgradeAfterRekey(TdeFile *p){
+  int bDone = 0, rc;
+  const TdeDbKeys *k = p->pDb->pKeys;
+  if( !k || (k->hdr.version==TDE_FORMAT_V3 && k->hdr.upgradeCursor==0) ) return SQLITE_OK;
+  rc = tdeMainUpgrade(p, TDE_FORMAT_V3, &bDone);
+  if( rc==SQLITE_BUSY ){
+    /* Nothing moved (the lock, or WAL frames, kept it from starting): said
+    ** here, as upgradeMove audits only a move it began. */
+    char zWhy[256];
+    snprintf(zWhy, sizeof(zWhy), "%s", tde_last_error());
+    tdeErr(TDE_LOCKED, "%s: the rekey finished, but the move to format version 3 is left for "
+           "`sqlite-tde upgrade`: %s", p->zName ? p->zName : "", zWhy);
+    tdeUpgradeAudit(p, rc, 0);
+  }
+  if( rc ){
+    tdeLog(TDE_LOG_WARNING, "%s: rekey finished; format version 3 not reached: %s",
+           p->zName ? p->zName : "", tde_last_error());
+  }
+  return rc;
 }
