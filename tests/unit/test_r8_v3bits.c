@@ -13,7 +13,9 @@
 **  - the move after a rekey stopped by the fault point after a batch, or
 **    its process killed mid-move (SIGKILL while the fault point holds it
 **    after a batch), resumes: tde_db_upgrade_to or the next writer
-**    finishes it.
+**    finishes it;
+**  - tde_status (table and PRAGMA) shows the cursor as upgrade_cursor: 0
+**    on version 2 and after the move, c in 2..N mid-move.
 ** Against SQLite 3.40 (system) and 3.53 (test_r8_v3bits_353).
 */
 #include "tdetest.h"
@@ -55,6 +57,22 @@ static int64_t queryInt(sqlite3 *db, const char *zSql){
 
 static int64_t formatOf(sqlite3 *db){
   return queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'");
+}
+
+/* tde_status's upgrade cursor, from the table and from the PRAGMA's text
+** (both must agree). */
+static int64_t cursorOf(sqlite3 *db){
+  int64_t c = queryInt(db, "SELECT upgrade_cursor FROM tde_status WHERE schema='main'");
+  sqlite3_stmt *p = 0;
+  char zWant[64];
+  const char *z;
+  if( sqlite3_prepare_v2(db, "PRAGMA tde_status", -1, &p, 0)!=SQLITE_OK ) fail_msg("pragma: %s", sqlite3_errmsg(db));
+  assert_int_equal(sqlite3_step(p), SQLITE_ROW);
+  z = (const char*)sqlite3_column_text(p, 0);
+  snprintf(zWant, sizeof(zWant), " upgrade_cursor=%lld ", (long long)c);
+  if( !z || !strstr(z, zWant) ) fail_msg("PRAGMA tde_status without '%s': %s", zWant, z ? z : "NULL");
+  sqlite3_finalize(p);
+  return c;
 }
 
 /* FNV-1a over every row (id, v) in id order; -1 if a read failed. */
@@ -99,6 +117,7 @@ static void makeV2(const char *zDb, uint32_t pgsz, const char *zMode, int nPage,
   *pDigest = rowDigest(db);
   assert_true(*pDigest>=0);
   assert_int_equal(formatOf(db), 2);
+  assert_int_equal(cursorOf(db), 0);
   sqlite3_close(db);
   if( strcmp(zMode, "WAL")==0 ) assert_true(mapExists(zDb));
 }
@@ -126,6 +145,7 @@ static void checkV3(const char *zDb, uint32_t pgsz, int64_t digest, int iKeyVers
   int64_t nPage = queryInt(db, "PRAGMA page_count"), nChecked = 0, iBad = 0;
   struct stat st;
   assert_int_equal(formatOf(db), 3);
+  assert_int_equal(cursorOf(db), 0);
   assert_int_equal(queryInt(db, "SELECT data_key_version FROM tde_status WHERE schema='main'"), iKeyVersion);
   assert_int_equal(rowDigest(db), digest);
   assert_true(integrityOk(db));
@@ -285,7 +305,9 @@ static int batchFault(int eSite){
 ** the fault point after k batches (fd >= 0: held there to be killed).
 ** The child's exit status: 0 if the rekey succeeded. */
 static pid_t childRekey(const char *zDb, int k, int fd){
-  pid_t pid = fork();
+  pid_t pid;
+  fflush(stdout);                /* not printed twice */
+  pid = fork();
   if( pid==0 ){
     sqlite3 *db = 0;
     int trc;
@@ -294,6 +316,20 @@ static pid_t childRekey(const char *zDb, int k, int fd){
     tdeFaultHook = batchFault;
     if( openTdeCfg(zDb, zCfg3, &db)!=SQLITE_OK ) _exit(5);
     trc = tde_db_rekey(db, "main", 64, 0, 0);
+    if( trc==TDE_OK ){
+      /* The rekey's connection sees the move stopped: c in 2..N. */
+      sqlite3_stmt *p = 0;
+      int64_t c = -1, nPage = 0;
+      if( sqlite3_prepare_v2(db, "SELECT upgrade_cursor, pages FROM tde_status WHERE schema='main'", -1, &p, 0)==SQLITE_OK
+       && sqlite3_step(p)==SQLITE_ROW ){
+        c = sqlite3_column_int64(p, 0);
+        nPage = sqlite3_column_int64(p, 1);
+      }
+      sqlite3_finalize(p);
+      printf("# child: upgrade_cursor %lld of %lld pages\n", (long long)c, (long long)nPage);
+      fflush(stdout);
+      if( c<2 || c>nPage ) trc = -1;
+    }
     sqlite3_close(db);
     _exit(trc==TDE_OK ? 0 : 4);
   }
@@ -308,10 +344,16 @@ static void finishByWriter(const char *zDb){
   sqlite3_close(db);
 }
 
-/* Mid-move: version 3, the rekey done (key version 2). */
-static void checkMidMove(const char *zDb){
+/* Mid-move: version 3 with the cursor c in 2..N (page 1 moves last),
+** shown by tde_status; the rekey done (key version 2).  In WAL mode the
+** open's WAL recovery takes the write lock, which finishes the move first
+** (c = 0 then): the cursor mid-move is checked in the child instead. */
+static void checkMidMove(const char *zDb, int bWal){
   sqlite3 *db = openDbCfg(zDb, zCfg3);
+  int64_t c = cursorOf(db);
   assert_int_equal(formatOf(db), 3);
+  if( !bWal && (c<2 || c>queryInt(db, "PRAGMA page_count")) ) fail_msg("upgrade_cursor %lld mid-move", (long long)c);
+  printf("# mid-move: upgrade_cursor %lld\n", (long long)c);
   assert_int_equal(queryInt(db, "SELECT data_key_version FROM tde_status WHERE schema='main'"), 2);
   sqlite3_close(db);
 }
@@ -336,7 +378,7 @@ static void runRekeyResume(const char *zMode){
     }
     assert_int_equal(waitpid(pid, &st, 0), pid);
     if( !bKill && !(WIFEXITED(st) && WEXITSTATUS(st)==0) ) fail_msg("rekey child: status %d", st);
-    checkMidMove(zDb);
+    checkMidMove(zDb, strcmp(zMode, "WAL")==0);
     if( i % 2 ){
       finishByWriter(zDb);
     }else{
