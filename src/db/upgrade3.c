@@ -256,9 +256,26 @@ static int moveRescue(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, u
   return tdeOpenPage(p, aOut, pgsz, pgno, 0);
 }
 
+/* The load hook (xLoaded, hooks.c): a version-3 header with c = 0 never
+** reads DB-tdemap; one left beside it (a crash between the move's last
+** header update and the deletion, or a file put there) is deleted by a
+** read-write open, audited once (the next open finds none); a read-only
+** open or a standby's copy leaves it.  Never refuses the open: a file that
+** cannot be deleted is still never read. */
+static int upgradeLoaded(TdeFile *p, int bNew){
+  const TdeDbKeys *k = p->pDb->pKeys;
+  int bRemoved = 0;
+  if( bNew || !k || p->bReadOnly || p->pDb->repl.bStandby ) return SQLITE_OK;
+  if( k->hdr.version!=TDE_FORMAT_V3 || k->hdr.upgradeCursor!=0 ) return SQLITE_OK;
+  if( tdeMapRemoveFile(p, &bRemoved)==SQLITE_OK && bRemoved ){
+    tdeUpgradeAudit(p, SQLITE_OK, "a leftover page map of format version 2 removed");
+  }
+  return SQLITE_OK;
+}
+
 const TdeMainHook tdeUpgradeHook = {
   "upgrade",
-  0,                          /* xLoaded */
+  upgradeLoaded,              /* xLoaded */
   0,                          /* xWriteLock */
   0,                          /* xWriteEnd */
   0,                          /* xBeforeKeyDrop */

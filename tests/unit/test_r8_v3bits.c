@@ -15,7 +15,10 @@
 **    after a batch), resumes: tde_db_upgrade_to or the next writer
 **    finishes it;
 **  - tde_status (table and PRAGMA) shows the cursor as upgrade_cursor: 0
-**    on version 2 and after the move, c in 2..N mid-move.
+**    on version 2 and after the move, c in 2..N mid-move;
+**  - a DB-tdemap put beside a version-3 database (c = 0) is left by a
+**    read-only open, deleted by a read-write one and audited once; the
+**    rows read either way (it is never read).
 ** Against SQLite 3.40 (system) and 3.53 (test_r8_v3bits_353).
 */
 #include "tdetest.h"
@@ -394,6 +397,75 @@ static void runRekeyResume(const char *zMode){
 static void test_rekey_resume_wal(void **state){ (void)state; runRekeyResume("WAL"); }
 static void test_rekey_resume_delete(void **state){ (void)state; runRekeyResume("DELETE"); }
 
+/* ---- 3. a leftover DB-tdemap ---------------------------------------------------- */
+
+static int openReadOnly(const char *zDb, sqlite3 **pDb){
+  char *zUri = sqlite3_mprintf("file:%s?vfs=tde&tde_config=%s", zDb, zCfg3);
+  int rc = sqlite3_open_v2(zUri, pDb, SQLITE_OPEN_READONLY|SQLITE_OPEN_URI, 0);
+  sqlite3_free(zUri);
+  return rc;
+}
+
+#define LEFTOVER "a leftover page map of format version 2 removed"
+
+/* A version-3 database (made under tde-v3.conf) with a DB-tdemap put
+** beside it (bytes no map holds: read, it would be refused): a read-only
+** open reads every row and leaves it; a read-write open reads every row,
+** deletes it and says so once in the audit log; the next open finds none
+** and writes no line. */
+static void runLeftover(const char *zMode){
+  char zDb[PATH_MAX], zMap[PATH_MAX + 16];
+  unsigned char aJunk[4096];
+  int64_t digest;
+  int nAudit = auditCount(LEFTOVER);
+  sqlite3 *db;
+  char *z;
+  pathOf(zDb, "left3.db");
+  removeDb(zDb);
+  db = openDbCfg(zDb, zCfg3);
+  z = sqlite3_mprintf("PRAGMA journal_mode=%s; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
+                      "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<2000) "
+                      "INSERT INTO t(id, v) SELECT i, printf('%%0200d', i) FROM c;", zMode);
+  exec(db, z);
+  sqlite3_free(z);
+  assert_int_equal(formatOf(db), 3);
+  assert_int_equal(cursorOf(db), 0);
+  digest = rowDigest(db);
+  assert_true(digest>=0);
+  sqlite3_close(db);
+  assert_false(mapExists(zDb));
+  for(size_t i=0; i<sizeof(aJunk); i++) aJunk[i] = (unsigned char)(i*7 + 3);
+  snprintf(zMap, sizeof(zMap), "%s-tdemap", zDb);
+  writeAll(zMap, aJunk, sizeof(aJunk));
+
+  /* Read-only: read, not deleted, no audit line. */
+  db = 0;
+  if( openReadOnly(zDb, &db)!=SQLITE_OK ) fail_msg("read-only open: %s", db ? sqlite3_errmsg(db) : "?");
+  assert_int_equal(rowDigest(db), digest);
+  sqlite3_close(db);
+  assert_true(mapExists(zDb));
+  assert_int_equal(auditCount(LEFTOVER), nAudit);
+
+  /* Read-write: deleted at the open (before any write), audited. */
+  db = openDbCfg(zDb, zCfg3);
+  assert_int_equal(rowDigest(db), digest);
+  assert_false(mapExists(zDb));
+  sqlite3_close(db);
+  assert_int_equal(auditCount(LEFTOVER), nAudit + 1);
+  assert_true(auditHas(LEFTOVER, "\"op\":\"upgrade\""));
+
+  /* Once: the next open finds nothing to remove. */
+  db = openDbCfg(zDb, zCfg3);
+  assert_int_equal(rowDigest(db), digest);
+  assert_true(integrityOk(db));
+  sqlite3_close(db);
+  assert_int_equal(auditCount(LEFTOVER), nAudit + 1);
+  removeDb(zDb);
+}
+
+static void test_leftover_map_delete(void **state){ (void)state; runLeftover("DELETE"); }
+static void test_leftover_map_wal(void **state){ (void)state; runLeftover("WAL"); }
+
 /* ---- setup -------------------------------------------------------------------- */
 
 static int writeConf(char *zPath, size_t nPath, const char *zName, const char *zExtra){
@@ -430,6 +502,8 @@ int main(void){
     cmocka_unit_test(test_rekey_upgrade_left),
     cmocka_unit_test(test_rekey_resume_wal),
     cmocka_unit_test(test_rekey_resume_delete),
+    cmocka_unit_test(test_leftover_map_delete),
+    cmocka_unit_test(test_leftover_map_wal),
   };
   return cmocka_run_group_tests_name("r8_v3bits", tests, groupSetup, groupTeardown);
 }
