@@ -238,7 +238,12 @@ TDE_API int tde_db_migrate(struct sqlite3 *db, const char *zSchema, const char *
 ** resumable: run it again after any interruption.  In WAL mode readers
 ** keep working throughout and writers wait at most one step; in rollback
 ** mode each step holds an EXCLUSIVE lock.  xProgress(done, total) after
-** each step; returning non-zero pauses the rekey (TDE_ERROR).
+** each step; returning non-zero pauses the rekey (TDE_ERROR).  When the
+** configuration's new databases are format version 3, the finish then
+** moves an older database to version 3 (as tde_db_upgrade_to(db, zSchema,
+** 3)); the rekey succeeds whatever the move does: its outcome is in the
+** audit log (`upgrade`), and a move left or stopped is finished by
+** tde_db_upgrade_to or the next writer.
 */
 TDE_API int tde_db_rekey(struct sqlite3 *db, const char *zSchema, int nPagesPerStep,
                          tde_progress_fn xProgress, void *pArg);

@@ -720,16 +720,22 @@ int tdeMapIntoFile(TdeFile *p, uint32_t nPage, TdeMapFields *pOut){
 }
 
 /* The version-2 map file, no longer used once the header says version 3
-** with cursor 0: deleted (SQLITE_OK if there is none). */
-int tdeMapRemoveFile(TdeFile *p){
+** with cursor 0: deleted (SQLITE_OK if there is none).  *pbRemoved (may be
+** NULL): set if this call deleted one. */
+int tdeMapRemoveFile(TdeFile *p, int *pbRemoved){
   sqlite3_vfs *pOrig = (sqlite3_vfs*)tdeVfs.pAppData;
   char *zPath;
   int bExists = 0, rc;
+  if( pbRemoved ) *pbRemoved = 0;
   if( !p->zName ) return SQLITE_OK;
   zPath = sqlite3_mprintf("%s-tdemap", p->zName);
   if( !zPath ) return SQLITE_NOMEM;
   rc = pOrig->xAccess(pOrig, zPath, SQLITE_ACCESS_EXISTS, &bExists);
-  if( rc==SQLITE_OK && bExists ) rc = pOrig->xDelete(pOrig, zPath, 1);
+  if( rc==SQLITE_OK && bExists ){
+    rc = pOrig->xDelete(pOrig, zPath, 1);
+    if( rc==SQLITE_IOERR_DELETE_NOENT ) rc = SQLITE_OK;   /* another connection was first */
+    else if( rc==SQLITE_OK && pbRemoved ) *pbRemoved = 1;
+  }
   sqlite3_free(zPath);
   return rc;
 }

@@ -14,7 +14,9 @@
 ** deleted.  Under the EXCLUSIVE lock on the database file, taken without
 ** waiting: no other connection reads a page mid-move.  A writer that finds
 ** c != 0 finishes the move first (tdeUpgradeFinish, from vfs.c's
-** write-lock check).  The rekey's finish does not move pages (yet).
+** write-lock check).  A rekey's finish runs the same move when the
+** configuration's new databases are version 3 (tdeMainUpgradeAfterRekey,
+** from tde_db_rekey).
 **
 ** Above the page map in the order of src/db (it calls pagemap, rekey,
 ** upgrade, keyops, page1, dek, fileio; only src/vfs calls it).
@@ -25,6 +27,8 @@
 ** associated data names page number and size, not the place).
 */
 #include "vfs/vfs_int.h"
+
+#include <stdio.h>
 
 typedef struct MoveEdit {
   int bStart;                 /* version 2 -> 3 with the cursor */
@@ -152,7 +156,7 @@ static int moveRun(TdeFile *p){
   if( rc==SQLITE_OK ) rc = tdeMainHeaderUpdate(p, editMove, &e);
   if( rc==SQLITE_OK ){
     tdeMapFree(p);
-    rc = tdeMapRemoveFile(p);
+    rc = tdeMapRemoveFile(p, 0);
   }
   return rc;
 }
@@ -252,9 +256,26 @@ static int moveRescue(TdeFile *p, uint32_t pgno, uint32_t pgsz, uint8_t *aOut, u
   return tdeOpenPage(p, aOut, pgsz, pgno, 0);
 }
 
+/* The load hook (xLoaded, hooks.c): a version-3 header with c = 0 never
+** reads DB-tdemap; one left beside it (a crash between the move's last
+** header update and the deletion, or a file put there) is deleted by a
+** read-write open, audited once (the next open finds none); a read-only
+** open or a standby's copy leaves it.  Never refuses the open: a file that
+** cannot be deleted is still never read. */
+static int upgradeLoaded(TdeFile *p, int bNew){
+  const TdeDbKeys *k = p->pDb->pKeys;
+  int bRemoved = 0;
+  if( bNew || !k || p->bReadOnly || p->pDb->repl.bStandby ) return SQLITE_OK;
+  if( k->hdr.version!=TDE_FORMAT_V3 || k->hdr.upgradeCursor!=0 ) return SQLITE_OK;
+  if( tdeMapRemoveFile(p, &bRemoved)==SQLITE_OK && bRemoved ){
+    tdeUpgradeAudit(p, SQLITE_OK, "a leftover page map of format version 2 removed");
+  }
+  return SQLITE_OK;
+}
+
 const TdeMainHook tdeUpgradeHook = {
   "upgrade",
-  0,                          /* xLoaded */
+  upgradeLoaded,              /* xLoaded */
   0,                          /* xWriteLock */
   0,                          /* xWriteEnd */
   0,                          /* xBeforeKeyDrop */
@@ -279,4 +300,25 @@ int tdeMainUpgrade(TdeFile *p, int iTo, int *pbDone){
   if( rc || iTo<TDE_FORMAT_V3 ) return rc;
   if( p->pDb->pKeys->hdr.version==TDE_FORMAT_V3 && p->pDb->pKeys->hdr.upgradeCursor==0 ) return SQLITE_OK;
   return upgradeMove(p, pbDone);
+}
+
+int tdeMainUpgradeAfterRekey(TdeFile *p){
+  int bDone = 0, rc;
+  const TdeDbKeys *k = p->pDb->pKeys;
+  if( !k || (k->hdr.version==TDE_FORMAT_V3 && k->hdr.upgradeCursor==0) ) return SQLITE_OK;
+  rc = tdeMainUpgrade(p, TDE_FORMAT_V3, &bDone);
+  if( rc==SQLITE_BUSY ){
+    /* Nothing moved (the lock, or WAL frames, kept it from starting): said
+    ** here, as upgradeMove audits only a move it began. */
+    char zWhy[256];
+    snprintf(zWhy, sizeof(zWhy), "%s", tde_last_error());
+    tdeErr(TDE_LOCKED, "%s: the rekey finished, but the move to format version 3 is left for "
+           "`sqlite-tde upgrade`: %s", p->zName ? p->zName : "", zWhy);
+    tdeUpgradeAudit(p, rc, 0);
+  }
+  if( rc ){
+    tdeLog(TDE_LOG_WARNING, "%s: rekey finished; format version 3 not reached: %s",
+           p->zName ? p->zName : "", tde_last_error());
+  }
+  return rc;
 }

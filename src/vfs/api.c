@@ -527,6 +527,13 @@ int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
       }
       if( rc==SQLITE_OK ) rc = tdeMainRekeyFinish(p);
       if( rc==SQLITE_OK ) bFinished = 1;
+      /* The rekey is done: then the move to format version 3 if the
+      ** configuration asks for it (its outcome audited and logged; the
+      ** rekey succeeds whatever it is). */
+      if( rc==SQLITE_OK && tdeMainNewFormat(p->pDb->pKeys->pCfg)>=TDE_FORMAT_V3 ){
+        tdeMainUpgradeAfterRekey(p);
+        tdeErrClear();
+      }
     }else if( rc==SQLITE_OK ){
       rc = tdeMainRekeyStep(p, nPagesPerStep, &n, &nPages, &bClean);
     }

@@ -36,6 +36,7 @@ typedef struct TdeStatusRow {
   uint64_t anchorCounter;     /* the header's anchor counter A */
   char zAnchorTime[32];       /* the newest anchor record's time, UTC, or "" */
   const char *zPageMap;       /* page map (docs/FORMAT.md "Page rollback: the page map") */
+  uint64_t upgradeCursor;     /* c of a move to version 3 under way, 0 if none */
 } TdeStatusRow;
 
 /* Sessions one data key may start (docs/FORMAT.md "Nonce uniqueness"). */
@@ -73,6 +74,7 @@ static void tdeStatusFill(TdeFile *p, TdeStatusRow *r){
     r->bRekey = tdeRekeyInProgress(k);
     r->nSessions = k->nSessionsVersion==k->hdr.curVersion ? (sqlite3_int64)k->nSessions : 0;
     r->formatVersion = k->hdr.version ? k->hdr.version : TDE_FORMAT_V1;
+    r->upgradeCursor = k->hdr.version>=TDE_FORMAT_V3 ? k->hdr.upgradeCursor : 0;
     r->zPageMap = r->formatVersion<TDE_FORMAT_V2 ? "off (format version 1)"
                 : p->pDb->repl.bStandby ? "off (standby copy)"
                 : tdeMapActive(p) ? "on" : "off";
@@ -107,7 +109,7 @@ char *tdeStatusPragma(TdeFile *p){
                       "data_key_version=%lld page_size=%lld database_id=%s header_slot=%d "
                       "header_seq=%lld auth_failures=%lld rekey_in_progress=%d master_keys=%s "
                       "nonce_sessions=%lld nonce_session_limit=%lld format_version=%d freshness=%s "
-                      "anchor=%s anchor_counter=%llu page_map=%s",
+                      "anchor=%s anchor_counter=%llu page_map=%s upgrade_cursor=%llu",
                       r->bEncrypted, r->zCipher, r->zKeystore, r->zKsStatus,
                       r->zMasterKey[0] ? r->zMasterKey : "-", r->keyVersion, r->pgsz,
                       r->zDbid[0] ? r->zDbid : "-", r->iSlot, r->seq, r->nAuthFail,
@@ -115,7 +117,7 @@ char *tdeStatusPragma(TdeFile *p){
                       r->nSessions, r->bEncrypted ? TDE_SESSION_LIMIT : 0, r->formatVersion,
                       !r->formatVersion ? "-" : r->formatVersion>=TDE_FORMAT_V2 ? "on" : "off",
                       r->zAnchor ? r->zAnchor : "off", (unsigned long long)r->anchorCounter,
-                      r->zPageMap ? r->zPageMap : "-");
+                      r->zPageMap ? r->zPageMap : "-", (unsigned long long)r->upgradeCursor);
   if( z && r->repl.zRole[0] && strcmp(r->repl.zRole, "none")!=0 ){
     const TdeReplStatus *q = &r->repl;
     z = sqlite3_mprintf("%z role=%s repl_state=%s peer=%s shipped_seq=%lld acked_seq=%lld "
@@ -155,7 +157,7 @@ enum { COL_SCHEMA, COL_FILE, COL_ENCRYPTED, COL_CIPHER, COL_KEYSTORE, COL_KEYSTO
        COL_ROLE, COL_REPL_STATE, COL_PEER, COL_SHIPPED, COL_ACKED, COL_RECEIVED, COL_APPLIED,
        COL_TLAG_TXN, COL_TLAG_BYTES, COL_TLAG_SEC, COL_ALAG_TXN, COL_ALAG_BYTES, COL_ALAG_SEC,
        COL_NONCE_SESSIONS, COL_NONCE_LIMIT, COL_FORMAT_VERSION, COL_FRESHNESS,
-       COL_ANCHOR, COL_ANCHOR_COUNTER, COL_ANCHOR_UPDATED, COL_PAGE_MAP };
+       COL_ANCHOR, COL_ANCHOR_COUNTER, COL_ANCHOR_UPDATED, COL_PAGE_MAP, COL_UPGRADE_CURSOR };
 
 static int statusConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
                          sqlite3_vtab **ppVtab, char **pzErr){
@@ -171,7 +173,7 @@ static int statusConnect(sqlite3 *db, void *pAux, int argc, const char *const *a
     "applied_seq INT, transport_lag_txn INT, transport_lag_bytes INT, transport_lag_seconds REAL, "
     "apply_lag_txn INT, apply_lag_bytes INT, apply_lag_seconds REAL, "
     "nonce_sessions INT, nonce_session_limit INT, format_version INT, freshness TEXT, "
-    "anchor TEXT, anchor_counter INT, anchor_updated TEXT, page_map TEXT)");
+    "anchor TEXT, anchor_counter INT, anchor_updated TEXT, page_map TEXT, upgrade_cursor INT)");
   if( rc ) return rc;
   v = sqlite3_malloc(sizeof(*v));
   if( !v ) return SQLITE_NOMEM;
@@ -270,6 +272,7 @@ static int statusColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int i){
     case COL_FRESHNESS: resultText(ctx, !r->formatVersion ? 0 : r->formatVersion>=TDE_FORMAT_V2 ? "on" : "off"); break;
     case COL_ANCHOR_UPDATED: resultText(ctx, r->zAnchorTime[0] ? r->zAnchorTime : 0); break;
     case COL_PAGE_MAP: resultText(ctx, r->zPageMap); break;
+    case COL_UPGRADE_CURSOR: if( r->formatVersion ) sqlite3_result_int64(ctx, (sqlite3_int64)r->upgradeCursor); else sqlite3_result_null(ctx); break;
     case COL_ANCHOR:   resultText(ctx, r->bEncrypted ? (r->zAnchor ? r->zAnchor : "off") : 0); break;
     case COL_ANCHOR_COUNTER: if( r->formatVersion>=TDE_FORMAT_V2 && ((r->zAnchor && strcmp(r->zAnchor, "off")!=0) || r->anchorCounter) ) sqlite3_result_int64(ctx, (sqlite3_int64)r->anchorCounter); else sqlite3_result_null(ctx); break;
     default:

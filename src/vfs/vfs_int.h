@@ -616,13 +616,22 @@ int tdeMainUpgrade(TdeFile *pMain, int iTo, int *pbDone);
 ** header with a move not finished: finish it under an EXCLUSIVE lock taken
 ** without waiting (SQLITE_BUSY if another connection is open). */
 int tdeUpgradeFinish(TdeFile *pMain);
+/* upgrade3.c: after a rekey's finish (tde_db_rekey, under its last lock),
+** the move to version 3 (as tdeMainUpgrade to 3).  The rekey is done
+** whatever it returns: a move that cannot have its lock is left for
+** `sqlite-tde upgrade` (audited, logged); one stopped midway is finished
+** by the next writer. */
+int tdeMainUpgradeAfterRekey(TdeFile *pMain);
+/* vfs.c: the format version a new database gets under configuration pCfg
+** (the library's default, or format_version). */
+int tdeMainNewFormat(const TdeConfig *pCfg);
 /* pagemap.c, for the upgrade to version 3: does DB-tdemap hold the map
 ** the header names; the map's slots in force into the file's regions
 ** (*pOut: the header's map fields after); DB-tdemap deleted. */
 typedef struct TdeMapFields { uint8_t aRoot[16]; uint64_t G; uint32_t n; } TdeMapFields;
 int tdeMapCheckSource(TdeFile *pMain);
 int tdeMapIntoFile(TdeFile *pMain, uint32_t nPage, TdeMapFields *pOut);
-int tdeMapRemoveFile(TdeFile *pMain);
+int tdeMapRemoveFile(TdeFile *pMain, int *pbRemoved);
 /* The header fields an upgrade writes; whether the WAL holds no frame (1
 ** in rollback mode); the audit line of an upgrade (zHow on success). */
 void tdeUpgradeEdit(TdeHeader *h);
