@@ -636,15 +636,16 @@ static int capFirstFrame(Capture *c){
 ** with synchronous=NORMAL) and then wrote past the old end again has
 ** another frame there, whatever the WAL index says: capturing on from the
 ** old position would splice the tail of a new history onto the old one. */
-static int capCheckLastFrame(const Capture *c, int *pbRewound){
+static int capCheckLastFrame(const Capture *c, int *pbRewound, int *pbSame){
   const TdeSpool *s = c->s;
   uint8_t aFh[TDE_FRAME_HDR];
   int bS = 1, rc;
-  *pbRewound = 0;
+  *pbRewound = *pbSame = 0;
   if( !(c->iStart>1 && c->iStart==s->pos.iFrame+1 && s->pos.bLastFh==1) ) return TDE_OK;
   rc = tdeRawRead(c->pWal, aFh, TDE_FRAME_HDR, capFrameOffset(c, c->iStart-1), &bS);
   if( rc ) return rc;
   if( !bS && memcmp(aFh, s->pos.aLastFh, TDE_FRAME_HDR)!=0 ) *pbRewound = 1;
+  if( !bS && !*pbRewound ) *pbSame = 1;
   return TDE_OK;
 }
 
@@ -652,7 +653,7 @@ static int capCheckLastFrame(const Capture *c, int *pbRewound){
 ** generation to ask, the last commit frame of this generation.  (An index
 ** of the next generation: a restart whose writer died before it wrote the
 ** new WAL header.) */
-static int capLastFrame(Capture *c, const TdeWalEnd *aEnd, int nEnd){
+static int capLastFrame(Capture *c, const TdeWalEnd *aEnd, int nEnd, int bSame){
   uint8_t aFh[TDE_FRAME_HDR];
   int bMovedOn = 0;
   for(int k=0; k<nEnd; k++){
@@ -664,8 +665,10 @@ static int capLastFrame(Capture *c, const TdeWalEnd *aEnd, int nEnd){
   }
   /* An index of another generation restarted the WAL, which SQLite does
   ** only once every frame was copied to the database: nothing captured
-  ** from this one was lost, whatever remains of it in the file. */
-  c->iEnd = bMovedOn && c->iStart>0 ? c->iStart - 1 : 0;
+  ** from this one was lost, whatever remains of it in the file.  Nor was
+  ** it when the frame the capture ended at is still there, unchanged
+  ** (bSame): the scan below then only looks for commits after it. */
+  c->iEnd = (bMovedOn || bSame) && c->iStart>0 ? c->iStart - 1 : 0;
   for(uint32_t i=c->iStart;; i++){
     sqlite3_int64 off = capFrameOffset(c, i);
     uint8_t aLast;
@@ -684,11 +687,11 @@ static int capLastFrame(Capture *c, const TdeWalEnd *aEnd, int nEnd){
 /* Which frames of the WAL to capture (c->iStart..c->iEnd), after the
 ** records that say frames were discarded or commits lost. */
 static int capLocateFrames(Capture *c, const TdeWalEnd *aEnd, int nEnd){
-  int bRewound = 0, rc;
+  int bRewound = 0, bSame = 0, rc;
   if( !c->bWal ) return TDE_OK;
   rc = capFirstFrame(c);
-  if( rc==TDE_OK ) rc = capCheckLastFrame(c, &bRewound);
-  if( rc==TDE_OK ) rc = capLastFrame(c, aEnd, nEnd);
+  if( rc==TDE_OK ) rc = capCheckLastFrame(c, &bRewound, &bSame);
+  if( rc==TDE_OK ) rc = capLastFrame(c, aEnd, nEnd, bSame);
   if( rc ) return rc;
   if( c->iEnd+1<c->iStart || bRewound ){
     /* The WAL ends before what was captured from this very generation,
