@@ -332,6 +332,8 @@ typedef struct SbCheck {
   int bInit;
   uint32_t pgsz;              /* 0: not known yet */
   uint64_t nBytes;            /* bytes of pages after the records checked */
+  TdeLayout L;                /* the copy's (its header region's) */
+  int64_t nPhys;              /* the copy's size until a record gives it (-1 then) */
 } SbCheck;
 
 static int sbValidate(Standby *p, SbCheck *c, const SbRec *pRec){
@@ -340,14 +342,15 @@ static int sbValidate(Standby *p, SbCheck *c, const SbRec *pRec){
   if( !c->bInit ){
     struct stat st;
     if( fstat(p->fdDb, &st)!=0 ) return tdeErr(TDE_IO, "%s: %s", p->zDb, strerror(errno));
-    TdeLayout L = { TDE_FORMAT_V2, 0, 0 };   /* the copy's layout; page size not yet known: bytes */
+    rc = tdeCopyLayout(p->fdDb, p->pgsz, &c->L);
+    if( rc ) return rc;
     c->pgsz = p->pgsz;
-    c->nBytes = (uint64_t)tdeLayoutSqliteSize(&L, (int64_t)st.st_size);
+    c->nPhys = (int64_t)st.st_size;
     c->bInit = 1;
   }
-  if( r->kind==TDE_REC_TXN && r->nFrame>0 && c->pgsz==0 && (c->nBytes % r->pgsz)!=0 ){
-    return tdeErr(TDE_FORMAT, "record %llu: page size %u does not divide the copy's %llu bytes of pages",
-                  (unsigned long long)r->seq, r->pgsz, (unsigned long long)c->nBytes);
+  if( c->nPhys>=0 ){
+    rc = tdeCopyBytes(&c->L, c->nPhys, r, &c->nBytes);
+    if( rc ) return rc;
   }
   {
     uint32_t pgsz = c->pgsz ? c->pgsz : r->pgsz;
@@ -358,6 +361,7 @@ static int sbValidate(Standby *p, SbCheck *c, const SbRec *pRec){
     const uint8_t *f = pRec->a + pRec->n - TDE_REC_SUM - (TDE_FRAME_HDR + r->pgsz);
     c->pgsz = r->pgsz;
     c->nBytes = (uint64_t)tdeGet32(f+4) * r->pgsz;
+    c->nPhys = -1;
   }
   return TDE_OK;
 }
@@ -686,9 +690,8 @@ static int sbBaseAdopt(Standby *p, const SbBase *pB){
   /* A WAL database keeps its page size: keep the one known unless the
   ** new copy's size says otherwise (then learn it again). */
   if( p->pgsz ){
-    TdeLayout L = { TDE_FORMAT_V2, p->pgsz, 0 };
-    int64_t nWhole = (int64_t)tdeLayoutWholePages(&L, (int64_t)pB->size) * p->pgsz;
-    if( tdeLayoutPhysSize(&L, nWhole)!=(int64_t)pB->size ) p->pgsz = 0;
+    TdeLayout L;
+    if( tdeCopyLayout(p->fdDb, p->pgsz, &L)!=TDE_OK || !tdeLayoutWhole(&L, (int64_t)pB->size) ) p->pgsz = 0;
   }
   p->appliedAt = tdeNowMs();
   p->bHave = 1;
