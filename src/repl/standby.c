@@ -7,7 +7,9 @@
 ** written to the redo log DB-tdestandby-log and synced; then, under the
 ** rollback-mode locks SQLite's unix VFS uses (so readers of the copy, with
 ** the key, see a transaction whole or not at all), the pages are written
-** at 8192 + (pgno-1)*P, the file is truncated to the commit frame's size
+** at their offsets in the layout the copy's header region names (8192 +
+** (pgno-1)*P, or version 3's off(pgno): tdeApplyRecord), the file is
+** truncated to the commit frame's size
 ** and synced, and the applied sequence is recorded in DB-tdestandby
 ** (temp file, fsync, rename); then the primary gets its acknowledgement.
 ** At start, log records after the recorded sequence are applied again
@@ -325,8 +327,9 @@ static int sbWriteAll(int fd, const uint8_t *a, size_t n, off_t off){
 ** Validate records against the copy before they are logged or applied
 ** (tdeRecValidate), in order, as if the earlier ones of the batch were
 ** applied.  The copy's page size is learnt from the first record with
-** frames after a base copy (the copy must be 8192 bytes plus a multiple of
-** it) and kept in the state file; a WAL database never changes it.
+** frames after a base copy (the copy's size must cut no page in its
+** layout: tdeCopyBytes) and kept in the state file; a WAL database never
+** changes it.
 */
 typedef struct SbCheck {
   int bInit;
