@@ -67,6 +67,8 @@ typedef struct Rs {
   uint8_t aChain[32];             /* chain at seq */
   uint32_t pgsz;                  /* 0: not known yet */
   uint64_t nBytes;                /* bytes of pages in the copy */
+  TdeLayout L;                    /* the copy's (the base copy's header region's) */
+  int64_t nPhys;                  /* the base copy's size until a record gives it (-1 then) */
   uint64_t nSegment, nRecord, nDown;
 } Rs;
 
@@ -336,9 +338,8 @@ static int rsSegJoins(const Rs *p, const RsSeg *s, const RsObj *o){
 /* Validate (as the standby does) and apply one TXN record to the copy. */
 static int rsApplyOne(Rs *p, const uint8_t *a, const TdeRec *r){
   int rc;
-  if( r->kind==TDE_REC_TXN && r->nFrame>0 && p->pgsz==0 && (p->nBytes % r->pgsz)!=0 ){
-    return tdeErr(TDE_AUTH, "restore: record %llu: page size %u does not divide the copy's %llu bytes",
-                  (unsigned long long)r->seq, r->pgsz, (unsigned long long)p->nBytes);
+  if( p->nPhys>=0 && tdeCopyBytes(&p->L, p->nPhys, r, &p->nBytes)!=TDE_OK ){
+    return tdeErr(TDE_AUTH, "restore: %s", tde_last_error());
   }
   {
     uint32_t pgsz = p->pgsz ? p->pgsz : r->pgsz;
@@ -351,6 +352,7 @@ static int rsApplyOne(Rs *p, const uint8_t *a, const TdeRec *r){
     const uint8_t *f = a + TDE_REC_HDR + r->nPayload - (TDE_FRAME_HDR + r->pgsz);
     p->pgsz = r->pgsz;
     p->nBytes = (uint64_t)tdeGet32(f+4) * r->pgsz;
+    p->nPhys = -1;
   }
   p->nRecord++;
   return TDE_OK;
@@ -527,8 +529,8 @@ static int rsPlaceBase(Rs *p, const RsHist *h, TdeArchBase *pB){
   p->tCap = pB->tCapture;
   memcpy(p->aChain, pB->aChain, 32);
   p->pgsz = 0;
-  p->nBytes = (uint64_t)tdeLayoutSqliteSize(&(TdeLayout){ TDE_FORMAT_V2, 0, 0 }, (int64_t)pB->size);
-  return TDE_OK;
+  p->nPhys = (int64_t)pB->size;
+  return tdeCopyLayout(p->fd, 0, &p->L);
 }
 
 /* Did the walk reach what was asked?  A history that goes on past where

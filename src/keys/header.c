@@ -237,6 +237,20 @@ int tdeHeaderPick(const uint8_t *aRegion, size_t nRegion, TdeHeader *p, int *piS
   return rc;
 }
 
+int tdeHeaderLayout(const uint8_t *aRegion, size_t nRegion, uint32_t pgsz, TdeLayout *pL){
+  TdeHeader *h = sqlite3_malloc(sizeof(*h));
+  int iSlot = 0, rc;
+  if( !h ) return TDE_NOMEM;
+  rc = tdeHeaderPick(aRegion, nRegion, h, &iSlot);
+  if( rc==TDE_OK ){
+    pL->version = h->version ? h->version : TDE_FORMAT_V1;
+    pL->pgsz = pgsz;
+    pL->cursor = h->upgradeCursor;
+  }
+  sqlite3_free(h);
+  return rc;
+}
+
 int tdeKeyringAddWrap(TdeKeystore *ks, TdeHeader *p, uint32_t version,
                       const uint8_t *aDek, const char *zKeyId){
   uint8_t aad[TDE_WRAP_AAD_BYTES];

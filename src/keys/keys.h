@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "keystore/keystore.h"
+#include "keys/layout.h"
 
 #define TDE_SLOT_SIZE     4096
 #define TDE_MAX_ENTRIES   16
@@ -83,6 +84,14 @@ int tdeHeaderNewer(const TdeHeader *a, const TdeHeader *b);
 ** TDE_PLAINTEXT if the region is a plaintext SQLite database,
 ** TDE_FORMAT if no slot is valid. */
 int tdeHeaderPick(const uint8_t *aRegion, size_t nRegion, TdeHeader *p, int *piSlot);
+
+/* The layout a header region names (docs/FORMAT.md "Format version 3:
+** Standby"): the format version and upgrade cursor of the slot
+** tdeHeaderPick finds in force (no key: the MAC is not checked), with page
+** size pgsz (0: not known).  The one place a copy of the database -- a
+** standby's, a base copy, a restore -- learns where its pages lie.
+** TDE_FORMAT (or TDE_PLAINTEXT) if no slot parses; *pL is then untouched. */
+int tdeHeaderLayout(const uint8_t *aRegion, size_t nRegion, uint32_t pgsz, TdeLayout *pL);
 
 /* Key that MACs the header: HKDF(dek, info="sqlite-tde v1 header mac"||dbid). */
 int tdeHeaderMacKey(const uint8_t dek[32], const uint8_t dbid[16], uint8_t out[32]);

@@ -82,3 +82,7 @@ uint32_t tdeLayoutWholePages(const TdeLayout *L, int64_t nPhys){
   if( !V3(L) ) return nPhys>TDE_LAYOUT_HDR ? (uint32_t)((nPhys - TDE_LAYOUT_HDR) / L->pgsz) : 0;
   return (uint32_t)movePages(L, v3Pages(L, nPhys, 0));
 }
+
+int tdeLayoutWhole(const TdeLayout *L, int64_t nPhys){
+  return tdeLayoutSqliteSize(L, nPhys)==(int64_t)tdeLayoutWholePages(L, nPhys)*L->pgsz;
+}

@@ -67,4 +67,11 @@ int64_t tdeLayoutSqliteSize(const TdeLayout *L, int64_t nPhys);
 ** not counted). */
 uint32_t tdeLayoutWholePages(const TdeLayout *L, int64_t nPhys);
 
+/* Does a file of nPhys bytes cut no page (pgsz known): versions 1 and 2,
+** 8192 bytes plus a whole number of pages; version 3, a size whose page
+** count (tdeLayoutSqliteSize) counts no partial page.  How a copy checks
+** the page size it learns from a record (docs/FORMAT.md "Format version 3:
+** Standby"). */
+int tdeLayoutWhole(const TdeLayout *L, int64_t nPhys);
+
 #endif /* TDE_KEYS_LAYOUT_H */

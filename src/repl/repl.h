@@ -22,6 +22,7 @@
 #define TDE_REPL_H
 
 #include "tde_int.h"
+#include "keys/layout.h"
 
 #include <sys/types.h>
 
@@ -174,10 +175,23 @@ void tdeShmHeaderEnd(const volatile void *pShm, TdeWalEnd *pEnd);
 
 /*
 ** Apply one TXN record's frames (and header region) to the database copy
-** open as fd: page at 8192 + (pgno-1)*P, then truncate to the commit
-** frame's size.  Idempotent.  No sync.
+** open as fd, in the layout of the header region it applies under (the
+** record's own, else the copy's: tdeCopyLayout): each page at its offset,
+** then truncate to the commit frame's size.  Idempotent.  No sync.
 */
 int tdeApplyRecord(int fd, const uint8_t *aRec, const TdeRec *r);
+
+/* The layout of the database copy open as fd: the one its own header
+** region names (tdeHeaderLayout), page size pgsz (0: not known).
+** TDE_FORMAT if the region is short or does not parse. */
+int tdeCopyLayout(int fd, uint32_t pgsz, TdeLayout *pL);
+
+/* The size in SQLite bytes of a copy of nPhys bytes with layout L, before
+** record r is applied (what tdeRecValidate's nCopyPages counts).  With the
+** page size not known (L->pgsz 0), a TXN with frames brings it: it must
+** cut no page of the copy (tdeLayoutWhole), TDE_FORMAT otherwise; until
+** then version 3's count is 0 and version 2's is in bytes. */
+int tdeCopyBytes(const TdeLayout *L, int64_t nPhys, const TdeRec *r, uint64_t *pnBytes);
 
 /*
 ** Check a whole record (already through tdeRecCheck) before any of it is

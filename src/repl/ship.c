@@ -205,13 +205,6 @@ static int shipReadIdentity(const char *zDb, uint8_t *aDbid, uint8_t *aKeyCheck)
   }
   if( rc==TDE_OK ) rc = tdeHeaderPick(aRegion, TDE_HEADER_BYTES, pHdr, &iSlot);
   if( rc ){ tdeErr(rc, "%s: not an sqlite-tde encrypted database, or damaged", zDb); goto done; }
-  if( pHdr->version>=TDE_FORMAT_V3 ){
-    /* Its copy would need version 3's layout (docs/FORMAT.md "Format
-    ** version 3: Standby"), which the standby does not write yet. */
-    rc = tdeErr(TDE_FORMAT, "%s: format version 3 databases cannot have a standby yet "
-                "(experimental format)", zDb);
-    goto done;
-  }
   memcpy(aDbid, pHdr->dbid, 16);
   {
     const uint8_t *aSlot = aRegion + iSlot*4096;
@@ -786,10 +779,12 @@ static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pS
     uint8_t aWalHdr[TDE_WAL_HDR];
     int bShort;
     uint32_t pgsz, nTrunc = 0;
-    TdeLayout L = { TDE_FORMAT_V2, 0, 0 };     /* the standby's copy: version 2's layout */
+    TdeLayout L;      /* the copied header region's (docs/FORMAT.md "Format version 3: Standby") */
     rc = tdeRawRead(&wal, aWalHdr, TDE_WAL_HDR, 0, &bShort);
     if( rc ) goto done;
-    pgsz = L.pgsz = tdeGet32(aWalHdr+8);
+    pgsz = tdeGet32(aWalHdr+8);
+    rc = tdeCopyLayout(fdOut, pgsz, &L);
+    if( rc ) goto done;
     if( !bShort && memcmp(aWalHdr+16, end.aSalt, 8)==0 && pgsz>=512 && pgsz<=65536 ){
       for(uint32_t i=1; i<=end.mxFrame; i++){
         sqlite3_int64 off = TDE_WAL_HDR + (sqlite3_int64)(i-1)*(TDE_FRAME_HDR + pgsz);

@@ -481,7 +481,8 @@ static int capReserve(CapBuf *b, size_t nMore){
 }
 
 /* Which data-key versions a header region lists (FNV-1a over the current
-** version and the sorted set), without any key.  0 if it does not parse. */
+** version and the sorted set) and, for version 3, its layout (format
+** version, upgrade cursor), without any key.  0 if it does not parse. */
 static uint32_t tdeKeySig(const uint8_t *aRegion){
   TdeHeader *h = sqlite3_malloc(sizeof(TdeHeader));
   uint32_t sig = 2166136261u, aV[32];
@@ -501,6 +502,13 @@ static uint32_t tdeKeySig(const uint8_t *aRegion){
   }
   sig = (sig ^ h->curVersion) * 16777619u;
   for(int i=0; i<nV; i++) sig = (sig ^ aV[i]) * 16777619u;
+  if( h->version>=TDE_FORMAT_V3 ){
+    /* The layout too (docs/FORMAT.md "Format version 3: Standby"): an
+    ** upgrade moves pages outside the WAL, as a rekey rewrites them. */
+    sig = (sig ^ h->version) * 16777619u;
+    sig = (sig ^ (uint32_t)h->upgradeCursor) * 16777619u;
+    sig = (sig ^ (uint32_t)(h->upgradeCursor>>32)) * 16777619u;
+  }
   sqlite3_free(h);
   return sig ? sig : 1;
 }
@@ -822,16 +830,17 @@ static int capHeaderAlone(Capture *c){
   return capAppend(c, &r, c->b.a);
 }
 
-/* A rekey began or ended: its steps rewrite pages in the database file
+/* A rekey began or ended, or the layout changed (an upgrade to version 3
+** or a step of its move): both rewrite pages in the database file
 ** directly, never through the WAL, so standbys must take a base copy
-** rather than miss them. */
+** rather than miss them (or apply pages at the old layout's places). */
 static int capRekeyGap(Capture *c){
   TdeSpool *s = c->s;
   TdeRec g;
   capGapInit(s, &g, s->pos.aSalt, s->pos.nCkpt, 0, c->tNow);
   g.iLast = s->pos.iFrame;
   g.flags = s->pos.bClosed ? TDE_RECF_CLOSED : 0;
-  tdeLog(TDE_LOG_INFO, "%s: the data-key versions changed (rekey): standbys take a base copy at "
+  tdeLog(TDE_LOG_INFO, "%s: the data-key versions or the layout changed (rekey, upgrade): standbys take a base copy at "
          "sequence %llu", s->zPath, (unsigned long long)g.seq);
   return capAppend(c, &g, 0);
 }
@@ -1017,14 +1026,43 @@ int tdeRecValidate(const uint8_t *aRec, const TdeRec *r, uint32_t pgszCopy, uint
   return TDE_OK;
 }
 
+int tdeCopyLayout(int fd, uint32_t pgsz, TdeLayout *pL){
+  uint8_t *aRegion = sqlite3_malloc(TDE_HEADER_BYTES);
+  TdeRawSrc src = { 0, fd };
+  int bShort = 1, rc;
+  if( !aRegion ) return TDE_NOMEM;
+  rc = tdeRawRead(&src, aRegion, TDE_HEADER_BYTES, 0, &bShort);
+  if( rc==TDE_OK && bShort ) rc = tdeErr(TDE_FORMAT, "the copy has no whole header region");
+  if( rc==TDE_OK ) rc = tdeHeaderLayout(aRegion, TDE_HEADER_BYTES, pgsz, pL);
+  sqlite3_free(aRegion);
+  return rc;
+}
+
+int tdeCopyBytes(const TdeLayout *L, int64_t nPhys, const TdeRec *r, uint64_t *pnBytes){
+  TdeLayout x = *L;
+  if( x.pgsz==0 && r->kind==TDE_REC_TXN && r->nFrame>0 ){
+    x.pgsz = r->pgsz;
+    if( !tdeLayoutWhole(&x, nPhys) ){
+      return tdeErr(TDE_FORMAT, "record %llu: page size %u does not fit the copy's %lld bytes "
+                    "(format version %d)", (unsigned long long)r->seq, r->pgsz, (long long)nPhys, x.version);
+    }
+  }
+  *pnBytes = (uint64_t)tdeLayoutSqliteSize(&x, nPhys);
+  return TDE_OK;
+}
+
 int tdeApplyRecord(int fd, const uint8_t *aRec, const TdeRec *r){
   const uint8_t *p = aRec + TDE_REC_HDR;
-  /* The copy's layout: version 2's (the standby does not take a
-  ** version-3 primary yet: docs/FORMAT.md "Format version 3: Standby"). */
-  TdeLayout L = { TDE_FORMAT_V2, r->pgsz, 0 };
+  TdeLayout L;                /* the copy's: docs/FORMAT.md "Format version 3: Standby" */
   uint32_t nTrunc = 0;
   int rc;
   if( r->kind!=TDE_REC_TXN ) return TDE_OK;
+  if( r->flags & TDE_RECF_HEADER ){
+    rc = tdeHeaderLayout(p, TDE_HEADER_BYTES, r->pgsz, &L);
+  }else{
+    rc = tdeCopyLayout(fd, r->pgsz, &L);
+  }
+  if( rc ) return rc;
   if( r->flags & TDE_RECF_HEADER ){
     rc = writeAll(fd, p, TDE_HEADER_BYTES, 0);
     if( rc ) return rc;

@@ -7,7 +7,9 @@
 ** written to the redo log DB-tdestandby-log and synced; then, under the
 ** rollback-mode locks SQLite's unix VFS uses (so readers of the copy, with
 ** the key, see a transaction whole or not at all), the pages are written
-** at 8192 + (pgno-1)*P, the file is truncated to the commit frame's size
+** at their offsets in the layout the copy's header region names (8192 +
+** (pgno-1)*P, or version 3's off(pgno): tdeApplyRecord), the file is
+** truncated to the commit frame's size
 ** and synced, and the applied sequence is recorded in DB-tdestandby
 ** (temp file, fsync, rename); then the primary gets its acknowledgement.
 ** At start, log records after the recorded sequence are applied again
@@ -325,13 +327,16 @@ static int sbWriteAll(int fd, const uint8_t *a, size_t n, off_t off){
 ** Validate records against the copy before they are logged or applied
 ** (tdeRecValidate), in order, as if the earlier ones of the batch were
 ** applied.  The copy's page size is learnt from the first record with
-** frames after a base copy (the copy must be 8192 bytes plus a multiple of
-** it) and kept in the state file; a WAL database never changes it.
+** frames after a base copy (the copy's size must cut no page in its
+** layout: tdeCopyBytes) and kept in the state file; a WAL database never
+** changes it.
 */
 typedef struct SbCheck {
   int bInit;
   uint32_t pgsz;              /* 0: not known yet */
   uint64_t nBytes;            /* bytes of pages after the records checked */
+  TdeLayout L;                /* the copy's (its header region's) */
+  int64_t nPhys;              /* the copy's size until a record gives it (-1 then) */
 } SbCheck;
 
 static int sbValidate(Standby *p, SbCheck *c, const SbRec *pRec){
@@ -340,14 +345,15 @@ static int sbValidate(Standby *p, SbCheck *c, const SbRec *pRec){
   if( !c->bInit ){
     struct stat st;
     if( fstat(p->fdDb, &st)!=0 ) return tdeErr(TDE_IO, "%s: %s", p->zDb, strerror(errno));
-    TdeLayout L = { TDE_FORMAT_V2, 0, 0 };   /* the copy's layout; page size not yet known: bytes */
+    rc = tdeCopyLayout(p->fdDb, p->pgsz, &c->L);
+    if( rc ) return rc;
     c->pgsz = p->pgsz;
-    c->nBytes = (uint64_t)tdeLayoutSqliteSize(&L, (int64_t)st.st_size);
+    c->nPhys = (int64_t)st.st_size;
     c->bInit = 1;
   }
-  if( r->kind==TDE_REC_TXN && r->nFrame>0 && c->pgsz==0 && (c->nBytes % r->pgsz)!=0 ){
-    return tdeErr(TDE_FORMAT, "record %llu: page size %u does not divide the copy's %llu bytes of pages",
-                  (unsigned long long)r->seq, r->pgsz, (unsigned long long)c->nBytes);
+  if( c->nPhys>=0 ){
+    rc = tdeCopyBytes(&c->L, c->nPhys, r, &c->nBytes);
+    if( rc ) return rc;
   }
   {
     uint32_t pgsz = c->pgsz ? c->pgsz : r->pgsz;
@@ -358,6 +364,7 @@ static int sbValidate(Standby *p, SbCheck *c, const SbRec *pRec){
     const uint8_t *f = pRec->a + pRec->n - TDE_REC_SUM - (TDE_FRAME_HDR + r->pgsz);
     c->pgsz = r->pgsz;
     c->nBytes = (uint64_t)tdeGet32(f+4) * r->pgsz;
+    c->nPhys = -1;
   }
   return TDE_OK;
 }
@@ -686,9 +693,8 @@ static int sbBaseAdopt(Standby *p, const SbBase *pB){
   /* A WAL database keeps its page size: keep the one known unless the
   ** new copy's size says otherwise (then learn it again). */
   if( p->pgsz ){
-    TdeLayout L = { TDE_FORMAT_V2, p->pgsz, 0 };
-    int64_t nWhole = (int64_t)tdeLayoutWholePages(&L, (int64_t)pB->size) * p->pgsz;
-    if( tdeLayoutPhysSize(&L, nWhole)!=(int64_t)pB->size ) p->pgsz = 0;
+    TdeLayout L;
+    if( tdeCopyLayout(p->fdDb, p->pgsz, &L)!=TDE_OK || !tdeLayoutWhole(&L, (int64_t)pB->size) ) p->pgsz = 0;
   }
   p->appliedAt = tdeNowMs();
   p->bHave = 1;

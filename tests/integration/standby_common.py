@@ -31,6 +31,13 @@ CERTS = None        # the folder certs() made: ca.crt, standby.*, primary.*, shi
 NFAIL = 0
 NPASS = 0
 
+# TDE_TEST_FORMAT=3: the format-3 twins (tests/CMakeLists.txt) create their
+# databases as version 3 (make_config writes format_version = 3), and
+# start_ship checks that each primary it ships really is version 3, so a
+# twin that silently ran format 2 fails.
+FORMAT = os.environ.get("TDE_TEST_FORMAT", "")
+FORMAT_CHECKED = set()
+
 
 def ok(msg):
     global NPASS
@@ -54,6 +61,8 @@ def step(msg):
 
 
 def finish(name):
+    if FORMAT and not FORMAT_CHECKED:
+        bad("TDE_TEST_FORMAT=%s: no primary's format version was checked" % FORMAT)
     print("\n%s: %d passed, %d failed" % (name, NPASS, NFAIL), flush=True)
     sys.exit(1 if NFAIL else 0)
 
@@ -71,6 +80,8 @@ def make_config(d):
         # The folders the tests keep standby copies in (README "Standby"):
         # a -tdestandby file counts only there.
         f.write("keystore = wallet\nwallet = %s/tde.wallet\nstandby_copies = sb:sb2:sb3:sb4\n" % d)
+        if FORMAT:
+            f.write("format_version = %s\n" % FORMAT)
     subprocess.run([CLI, "--config", cfg, "keystore", "create", "--auto-login"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return cfg
@@ -274,7 +285,25 @@ def wait_listening(p, port, limit=300):
         time.sleep(0.05)
 
 
+def format_version(db, cfg):
+    """The format version `sqlite-tde status` reports for db ("" if none)."""
+    r = subprocess.run([CLI, "--config", cfg, "status", db], capture_output=True, text=True, timeout=120)
+    for ln in r.stdout.splitlines():
+        if ln.startswith("format_version: "):
+            return ln.split(": ", 1)[1].strip()
+    return ""
+
+
+def check_format(db, cfg):
+    """Under TDE_TEST_FORMAT, db must be of that format version (once per db)."""
+    if FORMAT and db not in FORMAT_CHECKED and os.path.exists(db):
+        FORMAT_CHECKED.add(db)
+        v = format_version(db, cfg)
+        check(v == FORMAT, "TDE_TEST_FORMAT=%s: the primary %s is format version %s" % (FORMAT, os.path.basename(db), v))
+
+
 def start_ship(d, db, cfg, ports, log="ship.log", cycle=20, env=None, conf=None, extra=()):
+    check_format(db, cfg)
     tls = ["--insecure-no-tls"] if conf == "insecure" else ["--repl-config", conf or os.path.join(CERTS, "ship.conf")]
     args = [CLI, "--config", cfg, "ship", "--cycle-ms", str(cycle)] + tls + list(extra)
     for p in ports:

@@ -59,6 +59,10 @@ static void test_v2_layout(void **state){
       assert_int_equal(tdeLayoutSqliteSize(&L, 8192 + 3*(int64_t)P + 1), 4*(int64_t)P);   /* partial: whole */
       assert_int_equal(tdeLayoutWholePages(&L, 8192 + 3*(int64_t)P + 1), 3);
       assert_int_equal(tdeLayoutWholePages(&L, 100), 0);
+      /* A copy's size fits the page size only without a cut page. */
+      assert_true(tdeLayoutWhole(&L, 8192));
+      assert_true(tdeLayoutWhole(&L, 8192 + 3*(int64_t)P));
+      assert_false(tdeLayoutWhole(&L, 8192 + 3*(int64_t)P + P/2));
     }
     {
       TdeLayout L0 = { 2, 0, 0 };       /* page size unknown: to the byte */
@@ -127,6 +131,7 @@ static void test_v3_sizes(void **state){
         int64_t nPartial = bruteTouched(P, sz, nMax, 1), nWhole = bruteTouched(P, sz, nMax, 0);
         assert_int_equal(tdeLayoutSqliteSize(&L, sz), nPartial*P);
         assert_int_equal(tdeLayoutWholePages(&L, sz), nWhole);
+        assert_int_equal(tdeLayoutWhole(&L, sz), nPartial==nWhole);
       }
     }
     assert_int_equal(tdeLayoutSqliteSize(&L, 0), 0);
@@ -136,6 +141,7 @@ static void test_v3_sizes(void **state){
       assert_int_equal(phys, specOff(P, N) + P);
       assert_int_equal(tdeLayoutSqliteSize(&L, phys), (int64_t)N*P);      /* round trip */
       assert_int_equal(tdeLayoutWholePages(&L, phys), N);
+      assert_true(tdeLayoutWhole(&L, phys));                              /* a standby's truncation fits */
       assert_int_equal(tdeLayoutPhysSize(&L, (int64_t)N*P - 1), phys);    /* a partial page: whole */
     }
     {
