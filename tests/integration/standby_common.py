@@ -71,6 +71,8 @@ def make_config(d):
         # The folders the tests keep standby copies in (README "Standby"):
         # a -tdestandby file counts only there.
         f.write("keystore = wallet\nwallet = %s/tde.wallet\nstandby_copies = sb:sb2:sb3:sb4\n" % d)
+        # pinned to 2 until r8-standby (standby on format 3) lands
+        f.write("format_version = 2\n")
     subprocess.run([CLI, "--config", cfg, "keystore", "create", "--auto-login"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return cfg
