@@ -459,7 +459,10 @@ def setup_condition(name, work, opt):
             c.skip = "keystore status failed for %s: %s" % (c.config, out[-300:])
         return c
     if name in ["wallet", "archive"] + STANDBY_CONDITIONS:
-        write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\n")
+        # pinned to 2 until r8-standby (standby on format 3) lands: the
+        # shipper and the archiver refuse a format-3 database
+        write_private(c.config, "keystore = wallet\nwallet = wallet.tdew\n"
+                      + ("format_version = 2\n" if name != "wallet" else ""))
         rc, out = run_cli(cli, c.config, ["keystore", "create", "--auto-login"])
         c.label = "wallet (auto-login)"
         if name == "archive":
