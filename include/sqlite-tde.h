@@ -190,7 +190,7 @@ TDE_API int tde_wallet_seal(const char *zConfig, int bSeal);
 /*
 ** Verify: authenticate both header slots, every page of the database file
 ** zSchema ("main" when NULL) of the open connection db, and every frame of
-** its WAL if one exists, and (format version 2 in WAL mode) that every
+** its WAL if one exists, and (format versions 2 and 3 in WAL mode) that every
 ** page whose newest copy is in the database file is the one its page map
 ** records, as a read would check: an older authentic copy put back is
 ** TDE_AUTH with that page as *pBadPage.  Reports the number of pages and
@@ -249,26 +249,27 @@ TDE_API int tde_db_rekey(struct sqlite3 *db, const char *zSchema, int nPagesPerS
                          tde_progress_fn xProgress, void *pArg);
 
 /*
-** tde_db_upgrade: move a format-version-1 database to version 2 (freshness
-** checks, docs/FORMAT.md "Upgrade from version 1") in place: in WAL mode a
-** TRUNCATE checkpoint first, then one header update under the write lock,
-** audited.  Crash-safe and resumable; TDE_OK without change if already
-** version 2; TDE_LOCKED while readers keep the WAL from being emptied.
-** When the configuration says format_version = 3, on to version 3 (as
-** tde_db_upgrade_to(db, zSchema, 3) below).
+** tde_db_upgrade: move a database in place to the format version new
+** databases get under its configuration: 3 (as tde_db_upgrade_to(db,
+** zSchema, 3) below), or 2 when the configuration says format_version = 2
+** or 1.  From version 1, first to version 2 (freshness checks,
+** docs/FORMAT.md "Upgrade from version 1"): in WAL mode a TRUNCATE
+** checkpoint first, then one header update under the write lock, audited.
+** Crash-safe and resumable; TDE_OK without change if already there;
+** TDE_LOCKED while readers keep the WAL from being emptied.
 */
 TDE_API int tde_db_upgrade(struct sqlite3 *db, const char *zSchema);
 
 /*
 ** tde_db_upgrade_to: as tde_db_upgrade, to format version iVersion (2 or
-** 3).  Version 3 (experimental; docs/FORMAT.md "Upgrade from version 2")
+** 3).  Version 3 (docs/FORMAT.md "Upgrade from version 2")
 ** moves every page in place to make room for the page map inside the
 ** database file, in synced batches recorded in the header: crash-safe and
 ** resumable (a writer that finds a move unfinished finishes it), audited;
 ** DB-tdemap is deleted at the end.  Needs the database alone (TDE_LOCKED
 ** while another connection has it open).  tde_db_upgrade goes to the
-** version new databases get (format_version in the configuration: 2
-** unless it says 3).
+** version new databases get (format_version in the configuration: 3
+** unless it says 2 or 1).
 */
 TDE_API int tde_db_upgrade_to(struct sqlite3 *db, const char *zSchema, int iVersion);
 
@@ -287,10 +288,12 @@ TDE_API int tde_db_reanchor(const char *zDbPath, const char *zConfig,
 
 /*
 ** tde_db_remap: accept the pages of the database at zDbPath as they are:
-** drop its page map (format version 2, WAL mode; docs/FORMAT.md "Page
-** rollback: the page map"), which the next WAL restart builds again from
-** the file.  The one way to open a database whose DB-tdemap is missing or
-** from another time (a promoted standby, a file copy made without it).
+** drop its page map (format versions 2 and 3, WAL mode; docs/FORMAT.md
+** "Page rollback: the page map"), which the next WAL restart builds again
+** from the file.  The one way to open a database whose pages disagree with
+** its map (version 3: the map inside the file; version 2: DB-tdemap, also
+** when it is missing or from another time, a promoted standby, a file copy
+** made without it): it accepts whatever pages are there.
 ** Opens the database itself with the map check off, under SQLite's write
 ** lock, and writes the audit line `remap`.
 */

@@ -154,7 +154,7 @@ int tdeConfigCheckGeneric(const TdeConfig *p, const char *zName){
     if( strcmp(pE->zKey, "format_version")==0
      && strcmp(pE->zValue, "1")!=0 && strcmp(pE->zValue, "2")!=0 && strcmp(pE->zValue, "3")!=0 ){
       return tdeErr(TDE_CONFIG, "%s:%d: format_version must be 1, 2 or 3 (the format of new "
-                    "databases; 3 is experimental)", zName, pE->iLine);
+                    "databases; 3 is the default)", zName, pE->iLine);
     }
   }
   /* The freshness anchor: a known kind, a store the keystore can hold, a

@@ -159,11 +159,11 @@ static const CliCommand aCommand[] = {
     "\nOptions:\n  --step N   pages per step (default 1024)\n",
     1, CLI_OPT_STEP, cliCmdRekey },
   { "upgrade", "[--to 2|3] DB", "move a database to a newer format version in place",
-    "Move DB from format version 1 to 2 in place (docs/FORMAT.md \"Upgrade from version 1\"): in WAL mode\n"
-    "a TRUNCATE checkpoint first, then one header update under the write lock, audited.  Pages\n"
-    "are not rewritten.  Crash-safe and resumable; a version-2 database is left as it is.\n"
-    "--to 3 (experimental; the default when the configuration says format_version = 3) goes on\n"
-    "to format version 3, the page map inside the database file (\"Upgrade from version 2\"):\n"
+    "Move DB in place to format version 3, the version new databases get (or to 2 with\n"
+    "--to 2, or when the configuration says format_version = 2 or 1).  From version 1, first\n"
+    "to 2 (docs/FORMAT.md \"Upgrade from version 1\"): in WAL mode a TRUNCATE checkpoint first,\n"
+    "then one header update under the write lock, audited; pages are not rewritten.  Then to\n"
+    "format version 3, the page map inside the database file (\"Upgrade from version 2\"):\n"
     "every page moves in place, in synced batches recorded in the header, then DB-tdemap is\n"
     "deleted.  It needs the database alone (no other connection open).  Crash-safe and\n"
     "resumable: run it again, or the next writer finishes an interrupted move.  Audited.\n",

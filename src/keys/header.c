@@ -59,10 +59,10 @@ int tdeHeaderMacKey(const uint8_t dek[32], const uint8_t dbid[16], uint8_t out[3
 }
 
 #include <stdatomic.h>
-static atomic_int createVersion = TDE_FORMAT_V2;
+static atomic_int createVersion = TDE_FORMAT_V3;
 int tdeCreateVersion(void){ return atomic_load(&createVersion); }
 void tdeSetCreateVersion(int v){
-  atomic_store(&createVersion, v==TDE_FORMAT_V1 || v==TDE_FORMAT_V3 ? v : TDE_FORMAT_V2);
+  atomic_store(&createVersion, v==TDE_FORMAT_V1 || v==TDE_FORMAT_V2 ? v : TDE_FORMAT_V3);
 }
 
 int tdeHeaderEncode(const TdeHeader *p, const uint8_t macKey[32], uint8_t *a){

@@ -105,8 +105,9 @@ void tdeWrapAad(const uint8_t dbid[16], uint32_t version, uint8_t out[TDE_WRAP_A
 ** (32 bytes, secure memory) receives the data key. */
 int tdeKeyringCreate(TdeKeystore *ks, TdeHeader *p, uint8_t *aDek);
 
-/* Format version new databases get (TDE_FORMAT_V2 unless set; the setter
-** exists for tests that need a version-1 or version-3 database).
+/* Format version new databases get when the configuration has no
+** format_version (TDE_FORMAT_V3 unless set; the setter exists for tests
+** that need a version-1 or version-2 database: the format-2 twins).
 ** Process-wide. */
 int tdeCreateVersion(void);
 void tdeSetCreateVersion(int v);

@@ -458,22 +458,36 @@ static void rekeyUnlock(sqlite3 *db, TdeFile *p, int bWal){
   sqlite3_exec(db, "COMMIT", 0, 0, 0);
 }
 
+/* iTo 0: the version new databases get under the database's own
+** configuration (vfs.c tdeNewFormatVersion: 3 unless it says 1 or 2),
+** at least 2. */
 typedef struct UpgradeArg { int iTo; int bDone; } UpgradeArg;
 static int opUpgrade(TdeFile *p, void *pArg){
   UpgradeArg *a = pArg;
-  return tdeMainUpgrade(p, a->iTo, &a->bDone);
+  int iTo = a->iTo;
+  if( iTo==0 ){
+    iTo = tdeNewFormatVersion(p->pDb->pKeys ? p->pDb->pKeys->pCfg : 0);
+    if( iTo<TDE_FORMAT_V2 ) iTo = TDE_FORMAT_V2;
+  }
+  return tdeMainUpgrade(p, iTo, &a->bDone);
 }
 
+static int upgradeTo(sqlite3 *db, const char *zSchema, int iVersion);
+
 int tde_db_upgrade(sqlite3 *db, const char *zSchema){
-  return tde_db_upgrade_to(db, zSchema, tdeCreateVersion()>=TDE_FORMAT_V3 ? 3 : 2);
+  return upgradeTo(db, zSchema, 0);
 }
 
 int tde_db_upgrade_to(sqlite3 *db, const char *zSchema, int iVersion){
+  if( iVersion!=2 && iVersion!=3 ) return tdeErr(TDE_MISUSE, "upgrade: format version %d: 2 or 3", iVersion);
+  return upgradeTo(db, zSchema, iVersion);
+}
+
+static int upgradeTo(sqlite3 *db, const char *zSchema, int iVersion){
   int nLog = -1, nCkpt = -1, trc = TDE_OK, rc;
   UpgradeArg a;
   a.iTo = iVersion;
   a.bDone = 0;
-  if( iVersion!=2 && iVersion!=3 ) return tdeErr(TDE_MISUSE, "upgrade: format version %d: 2 or 3", iVersion);
   if( !zSchema ) zSchema = "main";
   if( !sqlite3_get_autocommit(db) ){
     return tdeErr(TDE_MISUSE, "a transaction is open on this connection; commit it first");

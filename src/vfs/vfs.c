@@ -265,21 +265,25 @@ done:
   return rc;
 }
 
-/* The configuration's format_version for a new database: "2" (the
-** default), "1" (for a fleet that still has version-1 readers, and for
-** the benchmark kit's cost-of-version-2 comparison) or "3" (experimental:
-** the pages among map regions, keys/layout.h).  A version-1 header has no
-** freshness area: the log epoch stays 0. */
+/* The format version of a new database (docs/CONFIGURATION.md
+** format_version): the configuration's "1", "2" or "3" (the config check
+** refused others), else the library's default, 3 (keys/keys.h
+** tdeCreateVersion: the test suites' hook for their format-2 twins).  "2"
+** is for databases that builds before version 3 was the default must
+** read, "1" for a fleet that still has version-1 readers (and for the
+** benchmark kit's cost-of-version-2 comparison). */
+int tdeNewFormatVersion(const TdeConfig *pCfg){
+  const char *z = pCfg ? tdeConfigGet(pCfg, "format_version") : 0;
+  if( z && strcmp(z, "1")==0 ) return TDE_FORMAT_V1;
+  if( z && strcmp(z, "2")==0 ) return TDE_FORMAT_V2;
+  if( z && strcmp(z, "3")==0 ) return TDE_FORMAT_V3;
+  return tdeCreateVersion();
+}
+
+/* A version-1 header has no freshness area: the log epoch stays 0. */
 static int tdeCreateFormat(const TdeConfig *pCfg, TdeHeader *h){
-  const char *z = tdeConfigGet(pCfg, "format_version");
-  if( z && strcmp(z, "3")==0 ){
-    h->version = TDE_FORMAT_V3;
-    h->logEpoch = 1;
-    return TDE_OK;
-  }
-  if( z==0 || strcmp(z, "1")!=0 ) return TDE_OK;   /* the config check refused others */
-  h->version = TDE_FORMAT_V1;
-  h->logEpoch = 0;
+  h->version = (uint16_t)tdeNewFormatVersion(pCfg);
+  h->logEpoch = h->version>=TDE_FORMAT_V2 ? 1 : 0;
   return TDE_OK;
 }
 

@@ -353,6 +353,9 @@ int tdeSqliteRc(int rc);
 
 /* Main database helpers used by status/verify. */
 int tdeMainEnsureKeys(TdeFile *p, int bCreate);
+/* vfs.c: the format version of a new database under configuration pCfg
+** (may be NULL): its format_version, else 3 (keys.h tdeCreateVersion). */
+int tdeNewFormatVersion(const TdeConfig *pCfg);
 int tdeScratch(TdeFile *p);
 int tdeRealRead(TdeFile *p, void *z, int n, sqlite3_int64 iOfst, int *pbShort);
 /* fileio.c: pages lying wholly in the main file (0 while the page size

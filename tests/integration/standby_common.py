@@ -31,10 +31,11 @@ CERTS = None        # the folder certs() made: ca.crt, standby.*, primary.*, shi
 NFAIL = 0
 NPASS = 0
 
-# TDE_TEST_FORMAT=3: the format-3 twins (tests/CMakeLists.txt) create their
-# databases as version 3 (make_config writes format_version = 3), and
-# start_ship checks that each primary it ships really is version 3, so a
-# twin that silently ran format 2 fails.
+# TDE_TEST_FORMAT=2: the format-2 twins (tests/CMakeLists.txt) create their
+# databases as version 2 (make_config writes format_version = 2; without it
+# new databases are version 3, the default), and start_ship checks that each
+# primary it ships really is of that version, so a twin that silently ran
+# the default fails.
 FORMAT = os.environ.get("TDE_TEST_FORMAT", "")
 FORMAT_CHECKED = set()
 

@@ -235,13 +235,20 @@ step "verify, and tamper detection"
 run "$CLI" --config auto.conf verify enc.db
 expect_rc 0 "verify enc.db"
 expect_in out.txt 'OK, [0-9]+ pages' "verify prints pages checked"
+# enc.db is format 3 (the default): page N lies at 8192 + M*(1 + (N-1)/508)
+# + (N-1)*P (docs/FORMAT.md "Format version 3"), M = 8192 at P = 4096.
+run "$CLI" --config auto.conf status enc.db
+expect_in out.txt '^format_version: 3$' "enc.db is format 3"
+PAGE1=$((8192 + 8192)); PAGE2=$((PAGE1 + 4096))
 cp enc.db tampered.db
-# One bit in the middle of page 2: past the 8192-byte header and page 1.
-python3 - <<'EOF'
+# One bit in the middle of page 2.
+python3 - "$PAGE2" <<'EOF'
+import sys
+at = int(sys.argv[1]) + 100
 with open("tampered.db", "r+b") as f:
-    f.seek(8192 + 4096 + 100)
+    f.seek(at)
     b = f.read(1)
-    f.seek(8192 + 4096 + 100)
+    f.seek(at)
     f.write(bytes([b[0] ^ 0x01]))
 EOF
 run "$CLI" --config auto.conf verify tampered.db
@@ -255,7 +262,7 @@ with open(sys.argv[1], 'r+b') as f:
 " "$1" "$2"
 }
 cp enc.db tampered1.db
-flip tampered1.db $((8192 + 200))
+flip tampered1.db $((PAGE1 + 200))
 run "$CLI" --config auto.conf verify tampered1.db
 expect_rc 4 "verify with page 1 tampered fails (damaged)"
 expect_in err.txt 'page 1' "and names page 1"

@@ -42,11 +42,13 @@ MAXDELAY_MS=${TDE_CRASH_MAXDELAY_MS:-40}
 echo "crash test: seed $SEED, $CYCLES cycles per mode, kill delay 0..${MAXDELAY_MS} ms"
 
 printf 'keystore = wallet\nwallet = w.tdew\n' > tde.conf
-# TDE_TEST_FORMAT=3: the format-3 twin (tests/CMakeLists.txt) creates its
-# databases as version 3.
-if [ "${TDE_TEST_FORMAT:-}" = 3 ]; then
-  echo 'format_version = 3' >> tde.conf
-  echo "crash test: format 3 (TDE_TEST_FORMAT=3)"
+# New databases are version 3 (the default); TDE_TEST_FORMAT=2: the
+# format-2 twin (tests/CMakeLists.txt) creates its databases as version 2.
+FORMAT=3
+if [ "${TDE_TEST_FORMAT:-}" = 2 ]; then
+  FORMAT=2
+  echo 'format_version = 2' >> tde.conf
+  echo "crash test: format 2 (TDE_TEST_FORMAT=2)"
 fi
 chmod 600 tde.conf
 "$CLI" --config tde.conf keystore create --auto-login >/dev/null 2>&1
@@ -102,10 +104,10 @@ run_mode(){
     checks=$((checks + L))
   done
   local done_cycles=$(( bad ? i - 1 : CYCLES ))
-  # The format-3 twin runs on format 3 indeed.
-  if [ "${TDE_TEST_FORMAT:-}" = 3 ] && [ $bad = 0 ] &&
-     ! "$CLI" --config tde.conf status "$db" 2>&1 | grep -q '^format_version: 3$'; then
-    echo "FAIL - $name: the database is not format 3"; bad=1
+  # The run is on the format it says (3, or 2 in the format-2 twin).
+  if [ $bad = 0 ] &&
+     ! "$CLI" --config tde.conf status "$db" 2>&1 | grep -q "^format_version: $FORMAT\$"; then
+    echo "FAIL - $name: the database is not format $FORMAT"; bad=1
   fi
   printf '%-4s %-16s cycles %5d  killed: mid-transaction %5d, in explicit checkpoint %4d, between/at startup %4d;  transactions committed %6d, transaction checks %8d\n' \
     "$([ $bad = 0 ] && echo ok || echo FAIL)" "$name" "$done_cycles" "$mid" "$inckpt" "$idle" "$L" "$checks"

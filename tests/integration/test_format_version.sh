@@ -2,7 +2,8 @@
 # `format_version` in the configuration: new databases are created in
 # format 1 when it says 1 (status shows version 1, freshness off; the
 # database works and verifies; `sqlite-tde upgrade` moves it to 2), in
-# format 2 by default or when it says 2, and any other value is refused
+# format 2 when it says 2, in format 3 by default (issue 24), and any
+# other value is refused
 # with the file and line, creating nothing.
 #
 # Environment (set by ctest): TDE_BUILD, TDE_TEST_TMP.
@@ -28,7 +29,7 @@ chmod 600 base.conf
 for v in 1 2 default; do
   cp base.conf "v$v.conf"
   [ "$v" != default ] && echo "format_version = $v" >> "v$v.conf"
-  want=$v; [ "$v" = default ] && want=2
+  want=$v; [ "$v" = default ] && want=3
   fresh=on; [ "$want" = 1 ] && fresh=off
   "$CLI" --config "$WORK/v$v.conf" shell "v$v.db" \
     "CREATE TABLE t(x); INSERT INTO t SELECT value FROM generate_series(1,500); SELECT count(*) FROM t;" \
@@ -45,6 +46,14 @@ done
 RC=$?
 "$CLI" --config "$WORK/v1.conf" status v1.db > st.txt 2>&1
 check '[ $RC -eq 0 ] && grep -q "^format_version: 2$" st.txt' "a format-1 database made this way upgrades to 2"
+# Under the default configuration plain `upgrade` goes on to format 3.
+"$CLI" --config "$WORK/base.conf" upgrade v1.db > up.txt 2>&1
+RC=$?
+"$CLI" --config "$WORK/base.conf" status v1.db > st.txt 2>&1
+check '[ $RC -eq 0 ] && grep -q "^format_version: 3$" st.txt' "plain upgrade under the default configuration goes to 3 ($(tail -1 up.txt))"
+"$CLI" --config "$WORK/base.conf" verify v1.db > vf.txt 2>&1
+RC=$?
+check '[ $RC -eq 0 ]' "and the upgraded database verifies"
 
 cp base.conf bad.conf
 echo "format_version = 4" >> bad.conf

@@ -8,7 +8,8 @@
 # `upgrade` names 2 -> 3; a second run changes nothing; a `cp` of the
 # upgraded WAL database alone opens and verifies, and a page of it rolled
 # back (after a write and a checkpoint) is refused against the map the file
-# holds.  Plain `upgrade` (no --to) leaves a version-2 database at 2.
+# holds.  Plain `upgrade` (no --to) goes to 3 as well, and leaves a
+# version-2 database at 2 under format_version = 2.
 #
 # Environment (set by ctest): TDE_BUILD, TDE_SRC, TDE_TEST_TMP.
 set -uo pipefail
@@ -16,15 +17,19 @@ set -uo pipefail
 . "${TDE_SRC:?set TDE_SRC to the repository root}/tests/lib/fixture_v2.sh" test_r7_fixture_upgrade
 printf 'audit_log = %s/audit.log\n' "$WORK" >> tde.conf
 
-# Without --to: the configured version (2 here), nothing moves.
-"$CLI" --config "$CFG" upgrade fix2.db > up0.txt 2>&1
-check 'grep -q "already format version 2" up0.txt' "fix2.db: plain upgrade leaves version 2 ($(head -1 up0.txt))"
+# Without --to: the configured version; under format_version = 2, nothing moves.
+cp tde.conf tde-v2.conf && echo "format_version = 2" >> tde-v2.conf
+"$CLI" --config "$WORK/tde-v2.conf" upgrade fix2.db > up0.txt 2>&1
+check 'grep -q "already format version 2" up0.txt' "fix2.db: plain upgrade under format_version = 2 leaves version 2 ($(head -1 up0.txt))"
 
+# Plain upgrade under the default configuration goes to 3 (fix2.db), as
+# --to 3 does (fixwal2.db).
 declare -A ROWS=( [fix2.db]="150 46692" [fixwal2.db]="1500 468607" )
+declare -A HOW=( [fix2.db]="" [fixwal2.db]="--to 3" )
 for db in fix2.db fixwal2.db; do
-  "$CLI" --config "$CFG" upgrade --to 3 "$db" > up.txt 2>&1
+  "$CLI" --config "$CFG" upgrade ${HOW[$db]} "$db" > up.txt 2>&1
   RC=$?
-  check '[ $RC -eq 0 ] && grep -q "upgraded to format version 3" up.txt' "$db: upgrade --to 3 ($(head -1 up.txt))"
+  check '[ $RC -eq 0 ] && grep -q "upgraded to format version 3" up.txt' "$db: upgrade ${HOW[$db]:-(plain)} ($(head -1 up.txt))"
   check '[ ! -e "$db-tdemap" ]' "$db: no DB-tdemap after the upgrade"
   "$CLI" --config "$CFG" status "$db" > st.txt 2>&1
   check 'grep -q "^format_version: 3$" st.txt' "$db: status says format version 3"

@@ -53,11 +53,12 @@ chmod 600 tde.conf
 MISSING="$WORK/no-such-dir/tde.conf"
 
 # A database with a page to tamper with: page 2 (the table's root) at
-# 8192 + 4096 in the file; flip a byte in its ciphertext.
+# 8192 + 8192 + 4096 in the file (format 3, the default: page N at
+# 8192 + M*(1 + (N-1)/508) + (N-1)*P, M = 8192); flip a byte in its ciphertext.
 "$CLI" --config tde.conf shell tampered.db "CREATE TABLE t(x); INSERT INTO t VALUES('reason-test');" >/dev/null
 # dd is a tool here, not a host under test: no sanitizer runtime for it
 # (the ASan build preloads one into every process, and dd trips it).
-OFS=$((8192 + 4096 + 100))
+OFS=$((8192 + 8192 + 4096 + 100))
 BEFORE=$(od -An -tx1 -j $OFS -N1 tampered.db)
 if [ "$BEFORE" = " 5a" ]; then NEW='\xa5'; else NEW='\x5a'; fi
 printf "$NEW" | env -u LD_PRELOAD dd of=tampered.db bs=1 seek=$OFS conv=notrunc status=none

@@ -205,7 +205,7 @@ static void test_zero_page_inside_committed(void **state){
   nPage = makeSmallDb(zPath, 30);
   assert_true(nPage>=3);
   memset(aZero, 0, sizeof(aZero));
-  rawWrite(zPath, aZero, sizeof(aZero), TDE_HEADER_BYTES + (nPage-1)*4096);
+  rawWrite(zPath, aZero, sizeof(aZero), tdetestPageOff(4096, (uint32_t)nPage));
   db = openTde(zPath);
   rc = execRc(db, "SELECT sum(length(b)) FROM t");
   assert_int_equal(rc, SQLITE_IOERR_AUTH);
@@ -339,7 +339,7 @@ static void test_truncated_by_one_byte(void **state){
   pathOf(zPath, "trunc.db");
   nPage = makeSmallDb(zPath, 40);
   sz = fileSize(zPath);
-  assert_int_equal(sz, TDE_HEADER_BYTES + nPage*4096);
+  assert_int_equal(sz, tdetestPageOff(4096, (uint32_t)nPage) + 4096);
   assert_int_equal(truncate(zPath, sz-1), 0);
   printf("# %lld-page database cut short by one byte\n", (long long)nPage);
 
@@ -561,7 +561,7 @@ static void test_error_reasons(void **state){
   pathOf(zNew, "reason-new.db");
   (void)makeSmallDb(zPath, 10);
   memset(aJunk, 0x77, sizeof(aJunk));
-  rawWrite(zPath, aJunk, sizeof(aJunk), TDE_HEADER_BYTES + 4096 + 200);   /* page 2 */
+  rawWrite(zPath, aJunk, sizeof(aJunk), tdetestPageOff(4096, 2) + 200);   /* page 2 */
   db = openTde(zPath);
   rc = execRc(db, "SELECT count(*), sum(length(b)) FROM t");
   assert_int_equal(rc, SQLITE_IOERR_AUTH);
@@ -658,12 +658,12 @@ static void test_forged_rekey_journal(void **state){
   aJ[24] = 0; aJ[25] = 0; aJ[26] = 0x10; aJ[27] = 0;   /* page size 4096 */
   aJ[31] = 1;                                          /* one entry */
   aJ[35] = 2;                                          /* page 2 */
-  memcpy(aJ+36, aOld + TDE_HEADER_BYTES + 4096, 4096);
+  memcpy(aJ+36, aOld + tdetestPageOff(4096, 2), 4096);
   assert_int_equal(tdeSha256(aJ, nJ-32, aJ+nJ-32), TDE_OK);
   snprintf(zJ, sizeof(zJ), "%s-tderekey", zPath);
   writeAll(zJ, aJ, nJ);
   memset(aJunk, 0x33, sizeof(aJunk));
-  rawWrite(zPath, aJunk, sizeof(aJunk), TDE_HEADER_BYTES + 4096 + 300);
+  rawWrite(zPath, aJunk, sizeof(aJunk), tdetestPageOff(4096, 2) + 300);
   db = openTde(zPath);
   rc = execRc(db, "SELECT group_concat(b) FROM t");
   printf("# damaged page 2 with a forged -tderekey beside it: rc=%d\n", rc);

@@ -96,15 +96,25 @@ static char zCfgV1[PATH_MAX];
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-/* A new folder zScratch/<zName>-XXXXXX and zDir/zName.db in it. */
+/* A new folder zScratch/<zName>-XXXXXX and zDir/zName.db in it; the
+** database is created in the suite's format (tdetest.h; a pin of an
+** earlier case ends here). */
 static void caseDb(const char *zName, char *zDb){
   char zDir[PATH_MAX], zFile[PATH_MAX];
+  tdeSetCreateVersion(tdetestNewFormat());
   if( snprintf(zDir, sizeof(zDir), "%s/%s-XXXXXX", zScratch, zName)>=(int)sizeof(zDir) ){
     fail_msg("path too long");
   }
   if( mkdtemp(zDir)==0 ) fail_msg("mkdtemp %s", zDir);
   if( snprintf(zFile, sizeof(zFile), "%s.db", zName)>=(int)sizeof(zFile) ) fail_msg("name too long");
   joinPath(zDb, zDir, zFile);
+}
+
+/* caseDb, the database pinned to format 2: a case about DB-tdemap, which
+** version 3 does not have (the map lies in the database file). */
+static void caseDbV2(const char *zName, char *zDb){
+  caseDb(zName, zDb);
+  tdeSetCreateVersion(2);
 }
 
 /* Open zDb through tde under zConfig, extended result codes on. */
@@ -414,9 +424,8 @@ static void test_map_missing_v2(void **state){
   size_t nMap = 0;
   sqlite3_int64 v = 0;
   (void)state;
-  tdetestSkipOnFormat3("DB-tdemap deleted: version 3 has no side file (the map lies in the database file)");
   heldFree();
-  caseDb("map-missing", zDb);
+  caseDbV2("map-missing", zDb);
   sidePath(zMap, zDb, "-tdemap");
   attackedHistory(zDb, zCfg, 0, aStale, aCur);
   aMap = hold(readAll(zMap, &nMap));
@@ -438,9 +447,8 @@ static void test_map_tampered_v2(void **state){
   sqlite3_int64 v = 0;
   int iPg;
   (void)state;
-  tdetestSkipOnFormat3("DB-tdemap edited: version 3 has no side file (the in-file map's slots are covered by test_tamper and test_r6_format3)");
   heldFree();
-  caseDb("map-tampered", zDb);
+  caseDbV2("map-tampered", zDb);
   sidePath(zMap, zDb, "-tdemap");
   iPg = attackedHistory(zDb, zCfg, 0, aStale, aCur);
   aMap = hold(readAll(zMap, &nMap));
@@ -842,9 +850,8 @@ static void test_remap_v2(void **state){
   sqlite3_int64 v = 0;
   int iPg;
   (void)state;
-  tdetestSkipOnFormat3("DB-tdemap deleted, then remap: version 3 has no side file to lose");
   heldFree();
-  caseDb("remap", zDb);
+  caseDbV2("remap", zDb);
   sidePath(zMap, zDb, "-tdemap");
   iPg = attackedHistory(zDb, zCfg, 0, aStale, aCur);
   pageMapStatus(zDb, zCfg, zSt, sizeof(zSt));

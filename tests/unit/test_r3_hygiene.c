@@ -487,6 +487,7 @@ static void fillDb(const char *zDb, const char *zConf, int bWal, int nRow, int b
 static void test_bypass_per_connection_map(void **state){
   char zDir[PATH_MAX], zDbA[PATH_MAX], zMapB[PATH_MAX + 16];
   (void)state;
+  tdeSetCreateVersion(2);                 /* pinned: a case about DB-tdemap (format 2) */
   dirAt(zDir, "bypass-map", 0700);
   joinPath(zDbA, zDir, "a.db");
   joinPath(zDbB, zDir, "b.db");
@@ -512,6 +513,7 @@ static void test_bypass_per_connection_map(void **state){
   }
   assert_int_equal(rcHookReadB, SQLITE_IOERR_AUTH);
   assert_int_not_equal(access(zMapB, F_OK), 0);   /* nothing written for B */
+  tdeSetCreateVersion(tdetestNewFormat());
 }
 
 static void test_bypass_per_connection_anchor(void **state){

@@ -29,7 +29,8 @@
 **    authentic version is refused, "does not match the page map the
 **    database file itself holds"; tde_db_remap (sqlite-tde remap) then
 **    accepts the pages as they are and the map is built in the file again.
-** A database without format_version stays version 2 (its page 1 at 8192).
+** A database without format_version is version 3 (the default since issue
+** 24); one with format_version = 2 is version 2 (its page 1 at 8192).
 ** Against SQLite 3.40 (system) and 3.53 (test_r6_format3_353).
 */
 #include "tdetest.h"
@@ -40,6 +41,7 @@
 
 /* zScratch/tde-v3.conf: the group's wallet, format_version = 3. */
 static char zCfg3[PATH_MAX];
+static char zCfg2[PATH_MAX];   /* the group's wallet, format_version = 2 */
 
 static int64_t regionBytes(uint32_t P){
   return P>8192 ? P : 8192;
@@ -411,29 +413,35 @@ static void test_ckpt_done_fold(void **state){
   removeDb(zCopy);
 }
 
-/* Without format_version the default stays version 2: page 1 at 8192. */
-static void test_default_v2(void **state){
+/* Without format_version new databases are version 3 (issue 24): page 1
+** at off(1) = 16384 at 4096-byte pages, the region at 8192 SQLite never
+** sees; format_version = 2 keeps version 2: page 1 at 8192. */
+static void test_default_v3(void **state){
   char zDb[PATH_MAX];
   unsigned char *a;
   size_t n = 0;
   sqlite3 *db;
   (void)state;
-  pathOf(zDb, "f3-default.db");
-  removeDb(zDb);
-  db = openDb(zDb, zCfg);
-  exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
-  fillRows(db, 1, 100, 100);
-  assert_int_equal(queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 2);
-  {
-    int64_t N = queryInt(db, "PRAGMA page_count");
-    sqlite3_close(db);
-    a = readAll(zDb, &n);
-    assert_non_null(a);
-    assert_int_equal((int64_t)n, 8192 + N*4096);
-    assert_false(allZero(a + 8192, 4096));
-    free(a);
+  for(int iV=3; iV>=2; iV--){
+    pathOf(zDb, iV==3 ? "f3-default.db" : "f3-pinned2.db");
+    removeDb(zDb);
+    db = openDb(zDb, iV==3 ? zCfg : zCfg2);
+    exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    fillRows(db, 1, 100, 100);
+    assert_int_equal(queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), iV);
+    {
+      int64_t N = queryInt(db, "PRAGMA page_count");
+      int64_t iPage1 = iV==3 ? 8192 + 8192 : 8192;
+      sqlite3_close(db);
+      a = readAll(zDb, &n);
+      assert_non_null(a);
+      assert_true(N < K);
+      assert_int_equal((int64_t)n, iPage1 + N*4096);
+      assert_false(allZero(a + iPage1, 4096));
+      free(a);
+    }
+    removeDb(zDb);
   }
-  removeDb(zDb);
 }
 
 static int groupSetup(void **state){
@@ -444,6 +452,11 @@ static int groupSetup(void **state){
   f = fopen(zCfg3, "w");
   if( !f ) return -1;
   fprintf(f, "%sformat_version = 3\n", TDETEST_WALLET_CONF);
+  fclose(f);
+  snprintf(zCfg2, sizeof(zCfg2), "%s/tde-v2.conf", zScratch);
+  f = fopen(zCfg2, "w");
+  if( !f ) return -1;
+  fprintf(f, "%sformat_version = 2\n", TDETEST_WALLET_CONF);
   fclose(f);
   return 0;
 }
@@ -457,7 +470,7 @@ static int groupTeardown(void **state){
 
 int main(void){
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_default_v2),
+    cmocka_unit_test(test_default_v3),
     cmocka_unit_test(test_layout_1024_delete),
     cmocka_unit_test(test_layout_1024_wal),
     cmocka_unit_test(test_layout_4096_delete),

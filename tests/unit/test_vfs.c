@@ -479,7 +479,7 @@ static void roundTrip(const char *zMode, int pgsz){
   SAME(db, ref, "SELECT k, id FROM t ORDER BY k, id");   /* through the index */
   INTEGRITY_OK(db);
   nPage = QINT(db, "PRAGMA page_count");
-  assert_int_equal(nPage, (sz - TDE_HEADER_BYTES) / pgsz);
+  assert_int_equal(nPage, tdetestPagesIn((uint32_t)pgsz, sz));
   nChecked = VERIFY_OK(db, "main");
   assert_true(nChecked >= nPage);
   assert_int_equal(QINT(db, "SELECT page_size FROM tde_status WHERE schema='main'"), pgsz);
@@ -704,7 +704,7 @@ static void test_vacuum_rollback(void **state){
   assert_int_equal(QINT(db, "PRAGMA freelist_count"), 0);
   SAME(db, ref, zAllT);
   INTEGRITY_OK(db);
-  assert_int_equal(fileSize(zPath), TDE_HEADER_BYTES + nAfter*4096);
+  assert_int_equal(fileSize(zPath), tdetestPageOff(4096, (uint32_t)nAfter) + 4096);
 
   closeDb(db);
   db = openTde(zPath);
@@ -1451,7 +1451,7 @@ static void test_page1_change_counter(void **state){
     int fd = open(zPath, O_RDWR);
     unsigned char x;
     sqlite3_int64 pgsz = QINT(a, "PRAGMA page_size");
-    off_t at = (off_t)(8192 + pgsz - 48 + 12);
+    off_t at = (off_t)(tdetestPageOff((uint32_t)pgsz, 1) + pgsz - 48 + 12);
     int rc;
     assert_true(fd>=0);
     assert_int_equal(pread(fd, &x, 1, at), 1);
@@ -1545,7 +1545,7 @@ static void test_auto_vacuum(void **state){
     SAME(db, ref, zAllT);
     INTEGRITY_OK(db);
     VERIFY_OK(db, "main");
-    assert_int_equal(fileSize(zPath), TDE_HEADER_BYTES + QINT(db, "PRAGMA page_count")*4096);
+    assert_int_equal(fileSize(zPath), tdetestPageOff(4096, (uint32_t)QINT(db, "PRAGMA page_count")) + 4096);
     closeDb(db);
     closeDb(ref);
   }
@@ -1865,7 +1865,7 @@ static void test_verify_fresh_connection_finds_damage(void **state){
   int rc, rcSql;
   FILE *f;
   int c;
-  long off = TDE_HEADER_BYTES + 4*4096 + 100;   /* page 5: overflow of row 1 */
+  long off = (long)tdetestPageOff(4096, 5) + 100;   /* page 5: overflow of row 1 */
   (void)state;
   pathOf(zPath, "vfresh.db");
   removeDb(zPath);
