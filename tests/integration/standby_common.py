@@ -275,8 +275,9 @@ def wait_listening(p, port, limit=300):
 
 
 def start_ship(d, db, cfg, ports, log="ship.log", cycle=20, env=None, conf=None, extra=()):
+    """`sqlite-tde ship`; cfg is not passed: the shipper needs no keystore."""
     tls = ["--insecure-no-tls"] if conf == "insecure" else ["--repl-config", conf or os.path.join(CERTS, "ship.conf")]
-    args = [CLI, "--config", cfg, "ship", "--cycle-ms", str(cycle)] + tls + list(extra)
+    args = [CLI, "ship", "--cycle-ms", str(cycle)] + tls + list(extra)
     for p in ports:
         args += ["--to", "127.0.0.1:%d" % p]
     return subprocess.Popen(args + [db], stdout=subprocess.DEVNULL,
