@@ -44,8 +44,8 @@ typedef struct tde_archive_options {
 } tde_archive_options;
 
 /*
-** Run the shipper of zDb (opened through the tde VFS with zConfig, only
-** for SQLite's locks) with the archive as a destination, until *pbStop.
+** Run the shipper of zDb (no keystore, no key: zConfig is ignored, kept
+** for compatibility) with the archive as a destination, until *pbStop.
 ** Returns TDE_OK once stopped, or the error that stopped it.
 */
 int tde_archive_run(const char *zDb, const char *zConfig, const tde_archive_options *pOpt, volatile int *pbStop);

@@ -305,8 +305,9 @@ TDE_API int tde_db_remap(const char *zDbPath, const char *zConfig);
 ** are; the standby applies them to its copy without any key.
 **
 ** tde_ship_run_v2: capture committed transactions of the WAL-mode database
-** zDb (opened through the tde VFS with configuration zConfig, NULL for the
-** default search, only to take SQLite's locks) every nCycleMs milliseconds
+** zDb (SQLite's locks taken on its WAL index through the VFS below tde:
+** no keystore, no key; zConfig is ignored, kept for compatibility) every
+** nCycleMs milliseconds
 ** (<= 0: 50) into the spool zDb-tdeship, and send them to each standby in
 ** azTo[0..nTo) ("host:port").  Runs until *pbStop becomes non-zero (may be
 ** NULL: forever); returns TDE_OK then, or the error that stopped it.

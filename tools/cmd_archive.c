@@ -30,8 +30,9 @@ const char cliArchiveHelp[] =
   "spool only once the bucket acknowledged the segment holding it.  An\n"
   "unreachable bucket never blocks a commit: the spool grows (to --max-spool),\n"
   "the status and DB-tdeship-audit say so, and uploads resume when it is back.\n"
-  "Like `ship` it opens DB through the tde VFS (so with the keystore of\n"
-  "--config) only to take SQLite's locks; it never decrypts a page.\n"
+  "Like `ship` it needs no keystore and holds no key: it takes SQLite's locks\n"
+  "on the WAL index (DB-shm) without opening DB through the tde VFS; a\n"
+  "--config CFG or $SQLITE_TDE_CONFIG is not loaded.\n"
   "\nOptions:\n"
   "  --s3 FILE            KEY=VALUE lines, mode 0600: S3_ENDPOINT (https://...),\n"
   "                       S3_REGION, S3_BUCKET, optional S3_CA_FILE, S3_PREFIX,\n"
@@ -72,7 +73,7 @@ static void onStop(int sig){
 
 static int usage(const char *zMsg, const char *zArg){
   cliErr(zMsg, zArg);
-  fprintf(stderr, "usage: sqlite-tde [--config CFG] archive --s3 S3ENV (--sign-key KEY | --repl-config F) [options] DB\n"
+  fprintf(stderr, "usage: sqlite-tde archive --s3 S3ENV (--sign-key KEY | --repl-config F) [options] DB\n"
                   "       sqlite-tde archive --status DB\n"
                   "Try 'sqlite-tde archive --help'.\n");
   return CLI_USAGE;
@@ -157,13 +158,14 @@ int cliCmdArchive(Cli *pCli, const CliArgs *pArgs){
   const char *azTo[16];
   const char *zDb = 0;
   int nTo = 0, bStatus = 0, bPrune = 0, rc;
+  (void)pCli;                 /* no keystore, no --config: the archiver holds no key */
   memset(&o, 0, sizeof(o));
   o.nSize = sizeof(o);
   for(int i=0; i<pArgs->nRest; i++){
     const char *z = pArgs->azRest[i];
     const char *zVal = i+1<pArgs->nRest ? pArgs->azRest[i+1] : 0;
     if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){
-      printf("usage: sqlite-tde [--config CFG] archive --s3 S3ENV (--sign-key KEY | --repl-config F) [options] DB\n"
+      printf("usage: sqlite-tde archive --s3 S3ENV (--sign-key KEY | --repl-config F) [options] DB\n"
              "       sqlite-tde archive --prune --s3 S3ENV (--retain-bases K | --retain-age D)... [--dry-run]\n"
              "                          [--prefix P] (--db-id HEX | DB)\n"
              "       sqlite-tde archive --status DB\n\n%s", cliArchiveHelp);
@@ -208,7 +210,7 @@ int cliCmdArchive(Cli *pCli, const CliArgs *pArgs){
   }
   o.azTo = azTo;
   o.nTo = nTo;
-  if( cliKeystoreEnsure(pCli) ) return CLI_FAIL;
+  /* No keystore: the archiver holds no key (src/repl/walock.c). */
   {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
@@ -219,7 +221,7 @@ int cliCmdArchive(Cli *pCli, const CliArgs *pArgs){
     sigaction(SIGHUP, &sa, 0);
     signal(SIGPIPE, SIG_IGN);
   }
-  rc = tde_archive_run(zDb, pCli->zConfig, &o, &bStop);
+  rc = tde_archive_run(zDb, 0, &o, &bStop);
   if( rc ){
     cliErrDetail("archive stopped", rc);
     return CLI_FAIL;

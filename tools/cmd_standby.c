@@ -17,15 +17,19 @@
 #include <string.h>
 
 const char cliShipHelp[] =
-  "Run on the primary host, next to the application (it opens the keystore\n"
-  "like any client, only to take SQLite's locks; it never decrypts a page).\n"
+  "Run on the primary host, next to the application.  It needs no keystore\n"
+  "and holds no key: it takes SQLite's locks on the WAL index (DB-shm) without\n"
+  "opening DB through the tde VFS, and reads the database id from DB's\n"
+  "plaintext header; a --config CFG or $SQLITE_TDE_CONFIG is not loaded.\n"
   "Every cycle (default 50 ms) it takes SQLite's WAL write lock for a moment,\n"
   "copies the WAL frames committed since the last cycle into the spool\n"
   "DB-tdeship (ciphertext, fsync'd), and sends them in order to each standby.\n"
   "A standby that is new or too far behind first gets a base copy.  The tde\n"
   "VFS saves frames the shipper has not captured yet into the spool before a\n"
   "checkpoint discards them, so none is lost while the shipper is down.\n"
-  "DB must be in WAL mode.  Runs until SIGINT or SIGTERM.\n"
+  "DB must be in WAL mode; a WAL index a crashed writer left is recovered by\n"
+  "the application's next connection (the shipper waits for it: --status\n"
+  "says so).  Runs until SIGINT or SIGTERM.\n"
   "\nOptions:\n"
   "  --to HOST:PORT   a standby (repeat for several)\n"
   "  --cycle-ms N     capture interval in milliseconds (default 50)\n"
@@ -123,7 +127,7 @@ static void catchStop(void){
 static int usage(const char *zCmd, const char *zMsg, const char *zArg){
   cliErr(zMsg, zArg);
   if( strcmp(zCmd, "ship")==0 ){
-    fprintf(stderr, "usage: sqlite-tde [--config CFG] ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N]\n"
+    fprintf(stderr, "usage: sqlite-tde ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N]\n"
                     "                  (--repl-config FILE | --insecure-no-tls) DB\n");
   }else{
     fprintf(stderr, "usage: sqlite-tde standby --listen HOST:PORT (--repl-config FILE | --insecure-no-tls) [--accept-rewind] DB\n"
@@ -150,7 +154,7 @@ int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
   for(int i=0; i<pArgs->nRest; i++){
     const char *z = pArgs->azRest[i];
     if( strcmp(z, "--help")==0 || strcmp(z, "-h")==0 ){
-      printf("usage: sqlite-tde [--config CFG] ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N]\n"
+      printf("usage: sqlite-tde ship --to HOST:PORT [--to HOST:PORT...] [--cycle-ms N]\n"
              "                  (--repl-config FILE | --insecure-no-tls) DB\n\n%s", cliShipHelp);
       return CLI_OK;
     }
@@ -191,12 +195,12 @@ int cliCmdShip(Cli *pCli, const CliArgs *pArgs){
   if( (zRepl!=0)==((flags & TDE_REPL_INSECURE_NO_TLS)!=0) ){
     return usage("ship", "give --repl-config FILE (TLS) or --insecure-no-tls%s", "");
   }
-  if( cliKeystoreEnsure(pCli) ) return CLI_FAIL;
+  /* No keystore: the shipper holds no key (src/repl/walock.c). */
   if( flags & TDE_REPL_INSECURE_NO_TLS ){
     fprintf(stderr, "sqlite-tde: warning: --insecure-no-tls: the standby link is plaintext and unauthenticated\n");
   }
   catchStop();
-  rc = tde_ship_run_v2(zDb, pCli->zConfig, zRepl, flags, azTo, nTo, nCycle, &bStop);
+  rc = tde_ship_run_v2(zDb, 0, zRepl, flags, azTo, nTo, nCycle, &bStop);
   if( rc ){
     cliErrDetail("ship stopped", rc);
     return CLI_FAIL;

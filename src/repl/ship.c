@@ -3,25 +3,28 @@
 ** captures committed WAL transactions as ciphertext into the spool
 ** DB-tdeship and sends them, in order, to one or more standbys.
 **
-**   capture   every cycle: BEGIN IMMEDIATE (SQLite's WAL write lock: no
-**             writer can append to or restart the WAL meanwhile), read the
-**             WAL index header from -shm, copy frames (last captured,
-**             mxFrame] from -wal into the spool, fsync, COMMIT.  The lock is
-**             held only for that local copy.
+**   capture   every cycle: SQLite's WAL write lock (walock.c: no writer
+**             can append to or restart the WAL meanwhile), read the WAL
+**             index header from -shm, copy frames (last captured, mxFrame]
+**             from -wal into the spool, release, fsync.  The lock is held
+**             only for that local copy.
 **   senders   one thread per standby: hello (database id, spool history,
 **             key check), then records from the standby's last applied
 **             sequence, a window of unacknowledged ones in flight; a
 **             standby that is too far behind (records trimmed, or a GAP
 **             record) gets a base copy first.
-**   base      under BEGIN IMMEDIATE: capture, then copy the database file
-**             and apply frames 1..mxFrame of the WAL to the copy, which is
-**             then consistent with the spool's last sequence number.
+**   base      under the WAL write and checkpoint locks: capture, then
+**             copy the database file and apply frames 1..mxFrame of the
+**             WAL to the copy, which is then consistent with the spool's
+**             last sequence number.
 **
-** The process opens the database through the tde VFS only to take
-** SQLite's locks; it never decrypts a page.  Must never: send a record the
+** The process never opens the database through the tde VFS: it takes
+** SQLite's locks on the WAL index through the VFS below (walock.c), so it
+** needs no keystore and holds no key.  Must never: send a record the
 ** spool does not hold durably, or skip one.
 */
 #include "repl/repl.h"
+#include "repl/walock.h"
 #include "cipher/cipher.h"
 #include "keys/keys.h"
 #include "keys/layout.h"
@@ -85,12 +88,12 @@ typedef struct ShipPeer {
   uint64_t headSentMs;
   ShipIdx *aIdx;
   int nIdx, nIdxAlloc;
-  sqlite3 *db;                /* for base copies */
+  TdeWalLock lock;            /* for base copies (bLock: open) */
+  int bLock;
 } ShipPeer;
 
 struct Ship {
   const char *zDb;
-  char *zUri;
   volatile int *pbStop;
   int nCycleMs;
   pthread_mutex_t mu;
@@ -105,11 +108,13 @@ struct Ship {
   double holdMaxMs, holdSumMs;
   int64_t nCycle;
   int nBadCycles;             /* consecutive captures that found the WAL inconsistent */
+  int eWait;                  /* TDE_WALOCK_NOINDEX or _RECOVER: why the last cycle captured nothing */
   uint64_t durableSeq;        /* spool records up to this one are synced: sendable */
   /* The database file and -shm, opened once and closed only after every
-  ** SQLite connection of the process: closing any descriptor of a file
-  ** drops every POSIX lock the process holds on it, SQLite's included
-  ** (the WAL write lock is a lock on -shm). */
+  ** lock of the process (walock.c) is closed: closing any descriptor of
+  ** a file drops every POSIX lock the process holds on it, those taken
+  ** through the VFS below included (the WAL write lock is a lock on
+  ** -shm). */
   int fdDb, fdShm;
   int fdLock;                 /* DB-tdeship-lock, flock'd: one shipper per database */
   TdeReplCfg *pCfg;           /* TLS and the repl_* keys */
@@ -165,30 +170,6 @@ static double nowSec(void){
   return (double)ts.tv_sec + (double)ts.tv_nsec/1e9;
 }
 
-/* "file:" URI for the database through tde with the configuration. */
-static char *shipUri(const char *zDb, const char *zConfig){
-  sqlite3_str *s = sqlite3_str_new(0);
-  const char *azPart[2] = { zDb, zConfig };
-  for(int k=0; k<2; k++){
-    const char *z = azPart[k];
-    if( k==0 ) sqlite3_str_appendall(s, z[0]=='/' ? "file://" : "file:");
-    else{
-      if( !z ) break;
-      sqlite3_str_appendall(s, "&tde_config=");
-    }
-    for(; *z; z++){
-      unsigned char c = (unsigned char)*z;
-      if( (c>='a'&&c<='z') || (c>='A'&&c<='Z') || (c>='0'&&c<='9') || c=='-' || c=='.' || c=='_' || c=='/' ){
-        sqlite3_str_appendchar(s, 1, (char)c);
-      }else{
-        sqlite3_str_appendf(s, "%%%02X", (unsigned)c);
-      }
-    }
-    if( k==0 ) sqlite3_str_appendall(s, "?vfs=tde");
-  }
-  return sqlite3_str_finish(s);
-}
-
 /* Database id and key-check value from the header region: SHA-256 of the
 ** in-force slot's database id and keyring entries (no data key needed). */
 static int shipReadIdentity(const char *zDb, uint8_t *aDbid, uint8_t *aKeyCheck){
@@ -229,35 +210,15 @@ done:
   return rc;
 }
 
-static int shipOpenDb(Ship *p, sqlite3 **pDb){
-  sqlite3 *db = 0;
-  sqlite3_stmt *pStmt = 0;
-  int rc = sqlite3_open_v2(p->zUri, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_URI, 0);
-  if( rc==SQLITE_OK ) rc = sqlite3_busy_timeout(db, 10000);
-  if( rc==SQLITE_OK ) rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &pStmt, 0);
-  if( rc==SQLITE_OK && sqlite3_step(pStmt)==SQLITE_ROW ){
-    const char *zMode = (const char*)sqlite3_column_text(pStmt, 0);
-    if( !zMode || sqlite3_stricmp(zMode, "wal")!=0 ){
-      sqlite3_finalize(pStmt);
-      sqlite3_close(db);
-      return tdeErr(TDE_UNSUPPORTED, "%s: journal_mode is %s; shipping needs WAL mode "
-                    "(PRAGMA journal_mode=WAL)", p->zDb, zMode ? zMode : "?");
-    }
-  }else if( rc==SQLITE_OK ){
-    rc = sqlite3_errcode(db);
-  }
-  sqlite3_finalize(pStmt);
-  if( rc ){
-    int trc = tdeErr(rc==SQLITE_AUTH ? TDE_NOKEYSTORE : TDE_IO, "%s: cannot open: %s", p->zDb,
-                     db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-    sqlite3_close(db);
-    return trc;
-  }
-  *pDb = db;
-  return TDE_OK;
+/* The keyless lock on the database (walock.c): no keystore, no key.
+** Whether it is in WAL mode shows at the first cycle (a database that is
+** not has no WAL index: shipNoteWait). */
+static int shipOpenDb(Ship *p, TdeWalLock *pLock){
+  return tdeWalLockOpen(pLock, p->zDb);
 }
 
-/* WAL index end from -shm (caller holds the WAL write lock). */
+/* WAL index end from the raw -shm, unchecked and unlocked: only a hint
+** (sync mode's early wake-up). */
 static void shipShmEnd(int fdShm, TdeWalEnd *pEnd){
   uint8_t a[96];
   int bShort = 1;
@@ -325,17 +286,17 @@ static void shipWalClose(ShipWal *w){
 }
 
 /*
-** One capture under the WAL write lock held by db: new frames into the
-** spool.  *pEnd gets the WAL index end used; *pHoldMs the lock hold time.
+** One capture under the lock shipBegin took: new frames into the spool.
+** pEnd: the WAL index end read under it (bKnown 0: the database file's
+** exclusive lock, no WAL content).
 */
-static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
+static int shipCaptureLocked(Ship *p, TdeSpool *s, const TdeWalEnd *pEnd, int *pnNew){
   ShipWal w = { 0, 0, 0, 0 };
   int fdDb, fdShm, rc;
   *pnNew = 0;
   rc = tdeSpoolScan(s, 1);
   if( rc ) return rc;
   shipFds(p, &fdDb, &fdShm);
-  shipShmEnd(fdShm, pEnd);
   shipWalOpen(p, &w);
   if( fdDb<0 ){
     rc = tdeErr(TDE_IO, "%s: %s", p->zDb, strerror(errno));
@@ -374,17 +335,43 @@ static int shipCaptureLocked(Ship *p, TdeSpool *s, TdeWalEnd *pEnd, int *pnNew){
   return rc;
 }
 
-/* BEGIN IMMEDIATE with the busy handler; TDE_LOCKED if it stays busy. */
-static int shipBegin(sqlite3 *db){
-  int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", 0, 0, 0);
-  if( rc==SQLITE_OK ) return TDE_OK;
-  if( (rc & 0xff)==SQLITE_BUSY || (rc & 0xff)==SQLITE_LOCKED ) return TDE_LOCKED;
-  return tdeErr(TDE_IO, "BEGIN IMMEDIATE failed: %s", sqlite3_errmsg(db));
+/* Why the capture found nothing to capture, in the state file (the
+** status's note) and, at each change, the log. */
+static void shipNoteWait(Ship *p, int eWait){
+  int eWas;
+  pthread_mutex_lock(&p->mu);
+  eWas = p->eWait;
+  p->eWait = eWait;
+  pthread_mutex_unlock(&p->mu);
+  if( eWait==eWas ) return;
+  if( eWait==TDE_WALOCK_RECOVER ){
+    tdeLog(TDE_LOG_WARNING, "ship %s: waiting for a connection to recover the WAL index (a writer stopped "
+           "while changing it; SQLite's recovery reads pages, so needs the key)", p->zDb);
+  }else if( eWait==TDE_WALOCK_NOINDEX ){
+    tdeLog(TDE_LOG_WARNING, "ship %s: no WAL index: is the database in WAL mode (PRAGMA journal_mode=WAL)? "
+           "(or no connection has it open)", p->zDb);
+  }else{
+    tdeLog(TDE_LOG_INFO, "ship %s: the WAL index is there: capturing", p->zDb);
+  }
 }
 
-static void shipEnd(sqlite3 *db){
-  sqlite3_exec(db, "COMMIT", 0, 0, 0);
-  if( !sqlite3_get_autocommit(db) ) sqlite3_exec(db, "ROLLBACK", 0, 0, 0);
+/*
+** SQLite's WAL write lock (walock.c; flags TDE_WALOCK_*), tried for a
+** while as SQLite's busy handler would: TDE_LOCKED if it stays busy or
+** there is nothing to lock (*peWait why), *pEnd the WAL index end.
+*/
+static int shipBegin(Ship *p, TdeWalLock *pLock, unsigned flags, TdeWalEnd *pEnd, int *peWait){
+  int rc = TDE_LOCKED;
+  for(int k=0; k<200 && !*p->pbStop; k++){
+    rc = tdeWalLockTake(pLock, flags, pEnd, peWait);
+    if( rc!=TDE_LOCKED || *peWait!=TDE_WALOCK_BUSY ) break;
+    msleep(1);
+  }
+  return rc;
+}
+
+static void shipEnd(TdeWalLock *pLock){
+  tdeWalLockRelease(pLock);
 }
 
 /* The WAL does not hold what its index says (never seen in tests; a safety
@@ -422,13 +409,28 @@ static int shipGapLocked(Ship *p, TdeSpool *s, const TdeWalEnd *pEnd){
   return rc;
 }
 
-static int shipCycle(Ship *p, sqlite3 *db, TdeSpool *s){
+/* Whether the spool holds what this process has not scanned or synced:
+** records the shim's hook saved (at the last connection's close, say). */
+static int shipSpoolBehind(Ship *p, TdeSpool *s){
+  struct stat st;
+  if( !s->pos.bValid || s->pos.seq>shipDurable(p) ) return 1;
+  return fstat(s->fd, &st)==0 && st.st_size!=(off_t)s->iEnd;
+}
+
+static int shipCycle(Ship *p, TdeWalLock *pLock, TdeSpool *s){
   TdeWalEnd end;
   double t0, t1;
-  int nNew = 0, rc;
-  rc = shipBegin(db);
-  if( rc==TDE_LOCKED ) return TDE_OK;     /* a long writer: next cycle */
+  int nNew = 0, eWait = 0, rc;
+  /* Without a WAL index, a database no connection has open is captured
+  ** too (its file is all of it) when there is a reason to: the spool's
+  ** first record, or records of the hook to scan and sync. */
+  rc = shipBegin(p, pLock, shipSpoolBehind(p, s) ? TDE_WALOCK_DBFILE : 0, &end, &eWait);
+  if( rc==TDE_LOCKED ){                   /* a long writer, or no WAL index: next cycle */
+    if( eWait!=TDE_WALOCK_BUSY ) shipNoteWait(p, eWait);
+    return TDE_OK;
+  }
   if( rc ) return rc;
+  shipNoteWait(p, end.bKnown ? 0 : TDE_WALOCK_NOINDEX);
   t0 = nowSec();
   rc = shipCaptureLocked(p, s, &end, &nNew);
   if( rc==TDE_FORMAT ){
@@ -445,7 +447,7 @@ static int shipCycle(Ship *p, sqlite3 *db, TdeSpool *s){
     p->nBadCycles = 0;
   }
   t1 = nowSec();
-  shipEnd(db);
+  shipEnd(pLock);
   /* Sync outside the lock (writers do not wait for it); only synced
   ** records are ever sent, so a record a power loss takes back was never
   ** seen by a standby. */
@@ -490,6 +492,9 @@ static void shipWriteState(Ship *p, const char *zState){
   tdeKvSet(kv, "captured_seq", "%llu", (unsigned long long)p->capturedSeq);
   tdeKvSet(kv, "captured_ms", "%llu", (unsigned long long)p->capturedMs);
   tdeKvSet(kv, "capture_cycles", "%lld", (long long)p->nCycle);
+  tdeKvSet(kv, "capture_wait", "%s", p->eWait==TDE_WALOCK_RECOVER ? "waiting for a connection to recover the WAL index"
+           : p->eWait==TDE_WALOCK_NOINDEX ? "no WAL index: is the database in WAL mode (PRAGMA journal_mode=WAL)? "
+             "(or no connection has it open)" : "");
   tdeKvSet(kv, "capture_lock_ms_max", "%.3f", p->holdMaxMs);
   tdeKvSet(kv, "capture_lock_ms_avg", "%.3f", p->nCycle ? p->holdSumMs/(double)p->nCycle : 0.0);
   tdeKvSet(kv, "peers", "%d", p->nPeer);
@@ -743,12 +748,17 @@ static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pS
   Ship *p = q->pShip;
   ShipWal w = { 0, 0, 0, 0 };
   TdeWalEnd end;
-  int fdDb = -1, fdOut = -1, nNew = 0, rc;
+  int fdDb = -1, fdOut = -1, nNew = 0, eWait = 0, rc;
   uint8_t *aBuf = 0;
   w.pFile = 0;
-  rc = q->db ? TDE_OK : shipOpenDb(p, &q->db);
+  rc = q->bLock ? TDE_OK : shipOpenDb(p, &q->lock);
   if( rc ) return rc;
-  do{ rc = shipBegin(q->db); }while( rc==TDE_LOCKED && !*p->pbStop );
+  q->bLock = 1;
+  /* The checkpoint lock too: no checkpoint writes the file while it is
+  ** copied. */
+  while( (rc = shipBegin(p, &q->lock, TDE_WALOCK_CKPT | TDE_WALOCK_DBFILE, &end, &eWait))==TDE_LOCKED && !*p->pbStop ){
+    msleep(p->nCycleMs);
+  }
   if( rc ) return rc;
   rc = shipCaptureLocked(p, s, &end, &nNew);
   if( rc ) goto done;
@@ -806,7 +816,7 @@ static int peerMakeBase(ShipPeer *q, TdeSpool *s, const char *zTmp, uint64_t *pS
     }
   }
 done:
-  shipEnd(q->db);
+  shipEnd(&q->lock);
   shipWalClose(&w);
   if( fdOut>=0 ) close(fdOut);
   sqlite3_free(aBuf);
@@ -1141,7 +1151,7 @@ static void destMain(ShipPeer *q){
   }
   tdeSpoolClose(q->pSpool);
   q->pSpool = 0;
-  if( q->db ){ sqlite3_close(q->db); q->db = 0; }
+  if( q->bLock ){ tdeWalLockClose(&q->lock); q->bLock = 0; }
 }
 
 static void *peerMain(void *pArg){
@@ -1201,7 +1211,7 @@ static void *peerMain(void *pArg){
     }
   }
   tdeSpoolClose(s);
-  if( q->db ){ sqlite3_close(q->db); q->db = 0; }
+  if( q->bLock ){ tdeWalLockClose(&q->lock); q->bLock = 0; }
   return 0;
 }
 
@@ -1338,11 +1348,14 @@ static int shipOpenSpool(Ship *p, TdeSpool **ps){
 
 /* The first cycle runs before any sender starts (it creates the spool's
 ** first record). */
-static int shipFirstCapture(Ship *p, sqlite3 *db, TdeSpool *s){
+static int shipFirstCapture(Ship *p, TdeWalLock *pLock, TdeSpool *s){
   do{
-    int rc = shipCycle(p, db, s);
+    int rc = shipCycle(p, pLock, s);
     if( rc ) return rc;
-    if( !s->pos.bValid ) msleep(p->nCycleMs);
+    if( !s->pos.bValid ){
+      shipWriteState(p, "starting");
+      msleep(p->nCycleMs);
+    }
   }while( !s->pos.bValid && !*p->pbStop );
   p->capturedSeq = s->pos.seq;
   p->capturedMs = tdeNowMs();
@@ -1391,9 +1404,10 @@ static int shipStartPeers(Ship *p, const char *const *azTo, int nTo, const TdeSh
 }
 
 /* Drop what every standby has acknowledged, once the spool is large. */
-static int shipTrim(Ship *p, sqlite3 *db, TdeSpool *s){
+static int shipTrim(Ship *p, TdeWalLock *pLock, TdeSpool *s){
   uint64_t minAck = UINT64_MAX;
-  int bAll = 1, rc = TDE_OK;
+  TdeWalEnd end;
+  int bAll = 1, eWait = 0, rc = TDE_OK;
   if( s->iEnd <= SHIP_TRIM_BYTES ) return TDE_OK;
   pthread_mutex_lock(&p->mu);
   for(int i=0; i<p->nPeer; i++){
@@ -1414,12 +1428,13 @@ static int shipTrim(Ship *p, sqlite3 *db, TdeSpool *s){
   }
   pthread_mutex_unlock(&p->mu);
   if( bAll && minAck==UINT64_MAX ) minAck = s->pos.seq>0 ? s->pos.seq - 1 : 0;   /* every one left behind */
-  if( bAll && minAck!=UINT64_MAX && minAck>=s->firstSeq && shipBegin(db)==TDE_OK ){
+  if( bAll && minAck!=UINT64_MAX && minAck>=s->firstSeq
+   && shipBegin(p, pLock, TDE_WALOCK_DBFILE, &end, &eWait)==TDE_OK ){
     /* Only once the chain there is saved: the trimmed spool must
     ** continue it, or every standby would need a base copy. */
     if( tdeSpoolScan(s, 1)==TDE_OK && shipChainSave(p, minAck)==TDE_OK ) rc = tdeSpoolTrim(s, minAck);
     tdeErrClear();
-    shipEnd(db);
+    shipEnd(pLock);
   }
   return rc;
 }
@@ -1444,13 +1459,13 @@ static void shipWaitCycle(Ship *p){
 }
 
 /* Capture every cycle until stopped; then stop the senders. */
-static int shipCaptureLoop(Ship *p, sqlite3 *db, TdeSpool *s){
+static int shipCaptureLoop(Ship *p, TdeWalLock *pLock, TdeSpool *s){
   double tState = 0;
   int rc = TDE_OK;
   tdeLog(TDE_LOG_INFO, "ship %s: capturing every %d ms from sequence %llu", p->zDb, p->nCycleMs,
          (unsigned long long)s->pos.seq);
   while( rc==TDE_OK && !*p->pbStop ){
-    rc = shipCycle(p, db, s);
+    rc = shipCycle(p, pLock, s);
     if( rc ){
       tdeLog(TDE_LOG_ERROR, "ship %s: capture failed: %s", p->zDb, tde_last_error());
       break;
@@ -1460,7 +1475,7 @@ static int shipCaptureLoop(Ship *p, sqlite3 *db, TdeSpool *s){
       shipWriteState(p, "running");
       tState = nowSec();
     }
-    rc = shipTrim(p, db, s);
+    rc = shipTrim(p, pLock, s);
     shipWaitCycle(p);
   }
   return rc;
@@ -1585,13 +1600,15 @@ int tdeShipRun(const char *zDb, const char *zConfig, const char *zReplConfig, co
                int nCycleMs, volatile int *pbStop){
   Ship ship;
   Ship *p = &ship;
-  sqlite3 *db = 0;
+  TdeWalLock lock;
   TdeSpool *s = 0;
   char zAbs[4096];
   int rc, i;
   volatile int bNever = 0;
 
+  (void)zConfig;                         /* no keystore: the lock needs no key (walock.c) */
   memset(p, 0, sizeof(*p));
+  memset(&lock, 0, sizeof(lock));
   p->fdDb = p->fdShm = p->fdLock = p->fdSync = -1;
   if( !zDb || nTo<0 || nDest<0 || nTo+nDest<1 ){
     return tdeErr(TDE_MISUSE, "ship: a database and at least one standby or destination");
@@ -1609,19 +1626,17 @@ int tdeShipRun(const char *zDb, const char *zConfig, const char *zReplConfig, co
   p->pbStop = pbStop ? pbStop : &bNever;
   p->nCycleMs = nCycleMs>0 ? nCycleMs : 50;
   pthread_mutex_init(&p->mu, 0);
-  p->zUri = shipUri(zAbs, zConfig);
-  if( !p->zUri ){ rc = TDE_NOMEM; goto done; }
   rc = shipReadIdentity(zAbs, p->aDbid, p->aKeyCheck);
-  if( rc==TDE_OK ) rc = shipOpenDb(p, &db);
+  if( rc==TDE_OK ) rc = shipOpenDb(p, &lock);
   if( rc==TDE_OK ) rc = shipLockInstance(p);
   if( rc==TDE_OK ) rc = shipAnnounce(p);
   if( rc==TDE_OK ) rc = shipOpenSpool(p, &s);
-  if( rc==TDE_OK ) rc = shipFirstCapture(p, db, s);
+  if( rc==TDE_OK ) rc = shipFirstCapture(p, &lock, s);
   if( rc==TDE_OK ) rc = shipStartSync(p);
   if( rc ) goto done;
   rc = shipStartPeers(p, azTo, nTo, apDest, nDest);
   if( !p->aPeer ) goto done;             /* no sender started */
-  if( rc==TDE_OK ) rc = shipCaptureLoop(p, db, s);
+  if( rc==TDE_OK ) rc = shipCaptureLoop(p, &lock, s);
   *(volatile int*)p->pbStop = 1;
   for(i=0; i<p->nPeer; i++){
     if( p->aPeer[i].bThread ) pthread_join(p->aPeer[i].tid, 0);
@@ -1635,13 +1650,12 @@ done:
   }
   sqlite3_free(p->aIdx);
   tdeSpoolClose(s);
-  sqlite3_close(db);
-  if( p->fdDb>=0 ) close(p->fdDb);       /* after every connection of ours */
+  tdeWalLockClose(&lock);
+  if( p->fdDb>=0 ) close(p->fdDb);       /* after every lock of ours */
   if( p->fdShm>=0 ) close(p->fdShm);
   if( p->fdSync>=0 ) tdeSyncRemove(zAbs, p->fdSync);   /* writers stop waiting */
   if( p->fdLock>=0 ) close(p->fdLock);   /* releases the flock */
   tdeReplCfgFree(p->pCfg);
-  sqlite3_free(p->zUri);
   pthread_mutex_destroy(&p->mu);
   return rc;
 }

@@ -417,6 +417,9 @@ int tdeReplStatusRead(const char *zDb, TdeReplStatus *p){
     if( tdeKvGet(kv, "transport") && strcmp(tdeKvGet(kv, "transport"), "insecure-no-tls")==0 ){
       noteAdd(p, "insecure-no-tls: the link is plaintext and unauthenticated");
     }
+    if( tdeKvGet(kv, "capture_wait") && tdeKvGet(kv, "capture_wait")[0] && strcmp(p->zState, "stopped")!=0 ){
+      noteAdd(p, "%s", tdeKvGet(kv, "capture_wait"));
+    }
     if( tdeKvGet(kv, "sync_state") && strcmp(tdeKvGet(kv, "sync_state"), "degraded")==0
      && strcmp(p->zState, "stopped")!=0 ){
       snprintf(p->zState, sizeof(p->zState), "sync degraded");

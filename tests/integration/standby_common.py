@@ -304,9 +304,11 @@ def check_format(db, cfg):
 
 
 def start_ship(d, db, cfg, ports, log="ship.log", cycle=20, env=None, conf=None, extra=()):
+    """`sqlite-tde ship`; cfg is not passed: the shipper needs no keystore
+    (it is used only to check the primary's format under TDE_TEST_FORMAT)."""
     check_format(db, cfg)
     tls = ["--insecure-no-tls"] if conf == "insecure" else ["--repl-config", conf or os.path.join(CERTS, "ship.conf")]
-    args = [CLI, "--config", cfg, "ship", "--cycle-ms", str(cycle)] + tls + list(extra)
+    args = [CLI, "ship", "--cycle-ms", str(cycle)] + tls + list(extra)
     for p in ports:
         args += ["--to", "127.0.0.1:%d" % p]
     return subprocess.Popen(args + [db], stdout=subprocess.DEVNULL,

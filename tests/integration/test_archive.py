@@ -189,7 +189,7 @@ class Writer:
 
 def start_archiver(d, db, cfg, log, extra=()):
     f = open(os.path.join(d, log), "ab")
-    return subprocess.Popen([CLI, "--config", cfg, "archive", "--s3", os.path.join(d, "arch.env"),
+    return subprocess.Popen([CLI, "archive", "--s3", os.path.join(d, "arch.env"),
                              "--prefix", PREFIX, "--sign-key", os.path.join(d, "sign.pem"),
                              "--segment-txns", "25", "--segment-ms", "400", "--cycle-ms", "20", "--max-spool", "1048576"] + list(extra) + [db],
                             stdout=f, stderr=f)
@@ -316,10 +316,10 @@ def run(d, srv, procs, timings):
     loose = os.path.join(d, "loose.env")
     shutil.copy(os.path.join(d, "arch.env"), loose)
     os.chmod(loose, 0o644)
-    r = subprocess.run([CLI, "--config", cfg, "archive", "--s3", loose, "--sign-key", os.path.join(d, "sign.pem"), db],
+    r = subprocess.run([CLI, "archive", "--s3", loose, "--sign-key", os.path.join(d, "sign.pem"), db],
                        capture_output=True, text=True, timeout=60)
     check(r.returncode != 0 and "chmod 600" in r.stderr, "an S3 file others can read is refused")
-    r = subprocess.run([CLI, "--config", cfg, "archive", "--s3", os.path.join(d, "arch.env"), db],
+    r = subprocess.run([CLI, "archive", "--s3", os.path.join(d, "arch.env"), db],
                        capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 or "signed" in r.stderr, "no signing key: refused")
     check(env["AWS_SECRET_ACCESS_KEY"] not in r.stderr, "no secret in the error")

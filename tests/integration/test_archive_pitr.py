@@ -306,7 +306,7 @@ def open_restored(cfg, out):
 
 def start_archiver(d, s3srv, db, cfg, prefix, log):
     f = open(os.path.join(d, log), "ab")
-    return subprocess.Popen([C.CLI, "--config", cfg, "archive", "--s3", os.path.join(s3srv, "s3.env"),
+    return subprocess.Popen([C.CLI, "archive", "--s3", os.path.join(s3srv, "s3.env"),
                              "--prefix", prefix, "--sign-key", os.path.join(d, "sign.pem"),
                              "--segment-txns", "6", "--segment-ms", "250", "--cycle-ms", "20", db],
                             stdout=f, stderr=f)

@@ -82,7 +82,7 @@ def restore(d, srv, dbid, args, out):
 
 def start_archiver(d, srv, cfg, db, extra=()):
     log = open(os.path.join(d, "archiver.log"), "ab")
-    return subprocess.Popen([C.CLI, "--config", cfg, "archive", "--s3", os.path.join(srv, "s3.env"), "--prefix",
+    return subprocess.Popen([C.CLI, "archive", "--s3", os.path.join(srv, "s3.env"), "--prefix",
                              PREFIX, "--sign-key", os.path.join(d, "sign.pem"), "--segment-txns", "5",
                              "--segment-ms", "300", "--cycle-ms", "20", "--base-every-ms", "1500"] + list(extra)
                             + [db], stdout=log, stderr=log)

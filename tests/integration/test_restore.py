@@ -197,7 +197,7 @@ def real_archiver(d, cfg, srv):
     mirror.execute("CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT, b BLOB)")
     snaps = {0: rows(mirror)}
     log = open(os.path.join(d, "archiver.log"), "ab")
-    a = subprocess.Popen([C.CLI, "--config", cfg, "archive", "--s3", os.path.join(srv, "s3.env"), "--prefix",
+    a = subprocess.Popen([C.CLI, "archive", "--s3", os.path.join(srv, "s3.env"), "--prefix",
                           "arch/real", "--sign-key", os.path.join(d, "sign.pem"), "--segment-txns", "8",
                           "--segment-ms", "300", "--cycle-ms", "20", adb], stdout=log, stderr=log)
     try:

@@ -118,26 +118,37 @@ def main():
     with open(os.path.join(d, "typo.conf"), "w") as f:
         f.write("repl_ca = %s/ca.crt\nrepl_certs = x\n" % certs)
     for args, want, what in (
-            (["--config", cfg, "ship", "--to", "nohostport"] + shc + [rdb], "expected HOST:PORT", "a bad --to address"),
-            (["--config", cfg, "ship", "--to", "127.0.0.1:1"] + shc + [rdb], "needs WAL mode", "a primary not in WAL mode"),
+            (["ship", "--to", "nohostport"] + shc + [rdb], "expected HOST:PORT", "a bad --to address"),
             (["standby", "--listen", "127.0.0.1:%d" % C.free_port()] + sbc + [rdb], "not a standby copy",
              "a standby on an existing ordinary database"),
             (["standby", "--promote", rdb], "not a standby copy", "promoting an ordinary database"),
             (["standby", "--listen", "127.0.0.1:99999"] + sbc + [os.path.join(d, "x.db")], "bad port", "a bad --listen port"),
-            (["--config", cfg, "ship", "--to", "127.0.0.1:1", "--repl-config", os.path.join(loose, "ship.conf"), rdb],
+            (["ship", "--to", "127.0.0.1:1", "--repl-config", os.path.join(loose, "ship.conf"), rdb],
              "chmod 600", "a TLS key file readable by others"),
             (["standby", "--listen", "127.0.0.1:%d" % C.free_port(), "--repl-config", os.path.join(d, "typo.conf"),
               os.path.join(d, "x.db")], "unknown key (known: repl_ca", "a misspelt key in the replication configuration")):
         r = subprocess.run([C.CLI] + args, capture_output=True, text=True, timeout=30)
         C.check(r.returncode == 1 and want in r.stderr, "%s: exit %d, %s" % (what, r.returncode, r.stderr.strip()[:160]))
-    for cmd in (["--config", cfg, "ship", "--to", "127.0.0.1:1", rdb],
+    for cmd in (["ship", "--to", "127.0.0.1:1", rdb],
                 ["standby", "--listen", "127.0.0.1:%d" % C.free_port(), os.path.join(d, "x.db")]):
         r = subprocess.run([C.CLI] + cmd, capture_output=True, text=True, timeout=30)
         C.check(r.returncode != 0 and "--insecure-no-tls" in r.stderr,
-                "%s without TLS configuration nor --insecure-no-tls is refused: %s" % (cmd[2] if cmd[0] == "--config" else cmd[0],
-                                                                                   r.stderr.strip().splitlines()[:1]))
+                "%s without TLS configuration nor --insecure-no-tls is refused: %s" % (cmd[0], r.stderr.strip().splitlines()[:1]))
     C.check(not [f for f in os.listdir(d) if "-tdeship" in f or "-tdestandby" in f],
             "none of them left a spool, state, log or lock file")
+    # Not in WAL mode: the shipper, which has no key to read the journal
+    # mode with, finds no WAL index and says so in its log and status.
+    nlog = os.path.join(d, "nowal.log")
+    p = subprocess.Popen([C.CLI, "ship", "--to", "127.0.0.1:1"] + shc + [rdb], stdout=subprocess.DEVNULL,
+                         stderr=open(nlog, "w"))
+    want = "no WAL index: is the database in WAL mode (PRAGMA journal_mode=WAL)?"
+    t0 = time.time()
+    while time.time() - t0 < 120 and want not in open(nlog).read() and p.poll() is None:
+        time.sleep(0.1)
+    st = subprocess.run([C.CLI, "ship", "--status", rdb], capture_output=True, text=True)
+    C.stop(p)
+    C.check(want in open(nlog).read() and want in st.stdout,
+            "a primary not in WAL mode: the log and the status say '%s'" % want)
 
     C.step("primary with 50 transactions, standby, shipper: base copy")
     C.run_writer(d, pdb, cfg, 50, seed=1)
@@ -510,6 +521,10 @@ def main():
     th.start()
     C.stop(ship)
     ship = C.start_ship(d, pdb, cfg, [sport, fport])
+    # The last writer left a WAL the stopped shipper kept (its SHARED lock):
+    # the application's next connection recovers its index, which the
+    # keyless shipper cannot (docs/ARCHIVE.md "Keys and credentials").
+    C.accounts(pdb, cfg)
     th.join(30)
     time.sleep(0.5)
     sh = C.read_state(pdb + "-tdeship-state")

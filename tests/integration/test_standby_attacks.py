@@ -284,7 +284,7 @@ def main():
 
     C.step("a second shipper on the same database is refused, naming the running one's pid")
     spool0 = os.path.getsize(pdb + "-tdeship")
-    r = subprocess.run([C.CLI, "--config", cfg, "ship", "--to", "127.0.0.1:%d" % sport, "--repl-config",
+    r = subprocess.run([C.CLI, "ship", "--to", "127.0.0.1:%d" % sport, "--repl-config",
                         os.path.join(certs, "ship.conf"), pdb], capture_output=True, text=True, timeout=30)
     C.check(r.returncode == 1 and ("pid %d" % ship.pid) in r.stderr,
             "refused: %s" % r.stderr.strip().splitlines()[-1:])
