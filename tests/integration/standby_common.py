@@ -75,14 +75,17 @@ def workdir(name):
     return d
 
 
-def make_config(d):
+def make_config(d, version=None):
+    """A wallet configuration in d; version: the format_version of new
+    databases (default TDE_TEST_FORMAT, else the library's default, 3)."""
+    version = version or FORMAT
     cfg = os.path.join(d, "tde.conf")
     with open(cfg, "w") as f:
         # The folders the tests keep standby copies in (README "Standby"):
         # a -tdestandby file counts only there.
         f.write("keystore = wallet\nwallet = %s/tde.wallet\nstandby_copies = sb:sb2:sb3:sb4\n" % d)
-        if FORMAT:
-            f.write("format_version = %s\n" % FORMAT)
+        if version:
+            f.write("format_version = %s\n" % version)
     subprocess.run([CLI, "--config", cfg, "keystore", "create", "--auto-login"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return cfg

@@ -1,7 +1,9 @@
 """A refusal that can be an attack never suggests the command that accepts
 it (issue 22 item 4).
 
-A WAL-mode database opened without its DB-tdemap is refused: an innocent
+Format 2 (pinned: format 3 keeps the map in the database file, so it has no
+side file to lose; test_r8_cp.sh): a WAL-mode database opened without its
+DB-tdemap is refused: an innocent
 copy made without the map and older pages put in with the map removed look
 the same.  `sqlite-tde remap` accepts whatever pages the file holds, so the
 message must not offer it as the fix: it says what was found, that nothing
@@ -21,7 +23,7 @@ import standby_common as C  # noqa: E402
 
 def main():
     d = C.workdir("test_r3_remapadvice")
-    cfg = C.make_config(d)
+    cfg = C.make_config(d, version=2)     # format 2: the map in DB-tdemap (format 3 has none)
     db = os.path.join(d, "app.db")
     c = C.connect(db, cfg)
     c.execute("PRAGMA journal_mode=WAL")
