@@ -234,8 +234,12 @@ def main():
         alog = os.path.join(d, "archive.log")
         want = "waiting for a connection to recover the WAL index"
         C.check(wait_for(lambda: want in open(alog).read(), 60), "the archiver's log: '%s'" % want)
-        st = subprocess.run([C.CLI, "archive", "--status", pdb], capture_output=True, text=True, env=keyless_env(d))
-        C.check(want in st.stdout, "archive --status says it: %s" % st.stdout.strip().splitlines()[-1:])
+        # The state file follows the log within a state-writing period
+        # (0.2 s); ask until it says so, or give up after the bound.
+        def status():
+            return subprocess.run([C.CLI, "archive", "--status", pdb], capture_output=True, text=True,
+                                  env=keyless_env(d)).stdout
+        C.check(wait_for(lambda: want in status(), 60), "archive --status says it: %s" % status().strip().splitlines()[-1:])
 
         C.step("the writer restarted (wallet back) recovers the WAL; the archive goes on")
         os.rename(away, wallet)
