@@ -346,10 +346,17 @@ def main():
     ship = C.start_ship(d, pdb, cfg, [sport], env={"TDE_SHIP_MAX_RECORD": "300000"})
     C.check(C.wait_caught_up(pdb, sdb) is not None, "caught up")
     nbase = open(os.path.join(d, "standby.log")).read().count("base copy applied")
+    # The shipper must capture the large transaction (its lowered record
+    # limit is the point), not the writer's own hook, which captures at a WAL
+    # restart or at the last close's checkpoint and deletion (without that
+    # limit).  So no checkpoint here (one that copied every frame would let
+    # the next commit restart the WAL), and a second connection stays open
+    # until the standby caught up: the writer's close is then not the last
+    # (the keyless shipper keeps the database open only once it has mapped
+    # the WAL index, which on a loaded machine may come after this step).
+    holder = C.connect(pdb, cfg)
+    holder.execute("SELECT count(*) FROM t").fetchone()
     db = C.connect(pdb, cfg)
-    # No checkpoint here: one that copied every frame would let the next
-    # commit restart the WAL, and the writer's own hook (without the lowered
-    # limit) would capture the large transaction before the shipper did.
     db.execute("PRAGMA wal_autocheckpoint=0")
     nid = db.execute("SELECT max(id) FROM t").fetchone()[0]
     db.execute("BEGIN")
@@ -362,6 +369,7 @@ def main():
         db.execute("INSERT INTO t VALUES(?, 'after the large one')", (nid,))
     db.close()
     seq = C.wait_caught_up(pdb, sdb)
+    holder.close()
     slog = open(os.path.join(d, "standby.log")).read()
     C.check(seq is not None and "larger than a record" in open(os.path.join(d, "ship.log")).read(),
             "the shipper recorded a GAP for the large transaction (sequence %s)" % seq)
