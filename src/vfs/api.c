@@ -544,7 +544,7 @@ int tde_db_rekey(sqlite3 *db, const char *zSchema, int nPagesPerStep,
       /* The rekey is done: then the move to format version 3 if the
       ** configuration asks for it (its outcome audited and logged; the
       ** rekey succeeds whatever it is). */
-      if( rc==SQLITE_OK && tdeMainNewFormat(p->pDb->pKeys->pCfg)>=TDE_FORMAT_V3 ){
+      if( rc==SQLITE_OK && tdeNewFormatVersion(p->pDb->pKeys->pCfg)>=TDE_FORMAT_V3 ){
         tdeMainUpgradeAfterRekey(p);
         tdeErrClear();
       }

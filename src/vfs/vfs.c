@@ -287,14 +287,6 @@ static int tdeCreateFormat(const TdeConfig *pCfg, TdeHeader *h){
   return TDE_OK;
 }
 
-int tdeMainNewFormat(const TdeConfig *pCfg){
-  TdeHeader h;
-  memset(&h, 0, sizeof(h));
-  h.version = (uint16_t)tdeCreateVersion();
-  tdeCreateFormat(pCfg, &h);
-  return h.version;
-}
-
 /*
 ** Create the header of a new database: a random id and data key wrapped
 ** by the keystore's current master key, written to both slots, then

@@ -625,9 +625,6 @@ int tdeUpgradeFinish(TdeFile *pMain);
 ** `sqlite-tde upgrade` (audited, logged); one stopped midway is finished
 ** by the next writer. */
 int tdeMainUpgradeAfterRekey(TdeFile *pMain);
-/* vfs.c: the format version a new database gets under configuration pCfg
-** (the library's default, or format_version). */
-int tdeMainNewFormat(const TdeConfig *pCfg);
 /* pagemap.c, for the upgrade to version 3: does DB-tdemap hold the map
 ** the header names; the map's slots in force into the file's regions
 ** (*pOut: the header's map fields after); DB-tdemap deleted. */
