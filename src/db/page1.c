@@ -146,15 +146,23 @@ static int discoverPage1(TdeFile *p, sqlite3_int64 *pSz, uint32_t *pPgsz){
   return SQLITE_OK;
 }
 
-int tdeMainDiscoverPgsz(TdeFile *p){
+/* The same probe, quiet: SQLITE_NOTFOUND when page 1 authenticates at no
+** size, nothing logged or counted.  For the read of the file header that
+** SQLite makes at open with no lock held (tdeMainReadPieces): a page 1
+** another connection is writing right then reads torn, which is no damage. */
+int tdeMainProbePgsz(TdeFile *p){
   sqlite3_int64 sz = 0;
   uint32_t n = 0;
   int rc = discoverPage1(p, &sz, &n);
   if( rc ) return rc;
-  if( n ){
-    p->pDb->pgsz = n;
-    return SQLITE_OK;
-  }
+  if( !n ) return SQLITE_NOTFOUND;
+  p->pDb->pgsz = n;
+  return SQLITE_OK;
+}
+
+int tdeMainDiscoverPgsz(TdeFile *p){
+  int rc = tdeMainProbePgsz(p);
+  if( rc!=SQLITE_NOTFOUND ) return rc;
   tdeLog(TDE_LOG_ERROR, "%s: page 1 failed authentication at every page size", (p->zName ? p->zName : ""));
   tdeAuthFail(p, 1, 0, -1);
   return SQLITE_IOERR_AUTH;

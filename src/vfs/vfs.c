@@ -446,9 +446,21 @@ static int tdeHasJournalOrWal(TdeFile *p){
 ** page 1 torn by a crash is restored by one of them: for that read, when
 ** one exists, answer "no header" (the caller zeroed the buffer; never
 ** unauthenticated bytes) and let SQLite recover.  If it cannot, its full
-** read of page 1 fails authentication later.
+** read of page 1 fails authentication later.  The same answer, for the
+** same reason, when no lock is held: that read is SQLite's peek at open
+** (sqlite3PagerReadFileheader, for a page size to start with), and another
+** connection may be writing page 1 right then (a torn read, not damage:
+** not counted).  SQLite reads page 1 again under its SHARED lock, where a
+** page that fails is failed, logged and counted.
 */
 static int tdeHeaderReadFailed(TdeFile *p, sqlite3_int64 iOfst, int iAmt){
+  if( iOfst==0 && iAmt<=100 && p->pDb->eLockHeld==SQLITE_LOCK_NONE ){
+    tdeLog(TDE_LOG_INFO, "%s: page 1 did not authenticate in the file-header read SQLite makes "
+           "with no lock held (another connection writing it?); answered \"no header\", "
+           "SQLite reads it again under its lock", tdeFileName(p));
+    tdeErrClear();
+    return SQLITE_OK;
+  }
   if( iOfst==0 && iAmt<=100 && tdeHasJournalOrWal(p) ){
     tdeLog(TDE_LOG_WARNING, "%s: page 1 failed authentication; a journal or WAL exists, "
            "letting SQLite recover from it", tdeFileName(p));
@@ -729,11 +741,24 @@ static int tdeMainReadPiece(TdeFile *p, uint8_t *zBuf, int iAmt, int nDone, uint
   }
   /* Page 1 on the first try may be read at a stale page size: the caller
   ** finds the size again before calling it damage. */
-  if( rc==SQLITE_IOERR_AUTH && (bRetried || pgno!=1) ) tdeAuthFail(p, pgno, "database", vNoKey);
+  if( rc==SQLITE_IOERR_AUTH && (bRetried || pgno!=1)
+   && !(pgno==1 && p->pDb->eLockHeld==SQLITE_LOCK_NONE) ){      /* see tdeHeaderReadFailed */
+    tdeAuthFail(p, pgno, "database", vNoKey);
+  }
   if( rc ){ *pbFinal = 0; return rc; }
   rc = tdeMainCheckPage(p, pgno, aTag, p->aBuf, (int)pgsz);
   if( rc ) memset(zBuf, 0, (size_t)iAmt);
   return rc;
+}
+
+/* The page size for a read in pieces: found and, when page 1 authenticates
+** at no size, logged and counted (SQLITE_IOERR_AUTH); with no lock held the
+** same answer, quiet (tdeHeaderReadFailed says why). */
+static int tdeMainPiecesPgsz(TdeFile *p){
+  int rc;
+  if( p->pDb->eLockHeld!=SQLITE_LOCK_NONE ) return tdeMainDiscoverPgsz(p);
+  rc = tdeMainProbePgsz(p);
+  return rc==SQLITE_NOTFOUND ? SQLITE_IOERR_AUTH : rc;
 }
 
 /* Part of a page (SQLite reads bits of the page 1 header this way), or a
@@ -744,7 +769,7 @@ static int tdeMainReadPieces(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 
   rc = tdeScratch(p);
   if( rc ) return rc;
   if( !p->pDb->pgsz ){
-    rc = tdeMainDiscoverPgsz(p);
+    rc = tdeMainPiecesPgsz(p);
     if( rc==SQLITE_IOERR_AUTH || rc==SQLITE_IOERR_SHORT_READ ) memset(zBuf, 0, (size_t)iAmt);
     if( rc==SQLITE_IOERR_AUTH ) return tdeHeaderReadFailed(p, iOfst, iAmt);
     if( rc ) return rc;
@@ -761,7 +786,7 @@ static int tdeMainReadPieces(TdeFile *p, uint8_t *zBuf, int iAmt, sqlite3_int64 
     if( rc && pgno==1 && !bRetried ){
       /* The page size may have changed under us (VACUUM elsewhere). */
       bRetried = 1;
-      rc = tdeMainDiscoverPgsz(p);
+      rc = tdeMainPiecesPgsz(p);
       if( rc==SQLITE_OK ) continue;
     }
     if( rc ) memset(zBuf, 0, (size_t)iAmt);

@@ -451,6 +451,7 @@ void tdePage1Free(TdeFile *p);
 ** can use (then the rescue hook).  SQLITE_OK (p->pgsz set),
 ** SQLITE_IOERR_SHORT_READ (no whole page yet), SQLITE_IOERR_AUTH (logged). */
 int tdeMainDiscoverPgsz(TdeFile *p);
+int tdeMainProbePgsz(TdeFile *p);
 /* page1.c: the page size for version 3's sizes, also with page 1 torn
 ** (page 2, then the file's length). */
 int tdeMainSizePgsz(TdeFile *p, uint32_t *pPgsz);

@@ -51,7 +51,11 @@ static void die(const char *zFmt, ...){
   vfprintf(stderr, zFmt, ap);
   va_end(ap);
   fputc('\n', stderr);
-  exit(1);
+  fflush(stderr);
+  /* _exit, not exit: the other threads are still inside SQLite and
+  ** OpenSSL, and exit's handlers (OpenSSL's cleanup) would free what they
+  ** use under them (a crash that hides this message's cause). */
+  _exit(1);
 }
 
 static sqlite3 *openDb(const char *zDb, const char *zCfg){
