@@ -226,6 +226,18 @@ static inline void exec(sqlite3 *db, const char *zSql){
   execTagged(0, db, zSql);
 }
 
+/* The first column of zSql's first row as an integer; a statement that
+** fails or returns no row fails the test with SQLite's message. */
+static inline int64_t tdetestQueryInt(sqlite3 *db, const char *zSql){
+  sqlite3_stmt *p = 0;
+  int64_t v = -1;
+  if( sqlite3_prepare_v2(db, zSql, -1, &p, 0)!=SQLITE_OK ) fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
+  if( sqlite3_step(p)==SQLITE_ROW ) v = sqlite3_column_int64(p, 0);
+  else fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
+  sqlite3_finalize(p);
+  return v;
+}
+
 /* PRAGMA integrity_check said "ok" (and the statement ran cleanly). */
 static inline int integrityOk(sqlite3 *db){
   sqlite3_stmt *p = 0;

@@ -232,16 +232,6 @@ static int openVia(const char *zVfs, const char *zPath, const char *zExtra, sqli
   return rc;
 }
 
-static sqlite3_int64 queryInt(sqlite3 *db, const char *zSql){
-  sqlite3_stmt *p = 0;
-  sqlite3_int64 v = -1;
-  if( sqlite3_prepare_v2(db, zSql, -1, &p, 0)!=SQLITE_OK ) fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
-  if( sqlite3_step(p)==SQLITE_ROW ) v = sqlite3_column_int64(p, 0);
-  else fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
-  sqlite3_finalize(p);
-  return v;
-}
-
 /* Rows id 1..n hold v = printf('%d:', id) followed by id*37 % 1500
 ** letters: the content is a function of n alone, checked row by row. */
 #define ROW_EXPR(id) "printf('%d:%.*c', " id ", (" id ")*37 % 1500, 'a' + (" id ") % 26)"
@@ -261,9 +251,9 @@ static void insertRows(const char *zTag, sqlite3 *db, int iFirst, int iLast){
 ** tde_verify (database pages and the WAL's chained frame MACs). */
 static void checkDb(const char *zTag, sqlite3 *db, int n){
   int64_t nChecked = 0, iBad = 0;
-  sqlite3_int64 nRow = queryInt(db, "SELECT count(*) FROM t");
-  sqlite3_int64 nWrong = queryInt(db, "SELECT count(*) FROM t WHERE v IS NOT " ROW_EXPR("id"));
-  sqlite3_int64 iMax = queryInt(db, "SELECT coalesce(max(id), 0) FROM t");
+  sqlite3_int64 nRow = tdetestQueryInt(db, "SELECT count(*) FROM t");
+  sqlite3_int64 nWrong = tdetestQueryInt(db, "SELECT count(*) FROM t WHERE v IS NOT " ROW_EXPR("id"));
+  sqlite3_int64 iMax = tdetestQueryInt(db, "SELECT coalesce(max(id), 0) FROM t");
   if( nRow!=n || nWrong!=0 || iMax!=n ){
     fail_msg("[%s] %lld rows (max id %lld, %lld wrong), expected %d", zTag, (long long)nRow,
              (long long)iMax, (long long)nWrong, n);
@@ -314,7 +304,7 @@ static void padRun(const char *zVfs, const char *zExtra, int pgsz){
                          "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)", pgsz);
   execTagged(zTag, db, zSql);
   sqlite3_free(zSql);
-  assert_int_equal(queryInt(db, "PRAGMA page_size"), pgsz);
+  assert_int_equal(tdetestQueryInt(db, "PRAGMA page_size"), pgsz);
   /* Commits of one row (one or two frames) to many pages. */
   bSpan = 1;
   nSpanBad = 0;

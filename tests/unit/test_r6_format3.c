@@ -59,16 +59,6 @@ static sqlite3 *openDb(const char *zDb, const char *zConfig){
   return db;
 }
 
-static int64_t queryInt(sqlite3 *db, const char *zSql){
-  sqlite3_stmt *p = 0;
-  int64_t v = -1;
-  if( sqlite3_prepare_v2(db, zSql, -1, &p, 0)!=SQLITE_OK ) fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
-  if( sqlite3_step(p)==SQLITE_ROW ) v = sqlite3_column_int64(p, 0);
-  else fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
-  sqlite3_finalize(p);
-  return v;
-}
-
 /* Rows 1..nRow of v = the id as a zero-padded string of nLen characters:
 ** every row names itself, so a page served from another place fails the
 ** check below. */
@@ -81,8 +71,8 @@ static void fillRows(sqlite3 *db, int nFrom, int nTo, int nLen){
 
 /* Every row reads back as written: count, and each v names its id. */
 static void checkRows(sqlite3 *db, int64_t nExpect){
-  assert_int_equal(queryInt(db, "SELECT count(*) FROM t"), nExpect);
-  assert_int_equal(queryInt(db, "SELECT count(*) FROM t WHERE CAST(v AS INTEGER)!=id"), 0);
+  assert_int_equal(tdetestQueryInt(db, "SELECT count(*) FROM t"), nExpect);
+  assert_int_equal(tdetestQueryInt(db, "SELECT count(*) FROM t WHERE CAST(v AS INTEGER)!=id"), 0);
   assert_true(integrityOk(db));
   {
     int64_t nChecked = 0, iBad = 0;
@@ -167,9 +157,9 @@ static void runLayout(uint32_t P, const char *zMode){
   exec(db, "BEGIN");
   fillRows(db, 1, nRow, nLen);
   exec(db, "COMMIT");
-  assert_int_equal(queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 3);
-  N = queryInt(db, "PRAGMA page_count");
-  if( N <= (int64_t)nWant - 40 ) fail_msg("P=%u: %lld pages (page_size %lld), wanted %u", P, (long long)N, (long long)queryInt(db, "PRAGMA page_size"), nWant);
+  assert_int_equal(tdetestQueryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 3);
+  N = tdetestQueryInt(db, "PRAGMA page_count");
+  if( N <= (int64_t)nWant - 40 ) fail_msg("P=%u: %lld pages (page_size %lld), wanted %u", P, (long long)N, (long long)tdetestQueryInt(db, "PRAGMA page_size"), nWant);
   if( strcmp(zMode, "WAL")==0 ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
   sqlite3_close(db);
   checkRaw(zDb, P, (uint32_t)N);
@@ -180,7 +170,7 @@ static void runLayout(uint32_t P, const char *zMode){
   snprintf(zSql, sizeof(zSql), "DELETE FROM t WHERE id %% 3 != 0");
   exec(db, zSql);
   exec(db, "VACUUM");
-  N2 = queryInt(db, "PRAGMA page_count");
+  N2 = tdetestQueryInt(db, "PRAGMA page_count");
   assert_true(N2 < N);
   checkRows(db, nRow/3);
   if( strcmp(zMode, "WAL")==0 ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
@@ -193,7 +183,7 @@ static void runLayout(uint32_t P, const char *zMode){
     fillRows(db, nFrom, nTo, nLen);
   }
   checkRows(db, nRow/3 + 4*(nRow/4));
-  N = queryInt(db, "PRAGMA page_count");
+  N = tdetestQueryInt(db, "PRAGMA page_count");
   if( strcmp(zMode, "WAL")==0 ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
   sqlite3_close(db);
   checkRaw(zDb, P, (uint32_t)N);
@@ -255,7 +245,7 @@ static void test_rekey_v3(void **state){
   fillRows(db, 1, nRow, 1000);
   assert_int_equal(tde_db_rekey(db, "main", 100, 0, 0), TDE_OK);
   checkRows(db, nRow);
-  N = queryInt(db, "PRAGMA page_count");
+  N = tdetestQueryInt(db, "PRAGMA page_count");
   sqlite3_close(db);
   checkRaw(zDb, P, (uint32_t)N);
   db = openDb(zDb, zCfg3);
@@ -312,7 +302,7 @@ static void test_copy_and_rollback(void **state){
   exec(db, "INSERT INTO acct VALUES(1, 999)");
   fillRows(db, 1, rowsFor(P, K + 40, 1000), 1000);
   exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");     /* the map is built, in the file */
-  iPg = queryInt(db, "SELECT rootpage FROM sqlite_schema WHERE name='acct'");
+  iPg = tdetestQueryInt(db, "SELECT rootpage FROM sqlite_schema WHERE name='acct'");
   sqlite3_close(db);
   aFile = readAll(zDb, &n);
   assert_non_null(aFile);
@@ -337,7 +327,7 @@ static void test_copy_and_rollback(void **state){
   assert_int_equal(readValue(zCopy, &v), SQLITE_OK);
   assert_int_equal(v, 0);
   db = openDb(zCopy, zCfg3);
-  assert_int_equal(queryInt(db, "SELECT page_map='on' FROM tde_status WHERE schema='main'"), 1);
+  assert_int_equal(tdetestQueryInt(db, "SELECT page_map='on' FROM tde_status WHERE schema='main'"), 1);
   checkRows(db, rowsFor(P, K + 40, 1000) + 101);
   sqlite3_close(db);
 
@@ -358,7 +348,7 @@ static void test_copy_and_rollback(void **state){
   db = openDb(zCopy, zCfg3);
   exec(db, "UPDATE acct SET value=5 WHERE id=1");
   exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
-  assert_int_equal(queryInt(db, "SELECT page_map='on' FROM tde_status WHERE schema='main'"), 1);
+  assert_int_equal(tdetestQueryInt(db, "SELECT page_map='on' FROM tde_status WHERE schema='main'"), 1);
   checkRows(db, rowsFor(P, K + 40, 1000) + 101);
   sqlite3_close(db);
   snprintf(zSide, sizeof(zSide), "%s-tdemap", zCopy);
@@ -396,7 +386,7 @@ static void test_ckpt_done_fold(void **state){
   exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");     /* the map is built */
   exec(db, "UPDATE acct SET value=7 WHERE id=1");
   exec(db, "UPDATE t SET v=printf('%01000d', id) WHERE id<30");
-  assert_int_equal(queryInt(db, "PRAGMA wal_checkpoint(PASSIVE)"), 0);
+  assert_int_equal(tdetestQueryInt(db, "PRAGMA wal_checkpoint(PASSIVE)"), 0);
   aFile = readAll(zDb, &n);                        /* cp while the connection is open */
   assert_non_null(aFile);
   writeAll(zCopy, aFile, n);
@@ -428,9 +418,9 @@ static void test_default_v3(void **state){
     db = openDb(zDb, iV==3 ? zCfg : zCfg2);
     exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
     fillRows(db, 1, 100, 100);
-    assert_int_equal(queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), iV);
+    assert_int_equal(tdetestQueryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), iV);
     {
-      int64_t N = queryInt(db, "PRAGMA page_count");
+      int64_t N = tdetestQueryInt(db, "PRAGMA page_count");
       int64_t iPage1 = iV==3 ? 8192 + 8192 : 8192;
       sqlite3_close(db);
       a = readAll(zDb, &n);

@@ -43,16 +43,6 @@ static sqlite3 *openDb(const char *zDb){
   return db;
 }
 
-static int64_t queryInt(sqlite3 *db, const char *zSql){
-  sqlite3_stmt *p = 0;
-  int64_t v = -1;
-  if( sqlite3_prepare_v2(db, zSql, -1, &p, 0)!=SQLITE_OK ) fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
-  if( sqlite3_step(p)==SQLITE_ROW ) v = sqlite3_column_int64(p, 0);
-  else fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
-  sqlite3_finalize(p);
-  return v;
-}
-
 /* FNV-1a over every row (id, v) in id order; -1 if a read failed. */
 static int64_t rowDigest(sqlite3 *db){
   sqlite3_stmt *p = 0;
@@ -87,7 +77,7 @@ static void makeV2(const char *zDb, uint32_t pgsz, const char *zMode, int nPage,
   if( strcmp(zMode, "WAL")==0 ) exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
   *pDigest = rowDigest(db);
   assert_true(*pDigest>=0);
-  assert_int_equal(queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 2);
+  assert_int_equal(tdetestQueryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 2);
   sqlite3_close(db);
 }
 
@@ -122,10 +112,10 @@ static int upgradeTo3(const char *zDb){
 static void checkUpgraded(const char *zDb, uint32_t pgsz, int64_t digest){
   char zMap[PATH_MAX + 16];
   sqlite3 *db = openDb(zDb);
-  int64_t nPage = queryInt(db, "PRAGMA page_count"), nChecked = 0, iBad = 0;
+  int64_t nPage = tdetestQueryInt(db, "PRAGMA page_count"), nChecked = 0, iBad = 0;
   size_t n = 0;
   unsigned char *a;
-  assert_int_equal(queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 3);
+  assert_int_equal(tdetestQueryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 3);
   assert_int_equal(rowDigest(db), digest);
   assert_true(integrityOk(db));
   if( tde_verify(db, "main", &nChecked, &iBad, 0, 0)!=TDE_OK ) fail_msg("tde_verify: %s", tde_last_error());
@@ -161,7 +151,7 @@ static void checkCopyAndRollback(const char *zDb, uint32_t pgsz, int64_t digest)
   copyFile(zCopy, zOld);
   db = openDb(zCopy);
   exec(db, "UPDATE t SET v = v || 'x' WHERE id % 97 = 0; PRAGMA wal_checkpoint(TRUNCATE)");
-  nPage = queryInt(db, "PRAGMA page_count");
+  nPage = tdetestQueryInt(db, "PRAGMA page_count");
   sqlite3_close(db);
   aOld = readAll(zOld, &nOld);
   aNew = readAll(zCopy, &nNew);
@@ -390,7 +380,7 @@ static void runOtherConnection(const char *zMode){
     assert_int_equal(upgradeTo3(zDb), TDE_LOCKED);
     {
       sqlite3 *db = openDb(zDb);
-      assert_int_equal(queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 2);
+      assert_int_equal(tdetestQueryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'"), 2);
       sqlite3_close(db);
     }
   }else if( upgradeTo3(zDb)!=TDE_OK ){

@@ -48,24 +48,14 @@ static sqlite3 *openDbCfg(const char *zDb, const char *zConfig){
   return db;
 }
 
-static int64_t queryInt(sqlite3 *db, const char *zSql){
-  sqlite3_stmt *p = 0;
-  int64_t v = -1;
-  if( sqlite3_prepare_v2(db, zSql, -1, &p, 0)!=SQLITE_OK ) fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
-  if( sqlite3_step(p)==SQLITE_ROW ) v = sqlite3_column_int64(p, 0);
-  else fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
-  sqlite3_finalize(p);
-  return v;
-}
-
 static int64_t formatOf(sqlite3 *db){
-  return queryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'");
+  return tdetestQueryInt(db, "SELECT format_version FROM tde_status WHERE schema='main'");
 }
 
 /* tde_status's upgrade cursor, from the table and from the PRAGMA's text
 ** (both must agree). */
 static int64_t cursorOf(sqlite3 *db){
-  int64_t c = queryInt(db, "SELECT upgrade_cursor FROM tde_status WHERE schema='main'");
+  int64_t c = tdetestQueryInt(db, "SELECT upgrade_cursor FROM tde_status WHERE schema='main'");
   sqlite3_stmt *p = 0;
   char zWant[64];
   const char *z;
@@ -145,11 +135,11 @@ static void rekeyWith(const char *zDb, const char *zConfig){
 ** integrity_check and tde_verify. */
 static void checkV3(const char *zDb, uint32_t pgsz, int64_t digest, int iKeyVersion){
   sqlite3 *db = openDbCfg(zDb, zCfg3);
-  int64_t nPage = queryInt(db, "PRAGMA page_count"), nChecked = 0, iBad = 0;
+  int64_t nPage = tdetestQueryInt(db, "PRAGMA page_count"), nChecked = 0, iBad = 0;
   struct stat st;
   assert_int_equal(formatOf(db), 3);
   assert_int_equal(cursorOf(db), 0);
-  assert_int_equal(queryInt(db, "SELECT data_key_version FROM tde_status WHERE schema='main'"), iKeyVersion);
+  assert_int_equal(tdetestQueryInt(db, "SELECT data_key_version FROM tde_status WHERE schema='main'"), iKeyVersion);
   assert_int_equal(rowDigest(db), digest);
   assert_true(integrityOk(db));
   if( tde_verify(db, "main", &nChecked, &iBad, 0, 0)!=TDE_OK ) fail_msg("tde_verify: %s", tde_last_error());
@@ -204,7 +194,7 @@ static void checkRollbackRefused(const char *zDb, uint32_t pgsz){
   copyFile(zDb, zOld);
   db = openDbCfg(zDb, zCfg3);
   exec(db, "UPDATE t SET v = v || 'x' WHERE id % 97 = 0; PRAGMA wal_checkpoint(TRUNCATE)");
-  nPage = queryInt(db, "PRAGMA page_count");
+  nPage = tdetestQueryInt(db, "PRAGMA page_count");
   sqlite3_close(db);
   aOld = readAll(zOld, &nOld);
   aNew = readAll(zDb, &nNew);
@@ -257,7 +247,7 @@ static void test_rekey_v2_config_stays(void **state){
   rekeyWith(zDb, zCfg2);
   db = openDbCfg(zDb, zCfg2);
   assert_int_equal(formatOf(db), 2);
-  assert_int_equal(queryInt(db, "SELECT data_key_version FROM tde_status WHERE schema='main'"), 2);
+  assert_int_equal(tdetestQueryInt(db, "SELECT data_key_version FROM tde_status WHERE schema='main'"), 2);
   assert_int_equal(rowDigest(db), digest);
   sqlite3_close(db);
   removeDb(zDb);
@@ -278,7 +268,7 @@ static void test_rekey_upgrade_left(void **state){
   assert_int_equal(rowDigest(dbOther), digest);
   rekeyWith(zDb, zCfg3);
   assert_int_equal(formatOf(dbOther), 2);
-  assert_int_equal(queryInt(dbOther, "SELECT data_key_version FROM tde_status WHERE schema='main'"), 2);
+  assert_int_equal(tdetestQueryInt(dbOther, "SELECT data_key_version FROM tde_status WHERE schema='main'"), 2);
   assert_int_equal(rowDigest(dbOther), digest);
   sqlite3_close(dbOther);
   assert_int_equal(auditCount("left for `sqlite-tde upgrade`"), nLeft + 1);
@@ -355,9 +345,9 @@ static void checkMidMove(const char *zDb, int bWal){
   sqlite3 *db = openDbCfg(zDb, zCfg3);
   int64_t c = cursorOf(db);
   assert_int_equal(formatOf(db), 3);
-  if( !bWal && (c<2 || c>queryInt(db, "PRAGMA page_count")) ) fail_msg("upgrade_cursor %lld mid-move", (long long)c);
+  if( !bWal && (c<2 || c>tdetestQueryInt(db, "PRAGMA page_count")) ) fail_msg("upgrade_cursor %lld mid-move", (long long)c);
   printf("# mid-move: upgrade_cursor %lld\n", (long long)c);
-  assert_int_equal(queryInt(db, "SELECT data_key_version FROM tde_status WHERE schema='main'"), 2);
+  assert_int_equal(tdetestQueryInt(db, "SELECT data_key_version FROM tde_status WHERE schema='main'"), 2);
   sqlite3_close(db);
 }
 

@@ -26,16 +26,6 @@
 */
 #include "tdetest.h"
 
-static int64_t queryInt(sqlite3 *db, const char *zSql){
-  sqlite3_stmt *p = 0;
-  int64_t v = -1;
-  if( sqlite3_prepare_v2(db, zSql, -1, &p, 0)!=SQLITE_OK ) fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
-  if( sqlite3_step(p)==SQLITE_ROW ) v = sqlite3_column_int64(p, 0);
-  else fail_msg("%s: %s", zSql, sqlite3_errmsg(db));
-  sqlite3_finalize(p);
-  return v;
-}
-
 /* A closed database of 300 rows at page size P in journal mode zMode; its
 ** bytes into *paImg (*pn bytes). */
 static void makeDb(const char *zDb, uint32_t P, const char *zMode, unsigned char **paImg, size_t *pn){
@@ -92,11 +82,11 @@ static void peekHeals(uint32_t P, const char *zMode){
   if( rc!=SQLITE_OK ) fail_msg("[%u %s] the open refused a torn page 1 it only peeks at: %s (%s)",
                                P, zMode, sqlite3_errmsg(db), tde_last_error());
   writeAll(zDb, aImg, n);                     /* the writer finished page 1 */
-  assert_int_equal(queryInt(db, "SELECT count(*) FROM t"), 300);
-  assert_int_equal(queryInt(db, "SELECT sum(a) FROM t"), 300*301/2);
-  assert_int_equal(queryInt(db, "PRAGMA page_size"), P);
+  assert_int_equal(tdetestQueryInt(db, "SELECT count(*) FROM t"), 300);
+  assert_int_equal(tdetestQueryInt(db, "SELECT sum(a) FROM t"), 300*301/2);
+  assert_int_equal(tdetestQueryInt(db, "PRAGMA page_size"), P);
   assert_true(integrityOk(db));
-  assert_int_equal(queryInt(db, "SELECT auth_failures FROM tde_status WHERE schema='main'"), 0);
+  assert_int_equal(tdetestQueryInt(db, "SELECT auth_failures FROM tde_status WHERE schema='main'"), 0);
   exec(db, "INSERT INTO t(b) VALUES('after')");
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
   free(aTorn);
@@ -142,7 +132,7 @@ static void test_peek_damage_fails_later(void **state){
   writeAll(zDb, aImg, n);
   rc = openTdeCfg(zDb, zCfg, &db);
   if( rc!=SQLITE_OK ) fail_msg("reopen: %s", sqlite3_errmsg(db));
-  assert_int_equal(queryInt(db, "SELECT count(*) FROM t"), 300);
+  assert_int_equal(tdetestQueryInt(db, "SELECT count(*) FROM t"), 300);
   assert_true(integrityOk(db));
   assert_int_equal(sqlite3_close(db), SQLITE_OK);
   free(aTorn);
